@@ -1,0 +1,118 @@
+use super::{Builder, BuilderError, Traced, scalar_like, softmax};
+use crate::op::{CompareOp, InferError, Scalar};
+use crate::types::DType;
+
+/// Expands `[B, H_kv, S, D]` to `[B, H_kv * n_rep, S, D]` (GQA/MQA) with reshape, broadcast,
+/// reshape: query head `h` reads key head `h / n_rep`.
+pub fn repeat_kv(b: &Builder, kv: Traced, n_rep: usize) -> Result<Traced, BuilderError> {
+    if n_rep == 1 {
+        return Ok(kv);
+    }
+    let (bsz, h_kv, seq, d) = dims4(b, kv, "repeat_kv")?;
+    let r = b.reshape(kv, [bsz, h_kv, 1, seq, d])?;
+    let r = b.broadcast(r, [bsz, h_kv, n_rep, seq, d])?;
+    b.reshape(r, [bsz, h_kv * n_rep, seq, d])
+}
+
+/// Which cache positions each new token may attend to, `bool [B, 1, T, cap]`: key `j` is visible
+/// from absolute position `p` when `j <= p`, and with a sliding `window`, when `p - j < window`.
+/// Built from the position slot against an iota, so no slot carries a mask.
+pub fn causal_mask(
+    b: &Builder,
+    pos: Traced,
+    cap: usize,
+    window: Option<usize>,
+) -> Result<Traced, BuilderError> {
+    let pd = b.dims(pos)?;
+    let (bsz, t) = match pd.as_slice() {
+        &[bsz, t] => (bsz, t),
+        _ => {
+            return Err(BuilderError::Infer {
+                at: "causal_mask".to_string(),
+                source: InferError::IndexRank {
+                    op: "causal_mask",
+                    input: 0,
+                    rank: pd.len(),
+                    expected: 2,
+                },
+            });
+        }
+    };
+    let shape = [bsz, t, cap];
+    let keys = b.iota(shape, 2, DType::I32)?;
+    let p = b.broadcast(b.reshape(pos, [bsz, t, 1])?, shape)?;
+    let mut visible = b.compare(CompareOp::Le, keys, p)?;
+    if let Some(w) = window {
+        let w = i32::try_from(w).unwrap_or(i32::MAX);
+        let lo = b.sub(p, b.broadcast(b.literal(Scalar::I32(w))?, shape)?)?;
+        visible = b.binary(
+            crate::op::BinaryOp::And,
+            visible,
+            b.compare(CompareOp::Gt, keys, lo)?,
+        )?;
+    }
+    b.reshape(visible, [bsz, 1, t, cap])
+}
+
+/// Attention parameters beyond the tensors.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionOptions {
+    /// Query heads per key/value head.
+    pub n_rep: usize,
+    /// Score scale, usually `1 / sqrt(head_dim)`.
+    pub scale: f32,
+    /// `c * tanh(s / c)` on the scores before masking (Gemma 2).
+    pub softcap: Option<f32>,
+}
+
+/// `softmax(mask(q k^T * scale)) v` over the whole cache: `q [B, Hq, T, D]`, `k`/`v`
+/// `[B, Hkv, S, D]`, `mask` bool broadcastable to `[B, Hq, T, S]`. Masked scores become the most
+/// negative finite f32, so a row never divides by zero.
+pub fn attention_masked(
+    b: &Builder,
+    q: Traced,
+    k: Traced,
+    v: Traced,
+    mask: Traced,
+    opts: AttentionOptions,
+) -> Result<Traced, BuilderError> {
+    let (bsz, hq, t, _) = dims4(b, q, "attention")?;
+    let k = repeat_kv(b, k, opts.n_rep)?;
+    let v = repeat_kv(b, v, opts.n_rep)?;
+    let s_len = dims4(b, k, "attention")?.2;
+    let mut scores = b.matmul(q, k, true)?; // [B, Hq, T, S]
+    scores = b.mul(scores, scalar_like(b, opts.scale, scores)?)?;
+    if let Some(c) = opts.softcap {
+        let inner = b.tanh(b.mul(scores, scalar_like(b, 1.0 / c, scores)?)?)?;
+        scores = b.mul(inner, scalar_like(b, c, inner)?)?;
+    }
+    let shape = [bsz, hq, t, s_len];
+    let mask = if b.dims(mask)? == shape {
+        mask
+    } else {
+        b.broadcast(mask, shape)?
+    };
+    let floor = scalar_like(b, f32::MIN, scores)?;
+    let scores = b.select(mask, scores, floor)?;
+    let p = softmax(b, scores, 3)?;
+    b.matmul(p, v, false)
+}
+
+fn dims4(
+    b: &Builder,
+    x: Traced,
+    op: &'static str,
+) -> Result<(usize, usize, usize, usize), BuilderError> {
+    match b.dims(x)?.as_slice() {
+        &[a, h, s, d] => Ok((a, h, s, d)),
+        other => Err(BuilderError::Infer {
+            at: op.to_string(),
+            source: InferError::IndexRank {
+                op,
+                input: 0,
+                rank: other.len(),
+                expected: 4,
+            },
+        }),
+    }
+}
