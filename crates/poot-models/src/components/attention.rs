@@ -1,0 +1,115 @@
+//! Multi-head attention (MHA, GQA, MQA) with optional biases, qk-norm, rotary embeddings,
+//! sliding window and logit softcap, over the step's KV cache or over the step's own tokens.
+
+use poot_graph_ir::ops::{self, AttentionOptions, RopeStyle};
+use poot_graph_ir::{Builder, Traced};
+
+use super::{Norm, Step, apply_norm};
+use crate::error::TraceError;
+use crate::weights::{Role, WeightRole};
+
+/// Which rotary table pair a layer reads, and how it pairs features.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RopeUse {
+    pub table: u8,
+    pub style: RopeStyle,
+}
+
+/// Where keys and values come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvSource {
+    /// The layer's KV cache (a decoder): causal over absolute positions.
+    Cache,
+    /// The step's own tokens (an encoder): every real token sees every real token.
+    SelfOnly,
+}
+
+/// One layer's attention hyperparameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionParams {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+    pub rope: Option<RopeUse>,
+    pub window: Option<usize>,
+    pub softcap: Option<f32>,
+    /// RMS norm of each query and key head before the rotary embedding (Qwen3, Gemma 3).
+    pub qk_norm: Option<Norm>,
+    pub kv: KvSource,
+}
+
+/// Attention of `h` `[rows, tokens, hidden]` for layer `layer`, returning `[rows, tokens, hidden_out]`.
+pub fn attention(
+    b: &Builder,
+    step: &Step,
+    layer: usize,
+    h: Traced,
+    p: &AttentionParams,
+) -> Result<Traced, TraceError> {
+    let role = |r| WeightRole::layer(layer, r);
+    let (rows, tokens) = (step.shape.rows, step.shape.tokens);
+    let heads = |x: Traced, n: usize, norm_role: Option<Role>| -> Result<Traced, TraceError> {
+        let x = b.reshape(x, [rows, tokens, n, p.head_dim])?;
+        let x = match (norm_role, p.qk_norm) {
+            (Some(r), Some(norm)) => apply_norm(b, step, x, role(r), norm)?,
+            _ => x,
+        };
+        Ok(b.transpose(x, vec![0, 2, 1, 3])?)
+    };
+    let proj = |w: Role, bias: Role| -> Result<Traced, TraceError> {
+        Ok(ops::linear(
+            b,
+            h,
+            step.weight(b, role(w))?,
+            step.weight_opt(b, role(bias))?,
+        )?)
+    };
+    let mut q = heads(
+        proj(Role::AttnQ, Role::AttnQBias)?,
+        p.n_heads,
+        Some(Role::QNorm),
+    )?;
+    let mut k = heads(
+        proj(Role::AttnK, Role::AttnKBias)?,
+        p.n_kv_heads,
+        Some(Role::KNorm),
+    )?;
+    let v = heads(proj(Role::AttnV, Role::AttnVBias)?, p.n_kv_heads, None)?;
+    if let Some(rope) = p.rope {
+        let cos = step.weight(b, WeightRole::global(Role::RopeCos(rope.table)))?;
+        let sin = step.weight(b, WeightRole::global(Role::RopeSin(rope.table)))?;
+        q = ops::rope(b, q, cos, sin, step.pos, rope.style)?;
+        k = ops::rope(b, k, cos, sin, step.pos, rope.style)?;
+    }
+    let q = b.name(q, "q")?;
+    let (k_all, v_all, mask) = match p.kv {
+        KvSource::Cache => {
+            let (kc, vc) = step.write_kv(b, layer, k, v)?;
+            (kc, vc, step.causal_mask(b, p.window)?)
+        }
+        KvSource::SelfOnly => (k, v, step.padding_mask(b)?),
+    };
+    let n_rep = p.n_heads / p.n_kv_heads.max(1);
+    let o = ops::attention_masked(
+        b,
+        q,
+        k_all,
+        v_all,
+        mask,
+        AttentionOptions {
+            n_rep,
+            scale: p.scale,
+            softcap: p.softcap,
+        },
+    )?;
+    let o = b.transpose(o, vec![0, 2, 1, 3])?;
+    let o = b.reshape(o, [rows, tokens, p.n_heads * p.head_dim])?;
+    let o = ops::linear(
+        b,
+        o,
+        step.weight(b, role(Role::AttnO))?,
+        step.weight_opt(b, role(Role::AttnOBias))?,
+    )?;
+    Ok(b.name(o, "attn_out")?)
+}

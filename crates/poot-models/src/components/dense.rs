@@ -1,0 +1,468 @@
+//! The shared wrapper for dense decoders: a family reads its config into a
+//! [`DenseDecoderSpec`], binds its name table, and gets its tracer from here.
+
+use std::sync::Arc;
+
+use poot_graph_ir::ops::RopeStyle;
+use poot_graph_ir::{Builder, Graph};
+
+use super::{
+    Activation, AttentionParams, KvSource, LayerParams, Norm, NormPlacement, RopeConfig, RopeUse,
+    StackParams, Step, attention, gated_ffn, standard_layer, standard_stack,
+};
+use crate::config::SourceKind;
+use crate::error::{ModelError, TraceError};
+use crate::model::{Model, ModelConfig};
+use crate::schema::ModelSchema;
+use crate::step::{Program, StepSpec};
+use crate::weights::{NameTable, Role, TensorIndex, WeightMap, WeightRole};
+
+/// Per-layer attention choices (which rotary table, which window).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerAttention {
+    pub rope_table: u8,
+    pub window: Option<usize>,
+}
+
+/// Everything that distinguishes one dense decoder from another.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DenseDecoderSpec {
+    pub config: ModelConfig,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub intermediate: usize,
+    pub norm: Norm,
+    pub sandwich_norms: bool,
+    pub qk_norm: bool,
+    pub activation: Activation,
+    pub rope_style: RopeStyle,
+    /// Rotary configs, indexed by [`LayerAttention::rope_table`].
+    pub ropes: Vec<RopeConfig>,
+    pub layers: Vec<LayerAttention>,
+    pub attn_scale: f32,
+    pub attn_softcap: Option<f32>,
+    pub embed_scale: Option<f32>,
+    pub final_softcap: Option<f32>,
+}
+
+/// A dense decoder: the spec, its schema and its weight map.
+pub struct DenseDecoder {
+    spec: DenseDecoderSpec,
+    schema: ModelSchema,
+    weights: WeightMap,
+}
+
+impl DenseDecoder {
+    /// Binds the weights the spec needs through the family's name table: every layer's norms and
+    /// projections (biases and qk-norms when present or required), the head (the embedding when
+    /// the checkpoint ties them), and the computed rotary tables.
+    pub fn build(
+        spec: DenseDecoderSpec,
+        index: &dyn TensorIndex,
+        names: &NameTable,
+        kind: SourceKind,
+    ) -> Result<DenseDecoder, ModelError> {
+        let c = &spec.config;
+        let (d, v) = (c.hidden_size as u64, c.vocab_size as u64);
+        let (q_out, kv_out) = (
+            (spec.n_heads * spec.head_dim) as u64,
+            (spec.n_kv_heads * spec.head_dim) as u64,
+        );
+        let ff = spec.intermediate as u64;
+        let mut w = WeightMap::new();
+        w.bind_named(
+            index,
+            names,
+            kind,
+            WeightRole::global(Role::TokenEmbed),
+            Some(&[v, d]),
+        )?;
+        w.bind_named(
+            index,
+            names,
+            kind,
+            WeightRole::global(Role::FinalNorm),
+            Some(&[d]),
+        )?;
+        if !w.bind_named_opt(
+            index,
+            names,
+            kind,
+            WeightRole::global(Role::Head),
+            Some(&[v, d]),
+        )? {
+            let embed = names.name(kind, None, Role::TokenEmbed).unwrap_or_default();
+            w.bind_tensor(index, WeightRole::global(Role::Head), &embed, Some(&[v, d]))?;
+        }
+        for l in 0..c.n_layers {
+            let role = |r| WeightRole::layer(l, r);
+            let mut req = |r, shape: &[u64]| w.bind_named(index, names, kind, role(r), Some(shape));
+            req(Role::AttnNorm, &[d])?;
+            req(Role::FfnNorm, &[d])?;
+            req(Role::AttnQ, &[q_out, d])?;
+            req(Role::AttnK, &[kv_out, d])?;
+            req(Role::AttnV, &[kv_out, d])?;
+            req(Role::AttnO, &[d, q_out])?;
+            req(Role::FfnGate, &[ff, d])?;
+            req(Role::FfnUp, &[ff, d])?;
+            req(Role::FfnDown, &[d, ff])?;
+            if spec.sandwich_norms {
+                req(Role::PostAttnNorm, &[d])?;
+                req(Role::PostFfnNorm, &[d])?;
+            }
+            if spec.qk_norm {
+                req(Role::QNorm, &[spec.head_dim as u64])?;
+                req(Role::KNorm, &[spec.head_dim as u64])?;
+            }
+            for (r, n) in [
+                (Role::AttnQBias, q_out),
+                (Role::AttnKBias, kv_out),
+                (Role::AttnVBias, kv_out),
+                (Role::AttnOBias, d),
+            ] {
+                w.bind_named_opt(index, names, kind, role(r), Some(&[n]))?;
+            }
+        }
+        for (i, rope) in spec.ropes.iter().enumerate() {
+            let i = u8::try_from(i).map_err(|_| ModelError::Unsupported {
+                key: "rope tables".into(),
+                value: spec.ropes.len().to_string(),
+                supported: "at most 255",
+            })?;
+            let (cos, sin) = rope.tables(c.max_positions);
+            let dims = vec![c.max_positions, rope.dims / 2];
+            w.bind_table(
+                WeightRole::global(Role::RopeCos(i)),
+                dims.clone(),
+                Arc::from(cos),
+            );
+            w.bind_table(WeightRole::global(Role::RopeSin(i)), dims, Arc::from(sin));
+        }
+        let schema = ModelSchema::decoder(c.n_layers, spec.n_kv_heads, spec.head_dim);
+        Ok(DenseDecoder {
+            spec,
+            schema,
+            weights: w,
+        })
+    }
+
+    pub fn spec(&self) -> &DenseDecoderSpec {
+        &self.spec
+    }
+}
+
+impl Model for DenseDecoder {
+    fn config(&self) -> &ModelConfig {
+        &self.spec.config
+    }
+
+    fn schema(&self) -> &ModelSchema {
+        &self.schema
+    }
+
+    fn weights(&self) -> &WeightMap {
+        &self.weights
+    }
+
+    fn trace_into(&self, spec: &StepSpec, b: Builder) -> Result<Graph, TraceError> {
+        if spec.program != Program::Step {
+            return Err(TraceError::NoProgram {
+                program: spec.program,
+            });
+        }
+        let s = &self.spec;
+        let step = Step::new(&b, spec.shape, &self.weights)?;
+        let stack = StackParams {
+            embed_scale: s.embed_scale,
+            learned_positions: false,
+            embed_norm: None,
+            final_norm: Some(s.norm),
+            final_softcap: s.final_softcap,
+            head: true,
+        };
+        let layer = LayerParams {
+            norm: s.norm,
+            placement: NormPlacement::Pre {
+                sandwich: s.sandwich_norms,
+            },
+        };
+        let out = standard_stack(&b, &step, &stack, s.config.n_layers, |b, l, x| {
+            let la = s.layers[l];
+            let attn = AttentionParams {
+                n_heads: s.n_heads,
+                n_kv_heads: s.n_kv_heads,
+                head_dim: s.head_dim,
+                scale: s.attn_scale,
+                rope: Some(RopeUse {
+                    table: la.rope_table,
+                    style: s.rope_style,
+                }),
+                window: la.window,
+                softcap: s.attn_softcap,
+                qk_norm: if s.qk_norm { Some(s.norm) } else { None },
+                kv: KvSource::Cache,
+            };
+            standard_layer(
+                b,
+                &step,
+                l,
+                x,
+                &layer,
+                |b, h| b.scope("attn", |b| attention(b, &step, l, h, &attn)),
+                |b, h| b.scope("ffn", |b| gated_ffn(b, &step, l, h, s.activation)),
+            )
+        })?;
+        if spec.shape.hidden_carry {
+            step.add_output(out.hidden);
+        }
+        let logits = out.logits.ok_or(TraceError::NoProgram {
+            program: Program::Step,
+        })?;
+        step.finish(b, logits)
+    }
+}
+
+/// The checkpoint spellings most dense decoders share (Llama, Mistral, Qwen2, Qwen3, ...).
+pub const STANDARD_DECODER_NAMES: NameTable = NameTable::new(&[
+    crate::weights::spell(
+        Role::TokenEmbed,
+        "model.embed_tokens.weight",
+        "token_embd.weight",
+    ),
+    crate::weights::spell(Role::Head, "lm_head.weight", "output.weight"),
+    crate::weights::spell(Role::FinalNorm, "model.norm.weight", "output_norm.weight"),
+    crate::weights::spell(
+        Role::AttnNorm,
+        "model.layers.{l}.input_layernorm.weight",
+        "blk.{l}.attn_norm.weight",
+    ),
+    crate::weights::spell(
+        Role::FfnNorm,
+        "model.layers.{l}.post_attention_layernorm.weight",
+        "blk.{l}.ffn_norm.weight",
+    ),
+    crate::weights::spell(
+        Role::AttnQ,
+        "model.layers.{l}.self_attn.q_proj.weight",
+        "blk.{l}.attn_q.weight",
+    ),
+    crate::weights::spell(
+        Role::AttnK,
+        "model.layers.{l}.self_attn.k_proj.weight",
+        "blk.{l}.attn_k.weight",
+    ),
+    crate::weights::spell(
+        Role::AttnV,
+        "model.layers.{l}.self_attn.v_proj.weight",
+        "blk.{l}.attn_v.weight",
+    ),
+    crate::weights::spell(
+        Role::AttnO,
+        "model.layers.{l}.self_attn.o_proj.weight",
+        "blk.{l}.attn_output.weight",
+    ),
+    crate::weights::spell(
+        Role::AttnQBias,
+        "model.layers.{l}.self_attn.q_proj.bias",
+        "blk.{l}.attn_q.bias",
+    ),
+    crate::weights::spell(
+        Role::AttnKBias,
+        "model.layers.{l}.self_attn.k_proj.bias",
+        "blk.{l}.attn_k.bias",
+    ),
+    crate::weights::spell(
+        Role::AttnVBias,
+        "model.layers.{l}.self_attn.v_proj.bias",
+        "blk.{l}.attn_v.bias",
+    ),
+    crate::weights::spell(
+        Role::AttnOBias,
+        "model.layers.{l}.self_attn.o_proj.bias",
+        "blk.{l}.attn_output.bias",
+    ),
+    crate::weights::spell(
+        Role::QNorm,
+        "model.layers.{l}.self_attn.q_norm.weight",
+        "blk.{l}.attn_q_norm.weight",
+    ),
+    crate::weights::spell(
+        Role::KNorm,
+        "model.layers.{l}.self_attn.k_norm.weight",
+        "blk.{l}.attn_k_norm.weight",
+    ),
+    crate::weights::spell(
+        Role::FfnGate,
+        "model.layers.{l}.mlp.gate_proj.weight",
+        "blk.{l}.ffn_gate.weight",
+    ),
+    crate::weights::spell(
+        Role::FfnUp,
+        "model.layers.{l}.mlp.up_proj.weight",
+        "blk.{l}.ffn_up.weight",
+    ),
+    crate::weights::spell(
+        Role::FfnDown,
+        "model.layers.{l}.mlp.down_proj.weight",
+        "blk.{l}.ffn_down.weight",
+    ),
+]);
+
+/// The hyperparameters every dense decoder config spells the same way.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecoderBasics {
+    pub hidden: usize,
+    pub layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub intermediate: usize,
+    pub eps: f32,
+    pub theta: f32,
+    pub vocab: usize,
+    pub max_positions: usize,
+    pub bos_id: Option<u32>,
+    pub eos_ids: Vec<u32>,
+    /// Rotary features per head (`rope.dimension_count`; the head dim when absent).
+    pub rope_dims: usize,
+}
+
+impl DecoderBasics {
+    /// Reads the shared keys; the vocabulary size comes from the embedding tensor's rows so a
+    /// config and its weights cannot disagree about it.
+    pub fn read(
+        cfg: &crate::config::ConfigReader,
+        index: &dyn TensorIndex,
+        names: &NameTable,
+    ) -> Result<DecoderBasics, ModelError> {
+        use crate::config::key;
+        let hidden = cfg.usize(key("hidden_size", "embedding_length"))?;
+        let layers = cfg.usize(key("num_hidden_layers", "block_count"))?;
+        let n_heads = cfg.usize(key("num_attention_heads", "attention.head_count"))?;
+        let n_kv_heads = cfg
+            .opt_usize(key("num_key_value_heads", "attention.head_count_kv"))?
+            .unwrap_or(n_heads);
+        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+            return Err(ModelError::Unsupported {
+                key: "num_key_value_heads".into(),
+                value: format!("{n_kv_heads} for {n_heads} query heads"),
+                supported: "a positive divisor of the query head count",
+            });
+        }
+        let head_dim = match cfg.opt_usize(key("head_dim", "attention.key_length"))? {
+            Some(d) => d,
+            None => hidden / n_heads,
+        };
+        let intermediate = cfg.usize(key("intermediate_size", "feed_forward_length"))?;
+        let eps = cfg
+            .opt_f32(key("rms_norm_eps", "attention.layer_norm_rms_epsilon"))?
+            .unwrap_or(1e-6);
+        // transformers 5 may spell the base only inside `rope_parameters`.
+        let nested_theta = cfg
+            .hf("rope_parameters")
+            .and_then(|p| p.get("rope_theta"))
+            .and_then(|t| t.as_f64())
+            .map(|t| t as f32);
+        let theta = cfg
+            .opt_f32(key("rope_theta", "rope.freq_base"))?
+            .or(nested_theta)
+            .unwrap_or(10000.0);
+        let max_positions = cfg
+            .opt_usize(key("max_position_embeddings", "context_length"))?
+            .unwrap_or(2048);
+        let embed_name = names
+            .name(cfg.kind(), None, Role::TokenEmbed)
+            .unwrap_or_default();
+        let embed = index
+            .tensor_meta(&embed_name)
+            .ok_or(ModelError::MissingTensor {
+                name: embed_name.clone(),
+                role: "w.embed".into(),
+            })?;
+        let vocab = match embed.shape.as_slice() {
+            [v, d] if *d as usize == hidden => *v as usize,
+            _ => {
+                return Err(ModelError::TensorShape {
+                    name: embed_name,
+                    expected: vec![0, hidden as u64],
+                    found: embed.shape,
+                });
+            }
+        };
+        let bos_id = cfg
+            .opt_ids(key("bos_token_id", "tokenizer.ggml.bos_token_id"))?
+            .first()
+            .copied();
+        let eos_ids = cfg.opt_ids(key("eos_token_id", "tokenizer.ggml.eos_token_id"))?;
+        let rope_dims = cfg
+            .opt_usize(key("", "rope.dimension_count"))?
+            .unwrap_or(head_dim);
+        let partial = cfg.opt_f32(key("partial_rotary_factor", ""))?;
+        let rope_dims = match partial {
+            Some(f) => ((head_dim as f32) * f) as usize,
+            None => rope_dims,
+        };
+        Ok(DecoderBasics {
+            hidden,
+            layers,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            intermediate,
+            eps,
+            theta,
+            vocab,
+            max_positions,
+            bos_id,
+            eos_ids,
+            rope_dims,
+        })
+    }
+}
+
+impl DenseDecoderSpec {
+    /// The plain pre-norm SwiGLU decoder with one rotary table and full attention in every
+    /// layer; families change the fields where they differ.
+    pub fn standard(
+        family: &'static str,
+        basics: &DecoderBasics,
+        rope: RopeConfig,
+        rope_style: RopeStyle,
+    ) -> DenseDecoderSpec {
+        DenseDecoderSpec {
+            config: ModelConfig {
+                family,
+                kind: crate::model::ModelKind::Decoder,
+                vocab_size: basics.vocab,
+                hidden_size: basics.hidden,
+                n_layers: basics.layers,
+                max_positions: basics.max_positions,
+                bos_id: basics.bos_id,
+                eos_ids: basics.eos_ids.clone(),
+                chat_format: None,
+            },
+            n_heads: basics.n_heads,
+            n_kv_heads: basics.n_kv_heads,
+            head_dim: basics.head_dim,
+            intermediate: basics.intermediate,
+            norm: Norm::rms(basics.eps),
+            sandwich_norms: false,
+            qk_norm: false,
+            activation: Activation::Silu,
+            rope_style,
+            ropes: vec![rope],
+            layers: vec![
+                LayerAttention {
+                    rope_table: 0,
+                    window: None
+                };
+                basics.layers
+            ],
+            attn_scale: 1.0 / (basics.head_dim as f32).sqrt(),
+            attn_softcap: None,
+            embed_scale: None,
+            final_softcap: None,
+        }
+    }
+}

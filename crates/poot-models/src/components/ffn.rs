@@ -1,0 +1,64 @@
+//! Feed-forward blocks.
+
+use poot_graph_ir::ops::{self, binary_bcast};
+use poot_graph_ir::{BinaryOp, Builder, Traced};
+
+use super::Step;
+use crate::error::TraceError;
+use crate::weights::{Role, WeightRole};
+
+/// The nonlinearity of a feed-forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// GeLU, tanh approximation.
+    GeluTanh,
+    /// GeLU, exact (erf).
+    GeluErf,
+}
+
+pub fn activate(b: &Builder, x: Traced, act: Activation) -> Result<Traced, TraceError> {
+    Ok(match act {
+        Activation::Silu => ops::silu(b, x)?,
+        Activation::GeluTanh => ops::gelu_tanh(b, x)?,
+        Activation::GeluErf => ops::gelu_erf(b, x)?,
+    })
+}
+
+/// `down(act(gate(x)) * up(x))` (SwiGLU, GeGLU).
+pub fn gated_ffn(
+    b: &Builder,
+    step: &Step,
+    layer: usize,
+    x: Traced,
+    act: Activation,
+) -> Result<Traced, TraceError> {
+    let w = |r| step.weight(b, WeightRole::layer(layer, r));
+    let gate = ops::linear(b, x, w(Role::FfnGate)?, None)?;
+    let up = ops::linear(b, x, w(Role::FfnUp)?, None)?;
+    let h = b.mul(activate(b, gate, act)?, up)?;
+    Ok(ops::linear(b, h, w(Role::FfnDown)?, None)?)
+}
+
+/// `down(act(up(x) + bu)) + bd` (encoders).
+pub fn plain_ffn(
+    b: &Builder,
+    step: &Step,
+    layer: usize,
+    x: Traced,
+    act: Activation,
+) -> Result<Traced, TraceError> {
+    let role = |r| WeightRole::layer(layer, r);
+    let up = ops::linear(
+        b,
+        x,
+        step.weight(b, role(Role::FfnUp))?,
+        step.weight_opt(b, role(Role::FfnUpBias))?,
+    )?;
+    let h = activate(b, up, act)?;
+    let down = ops::linear(b, h, step.weight(b, role(Role::FfnDown))?, None)?;
+    match step.weight_opt(b, role(Role::FfnDownBias))? {
+        Some(bias) => Ok(binary_bcast(b, BinaryOp::Add, down, ops::to_f32(b, bias)?)?),
+        None => Ok(down),
+    }
+}

@@ -1,0 +1,21 @@
+//! The pieces families share. A family passes its mixer and feed-forward to the residual pair
+//! [`standard::standard_layer`] inside [`standard::standard_stack`]; norms, rotary embeddings,
+//! attention and feed-forwards are options of one component each, not copies.
+
+pub mod attention;
+pub mod dense;
+pub mod ffn;
+pub mod norm;
+pub mod rotary;
+pub mod standard;
+pub mod step;
+
+pub use attention::{AttentionParams, KvSource, RopeUse, attention};
+pub use dense::{DenseDecoder, DenseDecoderSpec, LayerAttention};
+pub use ffn::{Activation, gated_ffn, plain_ffn};
+pub use norm::{Norm, apply_norm};
+pub use rotary::{RopeConfig, RopeScaling};
+pub use standard::{
+    LayerParams, NormPlacement, StackOutput, StackParams, standard_layer, standard_stack,
+};
+pub use step::Step;

@@ -1,0 +1,272 @@
+//! Rotary embedding tables: frequencies from the config (with its scaling), angles per absolute
+//! position, computed once at build time and bound as constants.
+
+use crate::config::{ConfigReader, Key, key};
+use crate::error::ModelError;
+
+/// How a config stretches the rotary frequencies for a longer context.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RopeScaling {
+    None,
+    /// Positions divided by `factor` (equivalently, frequencies).
+    Linear {
+        factor: f32,
+    },
+    /// Llama 3's piecewise frequency scaling.
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_positions: f32,
+    },
+    /// YaRN: interpolate low frequencies, extrapolate high ones, scale the tables.
+    Yarn {
+        factor: f32,
+        original_max_positions: f32,
+        beta_fast: f32,
+        beta_slow: f32,
+        attention_factor: f32,
+    },
+}
+
+/// A rotary embedding over the first `dims` features of each head.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeConfig {
+    pub theta: f32,
+    pub dims: usize,
+    pub scaling: RopeScaling,
+}
+
+impl RopeConfig {
+    pub fn plain(theta: f32, dims: usize) -> RopeConfig {
+        RopeConfig {
+            theta,
+            dims,
+            scaling: RopeScaling::None,
+        }
+    }
+
+    /// The inverse frequencies, computed in f32 as Hugging Face does
+    /// (`1 / theta^(2i / dims)`), then scaled.
+    pub fn inv_freq(&self) -> Vec<f32> {
+        let d = self.dims as f32;
+        let base: Vec<f32> = (0..self.dims / 2)
+            .map(|i| 1.0 / self.theta.powf((2 * i) as f32 / d))
+            .collect();
+        match self.scaling {
+            RopeScaling::None => base,
+            RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_positions,
+            } => {
+                let low_wavelen = original_max_positions / low_freq_factor;
+                let high_wavelen = original_max_positions / high_freq_factor;
+                base.iter()
+                    .map(|&f| {
+                        let wavelen = 2.0 * std::f32::consts::PI / f;
+                        if wavelen < high_wavelen {
+                            f
+                        } else if wavelen > low_wavelen {
+                            f / factor
+                        } else {
+                            let smooth = (original_max_positions / wavelen - low_freq_factor)
+                                / (high_freq_factor - low_freq_factor);
+                            (1.0 - smooth) * f / factor + smooth * f
+                        }
+                    })
+                    .collect()
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_positions,
+                beta_fast,
+                beta_slow,
+                ..
+            } => {
+                let correction = |rotations: f32| {
+                    (d * (original_max_positions / (rotations * 2.0 * std::f32::consts::PI)).ln())
+                        / (2.0 * self.theta.ln())
+                };
+                let low = correction(beta_fast).floor().max(0.0);
+                let high = correction(beta_slow).ceil().min(d - 1.0);
+                let high = if low == high { high + 0.001 } else { high };
+                (0..self.dims / 2)
+                    .map(|i| {
+                        let pos_freq = self.theta.powf((2 * i) as f32 / d);
+                        let extrapolation = 1.0 / pos_freq;
+                        let interpolation = 1.0 / (factor * pos_freq);
+                        let ramp = ((i as f32 - low) / (high - low)).clamp(0.0, 1.0);
+                        let extrapolation_weight = 1.0 - ramp;
+                        interpolation * (1.0 - extrapolation_weight)
+                            + extrapolation * extrapolation_weight
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// The factor the cos/sin tables are multiplied by (YaRN's attention scaling; 1 otherwise).
+    pub fn table_scale(&self) -> f32 {
+        match self.scaling {
+            RopeScaling::Yarn {
+                attention_factor, ..
+            } => attention_factor,
+            RopeScaling::None | RopeScaling::Linear { .. } | RopeScaling::Llama3 { .. } => 1.0,
+        }
+    }
+
+    /// `(cos, sin)` tables `[positions, dims / 2]`, row-major. The angle is the f32 product of
+    /// position and frequency (as Hugging Face forms it); cos and sin are taken in f64 and rounded.
+    pub fn tables(&self, positions: usize) -> (Vec<f32>, Vec<f32>) {
+        let inv = self.inv_freq();
+        let scale = self.table_scale();
+        let mut cos = Vec::with_capacity(positions * inv.len());
+        let mut sin = Vec::with_capacity(positions * inv.len());
+        for p in 0..positions {
+            for &f in &inv {
+                let angle = (p as f32 * f) as f64;
+                cos.push((angle.cos() as f32) * scale);
+                sin.push((angle.sin() as f32) * scale);
+            }
+        }
+        (cos, sin)
+    }
+
+    /// Reads the scaling a config asks for: Hugging Face's `rope_scaling` (or `rope_parameters`)
+    /// object, or GGUF's `rope.scaling.*` keys. A kind the engine does not implement is refused.
+    pub fn read_scaling(cfg: &ConfigReader) -> Result<RopeScaling, ModelError> {
+        const GGUF_TYPE: Key = key("", "rope.scaling.type");
+        const GGUF_FACTOR: Key = key("", "rope.scaling.factor");
+        const GGUF_ORIG: Key = key("", "rope.scaling.original_context_length");
+        if let Some(kind) = cfg.opt_str(GGUF_TYPE)? {
+            return match kind {
+                "none" => Ok(RopeScaling::None),
+                "linear" => Ok(RopeScaling::Linear {
+                    factor: cfg.f32(GGUF_FACTOR)?,
+                }),
+                "yarn" => {
+                    let factor = cfg.f32(GGUF_FACTOR)?;
+                    Ok(RopeScaling::Yarn {
+                        factor,
+                        original_max_positions: cfg.usize(GGUF_ORIG)? as f32,
+                        beta_fast: 32.0,
+                        beta_slow: 1.0,
+                        attention_factor: yarn_mscale(factor),
+                    })
+                }
+                other => Err(cfg.unsupported(GGUF_TYPE, other, "none, linear, yarn")),
+            };
+        }
+        let obj = match cfg.hf("rope_scaling").or_else(|| cfg.hf("rope_parameters")) {
+            Some(v) if v.is_object() => v,
+            _ => return Ok(RopeScaling::None),
+        };
+        let num = |k: &str| obj.get(k).and_then(|v| v.as_f64()).map(|f| f as f32);
+        let need = |k: &'static str| {
+            num(k).ok_or(ModelError::MissingKey {
+                key: format!("rope_scaling.{k}"),
+            })
+        };
+        let kind = obj
+            .get("rope_type")
+            .or_else(|| obj.get("type"))
+            .and_then(|v| v.as_str())
+            .unwrap_or("default");
+        match kind {
+            "default" => Ok(RopeScaling::None),
+            "linear" => Ok(RopeScaling::Linear {
+                factor: need("factor")?,
+            }),
+            "llama3" => Ok(RopeScaling::Llama3 {
+                factor: need("factor")?,
+                low_freq_factor: need("low_freq_factor")?,
+                high_freq_factor: need("high_freq_factor")?,
+                original_max_positions: need("original_max_position_embeddings")?,
+            }),
+            "yarn" => {
+                let factor = need("factor")?;
+                let original = match num("original_max_position_embeddings") {
+                    Some(o) => o,
+                    None => cfg.usize(key("max_position_embeddings", ""))? as f32 / factor,
+                };
+                let attention_factor = match num("attention_factor") {
+                    Some(a) => a,
+                    None => match (num("mscale"), num("mscale_all_dim")) {
+                        (Some(m), Some(all)) => {
+                            yarn_mscale_with(factor, m) / yarn_mscale_with(factor, all)
+                        }
+                        _ => yarn_mscale(factor),
+                    },
+                };
+                Ok(RopeScaling::Yarn {
+                    factor,
+                    original_max_positions: original,
+                    beta_fast: num("beta_fast").unwrap_or(32.0),
+                    beta_slow: num("beta_slow").unwrap_or(1.0),
+                    attention_factor,
+                })
+            }
+            other => Err(ModelError::Unsupported {
+                key: "rope_scaling.rope_type".to_string(),
+                value: other.to_string(),
+                supported: "default, linear, llama3, yarn",
+            }),
+        }
+    }
+}
+
+fn yarn_mscale(factor: f32) -> f32 {
+    yarn_mscale_with(factor, 1.0)
+}
+
+fn yarn_mscale_with(factor: f32, mscale: f32) -> f32 {
+    if factor <= 1.0 {
+        1.0
+    } else {
+        0.1 * mscale * factor.ln() + 1.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_frequencies_follow_the_formula() {
+        let r = RopeConfig::plain(10000.0, 8);
+        let inv = r.inv_freq();
+        for (i, f) in inv.iter().enumerate() {
+            let want = 1.0 / 10000f64.powf(2.0 * i as f64 / 8.0);
+            assert!(
+                ((*f as f64) - want).abs() <= want * 1e-6,
+                "{i}: {f} vs {want}"
+            );
+        }
+        let (cos, sin) = r.tables(3);
+        assert_eq!(cos.len(), 12);
+        assert_eq!(cos[0], 1.0);
+        assert_eq!(sin[0], 0.0);
+        assert!((cos[4] as f64 - 1f64.cos()).abs() < 1e-7);
+    }
+
+    #[test]
+    fn llama3_scaling_keeps_high_and_divides_low_frequencies() {
+        let r = RopeConfig {
+            theta: 500000.0,
+            dims: 128,
+            scaling: RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_positions: 8192.0,
+            },
+        };
+        let base = RopeConfig::plain(500000.0, 128).inv_freq();
+        let scaled = r.inv_freq();
+        assert_eq!(scaled[0], base[0]);
+        assert_eq!(*scaled.last().unwrap(), base.last().unwrap() / 8.0);
+    }
+}

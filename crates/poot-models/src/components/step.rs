@@ -1,0 +1,216 @@
+//! The per-step inputs every family reads, the KV cache writes, and the graph's outputs.
+
+use std::cell::RefCell;
+
+use poot_graph_ir::ops::causal_mask;
+use poot_graph_ir::{Builder, CompareOp, DType, Graph, Outputs, Slot, TensorType, Traced};
+
+use crate::error::TraceError;
+use crate::schema::{StateRole, StepInput, kv_state_name};
+use crate::step::{KvLayout, StepShape};
+use crate::weights::{WeightMap, WeightRole};
+
+/// One step being traced: its shape, its slots, its weights, and the states it carries.
+pub struct Step<'m> {
+    pub shape: StepShape,
+    /// Token ids `[rows, tokens]`.
+    pub tokens: Traced,
+    /// Absolute positions `[rows, tokens]`.
+    pub pos: Traced,
+    weights: &'m WeightMap,
+    token_mask: Option<Traced>,
+    token_types: Option<Traced>,
+    declared: RefCell<Vec<(WeightRole, Traced)>>,
+    masks: RefCell<Vec<(Option<usize>, Traced)>>,
+    states: RefCell<Vec<(Traced, Traced)>>,
+    extra_outputs: RefCell<Vec<Traced>>,
+}
+
+impl<'m> Step<'m> {
+    /// A decoder step: token and position slots.
+    pub fn new(
+        b: &Builder,
+        shape: StepShape,
+        weights: &'m WeightMap,
+    ) -> Result<Step<'m>, TraceError> {
+        Step::with_inputs(
+            b,
+            shape,
+            weights,
+            &[StepInput::Tokens, StepInput::Positions],
+        )
+    }
+
+    /// A step declaring exactly `inputs` as slots.
+    pub fn with_inputs(
+        b: &Builder,
+        shape: StepShape,
+        weights: &'m WeightMap,
+        inputs: &[StepInput],
+    ) -> Result<Step<'m>, TraceError> {
+        let rt = vec![shape.rows, shape.tokens];
+        let slot = |input: StepInput, dtype: DType| -> Result<Option<Traced>, TraceError> {
+            if !inputs.contains(&input) {
+                return Ok(None);
+            }
+            let s = match input {
+                StepInput::Tokens => Slot::Token,
+                StepInput::Positions => Slot::Pos,
+                StepInput::TokenMask | StepInput::TokenTypes => {
+                    Slot::Named(input.slot_name().to_string())
+                }
+            };
+            Ok(Some(b.slot(s, TensorType::new(dtype, rt.clone()))?))
+        };
+        let tokens = slot(StepInput::Tokens, DType::I32)?;
+        let pos = slot(StepInput::Positions, DType::I32)?;
+        let token_mask = slot(StepInput::TokenMask, DType::I32)?;
+        let token_types = slot(StepInput::TokenTypes, DType::I32)?;
+        let (Some(tokens), Some(pos)) = (tokens, pos) else {
+            return Err(TraceError::Shape {
+                rows: shape.rows,
+                tokens: shape.tokens,
+                capacity: shape.capacity,
+                why: "every step reads tokens and positions",
+            });
+        };
+        Ok(Step {
+            shape,
+            tokens,
+            pos,
+            weights,
+            token_mask,
+            token_types,
+            declared: RefCell::new(Vec::new()),
+            masks: RefCell::new(Vec::new()),
+            states: RefCell::new(Vec::new()),
+            extra_outputs: RefCell::new(Vec::new()),
+        })
+    }
+
+    pub fn weights(&self) -> &'m WeightMap {
+        self.weights
+    }
+
+    /// Segment ids `[rows, tokens]`, when the step declares them.
+    pub fn token_types(&self) -> Option<Traced> {
+        self.token_types
+    }
+
+    /// The constant of `role`, declared on first use and shared after (a rotary table read by
+    /// every layer is one constant).
+    pub fn weight(&self, b: &Builder, role: WeightRole) -> Result<Traced, TraceError> {
+        if let Some((_, t)) = self.declared.borrow().iter().find(|(r, _)| *r == role) {
+            return Ok(*t);
+        }
+        let t = self.weights.declare(b, role)?;
+        self.declared.borrow_mut().push((role, t));
+        Ok(t)
+    }
+
+    /// [`Step::weight`] for a role the model may not have.
+    pub fn weight_opt(&self, b: &Builder, role: WeightRole) -> Result<Option<Traced>, TraceError> {
+        if self.weights.has(role) {
+            self.weight(b, role).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// `bool [rows, 1, tokens, capacity]`: which cache positions each new token sees (causal, and
+    /// within `window` when given). Built once per window from the position slot.
+    pub fn causal_mask(&self, b: &Builder, window: Option<usize>) -> Result<Traced, TraceError> {
+        if let Some((_, m)) = self.masks.borrow().iter().find(|(w, _)| *w == window) {
+            return Ok(*m);
+        }
+        let m = causal_mask(b, self.pos, self.shape.capacity, window)?;
+        self.masks.borrow_mut().push((window, m));
+        Ok(m)
+    }
+
+    /// `bool [rows, 1, 1, tokens]`: the real (unpadded) tokens of each row, for an encoder.
+    pub fn padding_mask(&self, b: &Builder) -> Result<Traced, TraceError> {
+        let (r, t) = (self.shape.rows, self.shape.tokens);
+        let Some(mask) = self.token_mask else {
+            return Ok(b.broadcast(b.literal(poot_graph_ir::Scalar::Bool(true))?, [r, 1, 1, t])?);
+        };
+        let zero = b.broadcast(b.lit_i32(0)?, [r, t])?;
+        let real = b.compare(CompareOp::Ne, mask, zero)?;
+        Ok(b.reshape(real, [r, 1, 1, t])?)
+    }
+
+    /// Writes this step's keys and values `[rows, kv_heads, tokens, head_dim]` into layer
+    /// `layer`'s caches at each row's first position, and returns the whole caches
+    /// `[rows, kv_heads, capacity, head_dim]` for attention. Declares and pairs the states.
+    pub fn write_kv(
+        &self,
+        b: &Builder,
+        layer: usize,
+        k: Traced,
+        v: Traced,
+    ) -> Result<(Traced, Traced), TraceError> {
+        if let KvLayout::Paged { .. } = self.shape.kv {
+            return Err(TraceError::Layout {
+                layout: self.shape.kv,
+            });
+        }
+        let kd = b.dims(k)?;
+        let (heads, head_dim) = match kd.as_slice() {
+            &[_, h, _, d] => (h, d),
+            _ => {
+                return Err(TraceError::Shape {
+                    rows: self.shape.rows,
+                    tokens: self.shape.tokens,
+                    capacity: self.shape.capacity,
+                    why: "keys must be [rows, heads, tokens, head_dim]",
+                });
+            }
+        };
+        let cache_ty = TensorType::new(
+            DType::F32,
+            vec![self.shape.rows, heads, self.shape.capacity, head_dim],
+        );
+        let mut out = [k, k];
+        for (i, (role, new)) in [(StateRole::Keys, k), (StateRole::Values, v)]
+            .into_iter()
+            .enumerate()
+        {
+            let cache_in = b.state_input(&kv_state_name(layer, role), cache_ty.clone())?;
+            let mut cache = cache_in;
+            let zero = b.lit_i32(0)?;
+            for row in 0..self.shape.rows {
+                let start = b.slice(self.pos, vec![row, 0], vec![row + 1, 1])?;
+                let start = b.reshape(start, Vec::<usize>::new())?;
+                let row_new = if self.shape.rows == 1 {
+                    new
+                } else {
+                    b.slice(
+                        new,
+                        vec![row, 0, 0, 0],
+                        vec![row + 1, heads, self.shape.tokens, head_dim],
+                    )?
+                };
+                let row_idx = b.lit_i32(i32::try_from(row).unwrap_or(i32::MAX))?;
+                cache = b.dynamic_update_slice(cache, row_new, &[row_idx, zero, start, zero])?;
+            }
+            self.states.borrow_mut().push((cache_in, cache));
+            out[i] = cache;
+        }
+        Ok((out[0], out[1]))
+    }
+
+    /// Adds another primary output after the main one (a hidden-state carry).
+    pub fn add_output(&self, t: Traced) {
+        self.extra_outputs.borrow_mut().push(t);
+    }
+
+    /// Closes the trace with `out` as the primary output and every KV pair carried.
+    pub fn finish(self, b: Builder, out: Traced) -> Result<Graph, TraceError> {
+        let mut outputs = Outputs::new(out);
+        for t in self.extra_outputs.into_inner() {
+            outputs = outputs.and(t);
+        }
+        let states = self.states.into_inner();
+        Ok(b.finish(outputs.with_state(&states))?)
+    }
+}

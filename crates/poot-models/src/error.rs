@@ -1,0 +1,94 @@
+//! Typed failures of building a model and tracing a step.
+
+use poot_graph_ir::BuilderError;
+
+use crate::step::{KvLayout, Program};
+
+/// Why a step could not be traced. Nothing past the failure was built.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The builder refused a call: a limit was reached, or shapes did not agree.
+    #[error(transparent)]
+    Builder(#[from] BuilderError),
+    /// The model does not offer this program (an encoder has no `step`, say).
+    #[error("the model offers no `{program}` program")]
+    NoProgram { program: Program },
+    /// A step shape with a zero dimension, or more new tokens than the cache holds.
+    #[error("step shape rows={rows} tokens={tokens} capacity={capacity} is not traceable: {why}")]
+    Shape {
+        rows: usize,
+        tokens: usize,
+        capacity: usize,
+        why: &'static str,
+    },
+    /// The family has no tracer for this KV layout yet.
+    #[error("the family cannot trace a {layout:?} KV layout")]
+    Layout { layout: KvLayout },
+    /// The cache capacity exceeds the positions the model was built for.
+    #[error("capacity {capacity} exceeds the model's {max_positions} positions")]
+    Positions {
+        capacity: usize,
+        max_positions: usize,
+    },
+    /// The step names a carried input the model does not declare.
+    #[error("carried input `{name}` is not declared by the model")]
+    CarriedInput { name: String },
+    /// The tracer asked for a weight the weight map does not bind (a family bug).
+    #[error("weight `{name}` is not in the model's weight map")]
+    UnknownWeight { name: String },
+    /// The traced graph carries other states than the program declares (a family bug).
+    #[error("`{program}` declares states {declared:?} but the trace carries {traced:?}")]
+    States {
+        program: Program,
+        declared: Vec<String>,
+        traced: Vec<String>,
+    },
+}
+
+/// Why a checkpoint could not be turned into a model.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The config lacks a key the family needs.
+    #[error("config key `{key}` is missing")]
+    MissingKey { key: String },
+    /// A config key holds a value of the wrong type.
+    #[error("config key `{key}` should be {expected}")]
+    KeyType { key: String, expected: &'static str },
+    /// A config value the family does not support.
+    #[error("config key `{key}` = {value} is not supported (supported: {supported})")]
+    Unsupported {
+        key: String,
+        value: String,
+        supported: &'static str,
+    },
+    /// A tensor the family needs is not in the checkpoint.
+    #[error("tensor `{name}` ({role}) is missing from the checkpoint")]
+    MissingTensor { name: String, role: String },
+    /// A tensor's shape differs from what the config implies.
+    #[error("tensor `{name}` has shape {found:?}, expected {expected:?}")]
+    TensorShape {
+        name: String,
+        expected: Vec<u64>,
+        found: Vec<u64>,
+    },
+    /// A tensor is stored in a type the graph cannot read (as a weight or through a cast).
+    #[error("tensor `{name}` is stored as {stored}, which the graph cannot read")]
+    TensorType { name: String, stored: &'static str },
+    /// No registered family holds this config key.
+    #[error("no registered family for {source_kind} `{key}`")]
+    Unregistered {
+        source_kind: &'static str,
+        key: String,
+    },
+    /// Two registry entries claim one config key.
+    #[error("{source_kind} key `{key}` is registered by both `{first}` and `{second}`")]
+    DuplicateKey {
+        source_kind: &'static str,
+        key: String,
+        first: &'static str,
+        second: &'static str,
+    },
+    /// The checkpoint could not be read.
+    #[error(transparent)]
+    Load(#[from] poot_load::LoadError),
+}

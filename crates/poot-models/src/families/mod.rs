@@ -1,0 +1,8 @@
+//! The shipped model families. Each is a config reader, a name table and (only when its layers
+//! are not of the standard shape) a tracer over the shared components.
+
+pub mod bert;
+pub mod gemma3;
+pub mod llama;
+pub mod qwen2;
+pub mod qwen3;

@@ -1,0 +1,106 @@
+//! The `Model` trait every family implements.
+
+use poot_graph_ir::{Builder, Graph, TraceLimits};
+
+use crate::error::TraceError;
+use crate::schema::ModelSchema;
+use crate::step::{Program, StepSpec};
+use crate::weights::WeightMap;
+
+/// Whether a model generates (a decoder with a `step` program) or encodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ModelKind {
+    Decoder,
+    Encoder,
+}
+
+/// What the driver and the text services need to know about a model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    /// The registry key of the family (`llama`, `gemma3`, `bert/cross_encoder`).
+    pub family: &'static str,
+    pub kind: ModelKind,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub n_layers: usize,
+    /// The most positions the model's tables cover (the largest KV capacity it can trace).
+    pub max_positions: usize,
+    pub bos_id: Option<u32>,
+    pub eos_ids: Vec<u32>,
+    /// The family's built-in chat format, for a checkpoint that ships no template.
+    pub chat_format: Option<&'static str>,
+}
+
+/// A model family's traced definition of a checkpoint.
+pub trait Model: Send + Sync {
+    fn config(&self) -> &ModelConfig;
+    fn schema(&self) -> &ModelSchema;
+    fn weights(&self) -> &WeightMap;
+
+    /// The family's tracer body: the graph of one step. Called through [`Model::trace`], which
+    /// has already checked the step against the schema and admitted its tokens.
+    fn trace_into(&self, spec: &StepSpec, b: Builder) -> Result<Graph, TraceError>;
+
+    /// Traces one step under `limits`: checks the program, the carried inputs and the shape,
+    /// admits the token count before the body runs, then checks the traced graph carries exactly
+    /// the program's declared states.
+    fn trace(&self, spec: &StepSpec, limits: TraceLimits) -> Result<Graph, TraceError> {
+        let decl = self
+            .schema()
+            .program(spec.program)
+            .ok_or(TraceError::NoProgram {
+                program: spec.program,
+            })?;
+        for name in &spec.carried {
+            if !self.schema().request_inputs.iter().any(|r| &r.name == name) {
+                return Err(TraceError::CarriedInput { name: name.clone() });
+            }
+        }
+        let s = spec.shape;
+        let bad = |why| TraceError::Shape {
+            rows: s.rows,
+            tokens: s.tokens,
+            capacity: s.capacity,
+            why,
+        };
+        if s.rows == 0 || s.tokens == 0 {
+            return Err(bad("rows and tokens must be positive"));
+        }
+        if spec.program == Program::Step && s.tokens > s.capacity {
+            return Err(bad(
+                "a step cannot carry more new tokens than the cache holds",
+            ));
+        }
+        let positions = if spec.program == Program::Step {
+            s.capacity
+        } else {
+            s.tokens
+        };
+        if positions > self.config().max_positions {
+            return Err(TraceError::Positions {
+                capacity: positions,
+                max_positions: self.config().max_positions,
+            });
+        }
+        let b = Builder::new(limits);
+        b.admit_tokens(s.total_tokens())?;
+        let graph = self.trace_into(spec, b)?;
+        let mut declared: Vec<String> = decl.states.iter().map(|d| d.name.clone()).collect();
+        let mut traced: Vec<String> = graph.states().map(|(_, n, _)| n.to_string()).collect();
+        declared.sort();
+        traced.sort();
+        if declared != traced {
+            return Err(TraceError::States {
+                program: spec.program,
+                declared,
+                traced,
+            });
+        }
+        Ok(graph)
+    }
+}
+
+/// What a family's build returns.
+pub struct ModelParts {
+    pub model: Box<dyn Model>,
+}

@@ -1,0 +1,141 @@
+//! The contract between a family and the driver: what a step may bind besides weights.
+
+use poot_graph_ir::DType;
+
+use crate::step::Program;
+
+/// Values the driver computes from its own geometry, the same for every family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StepInput {
+    /// Token ids `[rows, tokens]` (the `token` slot).
+    Tokens,
+    /// Absolute positions `[rows, tokens]` (the `pos` slot).
+    Positions,
+    /// 1 for a real token, 0 for padding, `[rows, tokens]` (the `token_mask` slot).
+    TokenMask,
+    /// Segment (token type) ids `[rows, tokens]` (the `token_type` slot).
+    TokenTypes,
+}
+
+impl StepInput {
+    /// The slot name a traced graph declares for this input.
+    pub fn slot_name(self) -> &'static str {
+        match self {
+            StepInput::Tokens => "token",
+            StepInput::Positions => "pos",
+            StepInput::TokenMask => "token_mask",
+            StepInput::TokenTypes => "token_type",
+        }
+    }
+}
+
+/// Whether a request may omit a request input.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Presence {
+    Required,
+    /// Omitted values are filled with this.
+    Defaulted(f32),
+    Optional,
+}
+
+/// A value a request supplies (embedding rows over some positions, a vision tower's pixels).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestInput {
+    pub name: String,
+    pub dtype: DType,
+    /// Elements per position (or per row when `per_row`).
+    pub width: usize,
+    pub per_row: bool,
+    pub presence: Presence,
+}
+
+/// What a carried state holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StateRole {
+    Keys,
+    Values,
+}
+
+/// One carried state of a program, per row: `[heads, capacity, head_dim]` for a contiguous KV.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StateDecl {
+    pub name: String,
+    pub layer: usize,
+    pub role: StateRole,
+    pub heads: usize,
+    pub head_dim: usize,
+}
+
+/// One program a model offers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgramDecl {
+    pub program: Program,
+    pub step_inputs: Vec<StepInput>,
+    pub states: Vec<StateDecl>,
+}
+
+/// A model's input schema: its programs, with their step inputs and states, and the request
+/// inputs it declares.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct ModelSchema {
+    pub programs: Vec<ProgramDecl>,
+    pub request_inputs: Vec<RequestInput>,
+}
+
+impl ModelSchema {
+    pub fn program(&self, p: Program) -> Option<&ProgramDecl> {
+        self.programs.iter().find(|d| d.program == p)
+    }
+
+    /// The schema of a decoder with one KV pair per layer.
+    pub fn decoder(layers: usize, kv_heads: usize, head_dim: usize) -> ModelSchema {
+        let mut states = Vec::with_capacity(2 * layers);
+        for layer in 0..layers {
+            for role in [StateRole::Keys, StateRole::Values] {
+                states.push(StateDecl {
+                    name: kv_state_name(layer, role),
+                    layer,
+                    role,
+                    heads: kv_heads,
+                    head_dim,
+                });
+            }
+        }
+        ModelSchema {
+            programs: vec![ProgramDecl {
+                program: Program::Step,
+                step_inputs: vec![StepInput::Tokens, StepInput::Positions],
+                states,
+            }],
+            request_inputs: Vec::new(),
+        }
+    }
+
+    /// The schema of an encoder (stateless, padded rows).
+    pub fn encoder(token_types: bool) -> ModelSchema {
+        let mut step_inputs = vec![
+            StepInput::Tokens,
+            StepInput::Positions,
+            StepInput::TokenMask,
+        ];
+        if token_types {
+            step_inputs.push(StepInput::TokenTypes);
+        }
+        ModelSchema {
+            programs: vec![ProgramDecl {
+                program: Program::Encode,
+                step_inputs,
+                states: Vec::new(),
+            }],
+            request_inputs: Vec::new(),
+        }
+    }
+}
+
+/// The state name of a layer's keys or values: `kv.l3.k`.
+pub fn kv_state_name(layer: usize, role: StateRole) -> String {
+    match role {
+        StateRole::Keys => format!("kv.l{layer}.k"),
+        StateRole::Values => format!("kv.l{layer}.v"),
+    }
+}

@@ -1,0 +1,455 @@
+//! The weight map: which checkpoint tensor (or computed table) fills each typed role a graph
+//! names. Graphs name constants by role (`w.l3.attn.q`), never by checkpoint spelling; the
+//! family's name table holds the spelling.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use poot_formats::{DenseType, GgmlType, StoredType};
+use poot_graph_ir::{Builder, DType, TensorType, Traced};
+use poot_load::WeightStore;
+
+use crate::config::SourceKind;
+use crate::error::{ModelError, TraceError};
+
+/// What a weight does in the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    TokenEmbed,
+    PositionEmbed,
+    TokenTypeEmbed,
+    EmbedNorm,
+    EmbedNormBias,
+    FinalNorm,
+    FinalNormBias,
+    Head,
+    AttnNorm,
+    AttnNormBias,
+    AttnQ,
+    AttnQBias,
+    AttnK,
+    AttnKBias,
+    AttnV,
+    AttnVBias,
+    AttnO,
+    AttnOBias,
+    QNorm,
+    KNorm,
+    PostAttnNorm,
+    PostAttnNormBias,
+    FfnNorm,
+    FfnNormBias,
+    PostFfnNorm,
+    PostFfnNormBias,
+    FfnGate,
+    FfnUp,
+    FfnUpBias,
+    FfnDown,
+    FfnDownBias,
+    Pooler,
+    PoolerBias,
+    Classifier,
+    ClassifierBias,
+    /// Rotary cosine table number `n` (a model may use several thetas).
+    RopeCos(u8),
+    RopeSin(u8),
+}
+
+impl Role {
+    pub fn name(self) -> String {
+        let s = match self {
+            Role::TokenEmbed => "embed",
+            Role::PositionEmbed => "embed.pos",
+            Role::TokenTypeEmbed => "embed.type",
+            Role::EmbedNorm => "embed.norm",
+            Role::EmbedNormBias => "embed.norm.bias",
+            Role::FinalNorm => "final_norm",
+            Role::FinalNormBias => "final_norm.bias",
+            Role::Head => "head",
+            Role::AttnNorm => "attn_norm",
+            Role::AttnNormBias => "attn_norm.bias",
+            Role::AttnQ => "attn.q",
+            Role::AttnQBias => "attn.q.bias",
+            Role::AttnK => "attn.k",
+            Role::AttnKBias => "attn.k.bias",
+            Role::AttnV => "attn.v",
+            Role::AttnVBias => "attn.v.bias",
+            Role::AttnO => "attn.o",
+            Role::AttnOBias => "attn.o.bias",
+            Role::QNorm => "attn.q_norm",
+            Role::KNorm => "attn.k_norm",
+            Role::PostAttnNorm => "post_attn_norm",
+            Role::PostAttnNormBias => "post_attn_norm.bias",
+            Role::FfnNorm => "ffn_norm",
+            Role::FfnNormBias => "ffn_norm.bias",
+            Role::PostFfnNorm => "post_ffn_norm",
+            Role::PostFfnNormBias => "post_ffn_norm.bias",
+            Role::FfnGate => "ffn.gate",
+            Role::FfnUp => "ffn.up",
+            Role::FfnUpBias => "ffn.up.bias",
+            Role::FfnDown => "ffn.down",
+            Role::FfnDownBias => "ffn.down.bias",
+            Role::Pooler => "pooler",
+            Role::PoolerBias => "pooler.bias",
+            Role::Classifier => "classifier",
+            Role::ClassifierBias => "classifier.bias",
+            Role::RopeCos(n) => return format!("rope{n}.cos"),
+            Role::RopeSin(n) => return format!("rope{n}.sin"),
+        };
+        s.to_string()
+    }
+}
+
+/// A role in a layer (`layer: None` for model-wide weights).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WeightRole {
+    pub layer: Option<usize>,
+    pub role: Role,
+}
+
+impl WeightRole {
+    pub fn global(role: Role) -> WeightRole {
+        WeightRole { layer: None, role }
+    }
+
+    pub fn layer(layer: usize, role: Role) -> WeightRole {
+        WeightRole {
+            layer: Some(layer),
+            role,
+        }
+    }
+
+    /// The graph constant's name: `w.l3.attn.q`, `w.embed`.
+    pub fn const_name(self) -> String {
+        match self.layer {
+            Some(l) => format!("w.l{l}.{}", self.role.name()),
+            None => format!("w.{}", self.role.name()),
+        }
+    }
+}
+
+impl fmt::Display for WeightRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.const_name())
+    }
+}
+
+/// Where a bound constant's data comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WeightSource {
+    /// A checkpoint tensor as stored, or a range of its rows (a fused projection's part).
+    Tensor {
+        name: String,
+        rows: Option<Range<u64>>,
+    },
+    /// A table the family computes from the config (rotary angles).
+    Table(Arc<[f32]>),
+}
+
+/// One bound constant.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightEntry {
+    pub role: WeightRole,
+    pub ty: TensorType,
+    pub source: WeightSource,
+}
+
+/// A bound constant's data, as the weight store holds it.
+#[derive(Clone, Copy, Debug)]
+pub enum ConstData<'s> {
+    /// Stored bytes (little-endian words or packed blocks), no alignment promised.
+    Bytes(&'s [u8]),
+    /// A computed f32 table.
+    F32(&'s [f32]),
+}
+
+/// Shape and stored type of a checkpoint tensor, without its bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorMeta {
+    pub shape: Vec<u64>,
+    pub stored: StoredType,
+}
+
+/// What a family needs to know about a checkpoint's tensors to build its weight map: their
+/// shapes and stored types. A weight store is one; a synthetic index (for planning a model at
+/// real dimensions without its bytes) is another.
+pub trait TensorIndex {
+    fn tensor_meta(&self, name: &str) -> Option<TensorMeta>;
+}
+
+impl TensorIndex for WeightStore {
+    fn tensor_meta(&self, name: &str) -> Option<TensorMeta> {
+        self.get(name).map(|t| TensorMeta {
+            shape: t.shape().to_vec(),
+            stored: t.stored_type(),
+        })
+    }
+}
+
+/// The element type a graph declares for a tensor stored as `stored`, when the graph can read it.
+pub fn graph_dtype(stored: StoredType) -> Option<DType> {
+    match stored {
+        StoredType::Dense(DenseType::F32) | StoredType::Ggml(GgmlType::F32) => Some(DType::F32),
+        StoredType::Dense(DenseType::F16) | StoredType::Ggml(GgmlType::F16) => Some(DType::F16),
+        StoredType::Dense(DenseType::BF16) | StoredType::Ggml(GgmlType::BF16) => Some(DType::BF16),
+        StoredType::Dense(DenseType::I32) | StoredType::Ggml(GgmlType::I32) => Some(DType::I32),
+        StoredType::Dense(DenseType::U8) => Some(DType::U8),
+        StoredType::Ggml(g) if g.block_elems() > 1 => Some(DType::Packed(g)),
+        StoredType::Dense(_) | StoredType::Ggml(_) => None,
+    }
+}
+
+/// Checkpoint spellings of a role: `{l}` stands for the layer index.
+#[derive(Clone, Copy, Debug)]
+pub struct Spelling {
+    pub role: Role,
+    pub hf: &'static str,
+    pub gguf: &'static str,
+}
+
+pub const fn spell(role: Role, hf: &'static str, gguf: &'static str) -> Spelling {
+    Spelling { role, hf, gguf }
+}
+
+/// A family's name table: the checkpoint spelling of every role it reads. A table may extend a
+/// base table, overriding the roles it spells itself.
+#[derive(Clone, Copy, Debug)]
+pub struct NameTable {
+    pub own: &'static [Spelling],
+    pub base: Option<&'static NameTable>,
+    /// Replaces `{p}` in every spelling (a checkpoint that nests the model under `bert.`).
+    pub prefix: &'static str,
+}
+
+impl NameTable {
+    pub const fn new(own: &'static [Spelling]) -> NameTable {
+        NameTable {
+            own,
+            base: None,
+            prefix: "",
+        }
+    }
+
+    pub const fn extending(base: &'static NameTable, own: &'static [Spelling]) -> NameTable {
+        NameTable {
+            own,
+            base: Some(base),
+            prefix: "",
+        }
+    }
+
+    /// This table with `{p}` spelled as `prefix`.
+    pub const fn with_prefix(self, prefix: &'static str) -> NameTable {
+        NameTable { prefix, ..self }
+    }
+
+    fn spelling(&self, role: Role) -> Option<&Spelling> {
+        self.own
+            .iter()
+            .find(|s| s.role == role)
+            .or_else(|| self.base.and_then(|b| b.spelling(role)))
+    }
+
+    /// The tensor name of `role` (in `layer`) for a checkpoint of `kind`.
+    pub fn name(&self, kind: SourceKind, layer: Option<usize>, role: Role) -> Option<String> {
+        let s = self.spelling(role)?;
+        let pattern = match kind {
+            SourceKind::HuggingFace => s.hf,
+            SourceKind::Gguf => s.gguf,
+        };
+        if pattern.is_empty() {
+            return None;
+        }
+        let name = pattern.replace("{p}", self.prefix);
+        Some(match layer {
+            Some(l) => name.replace("{l}", &l.to_string()),
+            None => name,
+        })
+    }
+}
+
+/// Every constant a model's graphs may name, by role.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WeightMap {
+    entries: BTreeMap<WeightRole, WeightEntry>,
+}
+
+impl WeightMap {
+    pub fn new() -> WeightMap {
+        WeightMap::default()
+    }
+
+    pub fn get(&self, role: WeightRole) -> Option<&WeightEntry> {
+        self.entries.get(&role)
+    }
+
+    pub fn has(&self, role: WeightRole) -> bool {
+        self.entries.contains_key(&role)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &WeightEntry> {
+        self.entries.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entry a graph constant name refers to.
+    pub fn by_const(&self, const_name: &str) -> Option<&WeightEntry> {
+        self.entries
+            .values()
+            .find(|e| e.role.const_name() == const_name)
+    }
+
+    /// Declares the constant of `role` in a trace (once per graph).
+    pub fn declare(&self, b: &Builder, role: WeightRole) -> Result<Traced, TraceError> {
+        let e = self.get(role).ok_or_else(|| TraceError::UnknownWeight {
+            name: role.const_name(),
+        })?;
+        Ok(b.constant(&role.const_name(), e.ty.clone())?)
+    }
+
+    /// Declares the constant of `role` when the model has it (an optional bias, say).
+    pub fn declare_opt(&self, b: &Builder, role: WeightRole) -> Result<Option<Traced>, TraceError> {
+        if self.has(role) {
+            self.declare(b, role).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Binds `role` to a checkpoint tensor, checking its shape when `expected` is given.
+    pub fn bind_tensor(
+        &mut self,
+        index: &dyn TensorIndex,
+        role: WeightRole,
+        name: &str,
+        expected: Option<&[u64]>,
+    ) -> Result<(), ModelError> {
+        let meta = index
+            .tensor_meta(name)
+            .ok_or_else(|| ModelError::MissingTensor {
+                name: name.to_string(),
+                role: role.const_name(),
+            })?;
+        if let Some(want) = expected
+            && want != meta.shape.as_slice()
+        {
+            return Err(ModelError::TensorShape {
+                name: name.to_string(),
+                expected: want.to_vec(),
+                found: meta.shape,
+            });
+        }
+        let dtype = graph_dtype(meta.stored).ok_or(ModelError::TensorType {
+            name: name.to_string(),
+            stored: meta.stored.name(),
+        })?;
+        let dims = meta
+            .shape
+            .iter()
+            .map(|&d| usize::try_from(d))
+            .collect::<Result<Vec<usize>, _>>()
+            .map_err(|_| ModelError::TensorShape {
+                name: name.to_string(),
+                expected: Vec::new(),
+                found: meta.shape.clone(),
+            })?;
+        let ty = TensorType::new(dtype, dims);
+        self.entries.insert(
+            role,
+            WeightEntry {
+                role,
+                ty,
+                source: WeightSource::Tensor {
+                    name: name.to_string(),
+                    rows: None,
+                },
+            },
+        );
+        Ok(())
+    }
+
+    /// Binds `role` to a computed f32 table of `dims`.
+    pub fn bind_table(&mut self, role: WeightRole, dims: Vec<usize>, data: Arc<[f32]>) {
+        let ty = TensorType::new(DType::F32, dims);
+        self.entries.insert(
+            role,
+            WeightEntry {
+                role,
+                ty,
+                source: WeightSource::Table(data),
+            },
+        );
+    }
+
+    /// Binds `role` to the tensor the family's name table spells for it.
+    pub fn bind_named(
+        &mut self,
+        index: &dyn TensorIndex,
+        table: &NameTable,
+        kind: SourceKind,
+        role: WeightRole,
+        expected: Option<&[u64]>,
+    ) -> Result<(), ModelError> {
+        let name =
+            table
+                .name(kind, role.layer, role.role)
+                .ok_or_else(|| ModelError::MissingTensor {
+                    name: format!("<no {kind:?} spelling>"),
+                    role: role.const_name(),
+                })?;
+        self.bind_tensor(index, role, &name, expected)
+    }
+
+    /// Like [`WeightMap::bind_named`], but a tensor absent from the checkpoint leaves the role
+    /// unbound; returns whether it was bound.
+    pub fn bind_named_opt(
+        &mut self,
+        index: &dyn TensorIndex,
+        table: &NameTable,
+        kind: SourceKind,
+        role: WeightRole,
+        expected: Option<&[u64]>,
+    ) -> Result<bool, ModelError> {
+        match table.name(kind, role.layer, role.role) {
+            Some(name) if index.tensor_meta(&name).is_some() => {
+                self.bind_tensor(index, role, &name, expected)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// The data of a graph constant, from the store (or the computed table).
+    pub fn const_data<'s>(
+        &'s self,
+        const_name: &str,
+        store: &'s WeightStore,
+    ) -> Result<ConstData<'s>, ModelError> {
+        let e = self
+            .by_const(const_name)
+            .ok_or_else(|| ModelError::MissingTensor {
+                name: const_name.to_string(),
+                role: const_name.to_string(),
+            })?;
+        match &e.source {
+            WeightSource::Table(t) => Ok(ConstData::F32(t)),
+            WeightSource::Tensor { name, rows } => {
+                let view = store.tensor(name)?;
+                let view = match rows {
+                    Some(r) => view.rows(r.clone())?,
+                    None => view,
+                };
+                Ok(ConstData::Bytes(view.bytes()))
+            }
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! Random-weight Hugging Face checkpoints (written by `scripts/ref/models/gen_random_checkpoints.py`)
+//! evaluated on the CPU oracle against `transformers` float32 (eager attention): every prefill
+//! position's logits, decode after prefill, and chunked prefill then decode.
+//!
+//! Tolerance: the largest |oracle - reference| over a step's logits, relative to the largest
+//! reference logit, is at most 2e-5 (measured: about 5e-7; both sides compute in f32; they differ only in summation
+//! order, which moves results by a few ulps per op over a few dozen ops).
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use poot_models::{LogitsMode, StepShape};
+use serde::Deserialize;
+
+const TOLERANCE: f32 = 2e-5;
+
+#[derive(Deserialize)]
+struct DecodeStep {
+    input_id: i32,
+    position: usize,
+    logits: Vec<f32>,
+}
+
+#[derive(Deserialize)]
+struct Run {
+    prompt_ids: Vec<i32>,
+    prefill_logits: Vec<Vec<f32>>,
+    decode: Vec<DecodeStep>,
+}
+
+#[derive(Deserialize)]
+struct Reference {
+    #[serde(flatten)]
+    run: Run,
+    long: Option<Run>,
+}
+
+fn reference(name: &str) -> Reference {
+    let text =
+        std::fs::read_to_string(fixture_dir("random").join(name).join("reference.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Prefill of the whole prompt with every position's logits, then decode after prefill.
+fn check_prefill_then_decode(loaded: &Loaded, run: &Run, name: &str) {
+    let cap = 64;
+    let n = run.prompt_ids.len();
+    let mut s = OracleSession::new(loaded, 1, cap);
+    let (logits, dims) = s.step(
+        std::slice::from_ref(&run.prompt_ids),
+        &[0],
+        StepShape::new(1, n, cap).with_logits(LogitsMode::All),
+    );
+    let vocab = dims[2];
+    for (p, want) in run.prefill_logits.iter().enumerate() {
+        let err = max_rel_err(&logits[p * vocab..(p + 1) * vocab], want);
+        assert!(
+            err <= TOLERANCE,
+            "{name}: prefill position {p}: relative error {err}"
+        );
+    }
+    for (i, d) in run.decode.iter().enumerate() {
+        let (logits, _) = s.step(
+            &[vec![d.input_id]],
+            &[d.position],
+            StepShape::new(1, 1, cap),
+        );
+        let err = max_rel_err(&logits, &d.logits);
+        assert!(
+            err <= TOLERANCE,
+            "{name}: decode step {i}: relative error {err}"
+        );
+        assert_eq!(
+            argmax(&logits),
+            argmax(&d.logits),
+            "{name}: decode step {i} greedy token"
+        );
+    }
+}
+
+/// A prefill is a step that continues from a position: chunks of 4, then decode.
+fn check_chunked_prefill(loaded: &Loaded, run: &Run, name: &str) {
+    let cap = 64;
+    let mut s = OracleSession::new(loaded, 1, cap);
+    let mut last = Vec::new();
+    for (c, chunk) in run.prompt_ids.chunks(4).enumerate() {
+        let (logits, _) = s.step(
+            &[chunk.to_vec()],
+            &[c * 4],
+            StepShape::new(1, chunk.len(), cap),
+        );
+        last = logits;
+    }
+    let want = run.prefill_logits.last().unwrap();
+    let err = max_rel_err(&last, want);
+    assert!(
+        err <= TOLERANCE,
+        "{name}: chunked prefill last logits: relative error {err}"
+    );
+    for (i, d) in run.decode.iter().enumerate() {
+        let (logits, _) = s.step(
+            &[vec![d.input_id]],
+            &[d.position],
+            StepShape::new(1, 1, cap),
+        );
+        assert!(
+            max_rel_err(&logits, &d.logits) <= TOLERANCE,
+            "{name}: decode {i} after chunked prefill"
+        );
+    }
+}
+
+fn check_decoder(name: &str) {
+    let loaded = load(&fixture_dir("random").join(name));
+    let r = reference(name);
+    check_prefill_then_decode(&loaded, &r.run, name);
+    check_chunked_prefill(&loaded, &r.run, name);
+    if let Some(long) = &r.long {
+        check_prefill_then_decode(&loaded, long, &format!("{name} (long prompt)"));
+        check_chunked_prefill(&loaded, long, &format!("{name} (long prompt)"));
+    }
+}
+
+#[test]
+fn llama_matches_transformers() {
+    check_decoder("llama");
+}
+
+#[test]
+fn llama3_scaled_rope_and_tied_head_match_transformers() {
+    check_decoder("llama3_scaled");
+}
+
+#[test]
+fn qwen2_bf16_with_biases_matches_transformers() {
+    check_decoder("qwen2");
+}
+
+#[test]
+fn qwen3_qk_norm_matches_transformers() {
+    check_decoder("qwen3");
+}
+
+#[test]
+fn gemma3_sliding_and_global_layers_match_transformers() {
+    check_decoder("gemma3");
+}
