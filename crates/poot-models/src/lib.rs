@@ -14,7 +14,6 @@ pub mod schema;
 pub mod step;
 pub mod weights;
 
-#[cfg(any(test, feature = "test-support"))]
 pub mod test_support;
 
 pub use error::{ModelError, TraceError};

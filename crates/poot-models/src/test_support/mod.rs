@@ -1,1 +1,3 @@
-//! Test support.
+//! Test support shared with other crates' tests and the feature matrix: the fixture table.
+
+pub mod family_fixtures;
