@@ -215,7 +215,7 @@ impl GgmlType {
     /// blocks or the size overflows.
     pub fn bytes_for(self, n_elems: u64) -> Option<u64> {
         let block = self.block_elems() as u64;
-        if n_elems % block != 0 {
+        if !n_elems.is_multiple_of(block) {
             return None;
         }
         (n_elems / block).checked_mul(self.block_bytes() as u64)

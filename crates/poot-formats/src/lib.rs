@@ -3,12 +3,43 @@
 //! A tensor is stored either densely ([`DenseType`]) or as blocks of a packed format. GGUF names
 //! its formats by ggml type id ([`GgmlType`]); every id ggml has assigned is listed so a reader can
 //! name what it refuses. [`StoredType`] is the one type a weight store records per tensor.
+//!
+//! Every packed weight format poot reads is a [`PackedFormat`]: the GGUF block formats
+//! ([`BlockFormat`], with each block's fields as data) and the Hugging Face packed layouts (GPTQ,
+//! AWQ, FP8 E4M3 with scales, E2M1 FP4 with E8M0 scales), each described by the component tensors
+//! it is stored as ([`PackedFormat::components`]). Each has a CPU reference decode to f32:
+//! [`decode_blocks`] for GGUF blocks (bit-identical to ggml), [`PackedFormat::decode_matrix`] and
+//! [`PackedFormat::decode_row`] for any format from its component bytes. [`scalar`] and
+//! [`decode_dense`] widen the dense element types.
 
+mod awq;
+mod block_decode;
+mod block_format;
+mod components;
 mod dense;
+mod dense_decode;
+mod error;
+mod fp4;
+mod fp8;
 mod ggml;
+mod gptq;
+#[rustfmt::skip]
+mod iq_tables;
+mod packed;
+mod packed_decode;
+pub mod scalar;
 
+pub use block_decode::{decode_block_row, decode_blocks};
+pub use block_format::{BlockField, BlockFormat, FieldKind};
+pub use components::{ComponentBytes, ComponentInfo, ComponentSpec, MatrixShape, Presence};
 pub use dense::DenseType;
+pub use dense_decode::decode_dense;
+pub use error::{FormatError, MatrixDim};
 pub use ggml::GgmlType;
+pub use packed::{
+    AWQ_NIBBLE_OF_ROW, AwqFormat, FP4_GROUP_ELEMS, FP8_BLOCK_ELEMS, Fp8Format, Fp8Scaling,
+    GptqFormat, GptqZeros, GroupSize, INT4_PER_WORD, PackedFormat, ScaleType,
+};
 
 /// How one stored tensor's bytes are laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
