@@ -1,0 +1,232 @@
+//! The evaluation walk: bind the inputs, run each equation in order, release values after their
+//! last reader, and collect the outputs and carried state.
+
+use poot_graph_ir::{Eqn, Graph, OpKind, ValueId};
+
+use crate::error::{EvalError, Fault};
+use crate::evaluation::Evaluation;
+use crate::inputs::Inputs;
+use crate::ops::{binary, cast, compare, indexing, matmul, movement, reduce, source, topk, unary};
+use crate::options::EvalOptions;
+use crate::tensor::{HostTensor, TensorData};
+
+/// When a value is last read: `Some(eqn index)`, `Some(KEEP)` for outputs (and everything when
+/// the environment is kept), `None` when nothing reads it.
+const KEEP: usize = usize::MAX;
+
+/// Evaluates `graph` on `inputs`, returning its primary outputs, its carried state by name and,
+/// when `options.keep_env` is set, every value.
+///
+/// The bindings are checked first (see [`Inputs`]); then each equation runs in order. A runtime
+/// fault (an index out of range, an integer division by zero, a packed format with no decode)
+/// stops the walk with [`EvalError::Fault`] naming the equation, its op and the value it defines.
+/// No graph that validates makes this panic.
+pub fn eval<'i>(
+    graph: &Graph,
+    inputs: &'i Inputs<'_>,
+    options: EvalOptions,
+) -> Result<Evaluation<'i>, EvalError> {
+    let mut env: Vec<Option<HostTensor<'i>>> = inputs
+        .resolve(graph)?
+        .into_iter()
+        .map(|b| b.map(HostTensor::view))
+        .collect();
+    let last_use = liveness(graph, options.keep_env);
+    for (i, eqn) in graph.eqns().iter().enumerate() {
+        let fault = |fault| EvalError::Fault {
+            eqn: i,
+            op: eqn.op.name(),
+            value: eqn.out,
+            label: graph
+                .value(eqn.out)
+                .map(|v| v.label.clone())
+                .unwrap_or_default(),
+            fault: Box::new(fault),
+        };
+        let out_ty = graph
+            .ty(eqn.out)
+            .ok_or_else(|| fault(Fault::Released { value: eqn.out }))?
+            .clone();
+        let data = run(i, eqn, &mut env, &last_use, options).map_err(fault)?;
+        let t = HostTensor::new(out_ty, data).map_err(|e| fault(Fault::Produced(e)))?;
+        for id in &eqn.inputs {
+            if last_use[id.index()] == Some(i) {
+                env[id.index()] = None;
+            }
+        }
+        if last_use[eqn.out.index()].is_some() {
+            env[eqn.out.index()] = Some(t);
+        }
+    }
+    collect(graph, env, options.keep_env)
+}
+
+fn liveness(graph: &Graph, keep_env: bool) -> Vec<Option<usize>> {
+    let n = graph.values().len();
+    if keep_env {
+        return vec![Some(KEEP); n];
+    }
+    let mut last = vec![None; n];
+    for (i, e) in graph.eqns().iter().enumerate() {
+        for id in &e.inputs {
+            last[id.index()] = Some(i);
+        }
+    }
+    let outs = graph.outputs();
+    for id in outs.primary.iter().chain(outs.state.iter().map(|(_, o)| o)) {
+        last[id.index()] = Some(KEEP);
+    }
+    last
+}
+
+fn collect<'i>(
+    graph: &Graph,
+    mut env: Vec<Option<HostTensor<'i>>>,
+    keep_env: bool,
+) -> Result<Evaluation<'i>, EvalError> {
+    let outs = graph.outputs();
+    let order: Vec<ValueId> = outs
+        .primary
+        .iter()
+        .copied()
+        .chain(outs.state.iter().map(|&(_, o)| o))
+        .collect();
+    let mut owned = Vec::with_capacity(order.len());
+    for (pos, &id) in order.iter().enumerate() {
+        let slot = env
+            .get_mut(id.index())
+            .ok_or(EvalError::Released { value: id })?;
+        // The last reference to a value moves it out (an owned KV cache is not copied again).
+        let t = if keep_env || order[pos + 1..].contains(&id) {
+            slot.clone()
+        } else {
+            slot.take()
+        };
+        owned.push(t.ok_or(EvalError::Released { value: id })?.into_owned());
+    }
+    let state_tensors = owned.split_off(outs.primary.len());
+    let mut state = Vec::with_capacity(state_tensors.len());
+    for (&(state_in, _), t) in outs.state.iter().zip(state_tensors) {
+        let name = match graph.value(state_in).map(|v| &v.storage) {
+            Some(poot_graph_ir::Storage::State(name)) => name.clone(),
+            _ => return Err(EvalError::Released { value: state_in }),
+        };
+        state.push((name, t));
+    }
+    let env = if keep_env {
+        let all = env.into_iter().enumerate().map(|(i, t)| {
+            t.ok_or(EvalError::Released {
+                value: ValueId(i as u32),
+            })
+        });
+        Some(all.collect::<Result<Vec<_>, _>>()?)
+    } else {
+        None
+    };
+    Ok(Evaluation {
+        outputs: owned,
+        state,
+        env,
+    })
+}
+
+/// An equation's operands in the environment, with operand 0 taken out of it when the equation
+/// consumes it (a reshape or an update of a value nothing reads afterwards).
+struct Args<'e, 'i> {
+    env: &'e [Option<HostTensor<'i>>],
+    ids: &'e [ValueId],
+    taken: Option<HostTensor<'i>>,
+}
+
+impl<'e, 'i> Args<'e, 'i> {
+    fn get(&self, k: usize) -> Result<&'e HostTensor<'i>, Fault> {
+        let id = self
+            .ids
+            .get(k)
+            .copied()
+            .ok_or(Fault::MissingOperand { operand: k })?;
+        self.env
+            .get(id.index())
+            .and_then(Option::as_ref)
+            .ok_or(Fault::Released { value: id })
+    }
+
+    fn from(&self, k: usize) -> Result<Vec<&'e HostTensor<'i>>, Fault> {
+        (k..self.ids.len()).map(|j| self.get(j)).collect()
+    }
+
+    /// Operand 0, owned: taken from the environment when this was its last reader, cloned
+    /// otherwise (cheap for a borrowed input, a copy for an intermediate).
+    fn operand(self) -> Result<HostTensor<'i>, Fault> {
+        match self.taken {
+            Some(t) => Ok(t),
+            None => self.get(0).cloned(),
+        }
+    }
+}
+
+fn consumes_operand(op: &OpKind) -> bool {
+    matches!(
+        op,
+        OpKind::Reshape { .. } | OpKind::DynamicUpdateSlice | OpKind::ScatterUpdate { .. }
+    )
+}
+
+fn run<'i>(
+    i: usize,
+    eqn: &Eqn,
+    env: &mut [Option<HostTensor<'i>>],
+    last_use: &[Option<usize>],
+    options: EvalOptions,
+) -> Result<TensorData<'i>, Fault> {
+    let mut taken = None;
+    if consumes_operand(&eqn.op)
+        && let Some(&id) = eqn.inputs.first()
+        && last_use.get(id.index()) == Some(&Some(i))
+        && !eqn.inputs[1..].contains(&id)
+    {
+        taken = env.get_mut(id.index()).and_then(Option::take);
+    }
+    let args = Args {
+        env,
+        ids: &eqn.inputs,
+        taken,
+    };
+    let f64_acc = options.accumulate_f64;
+    match &eqn.op {
+        OpKind::Literal(s) => Ok(source::literal(*s)),
+        OpKind::Iota { shape, axis, dtype } => source::iota(shape.dims(), *axis, *dtype),
+        OpKind::Unary(op) => unary::unary(*op, args.get(0)?),
+        OpKind::Binary(op) => binary::binary(*op, args.get(0)?, args.get(1)?),
+        OpKind::Compare(op) => compare::compare(*op, args.get(0)?, args.get(1)?),
+        OpKind::Select => compare::select(args.get(0)?, args.get(1)?, args.get(2)?),
+        OpKind::Cast { to } => cast::cast(args.get(0)?, *to),
+        OpKind::Reshape { .. } => Ok(args.operand()?.into_data()),
+        OpKind::Broadcast { shape } => movement::broadcast(args.get(0)?, shape.dims()),
+        OpKind::Transpose { perm } => movement::transpose(args.get(0)?, perm),
+        OpKind::Slice { starts, ends } => movement::slice(args.get(0)?, starts, ends),
+        OpKind::Concat { axis } => movement::concat(&args.from(0)?, *axis),
+        OpKind::Gather { axis } => indexing::gather(args.get(0)?, args.get(1)?, *axis),
+        OpKind::TakeAlong { axis } => indexing::take_along(args.get(0)?, args.get(1)?, *axis),
+        OpKind::DynamicSlice { sizes } => {
+            indexing::dynamic_slice(args.get(0)?, &args.from(1)?, sizes)
+        }
+        OpKind::DynamicUpdateSlice => {
+            let (update, starts) = (args.get(1)?, args.from(2)?);
+            indexing::dynamic_update_slice(args.operand()?, update, &starts)
+        }
+        OpKind::ScatterUpdate { axis } => {
+            let (idx, updates) = (args.get(1)?, args.get(2)?);
+            indexing::scatter_update(args.operand()?, idx, updates, *axis)
+        }
+        OpKind::Reduce { op, axis } => reduce::reduce(*op, args.get(0)?, *axis, f64_acc),
+        OpKind::ArgMax { axis } => reduce::argmax(args.get(0)?, *axis),
+        OpKind::ArgTopK { k } => topk::arg_top_k(args.get(0)?, *k),
+        OpKind::MatMul { transpose_rhs } => {
+            matmul::matmul(args.get(0)?, args.get(1)?, *transpose_rhs, f64_acc)
+        }
+        OpKind::IndexedMatMul => {
+            matmul::indexed_matmul(args.get(0)?, args.get(1)?, args.get(2)?, f64_acc)
+        }
+    }
+}
