@@ -1,0 +1,97 @@
+//! A loaded checkpoint: the family's model, the weights exactly as stored, and the text services
+//! built from the checkpoint's own tokenizer files.
+
+use std::path::Path;
+
+use poot_load::{Checkpoint, ConfigSource, WeightStore};
+use poot_models::{Model, ModelConfig, ModelError, Registry};
+use poot_text::{HfTextFiles, TextError, TextServices};
+
+pub use poot_load::LoadOptions;
+
+/// Why a checkpoint could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum HandleError {
+    /// No registered family runs this checkpoint (checked before any weight file is opened).
+    #[error("unsupported model: {0}")]
+    Unsupported(ModelError),
+    /// The checkpoint's files could not be read or failed their checks.
+    #[error(transparent)]
+    Load(#[from] poot_load::LoadError),
+    /// The family refused the checkpoint (a missing tensor, an unsupported config value).
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The tokenizer or chat template could not be built.
+    #[error(transparent)]
+    Text(#[from] TextError),
+    /// The checkpoint carries no tokenizer (a weights-only directory).
+    #[error("the checkpoint has no tokenizer (tokenizer.json or GGUF tokenizer metadata)")]
+    NoTokenizer,
+}
+
+/// A checkpoint ready to run: shared by reference, one handle can back several drivers.
+pub struct ModelHandle {
+    model: Box<dyn Model>,
+    checkpoint: Checkpoint,
+    text: Option<TextServices>,
+}
+
+impl ModelHandle {
+    /// Loads `path` (a Hugging Face directory or a GGUF file): resolves its family from the
+    /// config alone, then reads the weights as stored, builds the model and its text services.
+    pub fn load(
+        path: &Path,
+        registry: &Registry,
+        options: &LoadOptions,
+    ) -> Result<ModelHandle, HandleError> {
+        let config = poot_load::peek_config(path)?;
+        let entry = registry
+            .resolve(&config)
+            .map_err(HandleError::Unsupported)?;
+        let checkpoint = poot_load::load(path, options)?;
+        let model = (entry.build)(checkpoint.config(), checkpoint.store())?.model;
+        let fallback = model.config().chat_format;
+        let text = match checkpoint.config() {
+            ConfigSource::Gguf(meta) => Some(TextServices::from_gguf(meta, fallback)?),
+            ConfigSource::HuggingFace(_) => match checkpoint.read_side_file("tokenizer.json") {
+                Some(tokenizer_json) => Some(TextServices::from_hf(
+                    &HfTextFiles {
+                        tokenizer_json,
+                        tokenizer_config_json: checkpoint.read_side_file("tokenizer_config.json"),
+                        chat_template_jinja: checkpoint.read_side_file("chat_template.jinja"),
+                    },
+                    fallback,
+                )?),
+                None => None,
+            },
+        };
+        Ok(ModelHandle {
+            model,
+            checkpoint,
+            text,
+        })
+    }
+
+    pub fn model(&self) -> &dyn Model {
+        self.model.as_ref()
+    }
+
+    /// Family, vocabulary, positions, end-of-sequence ids.
+    pub fn config(&self) -> &ModelConfig {
+        self.model.config()
+    }
+
+    /// The tokenizer and chat template.
+    pub fn text(&self) -> Result<&TextServices, HandleError> {
+        self.text.as_ref().ok_or(HandleError::NoTokenizer)
+    }
+
+    /// The weights as stored.
+    pub fn store(&self) -> &WeightStore {
+        self.checkpoint.store()
+    }
+
+    pub fn checkpoint(&self) -> &Checkpoint {
+        &self.checkpoint
+    }
+}
