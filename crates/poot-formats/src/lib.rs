@@ -41,6 +41,25 @@ pub use packed::{
     GptqFormat, GptqZeros, GroupSize, INT4_PER_WORD, PackedFormat, ScaleType,
 };
 
+/// The codebooks of the IQ and MXFP4 block formats, the same tables [`decode_blocks`] reads, for
+/// decoders outside this crate (device kernels bind them as constant buffers).
+pub mod codebooks {
+    use crate::iq_tables;
+
+    /// `iq2xs_grid`: 512 entries of 8 magnitudes (IQ2_XS).
+    pub const IQ2XS_GRID: &[[u8; 8]; 512] = &iq_tables::IQ2XS_GRID;
+    /// `iq3xxs_grid`: 256 entries of 4 magnitudes (IQ3_XXS).
+    pub const IQ3XXS_GRID: &[[u8; 4]; 256] = &iq_tables::IQ3XXS_GRID;
+    /// `iq3s_grid`: 512 entries of 4 magnitudes (IQ3_S).
+    pub const IQ3S_GRID: &[[u8; 4]; 512] = &iq_tables::IQ3S_GRID;
+    /// `ksigns_iq2xs`: 7 stored sign bits to 8 sign bits with even parity.
+    pub const KSIGNS_IQ2XS: &[u8; 128] = &iq_tables::KSIGNS_IQ2XS;
+    /// `kvalues_iq4nl`: the 16 non-linear levels of IQ4_NL and IQ4_XS.
+    pub const KVALUES_IQ4NL: &[i8; 16] = &iq_tables::KVALUES_IQ4NL;
+    /// `kvalues_mxfp4`: E2M1 values times two, indexed by the 4-bit code.
+    pub const KVALUES_MXFP4: &[i8; 16] = &iq_tables::KVALUES_MXFP4;
+}
+
 /// How one stored tensor's bytes are laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StoredType {
