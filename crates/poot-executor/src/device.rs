@@ -1,0 +1,64 @@
+//! The thin per-backend device: memory, kernels, one eager launch, and record/replay.
+//! Everything else (planning, buffer binding, slot writes, state, faults bookkeeping) lives once
+//! in the generic engine.
+
+use poot_graph_plan::kernel::Kernel;
+
+use crate::error::DeviceError;
+use crate::limits::DeviceLimits;
+
+/// One kernel launch: a compiled kernel, its grid of workgroups and its buffer arguments in the
+/// kernel's parameter order.
+pub struct Launch<'a, D: Device + ?Sized> {
+    pub kernel: &'a D::Kernel,
+    /// Workgroups along x, y, z.
+    pub grid: [u32; 3],
+    pub args: &'a [&'a D::Buffer],
+}
+
+/// A backend. Implementations hold the context; every method that touches the device returns a
+/// typed error, and after a fault every later call is refused as poisoned without touching it.
+pub trait Device {
+    /// A device allocation. Its address never changes while it lives.
+    type Buffer;
+    /// A compiled kernel.
+    type Kernel;
+    /// A recorded sequence of launches, replayed as one unit (a CUDA graph, command buffers).
+    type Recording;
+
+    /// What the device can run: the planner plans against these.
+    fn limits(&self) -> &DeviceLimits;
+
+    fn alloc(&mut self, bytes: u64) -> Result<Self::Buffer, DeviceError>;
+
+    /// Copies host bytes into a buffer at a byte offset.
+    fn write(
+        &mut self,
+        dst: &Self::Buffer,
+        offset_bytes: u64,
+        src: &[u8],
+    ) -> Result<(), DeviceError>;
+
+    /// Copies buffer bytes to the host, waiting for prior work (bounded by the device's timeout).
+    fn read(
+        &mut self,
+        src: &Self::Buffer,
+        offset_bytes: u64,
+        dst: &mut [u8],
+    ) -> Result<(), DeviceError>;
+
+    /// Compiles a kernel description (rendering it for this backend; the device may cache).
+    fn compile(&mut self, kernel: &Kernel) -> Result<Self::Kernel, DeviceError>;
+
+    /// Launches one kernel now.
+    fn launch(&mut self, launch: &Launch<'_, Self>) -> Result<(), DeviceError>;
+
+    /// Records `launches` once, for replay.
+    fn record(&mut self, launches: &[Launch<'_, Self>]) -> Result<Self::Recording, DeviceError>;
+
+    /// Replays a recording.
+    fn replay(&mut self, recording: &Self::Recording) -> Result<(), DeviceError>;
+
+    /// Waits for all submitted work, raising any fault it produced.
+    fn synchronize(&mut self) -> Result<(), DeviceError>;
+}

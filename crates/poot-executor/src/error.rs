@@ -1,0 +1,95 @@
+//! Typed device failures.
+
+/// A device failure. Any variant but [`DeviceError::Compile`] and [`DeviceError::OutOfMemory`]
+/// poisons the device: every later call returns [`DeviceError::Poisoned`] without touching it.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum DeviceError {
+    /// No device of this backend could be opened (no driver, no adapter).
+    #[error("no {backend} device: {reason}")]
+    Unavailable {
+        backend: &'static str,
+        reason: String,
+    },
+    /// An allocation the device cannot satisfy.
+    #[error("out of device memory allocating {bytes} B")]
+    OutOfMemory { bytes: u64 },
+    /// A kernel failed to compile (a renderer or planner bug, with the compiler's log).
+    #[error("kernel `{kernel}` failed to compile: {log}")]
+    Compile { kernel: String, log: String },
+    /// A kernel check failed on the device (a trap, or a fault bit on SPIR-V targets).
+    #[error("kernel `{kernel}` faulted with code {code}")]
+    KernelFault { kernel: String, code: u32 },
+    /// The device was lost or reported an error (a sticky CUDA error, a lost wgpu device).
+    #[error("device lost: {reason}")]
+    Lost { reason: String },
+    /// A wait outlasted the configured timeout.
+    #[error("device wait exceeded {seconds} s")]
+    Timeout { seconds: u64 },
+    /// An earlier fault poisoned the device; nothing was submitted.
+    #[error("device is poisoned by an earlier fault: {first}")]
+    Poisoned { first: String },
+    /// A launch the device refused before submitting it (wrong buffer count, a grid over the
+    /// device's limits, a buffer of another device): an engine bug; nothing reached the device.
+    #[error("launch of `{kernel}` refused: {reason}")]
+    BadLaunch { kernel: String, reason: String },
+    /// A host-side copy out of a buffer's bounds (an engine bug).
+    #[error("copy of {len} B at offset {offset} exceeds a {size} B buffer")]
+    OutOfBounds { offset: u64, len: u64, size: u64 },
+}
+
+impl DeviceError {
+    /// Whether this error leaves the device unusable.
+    pub fn poisons(&self) -> bool {
+        !matches!(
+            self,
+            DeviceError::Compile { .. }
+                | DeviceError::OutOfMemory { .. }
+                | DeviceError::Unavailable { .. }
+        )
+    }
+}
+
+/// Why an executor call failed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ExecError {
+    /// The device failed (see [`DeviceError::poisons`]).
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// The planner refused the graph for this device.
+    #[error(transparent)]
+    Plan(#[from] poot_graph_plan::PlanError),
+    /// An earlier failure poisoned the engine; nothing was submitted.
+    #[error("the executor is poisoned by an earlier failure: {first}")]
+    Poisoned { first: String },
+    /// A step failed after it replayed; call `reset_state` before stepping again.
+    #[error("entry {entry} needs reset_state after a failed step")]
+    NeedsReset { entry: usize },
+    #[error("no executable {id}")]
+    UnknownExecutable { id: usize },
+    #[error("no entry {id}")]
+    UnknownEntry { id: usize },
+    /// A graph names a constant the executable's source does not provide.
+    #[error("constant `{name}` is not bound by the executable's weights")]
+    UnboundConst { name: String },
+    #[error("state `{name}` is not allocated")]
+    UnboundState { name: String },
+    /// Two entries of one executable declare one state with different sizes.
+    #[error("state `{name}` exists with {existing_bytes} B; an entry asks for {requested_bytes} B")]
+    StateShape {
+        name: String,
+        existing_bytes: u64,
+        requested_bytes: u64,
+    },
+    /// The step was not given a slot its entry reads.
+    #[error("slot `{slot}` is not bound")]
+    MissingSlot { slot: String },
+    #[error("slot `{slot}` needs {expected_bytes} B, got {got_bytes} B")]
+    SlotSize {
+        slot: String,
+        expected_bytes: u64,
+        got_bytes: u64,
+    },
+    /// An engine invariant failed (a bug), reported instead of panicking.
+    #[error("executor invariant failed: {what}")]
+    Internal { what: &'static str },
+}

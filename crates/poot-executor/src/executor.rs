@@ -1,0 +1,122 @@
+//! The object-safe executor contract the driver drives, on every backend alike.
+
+use std::borrow::Cow;
+
+use poot_graph_ir::{Graph, Slot};
+use poot_graph_plan::Target;
+
+use crate::error::ExecError;
+
+/// An executable: one model's weights on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ExecutableId(pub usize);
+
+/// One compiled step shape of an executable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EntryId(pub usize);
+
+/// A constant's data as the weight store holds it.
+pub enum ConstBytes<'a> {
+    /// Stored bytes: little-endian words, or packed blocks.
+    Stored(Cow<'a, [u8]>),
+    /// A computed f32 table.
+    F32(Cow<'a, [f32]>),
+}
+
+/// Where an executable's constants come from: every name a graph may bind, and its bytes as
+/// stored. The driver implements it over a model's weight map and the weight store.
+pub trait ConstSource: Send {
+    fn names(&self) -> Vec<String>;
+    fn bytes(&self, name: &str) -> Option<ConstBytes<'_>>;
+}
+
+/// The per-step inputs: each slot's contents as device words (little-endian).
+#[derive(Clone, Debug, Default)]
+pub struct StepInputs {
+    slots: Vec<(Slot, Vec<u8>)>,
+}
+
+impl StepInputs {
+    pub fn new() -> StepInputs {
+        StepInputs::default()
+    }
+
+    pub fn set(&mut self, slot: Slot, bytes: Vec<u8>) {
+        match self.slots.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, b)) => *b = bytes,
+            None => self.slots.push((slot, bytes)),
+        }
+    }
+
+    pub fn set_i32(&mut self, slot: Slot, values: &[i32]) {
+        self.set(slot, bytemuck::cast_slice(values).to_vec());
+    }
+
+    pub fn slot(&self, slot: &Slot) -> Option<&[u8]> {
+        self.slots
+            .iter()
+            .find(|(s, _)| s == slot)
+            .map(|(_, b)| b.as_slice())
+    }
+}
+
+/// The step's primary outputs, read back as device words.
+#[derive(Clone, Debug, Default)]
+pub struct StepOutputs {
+    pub values: Vec<Vec<u8>>,
+}
+
+impl StepOutputs {
+    /// Output `i` as f32 (an f32-word output).
+    pub fn f32(&self, i: usize) -> Option<Vec<f32>> {
+        self.values.get(i).map(|b| {
+            b.chunks_exact(4)
+                .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                .collect()
+        })
+    }
+
+    /// Output `i` as i32 (an i32-word output).
+    pub fn i32(&self, i: usize) -> Option<Vec<i32>> {
+        self.values.get(i).map(|b| {
+            b.chunks_exact(4)
+                .map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                .collect()
+        })
+    }
+}
+
+/// What an executor has done, for benchmarks and tests (bytes crossing the bus, dispatches).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ExecStats {
+    pub steps: u64,
+    pub weight_bytes: u64,
+    pub state_bytes: u64,
+    pub scratch_bytes: u64,
+    /// Dispatches each entry replays per step, in entry order.
+    pub dispatches_per_step: Vec<usize>,
+    /// Bytes the last step read back to the host.
+    pub last_read_bytes: u64,
+}
+
+/// The backend-neutral contract: the driver above it never branches on a backend.
+pub trait Executor {
+    /// The target entries are planned for.
+    fn target(&self) -> &Target;
+    /// Uploads a model's constants once, as one executable.
+    fn load_weights(&mut self, source: Box<dyn ConstSource>) -> Result<ExecutableId, ExecError>;
+    /// Plans, compiles and records one step shape of an executable.
+    fn add_entry(&mut self, executable: ExecutableId, graph: &Graph) -> Result<EntryId, ExecError>;
+    /// Writes the slots, replays the entry, and reads its outputs back.
+    fn step(
+        &mut self,
+        entry: EntryId,
+        inputs: &StepInputs,
+        outputs: &mut StepOutputs,
+    ) -> Result<(), ExecError>;
+    /// Zeroes the carried state of the entry's executable and clears a failed step's mark.
+    fn reset_state(&mut self, entry: EntryId) -> Result<(), ExecError>;
+    fn remove_entry(&mut self, entry: EntryId);
+    fn stats(&self) -> &ExecStats;
+    fn unload(&mut self, executable: ExecutableId);
+}

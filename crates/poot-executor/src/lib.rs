@@ -1,0 +1,18 @@
+//! The executor contract: one generic [`Engine`] over a thin per-backend [`Device`], behind the
+//! object-safe [`Executor`] the driver drives.
+
+mod device;
+mod engine;
+mod error;
+mod executor;
+mod limits;
+#[cfg(feature = "suite")]
+pub mod suite;
+
+pub use device::{Device, Launch};
+pub use engine::Engine;
+pub use error::{DeviceError, ExecError};
+pub use executor::{
+    ConstBytes, ConstSource, EntryId, ExecStats, ExecutableId, Executor, StepInputs, StepOutputs,
+};
+pub use limits::DeviceLimits;

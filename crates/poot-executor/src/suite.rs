@@ -1,0 +1,778 @@
+//! The shared device suite: graphs run on an executor and compared with the CPU oracle, written
+//! once for every backend. A device crate runs it with one call to [`run`].
+//!
+//! Each case states its tolerance: integer, boolean and movement results must match bit for bit;
+//! float results within a relative bound (of the largest reference magnitude) that covers the
+//! reassociation the device's reductions do. A non-finite device value where the oracle is
+//! finite fails at any tolerance.
+
+use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
+use poot_graph_ir::ops::{self, AttentionOptions, RmsNormOptions, RopeStyle};
+use poot_graph_ir::{
+    BinaryOp, Builder, CompareOp, DType, GgmlType, Graph, Outputs, ReduceOp, Slot, TensorType,
+    TraceLimits, Traced, UnaryOp,
+};
+
+use crate::executor::{ConstBytes, ConstSource, Executor, StepInputs, StepOutputs};
+
+/// How closely a case's outputs must match the oracle.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Tolerance {
+    Exact,
+    /// Largest |device - oracle| over the largest |oracle|.
+    Relative(f32),
+}
+
+/// One graph with its inputs.
+pub struct Case {
+    pub name: String,
+    pub graph: Graph,
+    pub consts: Vec<(String, HostTensor<'static>)>,
+    pub slots: Vec<(Slot, HostTensor<'static>)>,
+    pub tolerance: Tolerance,
+}
+
+/// The result of one case.
+#[derive(Debug)]
+pub struct Outcome {
+    pub name: String,
+    pub passed: bool,
+    pub detail: String,
+}
+
+struct Consts(Vec<(String, Vec<u8>)>);
+
+impl ConstSource for Consts {
+    fn names(&self) -> Vec<String> {
+        self.0.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    fn bytes(&self, name: &str) -> Option<ConstBytes<'_>> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| ConstBytes::Stored(b.as_slice().into()))
+    }
+}
+
+/// Device words of a dense host tensor (bool and u8 widen to u32 words).
+fn device_bytes(t: &HostTensor<'_>) -> Vec<u8> {
+    match t.dtype() {
+        DType::Bool => t
+            .as_bool()
+            .map(|v| v.iter().flat_map(|&b| u32::from(b).to_le_bytes()).collect())
+            .unwrap_or_default(),
+        DType::U8 => t
+            .as_u8()
+            .map(|v| v.iter().flat_map(|&b| u32::from(b).to_le_bytes()).collect())
+            .unwrap_or_default(),
+        _ => t.to_le_bytes(),
+    }
+}
+
+/// Runs one case: the oracle, then the executor, then the comparison.
+pub fn run_case(exec: &mut dyn Executor, case: &Case) -> Outcome {
+    let outcome = |passed: bool, detail: String| Outcome {
+        name: case.name.clone(),
+        passed,
+        detail,
+    };
+    let mut inputs = Inputs::new();
+    for (n, t) in &case.consts {
+        inputs.set_const(n.clone(), t.view());
+    }
+    for (s, t) in &case.slots {
+        inputs.set_slot(s.clone(), t.view());
+    }
+    let oracle = match eval(&case.graph, &inputs, EvalOptions::default()) {
+        Ok(o) => o,
+        Err(e) => return outcome(false, format!("oracle: {e}")),
+    };
+    let consts = Consts(
+        case.consts
+            .iter()
+            .map(|(n, t)| (n.clone(), t.to_le_bytes()))
+            .collect(),
+    );
+    let exe = match exec.load_weights(Box::new(consts)) {
+        Ok(e) => e,
+        Err(e) => return outcome(false, format!("load_weights: {e}")),
+    };
+    let run = (|| {
+        let entry = exec
+            .add_entry(exe, &case.graph)
+            .map_err(|e| format!("add_entry: {e}"))?;
+        let mut step_inputs = StepInputs::new();
+        for (s, t) in &case.slots {
+            step_inputs.set(s.clone(), device_bytes(t));
+        }
+        let mut out = StepOutputs::default();
+        exec.step(entry, &step_inputs, &mut out)
+            .map_err(|e| format!("step: {e}"))?;
+        exec.remove_entry(entry);
+        Ok(out)
+    })();
+    exec.unload(exe);
+    let out = match run {
+        Ok(o) => o,
+        Err(e) => return outcome(false, e),
+    };
+    for (i, want) in oracle.outputs.iter().enumerate() {
+        let got = match out.values.get(i) {
+            Some(g) => g,
+            None => return outcome(false, format!("output {i} missing")),
+        };
+        if let Err(why) = compare(want, got, case.tolerance) {
+            return outcome(false, format!("output {i}: {why}"));
+        }
+    }
+    outcome(true, String::new())
+}
+
+fn words(bytes: &[u8]) -> impl Iterator<Item = [u8; 4]> + '_ {
+    bytes.chunks_exact(4).map(|w| [w[0], w[1], w[2], w[3]])
+}
+
+fn compare(want: &HostTensor<'_>, got: &[u8], tol: Tolerance) -> Result<(), String> {
+    match want.dtype() {
+        DType::F32 | DType::F16 | DType::BF16 => {
+            let want = want.to_f32_vec().map_err(|e| e.to_string())?;
+            let got: Vec<f32> = words(got).map(f32::from_le_bytes).collect();
+            if got.len() != want.len() {
+                return Err(format!("{} values, expected {}", got.len(), want.len()));
+            }
+            let scale = want
+                .iter()
+                .fold(0f32, |m, x| if x.is_finite() { m.max(x.abs()) } else { m })
+                .max(1e-30);
+            let mut worst = (0f32, 0usize);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                if w.is_finite() != g.is_finite() || (w.is_nan() != g.is_nan()) {
+                    return Err(format!("element {i}: device {g}, oracle {w}"));
+                }
+                if !w.is_finite() {
+                    if g.to_bits() != w.to_bits() && !(g.is_nan() && w.is_nan()) {
+                        return Err(format!("element {i}: device {g}, oracle {w}"));
+                    }
+                    continue;
+                }
+                let err = match tol {
+                    Tolerance::Exact => {
+                        if g.to_bits() != w.to_bits() && !(*g == 0.0 && *w == 0.0) {
+                            return Err(format!(
+                                "element {i}: device {g:e}, oracle {w:e} (exact required)"
+                            ));
+                        }
+                        0.0
+                    }
+                    Tolerance::Relative(_) => (g - w).abs() / scale,
+                };
+                if err > worst.0 {
+                    worst = (err, i);
+                }
+            }
+            if let Tolerance::Relative(t) = tol
+                && worst.0 > t
+            {
+                return Err(format!(
+                    "relative error {:e} at element {} (tolerance {t:e})",
+                    worst.0, worst.1
+                ));
+            }
+            Ok(())
+        }
+        DType::I32 => {
+            let want = want.as_i32().map_err(|e| e.to_string())?;
+            let got: Vec<i32> = words(got).map(i32::from_le_bytes).collect();
+            if got != want {
+                Err(format!("device {:?}, oracle {:?}", head(&got), head(want)))
+            } else {
+                Ok(())
+            }
+        }
+        DType::U32 => {
+            let want = want.as_u32().map_err(|e| e.to_string())?;
+            let got: Vec<u32> = words(got).map(u32::from_le_bytes).collect();
+            if got != want {
+                Err(format!("device {:?}, oracle {:?}", head(&got), head(want)))
+            } else {
+                Ok(())
+            }
+        }
+        DType::Bool | DType::U8 => {
+            let want: Vec<u32> = match want.dtype() {
+                DType::Bool => want
+                    .as_bool()
+                    .map_err(|e| e.to_string())?
+                    .iter()
+                    .map(|&b| u32::from(b))
+                    .collect(),
+                _ => want
+                    .as_u8()
+                    .map_err(|e| e.to_string())?
+                    .iter()
+                    .map(|&b| u32::from(b))
+                    .collect(),
+            };
+            let got: Vec<u32> = words(got).map(u32::from_le_bytes).collect();
+            if got != want {
+                Err(format!("device {:?}, oracle {:?}", head(&got), head(&want)))
+            } else {
+                Ok(())
+            }
+        }
+        DType::Packed(_) => Err("packed outputs are not comparable".to_string()),
+    }
+}
+
+fn head<T: Clone>(v: &[T]) -> Vec<T> {
+    v.iter().take(8).cloned().collect()
+}
+
+/// A deterministic generator for case data.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 11
+    }
+
+    /// Uniform in [-1, 1).
+    fn f32(&mut self) -> f32 {
+        (self.next() as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Builds a case graph: `body` declares inputs through the case builder and returns outputs.
+struct CaseBuilder {
+    b: Builder,
+    rng: Rng,
+    consts: Vec<(String, HostTensor<'static>)>,
+    slots: Vec<(Slot, HostTensor<'static>)>,
+}
+
+impl CaseBuilder {
+    fn new(seed: u64) -> CaseBuilder {
+        CaseBuilder {
+            b: Builder::new(TraceLimits::standard(4096)),
+            rng: Rng(seed),
+            consts: Vec::new(),
+            slots: Vec::new(),
+        }
+    }
+
+    fn f32(&mut self, name: &str, dims: &[usize]) -> Traced {
+        let n: usize = dims.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| self.rng.f32()).collect();
+        self.consts.push((
+            name.to_string(),
+            HostTensor::f32(dims.to_vec(), v).expect("sized"),
+        ));
+        self.b
+            .constant(name, TensorType::new(DType::F32, dims.to_vec()))
+            .expect("fresh name")
+    }
+
+    fn positive(&mut self, name: &str, dims: &[usize]) -> Traced {
+        let n: usize = dims.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| self.rng.f32().abs() + 0.25).collect();
+        self.consts.push((
+            name.to_string(),
+            HostTensor::f32(dims.to_vec(), v).expect("sized"),
+        ));
+        self.b
+            .constant(name, TensorType::new(DType::F32, dims.to_vec()))
+            .expect("fresh name")
+    }
+
+    fn half(&mut self, name: &str, dims: &[usize], dtype: DType) -> Traced {
+        let n: usize = dims.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| self.rng.f32()).collect();
+        let t = match dtype {
+            DType::F16 => HostTensor::f16(
+                dims.to_vec(),
+                v.iter()
+                    .map(|&x| half::f16::from_f32(x))
+                    .collect::<Vec<_>>(),
+            ),
+            _ => HostTensor::bf16(
+                dims.to_vec(),
+                v.iter()
+                    .map(|&x| half::bf16::from_f32(x))
+                    .collect::<Vec<_>>(),
+            ),
+        };
+        self.consts.push((name.to_string(), t.expect("sized")));
+        self.b
+            .constant(name, TensorType::new(dtype, dims.to_vec()))
+            .expect("fresh name")
+    }
+
+    fn i32(&mut self, name: &str, dims: &[usize], below: i32) -> Traced {
+        let n: usize = dims.iter().product();
+        let v: Vec<i32> = (0..n)
+            .map(|_| self.rng.below(below as u64) as i32)
+            .collect();
+        self.consts.push((
+            name.to_string(),
+            HostTensor::i32(dims.to_vec(), v).expect("sized"),
+        ));
+        self.b
+            .constant(name, TensorType::new(DType::I32, dims.to_vec()))
+            .expect("fresh name")
+    }
+
+    fn slot_i32(&mut self, slot: Slot, values: Vec<i32>, dims: &[usize]) -> Traced {
+        self.slots.push((
+            slot.clone(),
+            HostTensor::i32(dims.to_vec(), values).expect("sized"),
+        ));
+        self.b
+            .slot(slot, TensorType::new(DType::I32, dims.to_vec()))
+            .expect("fresh slot")
+    }
+
+    /// Random valid blocks of a ggml block format (f16 scales set to small finite values).
+    fn packed(&mut self, name: &str, format: GgmlType, rows: usize, k: usize) -> Traced {
+        let bytes_per_block = format.block_bytes();
+        let n_blocks = rows * k / format.block_elems();
+        let mut bytes = vec![0u8; n_blocks * bytes_per_block];
+        for b in bytes.iter_mut() {
+            *b = self.rng.next() as u8;
+        }
+        // Every f16 in the formats used here sits at the start of the block (d, then dmin).
+        let f16_fields = match format {
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => 2,
+            _ => 1,
+        };
+        let f16_at = |f: GgmlType| match f {
+            GgmlType::Q2_K => 80,
+            GgmlType::Q3_K => 108,
+            GgmlType::Q6_K => 208,
+            _ => 0,
+        };
+        for blk in 0..n_blocks {
+            for j in 0..f16_fields {
+                let at = blk * bytes_per_block + f16_at(format) + 2 * j;
+                let v = half::f16::from_f32(self.rng.f32() * 0.05).to_le_bytes();
+                bytes[at] = v[0];
+                bytes[at + 1] = v[1];
+            }
+        }
+        let t = HostTensor::packed(format, vec![rows, k], bytes).expect("sized");
+        self.consts.push((name.to_string(), t));
+        self.b
+            .constant(name, TensorType::new(DType::Packed(format), vec![rows, k]))
+            .expect("fresh name")
+    }
+
+    fn finish(self, name: &str, outputs: Outputs, tolerance: Tolerance) -> Case {
+        let graph = self
+            .b
+            .finish(outputs)
+            .expect("suite graphs are well formed");
+        Case {
+            name: name.to_string(),
+            graph,
+            consts: self.consts,
+            slots: self.slots,
+            tolerance,
+        }
+    }
+}
+
+/// Float math through the device's libm: a few ulps.
+const MATH: Tolerance = Tolerance::Relative(1e-5);
+/// Reductions and contractions reassociate sums.
+const SUMS: Tolerance = Tolerance::Relative(1e-4);
+
+fn unary_case(op: UnaryOp) -> Case {
+    let mut c = CaseBuilder::new(op as u64 + 1);
+    let x = match op {
+        UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip => c.positive("x", &[3, 37]),
+        _ => c.f32("x", &[3, 37]),
+    };
+    let x = if op == UnaryOp::Not {
+        c.b.compare(
+            CompareOp::Gt,
+            x,
+            c.b.broadcast(c.b.lit_f32(0.0).expect("lit"), [3, 37])
+                .expect("b"),
+        )
+        .expect("cmp")
+    } else {
+        x
+    };
+    let y = c.b.unary(op, x).expect("typed");
+    let exact = matches!(
+        op,
+        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Not
+    );
+    c.finish(
+        &format!("unary {}", op.name()),
+        Outputs::new(y),
+        if exact { Tolerance::Exact } else { MATH },
+    )
+}
+
+fn binary_case(op: BinaryOp) -> Case {
+    let mut c = CaseBuilder::new(100 + op as u64);
+    let (x, y, tol) = match op {
+        BinaryOp::Rem
+        | BinaryOp::Shl
+        | BinaryOp::Shr
+        | BinaryOp::And
+        | BinaryOp::Or
+        | BinaryOp::Xor => (
+            c.i32("x", &[4, 33], 1000),
+            c.i32("y", &[4, 33], 31),
+            Tolerance::Exact,
+        ),
+        BinaryOp::Pow => (c.positive("x", &[4, 33]), c.f32("y", &[4, 33]), MATH),
+        _ => (
+            c.f32("x", &[4, 33]),
+            c.positive("y", &[4, 33]),
+            Tolerance::Exact,
+        ),
+    };
+    let (x, y) = if op == BinaryOp::Rem {
+        (
+            x,
+            c.b.add(
+                y,
+                c.b.broadcast(c.b.lit_i32(1).expect("l"), [4, 33])
+                    .expect("b"),
+            )
+            .expect("+"),
+        )
+    } else {
+        (x, y)
+    };
+    let z = c.b.binary(op, x, y).expect("typed");
+    c.finish(&format!("binary {}", op.name()), Outputs::new(z), tol)
+}
+
+fn composite_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+
+    let mut c = CaseBuilder::new(7);
+    let x = c.f32("x", &[2, 5, 64]);
+    let w = c.half("w", &[64], DType::BF16);
+    let y = ops::rmsnorm_with(
+        &c.b,
+        x,
+        w,
+        RmsNormOptions {
+            eps: 1e-6,
+            weight_offset: 1.0,
+        },
+    )
+    .expect("rmsnorm");
+    cases.push(c.finish("rmsnorm (bf16 scale, offset)", Outputs::new(y), SUMS));
+
+    let mut c = CaseBuilder::new(8);
+    let x = c.f32("x", &[3, 48]);
+    let g = c.f32("g", &[48]);
+    let bb = c.f32("bias", &[48]);
+    let y = ops::layernorm(&c.b, x, g, bb, 1e-5).expect("layernorm");
+    cases.push(c.finish("layernorm", Outputs::new(y), SUMS));
+
+    let mut c = CaseBuilder::new(9);
+    let x = c.f32("x", &[4, 7, 50]);
+    let y = ops::softmax(&c.b, x, 2).expect("softmax");
+    cases.push(c.finish("softmax", Outputs::new(y), SUMS));
+
+    for (i, style) in [RopeStyle::HalfSplit, RopeStyle::Interleaved]
+        .into_iter()
+        .enumerate()
+    {
+        let mut c = CaseBuilder::new(10 + i as u64);
+        let x = c.f32("x", &[1, 3, 4, 16]);
+        let cos = c.f32("cos", &[32, 6]);
+        let sin = c.f32("sin", &[32, 6]);
+        let pos = c.slot_i32(Slot::Pos, vec![5, 6, 7, 31], &[1, 4]);
+        let y = ops::rope(&c.b, x, cos, sin, pos, style).expect("rope");
+        cases.push(c.finish(
+            &format!("rope {style:?} (partial rotary)"),
+            Outputs::new(y),
+            MATH,
+        ));
+    }
+
+    let mut c = CaseBuilder::new(12);
+    let q = c.f32("q", &[1, 4, 3, 16]);
+    let k = c.f32("k", &[1, 2, 10, 16]);
+    let v = c.f32("v", &[1, 2, 10, 16]);
+    let pos = c.slot_i32(Slot::Pos, vec![4, 5, 6], &[1, 3]);
+    let mask = ops::causal_mask(&c.b, pos, 10, Some(4)).expect("mask");
+    let o = ops::attention_masked(
+        &c.b,
+        q,
+        k,
+        v,
+        mask,
+        AttentionOptions {
+            n_rep: 2,
+            scale: 0.25,
+            softcap: Some(30.0),
+        },
+    )
+    .expect("attention");
+    cases.push(c.finish("attention (GQA, window, softcap)", Outputs::new(o), SUMS));
+
+    let mut c = CaseBuilder::new(13);
+    let g = c.f32("g", &[3, 40]);
+    let u = c.f32("u", &[3, 40]);
+    let s = ops::swiglu(&c.b, g, u).expect("swiglu");
+    let e = ops::gelu_erf(&c.b, g).expect("gelu");
+    let t = ops::gelu_tanh(&c.b, u).expect("gelu");
+    cases.push(c.finish(
+        "swiglu, gelu_erf, gelu_tanh",
+        Outputs::new(s).and(e).and(t),
+        MATH,
+    ));
+    cases
+}
+
+fn movement_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut c = CaseBuilder::new(20);
+    let x = c.f32("x", &[2, 3, 4]);
+    let t = c.b.transpose(x, vec![2, 0, 1]).expect("t");
+    let r = c.b.reshape(t, [4, 6]).expect("r");
+    let s = c.b.slice(r, vec![1, 2], vec![3, 6]).expect("s");
+    let bcast =
+        c.b.broadcast(c.b.reshape(x, [1, 2, 12]).expect("r"), [3, 2, 12])
+            .expect("b");
+    let cat = c.b.concat(&[s, s, s], 1).expect("cat");
+    cases.push(c.finish(
+        "transpose, reshape, slice, broadcast, concat",
+        Outputs::new(cat).and(bcast),
+        Tolerance::Exact,
+    ));
+
+    let mut c = CaseBuilder::new(21);
+    let table = c.f32("table", &[50, 8]);
+    let ids = c.slot_i32(Slot::Token, vec![3, 49, 0, 17, 3], &[1, 5]);
+    let rows = c.b.gather(table, ids, 0).expect("gather");
+    let data = c.f32("data", &[4, 9]);
+    let idx = c.i32("idx", &[4, 3], 9);
+    let along = c.b.take_along(data, idx, 1).expect("take");
+    cases.push(c.finish(
+        "gather rows, take_along",
+        Outputs::new(rows).and(along),
+        Tolerance::Exact,
+    ));
+
+    let mut c = CaseBuilder::new(22);
+    let cache = c.f32("cache", &[1, 2, 12, 4]);
+    let new = c.f32("new", &[1, 2, 3, 4]);
+    let pos = c.slot_i32(Slot::Pos, vec![7], &[]);
+    let zero = c.b.lit_i32(0).expect("0");
+    let upd =
+        c.b.dynamic_update_slice(cache, new, &[zero, zero, pos, zero])
+            .expect("dus");
+    let win =
+        c.b.dynamic_slice(upd, &[zero, zero, pos, zero], vec![1, 2, 4, 4])
+            .expect("ds");
+    cases.push(c.finish(
+        "dynamic update slice, dynamic slice",
+        Outputs::new(upd).and(win),
+        Tolerance::Exact,
+    ));
+
+    let mut c = CaseBuilder::new(23);
+    let op = c.f32("op", &[3, 10]);
+    let upd = c.f32("upd", &[3, 4]);
+    let at = c.slot_i32(Slot::WriteMap, vec![9, 0, 4, 2], &[4]);
+    let s = c.b.scatter_update(op, at, upd, 1).expect("scatter");
+    cases.push(c.finish("scatter update", Outputs::new(s), Tolerance::Exact));
+
+    let mut c = CaseBuilder::new(24);
+    let x = c.f32("x", &[3, 4]);
+    let i = c.b.iota([3, 4], 1, DType::I32).expect("iota");
+    let y = c.b.cast(x, DType::I32).expect("cast");
+    let h = c.b.cast(x, DType::BF16).expect("cast");
+    let back = c.b.cast(h, DType::F32).expect("cast");
+    let gt =
+        c.b.compare(
+            CompareOp::Gt,
+            x,
+            c.b.broadcast(c.b.lit_f32(0.0).expect("l"), [3, 4])
+                .expect("b"),
+        )
+        .expect("cmp");
+    let sel = c.b.select(gt, x, c.b.neg(x).expect("neg")).expect("sel");
+    cases.push(c.finish(
+        "iota, casts, compare, select",
+        Outputs::new(i).and(y).and(back).and(sel).and(gt),
+        Tolerance::Exact,
+    ));
+    cases
+}
+
+fn reduction_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (i, op) in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min]
+        .into_iter()
+        .enumerate()
+    {
+        let mut c = CaseBuilder::new(30 + i as u64);
+        let x = c.f32("x", &[3, 300, 5]);
+        let a = c.b.reduce(op, x, 1).expect("reduce");
+        let z = c.b.reduce(op, x, 2).expect("reduce");
+        let tol = if op == ReduceOp::Sum {
+            SUMS
+        } else {
+            Tolerance::Exact
+        };
+        cases.push(c.finish(
+            &format!("{} over a long and a short axis", op.name()),
+            Outputs::new(a).and(z),
+            tol,
+        ));
+    }
+    let mut c = CaseBuilder::new(33);
+    let x = c.f32("x", &[4, 77]);
+    let am = c.b.argmax(x, 1).expect("argmax");
+    let top = c.b.arg_top_k(x, 5).expect("topk");
+    cases.push(c.finish(
+        "argmax, arg_top_k",
+        Outputs::new(am).and(top),
+        Tolerance::Exact,
+    ));
+    cases
+}
+
+fn contraction_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut c = CaseBuilder::new(40);
+    let x = c.f32("x", &[2, 3, 70]);
+    let w = c.f32("w", &[70, 9]);
+    let y = c.b.matmul(x, w, false).expect("mm");
+    let wt = c.f32("wt", &[9, 70]);
+    let yt = c.b.matmul(x, wt, true).expect("mm");
+    let a = c.f32("a", &[2, 5, 6]);
+    let bm = c.f32("bm", &[2, 6, 4]);
+    let batched = c.b.matmul(a, bm, false).expect("mm");
+    cases.push(c.finish(
+        "matmul f32 (plain, transposed, batched)",
+        Outputs::new(y).and(yt).and(batched),
+        SUMS,
+    ));
+    for (i, dtype) in [DType::F16, DType::BF16].into_iter().enumerate() {
+        let mut c = CaseBuilder::new(41 + i as u64);
+        let x = c.f32("x", &[3, 64]);
+        let w = c.half("w", &[10, 64], dtype);
+        let y = ops::linear(&c.b, x, w, None).expect("linear");
+        cases.push(c.finish(
+            &format!("linear with {dtype} weights"),
+            Outputs::new(y),
+            SUMS,
+        ));
+    }
+    for (i, format) in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = CaseBuilder::new(50 + i as u64);
+        let k = if format.block_elems() == 256 { 512 } else { 96 };
+        let x = c.f32("x", &[2, k]);
+        let w = c.packed("w", format, 6, k);
+        let y = ops::linear(&c.b, x, w, None).expect("linear");
+        let ids = c.slot_i32(Slot::Token, vec![5, 0, 2], &[3]);
+        let rows = c.b.gather(w, ids, 0).expect("gather");
+        cases.push(c.finish(
+            &format!("{} weights: linear and row gather", format.name()),
+            Outputs::new(y).and(rows),
+            SUMS,
+        ));
+    }
+    let mut c = CaseBuilder::new(60);
+    let x = c.f32("x", &[5, 32]);
+    let experts = c.f32("experts", &[4, 6, 32]);
+    let ids = c.i32("ids", &[5], 4);
+    let y = c.b.indexed_matmul(x, experts, ids).expect("imm");
+    cases.push(c.finish("indexed matmul (per-row expert)", Outputs::new(y), SUMS));
+    cases
+}
+
+/// Every case of the suite.
+pub fn cases() -> Vec<Case> {
+    let mut all = Vec::new();
+    for op in [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Recip,
+        UnaryOp::Tanh,
+        UnaryOp::Erf,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Not,
+    ] {
+        all.push(unary_case(op));
+    }
+    for op in [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Rem,
+        BinaryOp::Max,
+        BinaryOp::Min,
+        BinaryOp::Pow,
+        BinaryOp::And,
+        BinaryOp::Or,
+        BinaryOp::Xor,
+        BinaryOp::Shl,
+        BinaryOp::Shr,
+    ] {
+        all.push(binary_case(op));
+    }
+    all.extend(movement_cases());
+    all.extend(reduction_cases());
+    all.extend(contraction_cases());
+    all.extend(composite_cases());
+    all
+}
+
+/// Runs every case, printing one line each, and returns the outcomes.
+pub fn run(exec: &mut dyn Executor) -> Vec<Outcome> {
+    let mut outcomes = Vec::new();
+    for case in cases() {
+        let o = run_case(exec, &case);
+        println!(
+            "{} {}{}",
+            if o.passed { "PASS" } else { "FAIL" },
+            o.name,
+            if o.detail.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", o.detail)
+            }
+        );
+        outcomes.push(o);
+    }
+    outcomes
+}

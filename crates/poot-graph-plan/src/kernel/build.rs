@@ -1,0 +1,391 @@
+//! Writing kernels in Rust: a builder that hands out parameters, shared arrays and variables and
+//! collects statements, and operators on [`Expr`] so a template reads like the math it does.
+
+use std::ops;
+
+use super::ir::{
+    Access, BinOp, Builtin, CmpOp, Expr, Half, Kernel, Param, ParamId, Shared, SharedId, Stmt, Ty,
+    UnOp, Var, Word,
+};
+
+/// A block opened with `begin_*` and not yet closed.
+enum Open {
+    For {
+        var: Var,
+        start: Expr,
+        end: Expr,
+        step: Expr,
+    },
+    If {
+        cond: Expr,
+    },
+    Else {
+        cond: Expr,
+        then: Vec<Stmt>,
+    },
+}
+
+/// Builds one [`Kernel`].
+pub struct KernelBuilder {
+    name: String,
+    workgroup: u32,
+    params: Vec<Param>,
+    shared: Vec<Shared>,
+    vars: Vec<Ty>,
+    blocks: Vec<Vec<Stmt>>,
+    open: Vec<Open>,
+}
+
+impl KernelBuilder {
+    pub fn new(name: impl Into<String>, workgroup: u32) -> KernelBuilder {
+        KernelBuilder {
+            name: name.into(),
+            workgroup,
+            params: Vec::new(),
+            shared: Vec::new(),
+            vars: Vec::new(),
+            blocks: vec![Vec::new()],
+            open: Vec::new(),
+        }
+    }
+
+    pub fn workgroup(&self) -> u32 {
+        self.workgroup
+    }
+
+    /// Adds a buffer parameter.
+    pub fn param(&mut self, name: impl Into<String>, word: Word, access: Access) -> ParamId {
+        self.params.push(Param {
+            name: name.into(),
+            word,
+            access,
+        });
+        ParamId(self.params.len() as u32 - 1)
+    }
+
+    /// Makes a parameter writable (a buffer first bound for reading, then written in place).
+    pub fn make_writable(&mut self, p: ParamId) {
+        if let Some(param) = self.params.get_mut(p.0 as usize) {
+            param.access = Access::ReadWrite;
+        }
+    }
+
+    /// Adds a workgroup-shared array of `len` elements.
+    pub fn shared(&mut self, name: impl Into<String>, ty: Ty, len: u32) -> SharedId {
+        self.shared.push(Shared {
+            name: name.into(),
+            ty,
+            len,
+        });
+        SharedId(self.shared.len() as u32 - 1)
+    }
+
+    fn push(&mut self, s: Stmt) {
+        if let Some(block) = self.blocks.last_mut() {
+            block.push(s);
+        }
+    }
+
+    /// The element type of a shared array.
+    pub fn shared_ty(&self, a: SharedId) -> Ty {
+        self.shared
+            .get(a.0 as usize)
+            .map(|s| s.ty)
+            .unwrap_or(Ty::U32)
+    }
+
+    /// Declares a variable holding `value` and returns it as an expression.
+    pub fn let_(&mut self, ty: Ty, value: Expr) -> Expr {
+        let var = Var(self.vars.len() as u32);
+        self.vars.push(ty);
+        self.push(Stmt::Let { var, ty, value });
+        Expr::Var(var)
+    }
+
+    /// Declares a mutable variable and returns its handle (read it with `Expr::Var`).
+    pub fn var(&mut self, ty: Ty, init: Expr) -> Var {
+        let var = Var(self.vars.len() as u32);
+        self.vars.push(ty);
+        self.push(Stmt::Let {
+            var,
+            ty,
+            value: init,
+        });
+        var
+    }
+
+    pub fn set(&mut self, var: Var, value: Expr) {
+        self.push(Stmt::Set { var, value });
+    }
+
+    pub fn store(&mut self, buf: ParamId, index: Expr, value: Expr) {
+        self.push(Stmt::Store { buf, index, value });
+    }
+
+    pub fn store_shared(&mut self, arr: SharedId, index: Expr, value: Expr) {
+        self.push(Stmt::StoreShared { arr, index, value });
+    }
+
+    pub fn barrier(&mut self) {
+        self.push(Stmt::Barrier);
+    }
+
+    pub fn fault(&mut self, code: u32) {
+        self.push(Stmt::Fault { code });
+    }
+
+    /// `if cond { then }`.
+    pub fn if_(&mut self, cond: Expr, then: impl FnOnce(&mut KernelBuilder)) {
+        self.if_else(cond, then, |_| {});
+    }
+
+    /// `if cond { then } else { otherwise }`.
+    pub fn if_else(
+        &mut self,
+        cond: Expr,
+        then: impl FnOnce(&mut KernelBuilder),
+        otherwise: impl FnOnce(&mut KernelBuilder),
+    ) {
+        self.blocks.push(Vec::new());
+        then(self);
+        let then = self.blocks.pop().unwrap_or_default();
+        self.blocks.push(Vec::new());
+        otherwise(self);
+        let otherwise = self.blocks.pop().unwrap_or_default();
+        self.push(Stmt::If {
+            cond,
+            then,
+            otherwise,
+        });
+    }
+
+    /// `for i in (start..end).step_by(step) { body(i) }` over u32.
+    pub fn for_(
+        &mut self,
+        start: Expr,
+        end: Expr,
+        step: Expr,
+        body: impl FnOnce(&mut KernelBuilder, Expr),
+    ) {
+        let var = Var(self.vars.len() as u32);
+        self.vars.push(Ty::U32);
+        self.blocks.push(Vec::new());
+        body(self, Expr::Var(var));
+        let block = self.blocks.pop().unwrap_or_default();
+        self.push(Stmt::For {
+            var,
+            start,
+            end,
+            step,
+            body: block,
+        });
+    }
+
+    /// Opens `for i in (start..end).step_by(step)` and returns `i`; close it with
+    /// [`KernelBuilder::end`]. For emitters that interleave other fallible work with building.
+    pub fn begin_for(&mut self, start: Expr, end: Expr, step: Expr) -> Expr {
+        let var = Var(self.vars.len() as u32);
+        self.vars.push(Ty::U32);
+        self.open.push(Open::For {
+            var,
+            start,
+            end,
+            step,
+        });
+        self.blocks.push(Vec::new());
+        Expr::Var(var)
+    }
+
+    /// Opens `if cond {`; close it with [`KernelBuilder::end`], or switch to the else branch
+    /// with [`KernelBuilder::otherwise`] first.
+    pub fn begin_if(&mut self, cond: Expr) {
+        self.open.push(Open::If { cond });
+        self.blocks.push(Vec::new());
+    }
+
+    /// Switches an open `if` to its else branch.
+    pub fn otherwise(&mut self) {
+        if let Some(Open::If { cond }) = self.open.pop() {
+            let then = self.blocks.pop().unwrap_or_default();
+            self.open.push(Open::Else { cond, then });
+            self.blocks.push(Vec::new());
+        }
+    }
+
+    /// Closes the innermost open block.
+    pub fn end(&mut self) {
+        let body = self.blocks.pop().unwrap_or_default();
+        let stmt = match self.open.pop() {
+            Some(Open::For {
+                var,
+                start,
+                end,
+                step,
+            }) => Stmt::For {
+                var,
+                start,
+                end,
+                step,
+                body,
+            },
+            Some(Open::If { cond }) => Stmt::If {
+                cond,
+                then: body,
+                otherwise: Vec::new(),
+            },
+            Some(Open::Else { cond, then }) => Stmt::If {
+                cond,
+                then,
+                otherwise: body,
+            },
+            None => {
+                self.blocks.push(body);
+                return;
+            }
+        };
+        self.push(stmt);
+    }
+
+    pub fn finish(mut self) -> Kernel {
+        while !self.open.is_empty() {
+            self.end();
+        }
+        let body = self.blocks.pop().unwrap_or_default();
+        Kernel {
+            name: self.name,
+            params: self.params,
+            shared: self.shared,
+            workgroup: self.workgroup,
+            vars: self.vars,
+            body,
+        }
+    }
+}
+
+// ---- Expression constructors ----
+
+pub fn f32c(v: f32) -> Expr {
+    Expr::F32(v)
+}
+
+pub fn u32c(v: u32) -> Expr {
+    Expr::U32(v)
+}
+
+pub fn i32c(v: i32) -> Expr {
+    Expr::I32(v)
+}
+
+pub fn local_id() -> Expr {
+    Expr::Builtin(Builtin::LocalId)
+}
+
+pub fn group_id(axis: u8) -> Expr {
+    Expr::Builtin(Builtin::GroupId(axis))
+}
+
+pub fn group_count_x() -> Expr {
+    Expr::Builtin(Builtin::GroupCountX)
+}
+
+pub fn load(buf: ParamId, index: Expr) -> Expr {
+    Expr::Load {
+        buf,
+        index: Box::new(index),
+    }
+}
+
+pub fn load_byte(buf: ParamId, byte: Expr) -> Expr {
+    Expr::LoadByte {
+        buf,
+        byte: Box::new(byte),
+    }
+}
+
+pub fn load_half(buf: ParamId, index: Expr, half: Half) -> Expr {
+    Expr::LoadHalf {
+        buf,
+        index: Box::new(index),
+        half,
+    }
+}
+
+pub fn load_shared(arr: SharedId, index: Expr) -> Expr {
+    Expr::LoadShared {
+        arr,
+        index: Box::new(index),
+    }
+}
+
+pub fn un(op: UnOp, x: Expr) -> Expr {
+    Expr::Unary(op, Box::new(x))
+}
+
+pub fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
+    Expr::Binary(op, Box::new(a), Box::new(b))
+}
+
+pub fn cmp(op: CmpOp, a: Expr, b: Expr) -> Expr {
+    Expr::Cmp(op, Box::new(a), Box::new(b))
+}
+
+pub fn select(cond: Expr, on_true: Expr, on_false: Expr) -> Expr {
+    Expr::Select {
+        cond: Box::new(cond),
+        on_true: Box::new(on_true),
+        on_false: Box::new(on_false),
+    }
+}
+
+pub fn cast(ty: Ty, x: Expr) -> Expr {
+    Expr::Cast(ty, Box::new(x))
+}
+
+pub fn max(a: Expr, b: Expr) -> Expr {
+    bin(BinOp::Max, a, b)
+}
+
+pub fn min(a: Expr, b: Expr) -> Expr {
+    bin(BinOp::Min, a, b)
+}
+
+pub fn lt(a: Expr, b: Expr) -> Expr {
+    cmp(CmpOp::Lt, a, b)
+}
+
+pub fn ge(a: Expr, b: Expr) -> Expr {
+    cmp(CmpOp::Ge, a, b)
+}
+
+pub fn eq(a: Expr, b: Expr) -> Expr {
+    cmp(CmpOp::Eq, a, b)
+}
+
+macro_rules! expr_op {
+    ($trait:ident, $method:ident, $op:ident) => {
+        impl ops::$trait for Expr {
+            type Output = Expr;
+            fn $method(self, rhs: Expr) -> Expr {
+                bin(BinOp::$op, self, rhs)
+            }
+        }
+    };
+}
+
+expr_op!(Add, add, Add);
+expr_op!(Sub, sub, Sub);
+expr_op!(Mul, mul, Mul);
+expr_op!(Div, div, Div);
+expr_op!(Rem, rem, Rem);
+expr_op!(BitAnd, bitand, And);
+expr_op!(BitOr, bitor, Or);
+expr_op!(BitXor, bitxor, Xor);
+expr_op!(Shl, shl, Shl);
+expr_op!(Shr, shr, Shr);
+
+impl ops::Neg for Expr {
+    type Output = Expr;
+    fn neg(self) -> Expr {
+        un(UnOp::Neg, self)
+    }
+}

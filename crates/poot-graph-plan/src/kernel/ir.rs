@@ -1,0 +1,494 @@
+//! The kernel description: one compute kernel as a small typed SIMT program, written once and
+//! rendered per backend (CUDA C for PTX, WGSL for wgpu and raw Vulkan).
+//!
+//! A kernel runs `workgroup` threads per workgroup over a grid of workgroups. Each thread runs
+//! `body`. Buffers are typed arrays of 32-bit words (f32, i32 or u32); narrower stored data
+//! (bytes, f16, bf16 halves) is read from u32-word buffers through [`Expr::LoadByte`] and
+//! [`Expr::LoadHalf`], so every backend can express it. Kernels never store narrower than a word.
+
+use std::fmt;
+
+/// The type of a kernel value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ty {
+    F32,
+    I32,
+    U32,
+    Bool,
+}
+
+impl fmt::Display for Ty {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Ty::F32 => "f32",
+            Ty::I32 => "i32",
+            Ty::U32 => "u32",
+            Ty::Bool => "bool",
+        })
+    }
+}
+
+/// The word type of a buffer parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Word {
+    F32,
+    I32,
+    U32,
+}
+
+impl Word {
+    pub fn ty(self) -> Ty {
+        match self {
+            Word::F32 => Ty::F32,
+            Word::I32 => Ty::I32,
+            Word::U32 => Ty::U32,
+        }
+    }
+}
+
+/// Whether a kernel writes a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    Read,
+    ReadWrite,
+}
+
+/// A buffer parameter.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Param {
+    pub name: String,
+    pub word: Word,
+    pub access: Access,
+}
+
+/// Index of a buffer parameter in [`Kernel::params`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ParamId(pub u32);
+
+/// A workgroup-shared array.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Shared {
+    pub name: String,
+    pub ty: Ty,
+    pub len: u32,
+}
+
+/// Index of a shared array in [`Kernel::shared`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SharedId(pub u32);
+
+/// A thread-local variable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Var(pub u32);
+
+/// Built-in thread coordinates (x axis only: grids are flattened by the planner, except the
+/// workgroup id's y and z, which let large grids exceed one axis's limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Builtin {
+    /// Thread index within its workgroup.
+    LocalId,
+    /// Workgroup index along x, y or z.
+    GroupId(u8),
+    /// Workgroups along x.
+    GroupCountX,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnOp {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Recip,
+    Tanh,
+    Erf,
+    Floor,
+    Ceil,
+    Sin,
+    Cos,
+    /// Logical not (bool) or bitwise not (integers).
+    Not,
+    /// Rounds an f32 to the nearest f16 value (ties to even), kept as f32.
+    RoundF16,
+    /// Rounds an f32 to the nearest bf16 value (ties to even), kept as f32.
+    RoundBf16,
+    /// Reinterprets the bits of an f32 as a u32, or of a u32 as an f32.
+    BitsToU32,
+    BitsToF32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    Max,
+    Min,
+    Pow,
+    And,
+    Or,
+    Xor,
+    Shl,
+    Shr,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+/// Which half-precision format a 16-bit word holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Half {
+    F16,
+    Bf16,
+}
+
+/// An expression. Every expression has one [`Ty`], checked by [`Kernel::validate`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    F32(f32),
+    I32(i32),
+    U32(u32),
+    Bool(bool),
+    Var(Var),
+    Builtin(Builtin),
+    /// Word `index` (u32) of a buffer, typed as the buffer's word.
+    Load {
+        buf: ParamId,
+        index: Box<Expr>,
+    },
+    /// Byte `byte` (u32) of a u32-word buffer, as a u32 in 0..=255 (little-endian words).
+    LoadByte {
+        buf: ParamId,
+        byte: Box<Expr>,
+    },
+    /// Half-word `index` (u32) of a u32-word buffer, widened to f32.
+    LoadHalf {
+        buf: ParamId,
+        index: Box<Expr>,
+        half: Half,
+    },
+    LoadShared {
+        arr: SharedId,
+        index: Box<Expr>,
+    },
+    Unary(UnOp, Box<Expr>),
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    Cmp(CmpOp, Box<Expr>, Box<Expr>),
+    Select {
+        cond: Box<Expr>,
+        on_true: Box<Expr>,
+        on_false: Box<Expr>,
+    },
+    /// A value conversion: float to integer truncates toward zero and saturates (NaN to 0);
+    /// integer to float rounds to nearest; bool to number is 0 or 1; number to bool is `!= 0`;
+    /// between i32 and u32 the bits are reinterpreted (two's complement).
+    Cast(Ty, Box<Expr>),
+}
+
+/// A statement.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    /// Declares a variable with an initial value.
+    Let { var: Var, ty: Ty, value: Expr },
+    /// Assigns a declared variable.
+    Set { var: Var, value: Expr },
+    Store {
+        buf: ParamId,
+        index: Expr,
+        value: Expr,
+    },
+    StoreShared {
+        arr: SharedId,
+        index: Expr,
+        value: Expr,
+    },
+    If {
+        cond: Expr,
+        then: Vec<Stmt>,
+        otherwise: Vec<Stmt>,
+    },
+    /// `for var in start..end` stepping by `step` (u32, `step > 0`).
+    For {
+        var: Var,
+        start: Expr,
+        end: Expr,
+        step: Expr,
+        body: Vec<Stmt>,
+    },
+    /// A workgroup barrier; only in control flow every thread of the workgroup takes.
+    Barrier,
+    /// A failed kernel check: the thread records `code` and the step's results are discarded
+    /// (a trap on PTX, a fault bit in the error word on SPIR-V targets).
+    Fault { code: u32 },
+}
+
+/// One compute kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    /// A name unique within a plan, from the op it implements (`rmsnorm_l3`), for fault reports.
+    pub name: String,
+    pub params: Vec<Param>,
+    pub shared: Vec<Shared>,
+    /// Threads per workgroup (x only).
+    pub workgroup: u32,
+    /// Variables, by [`Var`] index.
+    pub vars: Vec<Ty>,
+    pub body: Vec<Stmt>,
+}
+
+/// A kernel the validator rejects (a planner bug, never user input).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum KernelError {
+    /// An expression's operand types do not fit its operator.
+    #[error("kernel `{kernel}`: {what}")]
+    Type { kernel: String, what: String },
+    /// A parameter, shared array or variable id out of range.
+    #[error("kernel `{kernel}`: unknown {kind} {index}")]
+    Unknown {
+        kernel: String,
+        kind: &'static str,
+        index: u32,
+    },
+    /// A store into a read-only parameter.
+    #[error("kernel `{kernel}`: store into read-only parameter `{param}`")]
+    ReadOnly { kernel: String, param: String },
+}
+
+impl Kernel {
+    /// The type of `e`, checking it.
+    pub fn type_of(&self, e: &Expr) -> Result<Ty, KernelError> {
+        let bad = |what: String| KernelError::Type {
+            kernel: self.name.clone(),
+            what,
+        };
+        Ok(match e {
+            Expr::F32(_) => Ty::F32,
+            Expr::I32(_) => Ty::I32,
+            Expr::U32(_) => Ty::U32,
+            Expr::Bool(_) => Ty::Bool,
+            Expr::Var(v) => *self
+                .vars
+                .get(v.0 as usize)
+                .ok_or_else(|| self.unknown("variable", v.0))?,
+            Expr::Builtin(_) => Ty::U32,
+            Expr::Load { buf, index } => {
+                self.expect(index, Ty::U32)?;
+                self.param(*buf)?.word.ty()
+            }
+            Expr::LoadByte { buf, byte } => {
+                self.expect(byte, Ty::U32)?;
+                self.expect_u32_buffer(*buf)?;
+                Ty::U32
+            }
+            Expr::LoadHalf { buf, index, .. } => {
+                self.expect(index, Ty::U32)?;
+                self.expect_u32_buffer(*buf)?;
+                Ty::F32
+            }
+            Expr::LoadShared { arr, index } => {
+                self.expect(index, Ty::U32)?;
+                self.shared
+                    .get(arr.0 as usize)
+                    .ok_or_else(|| self.unknown("shared array", arr.0))?
+                    .ty
+            }
+            Expr::Unary(op, x) => {
+                let t = self.type_of(x)?;
+                let ok = match op {
+                    UnOp::Neg | UnOp::Abs => matches!(t, Ty::F32 | Ty::I32),
+                    UnOp::Not => t != Ty::F32,
+                    UnOp::BitsToF32 => t == Ty::U32,
+                    UnOp::BitsToU32 => t == Ty::F32,
+                    _ => t == Ty::F32,
+                };
+                if !ok {
+                    return Err(bad(format!("{op:?} of {t}")));
+                }
+                match op {
+                    UnOp::BitsToF32 => Ty::F32,
+                    UnOp::BitsToU32 => Ty::U32,
+                    _ => t,
+                }
+            }
+            Expr::Binary(op, a, b) => {
+                let (ta, tb) = (self.type_of(a)?, self.type_of(b)?);
+                let shift = matches!(op, BinOp::Shl | BinOp::Shr);
+                if !shift && ta != tb {
+                    return Err(bad(format!("{op:?} of {ta} and {tb}")));
+                }
+                let ok = match op {
+                    BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Max | BinOp::Min => {
+                        ta != Ty::Bool
+                    }
+                    BinOp::Pow => ta == Ty::F32,
+                    BinOp::Rem => matches!(ta, Ty::I32 | Ty::U32),
+                    BinOp::And | BinOp::Or | BinOp::Xor => ta != Ty::F32,
+                    BinOp::Shl | BinOp::Shr => matches!(ta, Ty::I32 | Ty::U32) && tb == Ty::U32,
+                };
+                if !ok {
+                    return Err(bad(format!("{op:?} of {ta} and {tb}")));
+                }
+                ta
+            }
+            Expr::Cmp(op, a, b) => {
+                let (ta, tb) = (self.type_of(a)?, self.type_of(b)?);
+                if ta != tb {
+                    return Err(bad(format!("{op:?} of {ta} and {tb}")));
+                }
+                Ty::Bool
+            }
+            Expr::Select {
+                cond,
+                on_true,
+                on_false,
+            } => {
+                self.expect(cond, Ty::Bool)?;
+                let t = self.type_of(on_true)?;
+                self.expect(on_false, t)?;
+                t
+            }
+            Expr::Cast(to, x) => {
+                self.type_of(x)?;
+                *to
+            }
+        })
+    }
+
+    /// Checks every statement and expression: ids in range, types consistent, stores only into
+    /// writable parameters.
+    pub fn validate(&self) -> Result<(), KernelError> {
+        self.validate_block(&self.body)
+    }
+
+    fn validate_block(&self, body: &[Stmt]) -> Result<(), KernelError> {
+        for s in body {
+            match s {
+                Stmt::Let { var, ty, value } => {
+                    let declared = *self
+                        .vars
+                        .get(var.0 as usize)
+                        .ok_or_else(|| self.unknown("variable", var.0))?;
+                    if declared != *ty {
+                        return Err(KernelError::Type {
+                            kernel: self.name.clone(),
+                            what: format!("let of {ty} into a {declared} variable"),
+                        });
+                    }
+                    self.expect(value, *ty)?;
+                }
+                Stmt::Set { var, value } => {
+                    let t = *self
+                        .vars
+                        .get(var.0 as usize)
+                        .ok_or_else(|| self.unknown("variable", var.0))?;
+                    self.expect(value, t)?;
+                }
+                Stmt::Store { buf, index, value } => {
+                    let p = self.param(*buf)?;
+                    if p.access != Access::ReadWrite {
+                        return Err(KernelError::ReadOnly {
+                            kernel: self.name.clone(),
+                            param: p.name.clone(),
+                        });
+                    }
+                    self.expect(index, Ty::U32)?;
+                    self.expect(value, p.word.ty())?;
+                }
+                Stmt::StoreShared { arr, index, value } => {
+                    let t = self
+                        .shared
+                        .get(arr.0 as usize)
+                        .ok_or_else(|| self.unknown("shared array", arr.0))?
+                        .ty;
+                    self.expect(index, Ty::U32)?;
+                    self.expect(value, t)?;
+                }
+                Stmt::If {
+                    cond,
+                    then,
+                    otherwise,
+                } => {
+                    self.expect(cond, Ty::Bool)?;
+                    self.validate_block(then)?;
+                    self.validate_block(otherwise)?;
+                }
+                Stmt::For {
+                    var,
+                    start,
+                    end,
+                    step,
+                    body,
+                } => {
+                    let t = *self
+                        .vars
+                        .get(var.0 as usize)
+                        .ok_or_else(|| self.unknown("variable", var.0))?;
+                    if t != Ty::U32 {
+                        return Err(KernelError::Type {
+                            kernel: self.name.clone(),
+                            what: format!("loop variable of type {t}"),
+                        });
+                    }
+                    self.expect(start, Ty::U32)?;
+                    self.expect(end, Ty::U32)?;
+                    self.expect(step, Ty::U32)?;
+                    self.validate_block(body)?;
+                }
+                Stmt::Barrier | Stmt::Fault { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn expect(&self, e: &Expr, want: Ty) -> Result<(), KernelError> {
+        let got = self.type_of(e)?;
+        if got == want {
+            Ok(())
+        } else {
+            Err(KernelError::Type {
+                kernel: self.name.clone(),
+                what: format!("expected {want}, found {got} in {e:?}"),
+            })
+        }
+    }
+
+    fn param(&self, p: ParamId) -> Result<&Param, KernelError> {
+        self.params
+            .get(p.0 as usize)
+            .ok_or_else(|| self.unknown("parameter", p.0))
+    }
+
+    fn expect_u32_buffer(&self, p: ParamId) -> Result<(), KernelError> {
+        let param = self.param(p)?;
+        if param.word == Word::U32 {
+            Ok(())
+        } else {
+            Err(KernelError::Type {
+                kernel: self.name.clone(),
+                what: format!(
+                    "sub-word load from `{}`, a {:?} buffer",
+                    param.name, param.word
+                ),
+            })
+        }
+    }
+
+    fn unknown(&self, kind: &'static str, index: u32) -> KernelError {
+        KernelError::Unknown {
+            kernel: self.name.clone(),
+            kind,
+            index,
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! CUDA C rendering, for NVRTC (PTX targets).
+//!
+//! The source is self-contained for NVRTC: no `#include`, only what NVRTC declares by itself
+//! (`threadIdx`, `blockIdx`, `gridDim`, `__syncthreads`, `__trap`, `__threadfence_system`,
+//! atomics, `__float_as_uint`/`__uint_as_float` and the libdevice math functions `expf`,
+//! `logf`, `sqrtf`, `tanhf`, `erff`, `floorf`, `ceilf`, `sinf`, `cosf`, `powf`, `fabsf`). The
+//! entry point is `extern "C"`, named [`entry_name`](super::entry_name), with
+//! `__launch_bounds__(workgroup)`; buffer parameters are `T* __restrict__`, `const` when
+//! read-only, in order, followed by `unsigned int* __restrict__ poot_fault` when the kernel can
+//! fault (see [`fault`](super::fault)).
+//!
+//! Signed arithmetic that C leaves undefined on overflow (`+ - *`, negation, left shift) is done
+//! in `unsigned int` and converted back, which NVCC and NVRTC define as two's complement; `>>`
+//! on `int` is arithmetic in CUDA.
+
+use std::collections::BTreeSet;
+
+use super::c_like::{axis_letter, cmp_symbol, is_ordering, operand, strip_parens};
+use super::check::{Facts, check};
+use super::code::Code;
+use super::cuda_lib::CudaLib;
+use super::fault::can_fault;
+use super::literal::{F32Spelling, spell_f32};
+use super::{RenderError, entry_name, names};
+use crate::kernel::ir::{Access, BinOp, Builtin, Expr, Half, Kernel, Stmt, Ty, UnOp, Word};
+
+/// Renders `k` as one CUDA C translation unit holding one `extern "C"` kernel.
+pub fn render_cuda(k: &Kernel) -> Result<String, RenderError> {
+    let facts = check(k)?;
+    let mut r = Cuda {
+        k,
+        facts,
+        libs: BTreeSet::new(),
+    };
+    let mut body = Code::at_depth(1);
+    for (i, s) in k.shared.iter().enumerate() {
+        body.line(format!(
+            "__shared__ {} {}[{}];",
+            ty(s.ty),
+            names::shared(i, &s.name),
+            s.len
+        ));
+    }
+    r.block(&mut body, &k.body)?;
+
+    let mut libs = BTreeSet::new();
+    for &l in &r.libs {
+        libs.extend(l.deps());
+        libs.insert(l);
+    }
+    let entry = entry_name(k);
+    let mut out = Code::at_depth(0);
+    out.line(format!(
+        "// poot kernel {entry}: rendered from a kernel description, do not edit."
+    ));
+    for l in libs {
+        out.line("");
+        out.raw(l.source());
+    }
+    let mut params: Vec<String> = k
+        .params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let constness = match p.access {
+                Access::Read => "const ",
+                Access::ReadWrite => "",
+            };
+            format!(
+                "{constness}{}* __restrict__ {}",
+                word(p.word),
+                names::param(i, &p.name)
+            )
+        })
+        .collect();
+    if can_fault(k) {
+        params.push("unsigned int* __restrict__ poot_fault".to_string());
+    }
+    out.line("");
+    out.line(format!(
+        "extern \"C\" __global__ void __launch_bounds__({}) {entry}({}) {{",
+        k.workgroup,
+        params.join(", ")
+    ));
+    out.raw(&body.finish());
+    out.line("}");
+    Ok(out.finish())
+}
+
+struct Cuda<'k> {
+    k: &'k Kernel,
+    facts: Facts,
+    libs: BTreeSet<CudaLib>,
+}
+
+fn ty(t: Ty) -> &'static str {
+    match t {
+        Ty::F32 => "float",
+        Ty::I32 => "int",
+        Ty::U32 => "unsigned int",
+        Ty::Bool => "bool",
+    }
+}
+
+fn word(w: Word) -> &'static str {
+    ty(w.ty())
+}
+
+impl Cuda<'_> {
+    fn block(&mut self, out: &mut Code, body: &[Stmt]) -> Result<(), RenderError> {
+        for s in body {
+            self.stmt(out, s)?;
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, out: &mut Code, s: &Stmt) -> Result<(), RenderError> {
+        match s {
+            Stmt::Let { var, ty: t, value } => {
+                let value = self.expr(value)?;
+                let constness = if self.facts.mutated.contains(var) {
+                    ""
+                } else {
+                    "const "
+                };
+                out.line(format!(
+                    "{constness}{} {} = {value};",
+                    ty(*t),
+                    names::var(*var)
+                ));
+            }
+            Stmt::Set { var, value } => {
+                let value = self.expr(value)?;
+                out.line(format!("{} = {value};", names::var(*var)));
+            }
+            Stmt::Store { buf, index, value } => {
+                let p = names::param_of(self.k, *buf)?;
+                let (index, value) = (self.expr(index)?, self.expr(value)?);
+                out.line(format!("{p}[{index}] = {value};"));
+            }
+            Stmt::StoreShared { arr, index, value } => {
+                let a = names::shared_of(self.k, *arr)?;
+                let (index, value) = (self.expr(index)?, self.expr(value)?);
+                out.line(format!("{a}[{index}] = {value};"));
+            }
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let cond = self.expr(cond)?;
+                out.open(format!("if ({}) {{", strip_parens(&cond)));
+                self.block(out, then)?;
+                if !otherwise.is_empty() {
+                    out.reopen("} else {");
+                    self.block(out, otherwise)?;
+                }
+                out.close("}");
+            }
+            Stmt::For {
+                var,
+                start,
+                end,
+                step,
+                body,
+            } => {
+                let v = names::var(*var);
+                out.open("{");
+                out.line(format!("const unsigned int {v}_end = {};", self.expr(end)?));
+                out.line(format!(
+                    "const unsigned int {v}_step = {};",
+                    self.expr(step)?
+                ));
+                out.open(format!(
+                    "for (unsigned int {v} = {}; {v} < {v}_end; {v} += {v}_step) {{",
+                    self.expr(start)?
+                ));
+                self.block(out, body)?;
+                out.open(format!(
+                    "if ({v}_step == 0u || {v}_end - {v} <= {v}_step) {{"
+                ));
+                out.line("break;");
+                out.close("}");
+                out.close("}");
+                out.close("}");
+            }
+            Stmt::Barrier => out.line("__syncthreads();"),
+            Stmt::Fault { code } => {
+                self.libs.insert(CudaLib::Fault);
+                out.line(format!("poot_trap(poot_fault, {code}u);"));
+            }
+        }
+        Ok(())
+    }
+
+    fn call(&mut self, lib: CudaLib, name: &str, args: &[&str]) -> String {
+        self.libs.insert(lib);
+        format!("{name}({})", args.join(", "))
+    }
+
+    fn expr(&mut self, e: &Expr) -> Result<String, RenderError> {
+        Ok(match e {
+            Expr::F32(x) => f32_lit(*x),
+            Expr::I32(x) => i32_lit(*x),
+            Expr::U32(x) => format!("{x}u"),
+            Expr::Bool(b) => b.to_string(),
+            Expr::Var(v) => names::var(*v),
+            Expr::Builtin(b) => match b {
+                Builtin::LocalId => "threadIdx.x".to_string(),
+                Builtin::GroupId(axis) => format!("blockIdx.{}", axis_letter(self.k, *axis)?),
+                Builtin::GroupCountX => "gridDim.x".to_string(),
+            },
+            Expr::Load { buf, index } => {
+                format!("{}[{}]", names::param_of(self.k, *buf)?, self.expr(index)?)
+            }
+            Expr::LoadByte { buf, byte } => {
+                let (p, i) = (names::param_of(self.k, *buf)?, self.expr(byte)?);
+                self.call(CudaLib::LoadByte, "poot_load_byte", &[&p, &i])
+            }
+            Expr::LoadHalf { buf, index, half } => {
+                let (p, i) = (names::param_of(self.k, *buf)?, self.expr(index)?);
+                match half {
+                    Half::F16 => self.call(CudaLib::LoadF16, "poot_load_f16", &[&p, &i]),
+                    Half::Bf16 => self.call(CudaLib::LoadBf16, "poot_load_bf16", &[&p, &i]),
+                }
+            }
+            Expr::LoadShared { arr, index } => {
+                format!("{}[{}]", names::shared_of(self.k, *arr)?, self.expr(index)?)
+            }
+            Expr::Unary(op, x) => {
+                let t = self.k.type_of(x)?;
+                let x = self.expr(x)?;
+                self.unary(*op, t, &x)
+            }
+            Expr::Binary(op, a, b) => {
+                let t = self.k.type_of(a)?;
+                let a = self.expr(a)?;
+                let b = self.shift_amount(*op, b)?;
+                self.binary(*op, t, &a, &b)
+            }
+            Expr::Cmp(op, a, b) => {
+                let t = self.k.type_of(a)?;
+                let (a, b) = (self.expr(a)?, self.expr(b)?);
+                let sym = cmp_symbol(*op);
+                if t == Ty::Bool && is_ordering(*op) {
+                    format!(
+                        "((unsigned int){} {sym} (unsigned int){})",
+                        operand(&a),
+                        operand(&b)
+                    )
+                } else {
+                    format!("({a} {sym} {b})")
+                }
+            }
+            Expr::Select {
+                cond,
+                on_true,
+                on_false,
+            } => {
+                let (c, t, f) = (self.expr(cond)?, self.expr(on_true)?, self.expr(on_false)?);
+                format!("({c} ? {t} : {f})")
+            }
+            Expr::Cast(to, x) => {
+                let from = self.k.type_of(x)?;
+                let x = self.expr(x)?;
+                self.cast(from, *to, &x)
+            }
+        })
+    }
+
+    /// The right operand of `op`; for a shift, already reduced modulo 32.
+    fn shift_amount(&mut self, op: BinOp, b: &Expr) -> Result<String, RenderError> {
+        match (op, b) {
+            (BinOp::Shl | BinOp::Shr, Expr::U32(n)) => Ok(format!("{}u", n & 31)),
+            (BinOp::Shl | BinOp::Shr, _) => Ok(format!("({} & 31u)", self.expr(b)?)),
+            (
+                BinOp::Add
+                | BinOp::Sub
+                | BinOp::Mul
+                | BinOp::Div
+                | BinOp::Rem
+                | BinOp::Max
+                | BinOp::Min
+                | BinOp::Pow
+                | BinOp::And
+                | BinOp::Or
+                | BinOp::Xor,
+                _,
+            ) => self.expr(b),
+        }
+    }
+
+    fn unary(&mut self, op: UnOp, t: Ty, x: &str) -> String {
+        let math = |f: &str| format!("{f}({x})");
+        match op {
+            UnOp::Neg => match t {
+                Ty::I32 => format!("(int)(0u - (unsigned int){})", operand(x)),
+                Ty::F32 | Ty::U32 | Ty::Bool => format!("(-{x})"),
+            },
+            UnOp::Abs => match t {
+                Ty::I32 => self.call(CudaLib::AbsI32, "poot_abs_i32", &[x]),
+                Ty::F32 | Ty::U32 | Ty::Bool => math("fabsf"),
+            },
+            UnOp::Exp => math("expf"),
+            UnOp::Log => math("logf"),
+            UnOp::Sqrt => math("sqrtf"),
+            UnOp::Rsqrt => format!("(1.0f / sqrtf({x}))"),
+            UnOp::Recip => format!("(1.0f / {x})"),
+            UnOp::Tanh => math("tanhf"),
+            UnOp::Erf => math("erff"),
+            UnOp::Floor => math("floorf"),
+            UnOp::Ceil => math("ceilf"),
+            UnOp::Sin => math("sinf"),
+            UnOp::Cos => math("cosf"),
+            UnOp::Not => match t {
+                Ty::Bool => format!("(!{x})"),
+                Ty::F32 | Ty::I32 | Ty::U32 => format!("(~{x})"),
+            },
+            UnOp::RoundF16 => self.call(CudaLib::RoundF16, "poot_round_f16", &[x]),
+            UnOp::RoundBf16 => self.call(CudaLib::RoundBf16, "poot_round_bf16", &[x]),
+            UnOp::BitsToU32 => math("__float_as_uint"),
+            UnOp::BitsToF32 => math("__uint_as_float"),
+        }
+    }
+
+    fn binary(&mut self, op: BinOp, t: Ty, a: &str, b: &str) -> String {
+        let infix = |sym: &str| format!("({a} {sym} {b})");
+        let wrapping = |sym: &str| {
+            format!(
+                "(int)((unsigned int){} {sym} (unsigned int){})",
+                operand(a),
+                operand(b)
+            )
+        };
+        match (op, t) {
+            (BinOp::Add, Ty::I32) => wrapping("+"),
+            (BinOp::Sub, Ty::I32) => wrapping("-"),
+            (BinOp::Mul, Ty::I32) => wrapping("*"),
+            (BinOp::Add, Ty::F32 | Ty::U32 | Ty::Bool) => infix("+"),
+            (BinOp::Sub, Ty::F32 | Ty::U32 | Ty::Bool) => infix("-"),
+            (BinOp::Mul, Ty::F32 | Ty::U32 | Ty::Bool) => infix("*"),
+            (BinOp::Div, Ty::I32) => self.call(CudaLib::DivI32, "poot_div_i32", &[a, b]),
+            (BinOp::Div, Ty::U32) => self.call(CudaLib::DivU32, "poot_div_u32", &[a, b]),
+            (BinOp::Div, Ty::F32 | Ty::Bool) => infix("/"),
+            (BinOp::Rem, Ty::I32) => self.call(CudaLib::RemI32, "poot_rem_i32", &[a, b]),
+            (BinOp::Rem, Ty::U32) => self.call(CudaLib::RemU32, "poot_rem_u32", &[a, b]),
+            (BinOp::Rem, Ty::F32 | Ty::Bool) => infix("%"),
+            (BinOp::Max, Ty::F32) => self.call(CudaLib::MaxF32, "poot_max_f32", &[a, b]),
+            (BinOp::Max, Ty::I32) => self.call(CudaLib::MaxI32, "poot_max_i32", &[a, b]),
+            (BinOp::Max, Ty::U32 | Ty::Bool) => self.call(CudaLib::MaxU32, "poot_max_u32", &[a, b]),
+            (BinOp::Min, Ty::F32) => self.call(CudaLib::MinF32, "poot_min_f32", &[a, b]),
+            (BinOp::Min, Ty::I32) => self.call(CudaLib::MinI32, "poot_min_i32", &[a, b]),
+            (BinOp::Min, Ty::U32 | Ty::Bool) => self.call(CudaLib::MinU32, "poot_min_u32", &[a, b]),
+            (BinOp::Pow, Ty::F32 | Ty::I32 | Ty::U32 | Ty::Bool) => format!("powf({a}, {b})"),
+            (BinOp::And, Ty::Bool) => infix("&&"),
+            (BinOp::Or, Ty::Bool) => infix("||"),
+            (BinOp::Xor, Ty::Bool) => infix("!="),
+            (BinOp::And, Ty::F32 | Ty::I32 | Ty::U32) => infix("&"),
+            (BinOp::Or, Ty::F32 | Ty::I32 | Ty::U32) => infix("|"),
+            (BinOp::Xor, Ty::F32 | Ty::I32 | Ty::U32) => infix("^"),
+            (BinOp::Shl, Ty::I32) => format!("(int)((unsigned int){} << {b})", operand(a)),
+            (BinOp::Shl, Ty::F32 | Ty::U32 | Ty::Bool) => format!("({a} << {b})"),
+            (BinOp::Shr, Ty::F32 | Ty::I32 | Ty::U32 | Ty::Bool) => format!("({a} >> {b})"),
+        }
+    }
+
+    fn cast(&mut self, from: Ty, to: Ty, x: &str) -> String {
+        match (from, to) {
+            (Ty::F32, Ty::F32) | (Ty::I32, Ty::I32) | (Ty::U32, Ty::U32) | (Ty::Bool, Ty::Bool) => {
+                x.to_string()
+            }
+            (Ty::F32, Ty::I32) => self.call(CudaLib::F32ToI32, "poot_f32_to_i32", &[x]),
+            (Ty::F32, Ty::U32) => self.call(CudaLib::F32ToU32, "poot_f32_to_u32", &[x]),
+            (Ty::F32, Ty::Bool) => self.call(CudaLib::F32ToBool, "poot_f32_to_bool", &[x]),
+            // C converts integers to float rounding to nearest, ties to even (cvt.rn).
+            (Ty::I32 | Ty::U32, Ty::F32) => format!("((float){})", operand(x)),
+            (Ty::I32, Ty::U32) => format!("((unsigned int){})", operand(x)),
+            (Ty::U32, Ty::I32) => format!("((int){})", operand(x)),
+            (Ty::I32, Ty::Bool) => format!("({x} != 0)"),
+            (Ty::U32, Ty::Bool) => format!("({x} != 0u)"),
+            (Ty::Bool, Ty::F32) => format!("({x} ? 1.0f : 0.0f)"),
+            (Ty::Bool, Ty::I32) => format!("({x} ? 1 : 0)"),
+            (Ty::Bool, Ty::U32) => format!("({x} ? 1u : 0u)"),
+        }
+    }
+}
+
+fn f32_lit(x: f32) -> String {
+    match spell_f32(x) {
+        F32Spelling::Decimal(s) if s.starts_with('-') => format!("({s}f)"),
+        F32Spelling::Decimal(s) => format!("{s}f"),
+        F32Spelling::Bits(bits, shown) => format!("__uint_as_float(0x{bits:08x}u /* {shown} */)"),
+    }
+}
+
+fn i32_lit(x: i32) -> String {
+    if x == i32::MIN {
+        "(-2147483647 - 1)".to_string()
+    } else if x < 0 {
+        format!("({x})")
+    } else {
+        x.to_string()
+    }
+}

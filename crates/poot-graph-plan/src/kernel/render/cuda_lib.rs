@@ -1,0 +1,316 @@
+//! The helper functions a CUDA rendering may call, each emitted only when used.
+//!
+//! They pin down what C leaves undefined (out-of-range float-to-int casts, signed overflow,
+//! division by zero) or what the description means differently from CUDA's built-ins (`fmaxf`
+//! drops NaN). The integer and bit-level algorithms are the same ones the WGSL library uses
+//! ([`super::wgsl_lib`]), so both backends agree bit for bit on them. Everything here compiles
+//! with NVRTC without includes: it uses only `__float_as_uint`, `__uint_as_float`, atomics,
+//! `__threadfence_system` and `__trap`.
+
+/// A CUDA helper. Declaration order is emission order; a helper's dependencies come before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum CudaLib {
+    F16ToF32,
+    LoadByte,
+    LoadF16,
+    LoadBf16,
+    RoundF16,
+    RoundBf16,
+    MaxF32,
+    MinF32,
+    MaxI32,
+    MinI32,
+    MaxU32,
+    MinU32,
+    AbsI32,
+    F32ToI32,
+    F32ToU32,
+    F32ToBool,
+    DivI32,
+    RemI32,
+    DivU32,
+    RemU32,
+    Fault,
+}
+
+impl CudaLib {
+    /// Helpers this one calls.
+    pub(crate) fn deps(self) -> &'static [CudaLib] {
+        match self {
+            CudaLib::LoadF16 => &[CudaLib::F16ToF32],
+            CudaLib::F16ToF32
+            | CudaLib::LoadByte
+            | CudaLib::LoadBf16
+            | CudaLib::RoundF16
+            | CudaLib::RoundBf16
+            | CudaLib::MaxF32
+            | CudaLib::MinF32
+            | CudaLib::MaxI32
+            | CudaLib::MinI32
+            | CudaLib::MaxU32
+            | CudaLib::MinU32
+            | CudaLib::AbsI32
+            | CudaLib::F32ToI32
+            | CudaLib::F32ToU32
+            | CudaLib::F32ToBool
+            | CudaLib::DivI32
+            | CudaLib::RemI32
+            | CudaLib::DivU32
+            | CudaLib::RemU32
+            | CudaLib::Fault => &[],
+        }
+    }
+
+    /// The helper's definition, ending in a newline.
+    pub(crate) fn source(self) -> &'static str {
+        match self {
+            CudaLib::F16ToF32 => F16_TO_F32,
+            CudaLib::LoadByte => LOAD_BYTE,
+            CudaLib::LoadF16 => LOAD_F16,
+            CudaLib::LoadBf16 => LOAD_BF16,
+            CudaLib::RoundF16 => ROUND_F16,
+            CudaLib::RoundBf16 => ROUND_BF16,
+            CudaLib::MaxF32 => MAX_F32,
+            CudaLib::MinF32 => MIN_F32,
+            CudaLib::MaxI32 => MAX_I32,
+            CudaLib::MinI32 => MIN_I32,
+            CudaLib::MaxU32 => MAX_U32,
+            CudaLib::MinU32 => MIN_U32,
+            CudaLib::AbsI32 => ABS_I32,
+            CudaLib::F32ToI32 => F32_TO_I32,
+            CudaLib::F32ToU32 => F32_TO_U32,
+            CudaLib::F32ToBool => F32_TO_BOOL,
+            CudaLib::DivI32 => DIV_I32,
+            CudaLib::RemI32 => REM_I32,
+            CudaLib::DivU32 => DIV_U32,
+            CudaLib::RemU32 => REM_U32,
+            CudaLib::Fault => FAULT,
+        }
+    }
+}
+
+const F16_TO_F32: &str = "\
+// IEEE half bits to f32, exactly; a NaN keeps its payload and gets the quiet bit.
+static __device__ __forceinline__ float poot_f16_to_f32(unsigned int h) {
+    const unsigned int s = (h & 0x8000u) << 16;
+    const unsigned int e = (h >> 10) & 0x1fu;
+    const unsigned int m = h & 0x3ffu;
+    if (e == 0x1fu) {
+        return __uint_as_float(s | 0x7f800000u | (m << 13) | (m != 0u ? 0x400000u : 0u));
+    }
+    if (e == 0u) {
+        // Zero or subnormal: m * 2^-24, exact and normal in f32.
+        return __uint_as_float(s | __float_as_uint((float)m * __uint_as_float(0x33800000u)));
+    }
+    return __uint_as_float(s | ((e + 112u) << 23) | (m << 13));
+}
+";
+
+const LOAD_BYTE: &str = "\
+// Byte b of a buffer of little-endian u32 words.
+static __device__ __forceinline__ unsigned int poot_load_byte(const unsigned int* p, unsigned int b) {
+    return (p[b >> 2] >> ((b & 3u) * 8u)) & 0xffu;
+}
+";
+
+const LOAD_F16: &str = "\
+// Half i of a buffer of u32 words (the low half of word i >> 1 when i is even), as f16.
+static __device__ __forceinline__ float poot_load_f16(const unsigned int* p, unsigned int i) {
+    return poot_f16_to_f32((p[i >> 1] >> ((i & 1u) * 16u)) & 0xffffu);
+}
+";
+
+const LOAD_BF16: &str = "\
+// Half i of a buffer of u32 words (the low half of word i >> 1 when i is even), as bf16.
+static __device__ __forceinline__ float poot_load_bf16(const unsigned int* p, unsigned int i) {
+    return __uint_as_float(((p[i >> 1] >> ((i & 1u) * 16u)) & 0xffffu) << 16);
+}
+";
+
+const ROUND_F16: &str = "\
+// x rounded to the nearest f16 value, ties to even, as f32; overflow gives inf, NaN stays NaN.
+static __device__ __forceinline__ float poot_round_f16(float x) {
+    const unsigned int b = __float_as_uint(x);
+    const unsigned int s = b & 0x80000000u;
+    const unsigned int a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) {
+        return __uint_as_float((b | 0x400000u) & 0xffffe000u);
+    }
+    if (a >= 0x477ff000u) {
+        return __uint_as_float(s | 0x7f800000u);
+    }
+    if (a >= 0x38800000u) {
+        // f16 normal range: keep 10 mantissa bits.
+        return __uint_as_float(s | ((a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u));
+    }
+    if (a < 0x33000000u) {
+        return __uint_as_float(s);
+    }
+    // f16 subnormal range: round to a multiple q of 2^-24.
+    const unsigned int sh = 126u - (a >> 23);
+    const unsigned int m = (a & 0x7fffffu) | 0x800000u;
+    unsigned int q = m >> sh;
+    const unsigned int rm = m & ((1u << sh) - 1u);
+    const unsigned int hw = 1u << (sh - 1u);
+    if (rm > hw || (rm == hw && (q & 1u) == 1u)) {
+        q = q + 1u;
+    }
+    return __uint_as_float(s | __float_as_uint((float)q * __uint_as_float(0x33800000u)));
+}
+";
+
+const ROUND_BF16: &str = "\
+// x rounded to the nearest bf16 value, ties to even, as f32; overflow gives inf, NaN stays NaN.
+static __device__ __forceinline__ float poot_round_bf16(float x) {
+    const unsigned int b = __float_as_uint(x);
+    if ((b & 0x7fffffffu) > 0x7f800000u) {
+        return __uint_as_float((b | 0x400000u) & 0xffff0000u);
+    }
+    return __uint_as_float((b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u);
+}
+";
+
+const MAX_F32: &str = "\
+// IEEE 754-2019 maximum: NaN if either is NaN, +0 above -0.
+static __device__ __forceinline__ float poot_max_f32(float a, float b) {
+    const unsigned int ua = __float_as_uint(a);
+    const unsigned int ub = __float_as_uint(b);
+    if ((ua & 0x7fffffffu) > 0x7f800000u || (ub & 0x7fffffffu) > 0x7f800000u) {
+        return __uint_as_float(0x7fc00000u);
+    }
+    if (a == b) {
+        return __uint_as_float(ua & ub);
+    }
+    return a > b ? a : b;
+}
+";
+
+const MIN_F32: &str = "\
+// IEEE 754-2019 minimum: NaN if either is NaN, -0 below +0.
+static __device__ __forceinline__ float poot_min_f32(float a, float b) {
+    const unsigned int ua = __float_as_uint(a);
+    const unsigned int ub = __float_as_uint(b);
+    if ((ua & 0x7fffffffu) > 0x7f800000u || (ub & 0x7fffffffu) > 0x7f800000u) {
+        return __uint_as_float(0x7fc00000u);
+    }
+    if (a == b) {
+        return __uint_as_float(ua | ub);
+    }
+    return a < b ? a : b;
+}
+";
+
+const MAX_I32: &str = "\
+static __device__ __forceinline__ int poot_max_i32(int a, int b) {
+    return a > b ? a : b;
+}
+";
+
+const MIN_I32: &str = "\
+static __device__ __forceinline__ int poot_min_i32(int a, int b) {
+    return a < b ? a : b;
+}
+";
+
+const MAX_U32: &str = "\
+static __device__ __forceinline__ unsigned int poot_max_u32(unsigned int a, unsigned int b) {
+    return a > b ? a : b;
+}
+";
+
+const MIN_U32: &str = "\
+static __device__ __forceinline__ unsigned int poot_min_u32(unsigned int a, unsigned int b) {
+    return a < b ? a : b;
+}
+";
+
+const ABS_I32: &str = "\
+// |a|, wrapping: abs(INT_MIN) = INT_MIN.
+static __device__ __forceinline__ int poot_abs_i32(int a) {
+    return a < 0 ? (int)(0u - (unsigned int)a) : a;
+}
+";
+
+const F32_TO_I32: &str = "\
+// Truncates toward zero and saturates; NaN gives 0.
+static __device__ __forceinline__ int poot_f32_to_i32(float x) {
+    const unsigned int b = __float_as_uint(x);
+    const unsigned int a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) {
+        return 0;
+    }
+    if (a >= 0x4f000000u) {
+        return (b >> 31) != 0u ? (-2147483647 - 1) : 2147483647;
+    }
+    return (int)x;
+}
+";
+
+const F32_TO_U32: &str = "\
+// Truncates toward zero and saturates; NaN and negative values give 0.
+static __device__ __forceinline__ unsigned int poot_f32_to_u32(float x) {
+    const unsigned int b = __float_as_uint(x);
+    const unsigned int a = b & 0x7fffffffu;
+    if (a > 0x7f800000u || (b >> 31) != 0u) {
+        return 0u;
+    }
+    if (a >= 0x4f800000u) {
+        return 0xffffffffu;
+    }
+    return (unsigned int)x;
+}
+";
+
+const F32_TO_BOOL: &str = "\
+// x != 0, with NaN true and -0 false.
+static __device__ __forceinline__ bool poot_f32_to_bool(float x) {
+    return (__float_as_uint(x) & 0x7fffffffu) != 0u;
+}
+";
+
+const DIV_I32: &str = "\
+// Truncating division; a / 0 = a and INT_MIN / -1 = INT_MIN, as in WGSL.
+static __device__ __forceinline__ int poot_div_i32(int a, int b) {
+    if (b == 0) {
+        return a;
+    }
+    if (b == -1) {
+        return (int)(0u - (unsigned int)a);
+    }
+    return a / b;
+}
+";
+
+const REM_I32: &str = "\
+// Remainder with the dividend's sign; a % 0 = 0 and a % -1 = 0, as in WGSL.
+static __device__ __forceinline__ int poot_rem_i32(int a, int b) {
+    if (b == 0 || b == -1) {
+        return 0;
+    }
+    return a % b;
+}
+";
+
+const DIV_U32: &str = "\
+// Division; a / 0 = a, as in WGSL.
+static __device__ __forceinline__ unsigned int poot_div_u32(unsigned int a, unsigned int b) {
+    return b == 0u ? a : a / b;
+}
+";
+
+const REM_U32: &str = "\
+// Remainder; a % 0 = 0, as in WGSL.
+static __device__ __forceinline__ unsigned int poot_rem_u32(unsigned int a, unsigned int b) {
+    return b == 0u ? 0u : a % b;
+}
+";
+
+const FAULT: &str = "\
+// Records a failed check in the fault words (largest code, flag) and traps.
+static __device__ __forceinline__ void poot_trap(unsigned int* f, unsigned int code) {
+    atomicMax(&f[0], code);
+    atomicOr(&f[1], 1u);
+    __threadfence_system();
+    __trap();
+}
+";

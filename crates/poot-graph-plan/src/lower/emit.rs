@@ -1,0 +1,523 @@
+//! One kernel per buffered value, by the kind of op that produces it. These are the plain,
+//! correct first versions of each kernel shape; speed comes from specializing them, behind the
+//! same oracle checks.
+
+use poot_graph_ir::{OpKind, ReduceOp, Storage, ValueId};
+
+use super::access::{device_word, flatten, kty, to_word, unflatten};
+use super::classify::Placement;
+use super::context::{KernelCtx, LBuf};
+use super::{Lowering, fault};
+use crate::kernel::build::{bin, cmp};
+use crate::kernel::build::{
+    eq, group_count_x, group_id, load, load_shared, local_id, lt, select, u32c,
+};
+use crate::kernel::{BinOp, CmpOp, Expr, SharedId, Ty, Word};
+use crate::refusal::PlanError;
+
+/// How a tree reduction merges two threads' partial values (one expression per shared array).
+type Combine<'a> = dyn Fn(&[Expr], &[Expr]) -> Vec<Expr> + 'a;
+
+/// Threads per workgroup of element-wise kernels.
+const ELEMENTWISE_THREADS: u32 = 256;
+
+/// An index that marks "no element yet" in arg-max and top-k reductions.
+const NONE: u32 = u32::MAX;
+
+/// Threads of a row kernel (one workgroup per row): a power of two between 32 and 256 that
+/// covers `len` when it can.
+fn row_threads(len: usize) -> u32 {
+    (len.next_power_of_two().min(256) as u32).max(32)
+}
+
+/// `x != x`: whether an f32 is NaN.
+fn is_nan(x: Expr) -> Expr {
+    cmp(CmpOp::Ne, x.clone(), x)
+}
+
+fn and(a: Expr, b: Expr) -> Expr {
+    bin(BinOp::And, a, b)
+}
+
+fn or(a: Expr, b: Expr) -> Expr {
+    bin(BinOp::Or, a, b)
+}
+
+/// Whether `(va, ia)` ranks before `(vb, ib)` in the oracle's arg-max / top-k order: NaN above
+/// every number, then larger values, ties to the lower index. `None` indices rank last.
+fn ranks_before(ty: Ty, va: Expr, ia: Expr, vb: Expr, ib: Expr) -> Expr {
+    let a_some = cmp(CmpOp::Ne, ia.clone(), u32c(NONE));
+    let b_none = eq(ib.clone(), u32c(NONE));
+    let lower_index = lt(ia, ib);
+    let by_value = if ty == Ty::F32 {
+        let (na, nb) = (is_nan(va.clone()), is_nan(vb.clone()));
+        let both_nan = and(na.clone(), nb.clone());
+        let a_nan_only = and(na, bin(BinOp::Xor, nb.clone(), Expr::Bool(true)));
+        let neither = and(
+            bin(BinOp::Xor, is_nan(va.clone()), Expr::Bool(true)),
+            bin(BinOp::Xor, nb, Expr::Bool(true)),
+        );
+        let numeric = or(
+            cmp(CmpOp::Gt, va.clone(), vb.clone()),
+            and(eq(va, vb), lower_index.clone()),
+        );
+        or(
+            a_nan_only,
+            or(and(both_nan, lower_index), and(neither, numeric)),
+        )
+    } else {
+        or(
+            cmp(CmpOp::Gt, va.clone(), vb.clone()),
+            and(eq(va, vb), lower_index),
+        )
+    };
+    and(a_some, or(b_none, by_value))
+}
+
+impl Lowering<'_> {
+    fn kernel_name(&self, v: ValueId, kind: &str) -> String {
+        let label: String = self
+            .label(v)
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        format!("k{}_{kind}_{label}", self.kernels.len())
+    }
+
+    /// Workgroups for `items` independent items, each handled by `per_group` threads in
+    /// grid-stride loops.
+    fn groups_for(&self, items: u32, per_group: u32) -> [u32; 3] {
+        [
+            items
+                .div_ceil(per_group)
+                .clamp(1, self.target.limits.max_groups_x),
+            1,
+            1,
+        ]
+    }
+
+    /// Opens `for i in thread..n step threads` over the whole grid; returns `i`.
+    fn begin_grid_stride(cx: &mut KernelCtx, n: u32) -> Expr {
+        let wg = cx.kb.workgroup();
+        let start = group_id(0) * u32c(wg) + local_id();
+        let step = group_count_x() * u32c(wg);
+        cx.kb.begin_for(start, u32c(n), step)
+    }
+
+    /// Opens `for row in group..rows step groups`; returns `row`.
+    fn begin_rows(cx: &mut KernelCtx, rows: u32) -> Expr {
+        cx.kb.begin_for(group_id(0), u32c(rows), group_count_x())
+    }
+
+    /// The whole workgroup's combination of each thread's `acc`, left in `shared[0]`.
+    fn tree_reduce(cx: &mut KernelCtx, arrays: &[SharedId], combine: &Combine<'_>) {
+        let wg = cx.kb.workgroup();
+        cx.kb.barrier();
+        let mut s = wg / 2;
+        while s > 0 {
+            cx.kb.begin_if(lt(local_id(), u32c(s)));
+            let mine: Vec<Expr> = arrays.iter().map(|&a| load_shared(a, local_id())).collect();
+            let theirs: Vec<Expr> = arrays
+                .iter()
+                .map(|&a| load_shared(a, local_id() + u32c(s)))
+                .collect();
+            let merged = combine(&mine, &theirs);
+            let vars: Vec<Expr> = merged
+                .into_iter()
+                .zip(arrays)
+                .map(|(m, &a)| cx.kb.let_(cx.kb.shared_ty(a), m))
+                .collect();
+            for (&a, v) in arrays.iter().zip(vars) {
+                cx.kb.store_shared(a, local_id(), v);
+            }
+            cx.kb.end();
+            cx.kb.barrier();
+            s /= 2;
+        }
+    }
+
+    pub(super) fn emit_elementwise(&mut self, i: usize) -> Result<(), PlanError> {
+        let v = self.g.eqns()[i].out;
+        let n = self.n_elems(v)?;
+        let dims = self.g.values()[v.index()].ty.dims().to_vec();
+        let dtype = self.g.values()[v.index()].ty.dtype;
+        let out = self.scratch_for(v)?;
+        let mut cx = KernelCtx::new(self.kernel_name(v, "map"), ELEMENTWISE_THREADS);
+        let outp = cx.param(out, device_word(dtype), true);
+        let flat = Self::begin_grid_stride(&mut cx, n);
+        let idx = unflatten(&mut cx, flat.clone(), &dims);
+        let value = self.compute(&mut cx, v, &idx)?;
+        cx.kb.store(outp, flat, to_word(value, dtype));
+        cx.kb.end();
+        let grid = self.groups_for(n, ELEMENTWISE_THREADS);
+        self.push_kernel(cx, grid)
+    }
+
+    /// Copies every word of `v` from `src` to `dst`.
+    pub(super) fn emit_copy(&mut self, v: ValueId, src: LBuf, dst: LBuf) -> Result<(), PlanError> {
+        let n = self.n_elems(v)?;
+        let word = device_word(self.g.values()[v.index()].ty.dtype);
+        let mut cx = KernelCtx::new(self.kernel_name(v, "copy"), ELEMENTWISE_THREADS);
+        let (s, d) = (cx.param(src, word, false), cx.param(dst, word, true));
+        let i = Self::begin_grid_stride(&mut cx, n);
+        cx.kb.store(d, i.clone(), load(s, i));
+        cx.kb.end();
+        let grid = self.groups_for(n, ELEMENTWISE_THREADS);
+        self.push_kernel(cx, grid)
+    }
+
+    pub(super) fn emit_reduce(&mut self, i: usize) -> Result<(), PlanError> {
+        let e = &self.g.eqns()[i];
+        let (v, x) = (e.out, e.inputs[0]);
+        let (axis, reduce) = match e.op {
+            OpKind::Reduce { op, axis } => (axis, Some(op)),
+            OpKind::ArgMax { axis } => (axis, None),
+            _ => {
+                return Err(PlanError::Unplaced {
+                    label: self.label(v),
+                });
+            }
+        };
+        let xt = self.g.values()[x.index()].ty.clone();
+        let ty = kty(xt.dtype);
+        let out_dims = self.g.values()[v.index()].ty.dims().to_vec();
+        let out_dtype = self.g.values()[v.index()].ty.dtype;
+        let len = xt.dims()[axis];
+        let rows = self.n_elems(v)?;
+        let wg = row_threads(len);
+        let out = self.scratch_for(v)?;
+        let mut cx = KernelCtx::new(
+            self.kernel_name(v, if reduce.is_some() { "reduce" } else { "argmax" }),
+            wg,
+        );
+        let outp = cx.param(out, device_word(out_dtype), true);
+        let sv = cx.kb.shared("sv", ty, wg);
+        let si = if reduce.is_none() {
+            Some(cx.kb.shared("si", Ty::U32, wg))
+        } else {
+            None
+        };
+        let row = Self::begin_rows(&mut cx, rows);
+        let oidx = unflatten(&mut cx, row.clone(), &out_dims);
+        let init = match reduce {
+            Some(ReduceOp::Sum) => zero(ty),
+            Some(ReduceOp::Max) | None => lowest(ty),
+            Some(ReduceOp::Min) => highest(ty),
+        };
+        let acc = cx.kb.var(ty, init);
+        let acc_i = cx.kb.var(Ty::U32, u32c(NONE));
+        let k = cx.kb.begin_for(local_id(), u32c(len as u32), u32c(wg));
+        let mut xidx = oidx.clone();
+        xidx[axis] = k.clone();
+        let xv = self.value_at(&mut cx, x, &xidx)?;
+        let xv = cx.kb.let_(ty, xv);
+        match reduce {
+            Some(op) => cx.kb.set(acc, combine(op, Expr::Var(acc), xv)),
+            None => {
+                let take =
+                    ranks_before(ty, xv.clone(), k.clone(), Expr::Var(acc), Expr::Var(acc_i));
+                let take = cx.kb.let_(Ty::Bool, take);
+                cx.kb.set(acc, select(take.clone(), xv, Expr::Var(acc)));
+                cx.kb.set(acc_i, select(take, k, Expr::Var(acc_i)));
+            }
+        }
+        cx.kb.end();
+        cx.kb.store_shared(sv, local_id(), Expr::Var(acc));
+        match (reduce, si) {
+            (Some(op), _) => {
+                Self::tree_reduce(&mut cx, &[sv], &|a, b| {
+                    vec![combine(op, a[0].clone(), b[0].clone())]
+                });
+                cx.kb.begin_if(eq(local_id(), u32c(0)));
+                cx.kb
+                    .store(outp, row, to_word(load_shared(sv, u32c(0)), out_dtype));
+                cx.kb.end();
+            }
+            (None, Some(si)) => {
+                cx.kb.store_shared(si, local_id(), Expr::Var(acc_i));
+                Self::tree_reduce(&mut cx, &[sv, si], &|a, b| {
+                    let take_b =
+                        ranks_before(ty, b[0].clone(), b[1].clone(), a[0].clone(), a[1].clone());
+                    vec![
+                        select(take_b.clone(), b[0].clone(), a[0].clone()),
+                        select(take_b, b[1].clone(), a[1].clone()),
+                    ]
+                });
+                cx.kb.begin_if(eq(local_id(), u32c(0)));
+                cx.kb.store(
+                    outp,
+                    row,
+                    crate::kernel::build::cast(Ty::I32, load_shared(si, u32c(0))),
+                );
+                cx.kb.end();
+            }
+            (None, None) => {}
+        }
+        cx.kb.barrier();
+        cx.kb.end();
+        let grid = self.groups_for(rows, 1);
+        self.push_kernel(cx, grid)
+    }
+
+    pub(super) fn emit_matmul(&mut self, i: usize, transpose_rhs: bool) -> Result<(), PlanError> {
+        let e = &self.g.eqns()[i];
+        let (v, lhs, rhs) = (e.out, e.inputs[0], e.inputs[1]);
+        let out_dims = self.g.values()[v.index()].ty.dims().to_vec();
+        let lhs_dims = self.g.values()[lhs.index()].ty.dims().to_vec();
+        let rhs_rank = self.g.values()[rhs.index()].ty.rank();
+        let k_len = lhs_dims[lhs_dims.len() - 1];
+        let total = self.n_elems(v)?;
+        let wg = row_threads(k_len);
+        let out = self.scratch_for(v)?;
+        let mut cx = KernelCtx::new(self.kernel_name(v, "matmul"), wg);
+        let outp = cx.param(out, Word::F32, true);
+        let sv = cx.kb.shared("sv", Ty::F32, wg);
+        let o = Self::begin_rows(&mut cx, total);
+        let oidx = unflatten(&mut cx, o.clone(), &out_dims);
+        let r = oidx.len();
+        let (batch, m, n) = (
+            oidx[..r - 2].to_vec(),
+            oidx[r - 2].clone(),
+            oidx[r - 1].clone(),
+        );
+        let acc = cx.kb.var(Ty::F32, Expr::F32(0.0));
+        let k = cx.kb.begin_for(local_id(), u32c(k_len as u32), u32c(wg));
+        let mut li = batch.clone();
+        li.extend([m, k.clone()]);
+        let a = self.value_at(&mut cx, lhs, &li)?;
+        let mut ri = if rhs_rank > 2 { batch } else { Vec::new() };
+        if transpose_rhs {
+            ri.extend([n, k]);
+        } else {
+            ri.extend([k, n]);
+        }
+        let w = self.value_at(&mut cx, rhs, &ri)?;
+        cx.kb.set(acc, Expr::Var(acc) + a * w);
+        cx.kb.end();
+        cx.kb.store_shared(sv, local_id(), Expr::Var(acc));
+        Self::tree_reduce(&mut cx, &[sv], &|a, b| vec![a[0].clone() + b[0].clone()]);
+        cx.kb.begin_if(eq(local_id(), u32c(0)));
+        cx.kb.store(outp, o, load_shared(sv, u32c(0)));
+        cx.kb.end();
+        cx.kb.barrier();
+        cx.kb.end();
+        let grid = self.groups_for(total, 1);
+        self.push_kernel(cx, grid)
+    }
+
+    pub(super) fn emit_indexed_matmul(&mut self, i: usize) -> Result<(), PlanError> {
+        let e = &self.g.eqns()[i];
+        let (v, lhs, rhs, ids) = (e.out, e.inputs[0], e.inputs[1], e.inputs[2]);
+        let rhs_dims = self.g.values()[rhs.index()].ty.dims().to_vec();
+        let (experts, k_len) = (rhs_dims[0], rhs_dims[2]);
+        let out_dims = self.g.values()[v.index()].ty.dims().to_vec();
+        let total = self.n_elems(v)?;
+        let wg = row_threads(k_len);
+        let out = self.scratch_for(v)?;
+        let mut cx = KernelCtx::new(self.kernel_name(v, "indexed_matmul"), wg);
+        let outp = cx.param(out, Word::F32, true);
+        let sv = cx.kb.shared("sv", Ty::F32, wg);
+        let o = Self::begin_rows(&mut cx, total);
+        let oidx = unflatten(&mut cx, o.clone(), &out_dims);
+        let (t, n) = (oidx[0].clone(), oidx[1].clone());
+        let expert = self.value_at(&mut cx, ids, std::slice::from_ref(&t))?;
+        let expert = self.checked_index(&mut cx, expert, experts, fault::EXPERT_INDEX);
+        let expert = cx.kb.let_(Ty::U32, expert);
+        let acc = cx.kb.var(Ty::F32, Expr::F32(0.0));
+        let k = cx.kb.begin_for(local_id(), u32c(k_len as u32), u32c(wg));
+        let a = self.value_at(&mut cx, lhs, &[t, k.clone()])?;
+        let w = self.value_at(&mut cx, rhs, &[expert, n, k])?;
+        cx.kb.set(acc, Expr::Var(acc) + a * w);
+        cx.kb.end();
+        cx.kb.store_shared(sv, local_id(), Expr::Var(acc));
+        Self::tree_reduce(&mut cx, &[sv], &|a, b| vec![a[0].clone() + b[0].clone()]);
+        cx.kb.begin_if(eq(local_id(), u32c(0)));
+        cx.kb.store(outp, o, load_shared(sv, u32c(0)));
+        cx.kb.end();
+        cx.kb.barrier();
+        cx.kb.end();
+        let grid = self.groups_for(total, 1);
+        self.push_kernel(cx, grid)
+    }
+
+    /// The buffer an in-place update of `operand` may write: its own when nothing else reads it
+    /// and it is writable (not a constant or slot, not a returned value); a copy otherwise.
+    fn update_target(&mut self, operand: ValueId, out: ValueId) -> Result<LBuf, PlanError> {
+        let src = self.buffer_of(operand)?;
+        let info = &self.g.values()[operand.index()];
+        let writable = matches!(info.storage, Storage::State(_) | Storage::Device);
+        let placed = matches!(
+            self.cls.placement[operand.index()],
+            Placement::Input | Placement::Materialized
+        );
+        let returned = self.g.outputs().primary.contains(&operand);
+        if writable && placed && self.cls.uses[operand.index()] == 1 && !returned {
+            self.lbuf[out.index()] = Some(src);
+            return Ok(src);
+        }
+        let dst = self.scratch_for(out)?;
+        self.emit_copy(operand, src, dst)?;
+        Ok(dst)
+    }
+
+    pub(super) fn emit_update_slice(&mut self, i: usize) -> Result<(), PlanError> {
+        let e = self.g.eqns()[i].clone();
+        let (v, operand, update) = (e.out, e.inputs[0], e.inputs[1]);
+        let op_dims = self.g.values()[operand.index()].ty.dims().to_vec();
+        let upd_dims = self.g.values()[update.index()].ty.dims().to_vec();
+        let dtype = self.g.values()[v.index()].ty.dtype;
+        let n = self.n_elems(update)?;
+        let out = self.update_target(operand, v)?;
+        let mut cx = KernelCtx::new(self.kernel_name(v, "update_slice"), ELEMENTWISE_THREADS);
+        let outp = cx.param(out, device_word(dtype), true);
+        let mut starts = Vec::with_capacity(op_dims.len());
+        for (j, (&d, &u)) in op_dims.iter().zip(&upd_dims).enumerate() {
+            let s = self.value_at(&mut cx, e.inputs[2 + j], &[])?;
+            let s = self.checked_index(&mut cx, s, d - u + 1, fault::UPDATE_SLICE_START);
+            starts.push(cx.kb.let_(Ty::U32, s));
+        }
+        let flat = Self::begin_grid_stride(&mut cx, n);
+        let uidx = unflatten(&mut cx, flat, &upd_dims);
+        let oidx: Vec<Expr> = uidx
+            .iter()
+            .zip(&starts)
+            .map(|(u, s)| u.clone() + s.clone())
+            .collect();
+        let value = self.value_at(&mut cx, update, &uidx)?;
+        cx.kb
+            .store(outp, flatten(&oidx, &op_dims), to_word(value, dtype));
+        cx.kb.end();
+        let grid = self.groups_for(n, ELEMENTWISE_THREADS);
+        self.push_kernel(cx, grid)
+    }
+
+    pub(super) fn emit_scatter(&mut self, i: usize, axis: usize) -> Result<(), PlanError> {
+        let e = self.g.eqns()[i].clone();
+        let (v, operand, indices, updates) = (e.out, e.inputs[0], e.inputs[1], e.inputs[2]);
+        let op_dims = self.g.values()[operand.index()].ty.dims().to_vec();
+        let upd_dims = self.g.values()[updates.index()].ty.dims().to_vec();
+        let dtype = self.g.values()[v.index()].ty.dtype;
+        let n = self.n_elems(updates)?;
+        let out = self.update_target(operand, v)?;
+        let mut cx = KernelCtx::new(self.kernel_name(v, "scatter"), ELEMENTWISE_THREADS);
+        let outp = cx.param(out, device_word(dtype), true);
+        let flat = Self::begin_grid_stride(&mut cx, n);
+        let uidx = unflatten(&mut cx, flat, &upd_dims);
+        let at = self.value_at(&mut cx, indices, std::slice::from_ref(&uidx[axis]))?;
+        let at = self.checked_index(&mut cx, at, op_dims[axis], fault::SCATTER_INDEX);
+        let mut oidx = uidx.clone();
+        oidx[axis] = at;
+        let value = self.value_at(&mut cx, updates, &uidx)?;
+        cx.kb
+            .store(outp, flatten(&oidx, &op_dims), to_word(value, dtype));
+        cx.kb.end();
+        let grid = self.groups_for(n, ELEMENTWISE_THREADS);
+        self.push_kernel(cx, grid)
+    }
+
+    pub(super) fn emit_top_k(&mut self, i: usize, k: usize) -> Result<(), PlanError> {
+        let e = &self.g.eqns()[i];
+        let (v, x) = (e.out, e.inputs[0]);
+        let xt = self.g.values()[x.index()].ty.clone();
+        let ty = kty(xt.dtype);
+        let dims = xt.dims().to_vec();
+        let len = dims[dims.len() - 1];
+        let rows = (self.n_elems(x)? as usize / len.max(1)) as u32;
+        let wg = row_threads(len);
+        let out = self.scratch_for(v)?;
+        let mut cx = KernelCtx::new(self.kernel_name(v, "top_k"), wg);
+        let outp = cx.param(out, Word::I32, true);
+        let sv = cx.kb.shared("sv", ty, wg);
+        let si = cx.kb.shared("si", Ty::U32, wg);
+        let row = Self::begin_rows(&mut cx, rows);
+        let ridx = unflatten(&mut cx, row.clone(), &dims[..dims.len() - 1]);
+        let prev_v = cx.kb.var(ty, lowest(ty));
+        let prev_i = cx.kb.var(Ty::U32, u32c(NONE));
+        let j = cx.kb.begin_for(u32c(0), u32c(k as u32), u32c(1));
+        let best_v = cx.kb.var(ty, lowest(ty));
+        let best_i = cx.kb.var(Ty::U32, u32c(NONE));
+        let c = cx.kb.begin_for(local_id(), u32c(len as u32), u32c(wg));
+        let mut xi = ridx.clone();
+        xi.push(c.clone());
+        let xv = self.value_at(&mut cx, x, &xi)?;
+        let xv = cx.kb.let_(ty, xv);
+        // Eligible: ranks after the previous pick (every element, on the first pass).
+        let after_prev = or(
+            eq(Expr::Var(prev_i), u32c(NONE)),
+            ranks_before(
+                ty,
+                Expr::Var(prev_v),
+                Expr::Var(prev_i),
+                xv.clone(),
+                c.clone(),
+            ),
+        );
+        let better = ranks_before(
+            ty,
+            xv.clone(),
+            c.clone(),
+            Expr::Var(best_v),
+            Expr::Var(best_i),
+        );
+        let take = cx.kb.let_(Ty::Bool, and(after_prev, better));
+        cx.kb
+            .set(best_v, select(take.clone(), xv, Expr::Var(best_v)));
+        cx.kb.set(best_i, select(take, c, Expr::Var(best_i)));
+        cx.kb.end();
+        cx.kb.store_shared(sv, local_id(), Expr::Var(best_v));
+        cx.kb.store_shared(si, local_id(), Expr::Var(best_i));
+        Self::tree_reduce(&mut cx, &[sv, si], &|a, b| {
+            let take_b = ranks_before(ty, b[0].clone(), b[1].clone(), a[0].clone(), a[1].clone());
+            vec![
+                select(take_b.clone(), b[0].clone(), a[0].clone()),
+                select(take_b, b[1].clone(), a[1].clone()),
+            ]
+        });
+        cx.kb.set(prev_v, load_shared(sv, u32c(0)));
+        cx.kb.set(prev_i, load_shared(si, u32c(0)));
+        cx.kb.begin_if(eq(local_id(), u32c(0)));
+        cx.kb.store(
+            outp,
+            row.clone() * u32c(k as u32) + j,
+            crate::kernel::build::cast(Ty::I32, Expr::Var(prev_i)),
+        );
+        cx.kb.end();
+        cx.kb.barrier();
+        cx.kb.end();
+        cx.kb.end();
+        let grid = self.groups_for(rows, 1);
+        self.push_kernel(cx, grid)
+    }
+}
+
+fn zero(ty: Ty) -> Expr {
+    match ty {
+        Ty::F32 => Expr::F32(0.0),
+        Ty::I32 => Expr::I32(0),
+        Ty::U32 | Ty::Bool => u32c(0),
+    }
+}
+
+fn lowest(ty: Ty) -> Expr {
+    match ty {
+        Ty::F32 => Expr::F32(f32::NEG_INFINITY),
+        Ty::I32 => Expr::I32(i32::MIN),
+        Ty::U32 | Ty::Bool => u32c(0),
+    }
+}
+
+fn highest(ty: Ty) -> Expr {
+    match ty {
+        Ty::F32 => Expr::F32(f32::INFINITY),
+        Ty::I32 => Expr::I32(i32::MAX),
+        Ty::U32 | Ty::Bool => u32c(u32::MAX),
+    }
+}
+
+fn combine(op: ReduceOp, a: Expr, b: Expr) -> Expr {
+    match op {
+        ReduceOp::Sum => a + b,
+        ReduceOp::Max => bin(BinOp::Max, a, b),
+        ReduceOp::Min => bin(BinOp::Min, a, b),
+    }
+}

@@ -1,0 +1,372 @@
+//! Lowering a graph to a plan: decide which values get buffers, build one kernel per buffered
+//! value (with its inlined producers), pack intermediates into reused buffers.
+
+mod access;
+mod buffers;
+mod classify;
+mod context;
+pub mod dequant;
+mod emit;
+
+use std::collections::HashMap;
+
+use poot_formats::{BlockFormat, GgmlType, PackedFormat};
+use poot_graph_ir::{DType, Eqn, Graph, OpKind, Storage, ValueId};
+
+use self::classify::{Classification, Placement, classify};
+use self::context::{KernelCtx, LBuf};
+use self::dequant::FormatTable;
+use crate::kernel::Kernel;
+use crate::plan::{BufferRole, DeviceWords, HostValue, Plan};
+use crate::refusal::PlanError;
+use crate::target::Target;
+
+pub use self::access::{convert, kty};
+pub use self::classify::is_elementwise_like;
+
+/// Kernel fault codes: what a failed device check means.
+pub mod fault {
+    pub const GATHER_INDEX: u32 = 1;
+    pub const TAKE_ALONG_INDEX: u32 = 2;
+    pub const DYNAMIC_SLICE_START: u32 = 3;
+    pub const UPDATE_SLICE_START: u32 = 4;
+    pub const SCATTER_INDEX: u32 = 5;
+    pub const DIVIDE_BY_ZERO: u32 = 6;
+    pub const EXPERT_INDEX: u32 = 7;
+
+    /// What a fault code means, for error messages.
+    pub fn describe(code: u32) -> &'static str {
+        match code {
+            GATHER_INDEX => "gather index out of range",
+            TAKE_ALONG_INDEX => "take-along index out of range",
+            DYNAMIC_SLICE_START => "dynamic slice start out of range",
+            UPDATE_SLICE_START => "dynamic update start out of range",
+            SCATTER_INDEX => "scatter index out of range",
+            DIVIDE_BY_ZERO => "integer division by zero",
+            EXPERT_INDEX => "expert index out of range",
+            _ => "unknown kernel check",
+        }
+    }
+}
+
+/// A planned buffer before physical assignment.
+struct LBufInfo {
+    role: BufferRole,
+    size_bytes: u64,
+}
+
+/// The state of one lowering.
+pub(crate) struct Lowering<'g> {
+    g: &'g Graph,
+    target: &'g Target,
+    cls: Classification,
+    /// The buffer of each buffered value.
+    lbuf: Vec<Option<LBuf>>,
+    bufs: Vec<LBufInfo>,
+    tables: HashMap<FormatTable, LBuf>,
+    kernels: Vec<Kernel>,
+    /// Kernel index, grid, buffer per parameter.
+    dispatches: Vec<(usize, [u32; 3], Vec<LBuf>)>,
+}
+
+/// Lowers `g` for `target`.
+pub fn lower(g: &Graph, target: &Target) -> Result<Plan, PlanError> {
+    let cls = classify(g);
+    let mut l = Lowering {
+        g,
+        target,
+        cls,
+        lbuf: vec![None; g.values().len()],
+        bufs: Vec::new(),
+        tables: HashMap::new(),
+        kernels: Vec::new(),
+        dispatches: Vec::new(),
+    };
+    l.bind_inputs()?;
+    for (i, e) in g.eqns().iter().enumerate() {
+        match l.cls.placement[e.out.index()] {
+            Placement::Inline | Placement::Input => {}
+            Placement::View => {
+                let src = l.buffer_of(e.inputs[0])?;
+                l.lbuf[e.out.index()] = Some(src);
+            }
+            Placement::Materialized => l.emit(i)?,
+        }
+    }
+    l.finish_states()?;
+    l.into_plan()
+}
+
+impl<'g> Lowering<'g> {
+    fn label(&self, v: ValueId) -> String {
+        let info = &self.g.values()[v.index()];
+        if info.label.is_empty() {
+            v.to_string()
+        } else {
+            info.label.clone()
+        }
+    }
+
+    fn producer_of(&self, v: ValueId) -> Result<&'g Eqn, PlanError> {
+        let g = self.g;
+        self.cls.producer[v.index()]
+            .map(|i| &g.eqns()[i])
+            .ok_or_else(|| PlanError::Unplaced {
+                label: self.label(v),
+            })
+    }
+
+    fn buffer_of(&self, v: ValueId) -> Result<LBuf, PlanError> {
+        self.lbuf[v.index()].ok_or_else(|| PlanError::Unplaced {
+            label: self.label(v),
+        })
+    }
+
+    fn unsupported(&self, op: &'static str, v: ValueId, dtype: DType) -> PlanError {
+        PlanError::UnsupportedType {
+            backend: self.target.backend,
+            op,
+            label: self.label(v),
+            dtype,
+        }
+    }
+
+    fn block_format(&self, g: GgmlType, v: ValueId) -> Result<BlockFormat, PlanError> {
+        match g.packed_format() {
+            Ok(Some(PackedFormat::Block(b))) => Ok(b),
+            _ => Err(self.unsupported("decode", v, DType::Packed(g))),
+        }
+    }
+
+    fn new_buffer(&mut self, role: BufferRole, size_bytes: u64) -> LBuf {
+        self.bufs.push(LBufInfo { role, size_bytes });
+        LBuf(self.bufs.len() as u32 - 1)
+    }
+
+    fn table_buffer(&mut self, t: FormatTable) -> LBuf {
+        if let Some(&b) = self.tables.get(&t) {
+            return b;
+        }
+        let words = dequant::table_words(t);
+        let size = 4 * words.len() as u64;
+        let b = self.new_buffer(BufferRole::Table { words }, size);
+        self.tables.insert(t, b);
+        b
+    }
+
+    /// Element count of `v`, checked against 32-bit kernel indexing.
+    fn n_elems(&self, v: ValueId) -> Result<u32, PlanError> {
+        let n = self.g.values()[v.index()]
+            .ty
+            .shape
+            .n_elems()
+            .unwrap_or(usize::MAX) as u64;
+        u32::try_from(n).map_err(|_| PlanError::IndexOverflow {
+            label: self.label(v),
+            n_elems: n,
+        })
+    }
+
+    /// A buffer of `size_bytes` for a value, refused when it exceeds the target's limit.
+    fn check_size(&self, v: ValueId, size_bytes: u64) -> Result<(), PlanError> {
+        let limit = self.target.limits.max_buffer_bytes;
+        if size_bytes <= limit {
+            return Ok(());
+        }
+        let info = &self.g.values()[v.index()];
+        Err(match &info.storage {
+            Storage::Const(name) => PlanError::ConstantTooLarge {
+                backend: self.target.backend,
+                name: name.clone(),
+                needed_bytes: size_bytes,
+                limit_bytes: limit,
+            },
+            Storage::Slot(_) | Storage::State(_) | Storage::Device => PlanError::ValueTooLarge {
+                backend: self.target.backend,
+                label: self.label(v),
+                needed_bytes: size_bytes,
+                limit_bytes: limit,
+            },
+        })
+    }
+
+    fn bind_inputs(&mut self) -> Result<(), PlanError> {
+        for (i, info) in self.g.values().iter().enumerate() {
+            let v = ValueId(i as u32);
+            let ty = &info.ty;
+            let (role, size) = match &info.storage {
+                Storage::Device => continue,
+                Storage::Const(name) => {
+                    let size = ty
+                        .size_bytes()
+                        .ok_or_else(|| self.unsupported("bind", v, ty.dtype))?;
+                    (
+                        BufferRole::Const { name: name.clone() },
+                        size.div_ceil(4) * 4,
+                    )
+                }
+                Storage::Slot(slot) => (
+                    BufferRole::Slot { slot: slot.clone() },
+                    4 * self.n_elems(v)? as u64,
+                ),
+                Storage::State(name) => (
+                    BufferRole::State { name: name.clone() },
+                    4 * self.n_elems(v)? as u64,
+                ),
+            };
+            self.check_size(v, size)?;
+            let b = self.new_buffer(role, size.max(4));
+            self.lbuf[i] = Some(b);
+        }
+        Ok(())
+    }
+
+    /// A fresh scratch buffer for the computed value `v`.
+    fn scratch_for(&mut self, v: ValueId) -> Result<LBuf, PlanError> {
+        let size = 4 * self.n_elems(v)? as u64;
+        self.check_size(v, size)?;
+        let b = self.new_buffer(BufferRole::Scratch, size.max(4));
+        self.lbuf[v.index()] = Some(b);
+        Ok(b)
+    }
+
+    fn push_kernel(&mut self, cx: KernelCtx, grid: [u32; 3]) -> Result<(), PlanError> {
+        let (kernel, args) = cx.finish();
+        kernel.validate()?;
+        if args.len() as u32 > self.target.limits.max_bindings {
+            return Err(PlanError::TooManyBindings {
+                backend: self.target.backend,
+                kernel: kernel.name.clone(),
+                needed: args.len() as u32,
+                limit: self.target.limits.max_bindings,
+            });
+        }
+        self.kernels.push(kernel);
+        self.dispatches.push((self.kernels.len() - 1, grid, args));
+        Ok(())
+    }
+
+    /// Makes every state output land in its state buffer: in place when the step already wrote
+    /// it there, by a copy at the end otherwise.
+    fn finish_states(&mut self) -> Result<(), PlanError> {
+        for &(si, so) in &self.g.outputs().state {
+            let (dst, src) = (self.buffer_of(si)?, self.buffer_of(so)?);
+            if dst != src {
+                self.emit_copy(so, src, dst)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn host_value(&self, v: ValueId) -> Result<(LBuf, HostValue), PlanError> {
+        let info = &self.g.values()[v.index()];
+        let words = match (&info.storage, info.ty.dtype) {
+            (Storage::Const(_), DType::F32) => DeviceWords::F32,
+            (Storage::Const(_), DType::I32) => DeviceWords::I32,
+            (Storage::Const(_), _) => DeviceWords::Stored,
+            (_, d) => crate::plan::device_words(d),
+        };
+        let b = self.buffer_of(v)?;
+        Ok((
+            b,
+            HostValue {
+                buffer: crate::plan::BufferId(b.0),
+                ty: info.ty.clone(),
+                words,
+            },
+        ))
+    }
+
+    fn into_plan(self) -> Result<Plan, PlanError> {
+        let mut slots = Vec::new();
+        let mut states = Vec::new();
+        let mut consts = Vec::new();
+        for (i, info) in self.g.values().iter().enumerate() {
+            let v = ValueId(i as u32);
+            match &info.storage {
+                Storage::Slot(s) => slots.push((s.clone(), self.host_value(v)?.1)),
+                Storage::State(n) => states.push((n.clone(), self.host_value(v)?.1)),
+                Storage::Const(n) => consts.push((n.clone(), self.host_value(v)?.1)),
+                Storage::Device => {}
+            }
+        }
+        let mut outputs = Vec::new();
+        for &o in &self.g.outputs().primary {
+            outputs.push(self.host_value(o)?.1);
+        }
+        let infos: Vec<(BufferRole, u64)> = self
+            .bufs
+            .iter()
+            .map(|b| (b.role.clone(), b.size_bytes))
+            .collect();
+        let pinned: Vec<LBuf> = outputs.iter().map(|o| LBuf(o.buffer.0)).collect();
+        let assignment = buffers::assign(&infos, &self.dispatches, &pinned);
+        let remap = |b: crate::plan::BufferId| assignment.map[b.0 as usize];
+        let slots = slots.into_iter().map(|(s, mut h)| {
+            h.buffer = remap(h.buffer);
+            (s, h)
+        });
+        let states = states.into_iter().map(|(s, mut h)| {
+            h.buffer = remap(h.buffer);
+            (s, h)
+        });
+        let consts = consts.into_iter().map(|(s, mut h)| {
+            h.buffer = remap(h.buffer);
+            (s, h)
+        });
+        let outputs = outputs
+            .into_iter()
+            .map(|mut h| {
+                h.buffer = remap(h.buffer);
+                h
+            })
+            .collect();
+        let dispatches = self
+            .dispatches
+            .iter()
+            .map(|(k, grid, args)| crate::plan::Dispatch {
+                kernel: *k,
+                grid: *grid,
+                args: args.iter().map(|a| assignment.map[a.0 as usize]).collect(),
+            })
+            .collect();
+        Ok(Plan {
+            target: self.target.clone(),
+            kernels: self.kernels,
+            buffers: assignment.buffers,
+            dispatches,
+            slots: slots.collect(),
+            states: states.collect(),
+            consts: consts.collect(),
+            outputs,
+        })
+    }
+
+    /// Emits the kernel(s) computing materialized eqn `i`.
+    fn emit(&mut self, i: usize) -> Result<(), PlanError> {
+        let e = &self.g.eqns()[i];
+        match &e.op {
+            OpKind::DynamicUpdateSlice => self.emit_update_slice(i),
+            OpKind::ScatterUpdate { axis } => self.emit_scatter(i, *axis),
+            OpKind::Reduce { .. } | OpKind::ArgMax { .. } => self.emit_reduce(i),
+            OpKind::ArgTopK { k } => self.emit_top_k(i, *k),
+            OpKind::MatMul { transpose_rhs } => self.emit_matmul(i, *transpose_rhs),
+            OpKind::IndexedMatMul => self.emit_indexed_matmul(i),
+            OpKind::Literal(_)
+            | OpKind::Iota { .. }
+            | OpKind::Unary(_)
+            | OpKind::Binary(_)
+            | OpKind::Compare(_)
+            | OpKind::Select
+            | OpKind::Cast { .. }
+            | OpKind::Reshape { .. }
+            | OpKind::Broadcast { .. }
+            | OpKind::Transpose { .. }
+            | OpKind::Slice { .. }
+            | OpKind::Concat { .. }
+            | OpKind::Gather { .. }
+            | OpKind::TakeAlong { .. }
+            | OpKind::DynamicSlice { .. } => self.emit_elementwise(i),
+        }
+    }
+}

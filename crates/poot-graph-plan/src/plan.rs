@@ -1,0 +1,101 @@
+//! A compiled plan: kernels, the buffers they bind, and the dispatch list one step replays.
+
+use poot_graph_ir::{DType, Slot, TensorType};
+
+use crate::kernel::Kernel;
+use crate::target::Target;
+
+/// Index of a buffer in [`Plan::buffers`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferId(pub u32);
+
+/// What a buffer holds, and so who fills it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BufferRole {
+    /// A constant, uploaded once as stored (`bytes` of the named weight or table).
+    Const { name: String },
+    /// A constant the planner made (a codebook table), with its words.
+    Table { words: Vec<u32> },
+    /// A per-step input the host rewrites before each step.
+    Slot { slot: Slot },
+    /// A carried state buffer, updated in place by the step.
+    State { name: String },
+    /// Intermediates, at offsets fixed by the plan.
+    Scratch,
+}
+
+/// One device buffer of the plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BufferDecl {
+    pub role: BufferRole,
+    pub size_bytes: u64,
+}
+
+/// One launch of the step, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dispatch {
+    pub kernel: usize,
+    pub grid: [u32; 3],
+    /// One buffer per kernel parameter, in parameter order.
+    pub args: Vec<BufferId>,
+}
+
+/// Where a host-visible value lives and how its words read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostValue {
+    pub buffer: BufferId,
+    /// The graph's type of the value.
+    pub ty: TensorType,
+    /// How it is stored on the device (see [`device_words`]).
+    pub words: DeviceWords,
+}
+
+/// The device representation of a dense value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceWords {
+    /// One f32 word per element (f32, and f16/bf16 intermediates held as rounded f32).
+    F32,
+    I32,
+    /// One u32 word per element (u32, and bool/u8 intermediates as 0/1 or 0..=255).
+    U32,
+    /// Stored bytes as the checkpoint holds them (constants only).
+    Stored,
+}
+
+/// How a value of `dtype` is represented on the device when the plan computes it.
+pub fn device_words(dtype: DType) -> DeviceWords {
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => DeviceWords::F32,
+        DType::I32 => DeviceWords::I32,
+        DType::U32 | DType::U8 | DType::Bool => DeviceWords::U32,
+        DType::Packed(_) => DeviceWords::Stored,
+    }
+}
+
+/// A compiled step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub target: Target,
+    pub kernels: Vec<Kernel>,
+    pub buffers: Vec<BufferDecl>,
+    pub dispatches: Vec<Dispatch>,
+    /// Each slot of the graph: the buffer the host writes, as device words.
+    pub slots: Vec<(Slot, HostValue)>,
+    /// Each state input's buffer (updated in place: the state output lands in the same buffer).
+    pub states: Vec<(String, HostValue)>,
+    /// Each constant's buffer and its stored type.
+    pub consts: Vec<(String, HostValue)>,
+    /// The primary outputs, in the graph's order.
+    pub outputs: Vec<HostValue>,
+}
+
+impl Plan {
+    /// Bytes of intermediates the step needs.
+    pub fn scratch_bytes(&self) -> u64 {
+        self.buffers
+            .iter()
+            .filter(|b| b.role == BufferRole::Scratch)
+            .map(|b| b.size_bytes)
+            .sum()
+    }
+}

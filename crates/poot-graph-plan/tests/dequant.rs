@@ -1,0 +1,275 @@
+//! The kernel decode of every GGUF block format against the CPU reference: each element's
+//! expression, evaluated on the CPU, must equal `poot_formats::decode_block_row` bit for bit
+//! (NaN where it is NaN).
+
+use poot_formats::{BlockFormat, FieldKind, MatrixShape, decode_block_row};
+use poot_graph_plan::kernel::build::{KernelBuilder, u32c};
+use poot_graph_plan::kernel::expr_eval::{Env, Value};
+use poot_graph_plan::kernel::{Access, Expr, ParamId, Ty, Word};
+use poot_graph_plan::lower::dequant::{
+    DequantError, FormatTable, FormatTables, decode_element, row_bytes, table_words, tables_of,
+    words_of_bytes,
+};
+
+/// splitmix64: a small seeded generator, so every run checks the same blocks.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn byte(&mut self) -> u8 {
+        self.next() as u8
+    }
+
+    /// A finite f16 of either sign below 2 in magnitude, subnormals included: the range block
+    /// scales and minimums take.
+    fn scale_f16(&mut self) -> u16 {
+        let r = self.next();
+        let sign = (r & 1) as u16;
+        let exp = ((r >> 1) % 16) as u16;
+        let mantissa = ((r >> 8) & 0x3ff) as u16;
+        (sign << 15) | (exp << 10) | mantissa
+    }
+}
+
+/// How a case fills its blocks.
+#[derive(Clone, Copy, Debug)]
+enum Fill {
+    /// Random codes, f16 fields finite in the range of real scales.
+    Realistic,
+    /// Every byte random: f16 fields may be infinite or NaN.
+    RandomBytes,
+}
+
+/// `n_rows` rows of `blocks_per_row` blocks each.
+fn random_rows(format: BlockFormat, n_blocks: usize, fill: Fill, rng: &mut Rng) -> Vec<u8> {
+    let mut bytes: Vec<u8> = (0..n_blocks * format.block_bytes())
+        .map(|_| rng.byte())
+        .collect();
+    match fill {
+        Fill::RandomBytes => {}
+        Fill::Realistic => {
+            for block in bytes.chunks_mut(format.block_bytes()) {
+                for field in format.fields().iter().filter(|f| f.kind == FieldKind::F16) {
+                    let at = field.offset_bytes;
+                    block[at..at + 2].copy_from_slice(&rng.scale_f16().to_le_bytes());
+                }
+            }
+        }
+    }
+    bytes
+}
+
+/// Decodes every element of `n_rows` rows of `blocks_per_row` blocks of `format`, stored after
+/// `prefix_bytes` bytes of other data, through the kernel expression and through the
+/// reference, and returns how many elements matched (all, or it panics).
+fn check(
+    format: BlockFormat,
+    blocks_per_row: usize,
+    n_rows: usize,
+    prefix_bytes: usize,
+    fill: Fill,
+    seed: u64,
+) -> usize {
+    let mut rng = Rng(seed);
+    let k = blocks_per_row * format.block_elems();
+    let row_len = row_bytes(format, k).expect("whole blocks");
+    let bytes = random_rows(format, blocks_per_row * n_rows, fill, &mut rng);
+    let mut stored: Vec<u8> = (0..prefix_bytes).map(|_| rng.byte()).collect();
+    stored.extend_from_slice(&bytes);
+    let words = words_of_bytes(&stored);
+
+    let mut kb = KernelBuilder::new("dequant_test", 1);
+    let weights = kb.param("weights", Word::U32, Access::Read);
+    let tables = FormatTables::declare(format, &mut kb);
+    tables.check(format).expect("declare binds every table");
+    let row_var = kb.var(Ty::U32, u32c(0));
+    let k_var = kb.var(Ty::U32, u32c(0));
+    let expr = decode_element(
+        format,
+        weights,
+        &tables,
+        Expr::Var(row_var),
+        Expr::Var(k_var),
+    )
+    .expect("tables bound");
+    let kernel = kb.finish();
+    assert_eq!(kernel.type_of(&expr), Ok(Ty::F32), "{format:?}");
+
+    let table_data: Vec<_> = tables.iter().map(|(t, p)| (p, table_words(t))).collect();
+    let mut env = Env::new();
+    env.bind(weights, Word::U32, &words);
+    for (p, w) in &table_data {
+        env.bind(*p, Word::U32, w);
+    }
+
+    let mut want = vec![0f32; k];
+    let mut n_checked = 0;
+    for row in 0..n_rows {
+        decode_block_row(format, MatrixShape::new(n_rows, k), &bytes, row, &mut want)
+            .expect("reference decode");
+        let row_byte = u32::try_from(prefix_bytes + row * row_len).expect("small test");
+        env.set_var(row_var, Value::U32(row_byte));
+        for (kk, &w) in want.iter().enumerate() {
+            env.set_var(k_var, Value::U32(kk as u32));
+            let got = env
+                .eval_f32(&expr)
+                .unwrap_or_else(|e| panic!("{format:?} row {row} k {kk}: {e}"));
+            let same = if w.is_nan() {
+                got.is_nan()
+            } else {
+                got.to_bits() == w.to_bits()
+            };
+            assert!(
+                same,
+                "{format:?} ({fill:?}, seed {seed}) row {row} k {kk}: got {got:e} ({:#010x}), want {w:e} ({:#010x})",
+                got.to_bits(),
+                w.to_bits()
+            );
+            n_checked += 1;
+        }
+    }
+    n_checked
+}
+
+#[test]
+fn every_format_matches_the_reference_bit_for_bit() {
+    let mut total = 0;
+    for (i, format) in BlockFormat::ALL.into_iter().enumerate() {
+        let seed = 1000 * i as u64;
+        let mut n = 0;
+        // One, two and three blocks per row; rows after the first start mid-buffer (at an odd
+        // byte for MXFP4), and the tensor starts after some other data.
+        n += check(format, 1, 3, 0, Fill::Realistic, seed + 1);
+        n += check(format, 2, 3, 8, Fill::Realistic, seed + 2);
+        n += check(format, 3, 2, 4, Fill::Realistic, seed + 3);
+        for s in 0..4 {
+            n += check(format, 2, 2, 0, Fill::Realistic, seed + 10 + s);
+        }
+        for s in 0..3 {
+            n += check(format, 2, 3, 8, Fill::RandomBytes, seed + 20 + s);
+        }
+        assert!(n > 0);
+        total += n;
+    }
+    eprintln!("{total} elements decoded bit-exactly");
+}
+
+#[test]
+fn random_bytes_reach_special_values() {
+    // A block whose scale is an f16 NaN or infinity must decode to NaN/inf at the same places.
+    for format in BlockFormat::ALL {
+        let fields: Vec<_> = format
+            .fields()
+            .iter()
+            .filter(|f| f.kind == FieldKind::F16)
+            .collect();
+        for special in [0x7c00u16, 0xfc00, 0x7e01, 0x0001] {
+            let mut rng = Rng(special.into());
+            let mut bytes = random_rows(format, 2, Fill::Realistic, &mut rng);
+            for f in &fields {
+                let at = f.offset_bytes;
+                bytes[at..at + 2].copy_from_slice(&special.to_le_bytes());
+            }
+            check_bytes(format, &bytes);
+        }
+    }
+}
+
+/// Checks one row of whole blocks `bytes` at byte 0.
+fn check_bytes(format: BlockFormat, bytes: &[u8]) {
+    let k = bytes.len() / format.block_bytes() * format.block_elems();
+    let words = words_of_bytes(bytes);
+    let mut kb = KernelBuilder::new("dequant_test", 1);
+    let weights = kb.param("weights", Word::U32, Access::Read);
+    let tables = FormatTables::declare(format, &mut kb);
+    let table_data: Vec<_> = tables.iter().map(|(t, p)| (p, table_words(t))).collect();
+    let mut env = Env::new();
+    env.bind(weights, Word::U32, &words);
+    for (p, w) in &table_data {
+        env.bind(*p, Word::U32, w);
+    }
+    let mut want = vec![0f32; k];
+    decode_block_row(format, MatrixShape::new(1, k), bytes, 0, &mut want)
+        .expect("reference decode");
+    for (kk, &w) in want.iter().enumerate() {
+        let expr = decode_element(format, weights, &tables, u32c(0), u32c(kk as u32))
+            .expect("tables bound");
+        let got = env
+            .eval_f32(&expr)
+            .unwrap_or_else(|e| panic!("{format:?} k {kk}: {e}"));
+        let same = if w.is_nan() {
+            got.is_nan()
+        } else {
+            got.to_bits() == w.to_bits()
+        };
+        assert!(same, "{format:?} k {kk}: got {got:e}, want {w:e}");
+    }
+}
+
+#[test]
+fn tables_cover_exactly_what_formats_read() {
+    for table in FormatTable::ALL {
+        assert!(
+            BlockFormat::ALL
+                .iter()
+                .any(|&f| tables_of(f).contains(&table)),
+            "{table:?} is unused"
+        );
+    }
+    let lens: Vec<usize> = FormatTable::ALL
+        .iter()
+        .map(|&t| table_words(t).len())
+        .collect();
+    assert_eq!(lens, [1024, 256, 512, 32, 16, 16]);
+    assert_eq!(
+        f32::from_bits(table_words(FormatTable::KvaluesIq4nl)[0]),
+        -127.0
+    );
+    assert_eq!(
+        f32::from_bits(table_words(FormatTable::KvaluesMxfp4)[15]),
+        -12.0
+    );
+}
+
+#[test]
+fn an_unbound_table_is_refused() {
+    let format = BlockFormat::IQ3_XXS;
+    let mut tables = FormatTables::new();
+    tables.insert(FormatTable::Iq3xxsGrid, ParamId(1));
+    let missing = DequantError::MissingTable {
+        format,
+        table: FormatTable::KsignsIq2xs,
+    };
+    assert_eq!(tables.check(format), Err(missing.clone()));
+    assert_eq!(
+        decode_element(format, ParamId(0), &tables, u32c(0), u32c(0)),
+        Err(missing)
+    );
+    assert_eq!(row_bytes(BlockFormat::Q4_K, 300), None);
+    assert_eq!(row_bytes(BlockFormat::Q4_K, 512), Some(288));
+}
+
+#[test]
+fn a_decode_kernel_validates() {
+    for format in BlockFormat::ALL {
+        let mut kb = KernelBuilder::new("dequant_row", 64);
+        let weights = kb.param("weights", Word::U32, Access::Read);
+        let out = kb.param("out", Word::F32, Access::ReadWrite);
+        let tables = FormatTables::declare(format, &mut kb);
+        let row_len = row_bytes(format, 512).expect("whole blocks") as u32;
+        let row_byte = kb.let_(Ty::U32, u32c(row_len));
+        kb.for_(u32c(0), u32c(512), u32c(1), |kb, k| {
+            let value = decode_element(format, weights, &tables, row_byte.clone(), k.clone())
+                .expect("tables bound");
+            kb.store(out, k, value);
+        });
+        kb.finish().validate().expect("a well-typed decode");
+    }
+}

@@ -1,0 +1,61 @@
+//! Every registered family's fixture graphs (decode and prefill for a decoder, one forward for an
+//! encoder) plan for every target preset, with valid kernels and every buffer bound.
+
+#![allow(clippy::unwrap_used)]
+
+use poot_graph_ir::TraceLimits;
+use poot_graph_plan::{BufferRole, Target, compile};
+use poot_load::LoadOptions;
+use poot_models::test_support::family_fixtures::FIXTURES;
+use poot_models::{ModelKind, Registry, StepShape, StepSpec};
+
+fn targets() -> Vec<Target> {
+    vec![
+        Target::ptx_preset(),
+        Target::wgpu_preset(),
+        Target::lavapipe_preset(),
+    ]
+}
+
+#[test]
+fn every_fixture_plans_for_every_target() {
+    let registry = Registry::builtin().unwrap();
+    for f in FIXTURES {
+        let ck = poot_load::load(&f.path(), &LoadOptions::default()).unwrap();
+        let model = (registry.resolve(ck.config()).unwrap().build)(ck.config(), ck.store())
+            .unwrap()
+            .model;
+        let specs = match model.config().kind {
+            ModelKind::Decoder => vec![
+                StepSpec::step(StepShape::new(1, 1, 64)),
+                StepSpec::step(StepShape::new(1, 16, 64)),
+                StepSpec::step(StepShape::new(2, 1, 64)),
+            ],
+            ModelKind::Encoder => vec![StepSpec::encode(2, 16)],
+        };
+        for spec in &specs {
+            let graph = model.trace(spec, TraceLimits::standard(256)).unwrap();
+            for target in targets() {
+                let plan = compile(&graph, &target).unwrap_or_else(|e| {
+                    panic!("{} {:?} on {:?}: {e}", f.family, spec.shape, target.backend)
+                });
+                for k in &plan.kernels {
+                    k.validate().unwrap();
+                }
+                for d in &plan.dispatches {
+                    assert_eq!(d.args.len(), plan.kernels[d.kernel].params.len());
+                    assert!(d.grid[0] >= 1 && d.grid[0] <= target.limits.max_groups_x);
+                }
+                assert_eq!(plan.states.len(), graph.states().count());
+                assert_eq!(plan.outputs.len(), graph.outputs().primary.len());
+                // States are updated in place: no state buffer is shared with another role.
+                for (_, s) in &plan.states {
+                    assert!(matches!(
+                        plan.buffers[s.buffer.0 as usize].role,
+                        BufferRole::State { .. }
+                    ));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,849 @@
+//! Every kernel in one table renders to WGSL that naga 30 parses and validates, and to CUDA C
+//! that clang compiles to PTX (skipped with a `SKIP:` line where clang is missing).
+//!
+//! The table covers every `Expr` and `Stmt` variant, every unary, binary and comparison
+//! operator at every operand type the validator accepts (with run-time operands and with
+//! all-literal ones, whose values are picked to overflow, divide by zero or be non-finite),
+//! every cast, both half formats, and three realistic kernels: an elementwise grid-stride
+//! loop, a shared-memory tree reduction and a byte-unpacking dequantization loop.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use poot_graph_plan::kernel::build::{
+    KernelBuilder, bin, cast, cmp, eq, f32c, group_count_x, group_id, i32c, load, load_byte,
+    load_half, load_shared, local_id, lt, select, u32c, un,
+};
+use poot_graph_plan::kernel::render::{
+    RenderError, can_fault, entry_name, render_cuda, render_wgsl,
+};
+use poot_graph_plan::kernel::{Access, BinOp, CmpOp, Expr, Half, Kernel, Stmt, Ty, UnOp, Word};
+
+const TYS: [Ty; 4] = [Ty::F32, Ty::I32, Ty::U32, Ty::Bool];
+
+const UNOPS: [UnOp; 18] = [
+    UnOp::Neg,
+    UnOp::Abs,
+    UnOp::Exp,
+    UnOp::Log,
+    UnOp::Sqrt,
+    UnOp::Rsqrt,
+    UnOp::Recip,
+    UnOp::Tanh,
+    UnOp::Erf,
+    UnOp::Floor,
+    UnOp::Ceil,
+    UnOp::Sin,
+    UnOp::Cos,
+    UnOp::Not,
+    UnOp::RoundF16,
+    UnOp::RoundBf16,
+    UnOp::BitsToU32,
+    UnOp::BitsToF32,
+];
+
+const BINOPS: [BinOp; 13] = [
+    BinOp::Add,
+    BinOp::Sub,
+    BinOp::Mul,
+    BinOp::Div,
+    BinOp::Rem,
+    BinOp::Max,
+    BinOp::Min,
+    BinOp::Pow,
+    BinOp::And,
+    BinOp::Or,
+    BinOp::Xor,
+    BinOp::Shl,
+    BinOp::Shr,
+];
+
+const CMPOPS: [CmpOp; 6] = [
+    CmpOp::Eq,
+    CmpOp::Ne,
+    CmpOp::Lt,
+    CmpOp::Le,
+    CmpOp::Gt,
+    CmpOp::Ge,
+];
+
+/// Fails to compile when an operator is added, so the lists above get the new one.
+#[allow(dead_code)]
+fn listed(u: UnOp, b: BinOp, c: CmpOp, t: Ty, h: Half) {
+    match u {
+        UnOp::Neg
+        | UnOp::Abs
+        | UnOp::Exp
+        | UnOp::Log
+        | UnOp::Sqrt
+        | UnOp::Rsqrt
+        | UnOp::Recip
+        | UnOp::Tanh
+        | UnOp::Erf
+        | UnOp::Floor
+        | UnOp::Ceil
+        | UnOp::Sin
+        | UnOp::Cos
+        | UnOp::Not
+        | UnOp::RoundF16
+        | UnOp::RoundBf16
+        | UnOp::BitsToU32
+        | UnOp::BitsToF32 => {}
+    }
+    match b {
+        BinOp::Add
+        | BinOp::Sub
+        | BinOp::Mul
+        | BinOp::Div
+        | BinOp::Rem
+        | BinOp::Max
+        | BinOp::Min
+        | BinOp::Pow
+        | BinOp::And
+        | BinOp::Or
+        | BinOp::Xor
+        | BinOp::Shl
+        | BinOp::Shr => {}
+    }
+    match c {
+        CmpOp::Eq | CmpOp::Ne | CmpOp::Lt | CmpOp::Le | CmpOp::Gt | CmpOp::Ge => {}
+    }
+    match t {
+        Ty::F32 | Ty::I32 | Ty::U32 | Ty::Bool => {}
+    }
+    match h {
+        Half::F16 | Half::Bf16 => {}
+    }
+}
+
+/// Inputs of every word type and an output per word type, plus a u32 flag output for bools.
+struct Io {
+    f: poot_graph_plan::kernel::ParamId,
+    i: poot_graph_plan::kernel::ParamId,
+    u: poot_graph_plan::kernel::ParamId,
+    out_f: poot_graph_plan::kernel::ParamId,
+    out_i: poot_graph_plan::kernel::ParamId,
+    out_u: poot_graph_plan::kernel::ParamId,
+}
+
+impl Io {
+    fn new(b: &mut KernelBuilder) -> Io {
+        Io {
+            f: b.param("in_f", Word::F32, Access::Read),
+            i: b.param("in_i", Word::I32, Access::Read),
+            u: b.param("in_u", Word::U32, Access::Read),
+            out_f: b.param("out_f", Word::F32, Access::ReadWrite),
+            out_i: b.param("out_i", Word::I32, Access::ReadWrite),
+            out_u: b.param("out_u", Word::U32, Access::ReadWrite),
+        }
+    }
+
+    /// A run-time value of type `t` (`k` varies it between operands).
+    fn value(&self, t: Ty, k: u32) -> Expr {
+        let at = local_id() + u32c(k);
+        match t {
+            Ty::F32 => load(self.f, at),
+            Ty::I32 => load(self.i, at),
+            Ty::U32 => load(self.u, at),
+            Ty::Bool => lt(load(self.u, at), u32c(7 + k)),
+        }
+    }
+
+    /// Stores `e` of type `t` at slot `slot` of the matching output.
+    fn store(&self, b: &mut KernelBuilder, t: Ty, slot: u32, e: Expr) {
+        let at = local_id() * u32c(1024) + u32c(slot);
+        match t {
+            Ty::F32 => b.store(self.out_f, at, e),
+            Ty::I32 => b.store(self.out_i, at, e),
+            Ty::U32 => b.store(self.out_u, at, e),
+            Ty::Bool => b.store(self.out_u, at, select(e, u32c(1), u32c(0))),
+        }
+    }
+}
+
+/// Literal operands chosen to trip constant folding: extremes, zeros, non-finite values.
+fn literal(t: Ty, k: u32) -> Expr {
+    match (t, k % 4) {
+        (Ty::F32, 0) => f32c(f32::MAX),
+        (Ty::F32, 1) => f32c(0.0),
+        (Ty::F32, 2) => f32c(f32::NAN),
+        (Ty::F32, _) => f32c(-100.0),
+        (Ty::I32, 0) => i32c(i32::MIN),
+        (Ty::I32, 1) => i32c(0),
+        (Ty::I32, 2) => i32c(-1),
+        (Ty::I32, _) => i32c(i32::MAX),
+        (Ty::U32, 0) => u32c(u32::MAX),
+        (Ty::U32, 1) => u32c(0),
+        (Ty::U32, 2) => u32c(31),
+        (Ty::U32, _) => u32c(1),
+        (Ty::Bool, 0 | 2) => Expr::Bool(true),
+        (Ty::Bool, _) => Expr::Bool(false),
+    }
+}
+
+/// Tries `e`; keeps it (stored at the next slot) if it types.
+fn try_store(b: &mut KernelBuilder, io: &Io, probe: &Kernel, slot: &mut u32, e: Expr) -> bool {
+    match probe.type_of(&e) {
+        Ok(t) => {
+            io.store(b, t, *slot, e);
+            *slot += 1;
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// A kernel whose parameters match `Io`, for type checks only.
+fn probe_kernel() -> Kernel {
+    let mut b = KernelBuilder::new("probe", 64);
+    let _ = Io::new(&mut b);
+    b.finish()
+}
+
+/// Every unary and binary operator at every operand type that types, with run-time operands
+/// (`literals == false`) or all-literal ones.
+fn operators_kernel(literals: bool) -> (Kernel, usize) {
+    let probe = probe_kernel();
+    let mut b = KernelBuilder::new(if literals { "ops_literal" } else { "ops" }, 64);
+    let io = Io::new(&mut b);
+    let operand = |t: Ty, k: u32| {
+        if literals {
+            literal(t, k)
+        } else {
+            io.value(t, k)
+        }
+    };
+    let mut slot = 0;
+    let mut typed = 0;
+    for op in UNOPS {
+        for t in TYS {
+            for k in 0..if literals { 4 } else { 1 } {
+                typed += usize::from(try_store(
+                    &mut b,
+                    &io,
+                    &probe,
+                    &mut slot,
+                    un(op, operand(t, k)),
+                ));
+            }
+        }
+    }
+    for op in BINOPS {
+        for ta in TYS {
+            for tb in TYS {
+                for k in 0..if literals { 4 } else { 1 } {
+                    typed += usize::from(try_store(
+                        &mut b,
+                        &io,
+                        &probe,
+                        &mut slot,
+                        bin(op, operand(ta, k), operand(tb, k + 1)),
+                    ));
+                }
+            }
+        }
+    }
+    for op in CMPOPS {
+        for t in TYS {
+            typed += usize::from(try_store(
+                &mut b,
+                &io,
+                &probe,
+                &mut slot,
+                cmp(op, operand(t, 0), operand(t, 1)),
+            ));
+        }
+    }
+    for from in TYS {
+        for to in TYS {
+            for k in 0..if literals { 4 } else { 1 } {
+                typed += usize::from(try_store(
+                    &mut b,
+                    &io,
+                    &probe,
+                    &mut slot,
+                    cast(to, operand(from, k)),
+                ));
+            }
+        }
+    }
+    for t in TYS {
+        typed += usize::from(try_store(
+            &mut b,
+            &io,
+            &probe,
+            &mut slot,
+            select(operand(Ty::Bool, 0), operand(t, 1), operand(t, 2)),
+        ));
+    }
+    (b.finish(), typed)
+}
+
+/// Every statement, every load, every built-in and a chain of constants of every spelling.
+fn statements_kernel() -> Kernel {
+    let mut b = KernelBuilder::new("statements", 128);
+    let q = b.param("packed", Word::U32, Access::Read);
+    let out = b.param("out", Word::F32, Access::ReadWrite);
+    let flags = b.param("flags", Word::U32, Access::ReadWrite);
+    let tile = b.shared("tile", Ty::F32, 128);
+    let marks = b.shared("marks", Ty::Bool, 128);
+    let counts = b.shared("counts", Ty::I32, 4);
+    let lid = b.let_(Ty::U32, local_id());
+    let gid = b.let_(
+        Ty::U32,
+        group_id(0) + group_id(1) * group_count_x() + group_id(2),
+    );
+    let acc = b.var(Ty::F32, f32c(0.0));
+    b.store_shared(
+        tile,
+        lid.clone(),
+        load_half(q, lid.clone(), Half::F16) + load_half(q, lid.clone(), Half::Bf16),
+    );
+    b.store_shared(marks, lid.clone(), eq(load_byte(q, lid.clone()), u32c(0)));
+    b.if_(lt(lid.clone(), u32c(4)), |b| {
+        b.store_shared(counts, local_id(), i32c(-7))
+    });
+    b.barrier();
+    b.for_(u32c(0), u32c(128), u32c(3), |b, i| {
+        let x = load_shared(tile, i.clone());
+        b.set(
+            acc,
+            Expr::Var(acc) + select(load_shared(marks, i), x, f32c(0.0)),
+        );
+    });
+    b.for_(u32c(0), u32c(u32::MAX), u32c(0x4000_0000), |b, i| {
+        b.set(acc, Expr::Var(acc) + cast(Ty::F32, i));
+    });
+    b.if_else(
+        ge_u(load_shared(counts, u32c(1)), i32c(0)),
+        |b| b.fault(7),
+        |b| {
+            b.if_(eq(gid.clone(), u32c(u32::MAX)), |b| b.fault(0));
+        },
+    );
+    let consts = [
+        0.0,
+        -0.0,
+        1.0,
+        -2.5,
+        0.1,
+        1e-5,
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        f32::from_bits(1),
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        65504.0,
+        3.0e38,
+    ];
+    let mut sum = Expr::Var(acc);
+    for c in consts {
+        sum = sum * f32c(c);
+    }
+    b.store(out, gid * u32c(128) + lid.clone(), sum);
+    b.store(flags, lid, u32c(u32::MAX) ^ cast(Ty::U32, i32c(i32::MIN)));
+    b.finish()
+}
+
+fn ge_u(a: Expr, b: Expr) -> Expr {
+    cmp(CmpOp::Ge, a, b)
+}
+
+/// `y[i] = silu(x[i]) * g[i]` over `n` elements, with a grid-stride loop.
+fn elementwise_kernel() -> Kernel {
+    let mut b = KernelBuilder::new("silu_mul.l3", 256);
+    let x = b.param("x", Word::F32, Access::Read);
+    let g = b.param("gate", Word::F32, Access::Read);
+    let n = b.param("n", Word::U32, Access::Read);
+    let y = b.param("y", Word::F32, Access::ReadWrite);
+    let count = b.let_(Ty::U32, load(n, u32c(0)));
+    let stride = b.let_(Ty::U32, group_count_x() * u32c(256));
+    b.for_(
+        group_id(0) * u32c(256) + local_id(),
+        count,
+        stride,
+        |b, i| {
+            let v = b.let_(Ty::F32, load(x, i.clone()));
+            let silu = v.clone() / (f32c(1.0) + un(UnOp::Exp, -v));
+            b.store(y, i.clone(), silu * load(g, i));
+        },
+    );
+    b.finish()
+}
+
+/// A workgroup sum of 256 elements per group: a shared-memory tree with barriers.
+fn reduction_kernel() -> Kernel {
+    const W: u32 = 256;
+    let mut b = KernelBuilder::new("sum_rows", W);
+    let x = b.param("x", Word::F32, Access::Read);
+    let out = b.param("out", Word::F32, Access::ReadWrite);
+    let tile = b.shared("partial", Ty::F32, W);
+    let lid = b.let_(Ty::U32, local_id());
+    b.store_shared(
+        tile,
+        lid.clone(),
+        load(x, group_id(0) * u32c(W) + lid.clone()),
+    );
+    b.barrier();
+    // for level in 0..8 { stride = 128 >> level; if lid < stride { t[lid] += t[lid + stride] } barrier }
+    b.for_(u32c(0), u32c(8), u32c(1), |b, level| {
+        let stride = b.let_(Ty::U32, u32c(W / 2) >> level);
+        b.if_(lt(lid.clone(), stride.clone()), |b| {
+            let sum = load_shared(tile, lid.clone()) + load_shared(tile, lid.clone() + stride);
+            b.store_shared(tile, lid.clone(), sum);
+        });
+        b.barrier();
+    });
+    b.if_(eq(lid, u32c(0)), |b| {
+        b.store(out, group_id(0), load_shared(tile, u32c(0)))
+    });
+    b.finish()
+}
+
+/// Q4_0-style dequantization: blocks of 18 bytes (an f16 scale, 16 bytes of 4-bit values),
+/// one block per thread, unpacked byte by byte; faults on a block count past the buffer.
+fn dequant_kernel() -> Kernel {
+    let mut b = KernelBuilder::new("dequant_q4_0", 64);
+    let q = b.param("blocks", Word::U32, Access::Read);
+    let meta = b.param("meta", Word::U32, Access::Read);
+    let out = b.param("out", Word::F32, Access::ReadWrite);
+    let n_blocks = b.let_(Ty::U32, load(meta, u32c(0)));
+    let block = b.let_(Ty::U32, group_id(0) * u32c(64) + local_id());
+    b.if_(lt(load(meta, u32c(1)), n_blocks.clone()), |b| b.fault(3));
+    b.if_(lt(block.clone(), n_blocks), |b| {
+        let base = b.let_(Ty::U32, block.clone() * u32c(18));
+        // The scale is the f16 at byte `base`: half index base / 2 (blocks start on even bytes).
+        let d = b.let_(Ty::F32, load_half(q, base.clone() >> u32c(1), Half::F16));
+        b.for_(u32c(0), u32c(16), u32c(1), |b, j| {
+            let byte = b.let_(Ty::U32, load_byte(q, base.clone() + u32c(2) + j.clone()));
+            let lo = cast(Ty::I32, byte.clone() & u32c(0xf)) - i32c(8);
+            let hi = cast(Ty::I32, byte >> u32c(4)) - i32c(8);
+            let o = b.let_(Ty::U32, block.clone() * u32c(32) + j);
+            b.store(out, o.clone(), d.clone() * cast(Ty::F32, lo));
+            b.store(out, o + u32c(16), d.clone() * cast(Ty::F32, hi));
+        });
+    });
+    b.finish()
+}
+
+fn table() -> Vec<Kernel> {
+    vec![
+        operators_kernel(false).0,
+        operators_kernel(true).0,
+        statements_kernel(),
+        elementwise_kernel(),
+        reduction_kernel(),
+        dequant_kernel(),
+    ]
+}
+
+#[test]
+fn the_table_covers_every_variant() {
+    let (_, runtime) = operators_kernel(false);
+    let (_, literal) = operators_kernel(true);
+    // Unary: Neg/Abs on f32 and i32; Not on i32, u32, bool; BitsToU32 of f32, BitsToF32 of
+    // u32; the other 13 on f32.
+    let unary = 2 * 2 + 3 + 2 + 13;
+    // Binary: Add/Sub/Mul/Div/Max/Min on f32, i32, u32; Rem on i32, u32; Pow on f32;
+    // And/Or/Xor on i32, u32, bool; Shl/Shr of i32 and u32 by u32.
+    let binary = 6 * 3 + 2 + 1 + 3 * 3 + 2 * 2;
+    let (compare, casts, selects) = (6 * 4, 4 * 4, 4);
+    assert_eq!(runtime, unary + binary + compare + casts + selects);
+    // With literals, four operand choices each, except comparisons and selects.
+    assert_eq!(literal, 4 * (unary + binary + casts) + compare + selects);
+
+    let mut exprs = Vec::new();
+    let mut stmts = Vec::new();
+    for k in table() {
+        walk(&k.body, &mut stmts, &mut exprs);
+    }
+    for want in [
+        "F32",
+        "I32",
+        "U32",
+        "Bool",
+        "Var",
+        "Builtin",
+        "Load",
+        "LoadByte",
+        "LoadHalf",
+        "LoadShared",
+        "Unary",
+        "Binary",
+        "Cmp",
+        "Select",
+        "Cast",
+    ] {
+        assert!(exprs.contains(&want), "no {want} expression");
+    }
+    for want in [
+        "Let",
+        "Set",
+        "Store",
+        "StoreShared",
+        "If",
+        "For",
+        "Barrier",
+        "Fault",
+    ] {
+        assert!(stmts.contains(&want), "no {want} statement");
+    }
+}
+
+fn walk(body: &[Stmt], stmts: &mut Vec<&'static str>, exprs: &mut Vec<&'static str>) {
+    for s in body {
+        let (name, es, blocks): (&str, Vec<&Expr>, Vec<&[Stmt]>) = match s {
+            Stmt::Let { value, .. } => ("Let", vec![value], vec![]),
+            Stmt::Set { value, .. } => ("Set", vec![value], vec![]),
+            Stmt::Store { index, value, .. } => ("Store", vec![index, value], vec![]),
+            Stmt::StoreShared { index, value, .. } => ("StoreShared", vec![index, value], vec![]),
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => ("If", vec![cond], vec![then, otherwise]),
+            Stmt::For {
+                start,
+                end,
+                step,
+                body,
+                ..
+            } => ("For", vec![start, end, step], vec![body]),
+            Stmt::Barrier => ("Barrier", vec![], vec![]),
+            Stmt::Fault { .. } => ("Fault", vec![], vec![]),
+        };
+        stmts.push(name);
+        for e in es {
+            walk_expr(e, exprs);
+        }
+        for b in blocks {
+            walk(b, stmts, exprs);
+        }
+    }
+}
+
+fn walk_expr(e: &Expr, out: &mut Vec<&'static str>) {
+    let (name, kids): (&str, Vec<&Expr>) = match e {
+        Expr::F32(_) => ("F32", vec![]),
+        Expr::I32(_) => ("I32", vec![]),
+        Expr::U32(_) => ("U32", vec![]),
+        Expr::Bool(_) => ("Bool", vec![]),
+        Expr::Var(_) => ("Var", vec![]),
+        Expr::Builtin(_) => ("Builtin", vec![]),
+        Expr::Load { index, .. } => ("Load", vec![index]),
+        Expr::LoadByte { byte, .. } => ("LoadByte", vec![byte]),
+        Expr::LoadHalf { index, .. } => ("LoadHalf", vec![index]),
+        Expr::LoadShared { index, .. } => ("LoadShared", vec![index]),
+        Expr::Unary(_, x) => ("Unary", vec![x]),
+        Expr::Binary(_, a, b) => ("Binary", vec![a, b]),
+        Expr::Cmp(_, a, b) => ("Cmp", vec![a, b]),
+        Expr::Select {
+            cond,
+            on_true,
+            on_false,
+        } => ("Select", vec![cond, on_true, on_false]),
+        Expr::Cast(_, x) => ("Cast", vec![x]),
+    };
+    out.push(name);
+    for k in kids {
+        walk_expr(k, out);
+    }
+}
+
+// ---- WGSL through naga ----
+
+fn naga_validate(name: &str, src: &str) -> naga::Module {
+    let module = match naga::front::wgsl::parse_str(src) {
+        Ok(m) => m,
+        Err(e) => panic!(
+            "{name}: naga rejects the WGSL:\n{}\n{src}",
+            e.emit_to_string(src)
+        ),
+    };
+    let mut validator = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::empty(),
+    );
+    if let Err(e) = validator.validate(&module) {
+        panic!(
+            "{name}: naga's validator rejects the WGSL:\n{}\n{src}",
+            e.emit_to_string(src)
+        );
+    }
+    module
+}
+
+#[test]
+fn every_kernel_renders_to_wgsl_naga_accepts() {
+    for k in table() {
+        let w = render_wgsl(&k).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+        assert_eq!(
+            render_wgsl(&k).ok().as_ref(),
+            Some(&w),
+            "{}: rendering is not deterministic",
+            k.name
+        );
+        let module = naga_validate(&k.name, &w.source);
+
+        assert_eq!(w.entry, entry_name(&k));
+        assert_eq!(module.entry_points.len(), 1);
+        let ep = &module.entry_points[0];
+        assert_eq!(ep.name, w.entry);
+        assert_eq!(ep.stage, naga::ShaderStage::Compute);
+        assert_eq!(ep.workgroup_size, [k.workgroup, 1, 1]);
+
+        // The module's storage bindings are exactly the parameters, then the fault word.
+        let mut bound: Vec<(u32, String)> = module
+            .global_variables
+            .iter()
+            .filter_map(|(_, g)| {
+                g.binding
+                    .as_ref()
+                    .map(|b| (b.binding, g.name.clone().unwrap_or_default()))
+            })
+            .collect();
+        bound.sort();
+        let mut want: Vec<(u32, String)> = w
+            .bindings
+            .iter()
+            .map(|b| (b.binding, b.name.clone()))
+            .collect();
+        assert_eq!(w.bindings.len(), k.params.len());
+        assert_eq!(w.fault_binding.is_some(), can_fault(&k));
+        if let Some(f) = w.fault_binding {
+            assert_eq!(f as usize, k.params.len());
+            want.push((f, "poot_fault".to_string()));
+        }
+        assert_eq!(bound, want, "{}", k.name);
+    }
+}
+
+// ---- CUDA through clang ----
+
+/// What NVRTC declares by itself and clang with `-nocudainc -nocudalib` does not: the CUDA
+/// attribute macros, the built-in variables, and the device functions the renderer calls
+/// (math functions map to libdevice's `__nv_*`, left undefined: PTX only declares them).
+const CLANG_PRELUDE: &str = r#"
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __shared__ __attribute__((shared))
+#define __forceinline__ __attribute__((always_inline)) inline
+#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
+#include "__clang_cuda_builtin_vars.h"
+static __device__ __forceinline__ void __trap() { __builtin_trap(); }
+static __device__ __forceinline__ void __threadfence_system() { __nvvm_membar_sys(); }
+static __device__ __forceinline__ float __uint_as_float(unsigned int x) { return __nvvm_bitcast_i2f((int)x); }
+static __device__ __forceinline__ unsigned int __float_as_uint(float x) { return (unsigned int)__nvvm_bitcast_f2i(x); }
+static __device__ __forceinline__ unsigned int atomicMax(unsigned int* p, unsigned int v) { return __nvvm_atom_max_gen_ui(p, v); }
+static __device__ __forceinline__ unsigned int atomicOr(unsigned int* p, unsigned int v) { return (unsigned int)__nvvm_atom_or_gen_i((int*)p, (int)v); }
+#define POOT_LIBDEVICE1(f) extern "C" __device__ float __nv_##f(float); static __device__ __forceinline__ float f(float x) { return __nv_##f(x); }
+POOT_LIBDEVICE1(expf) POOT_LIBDEVICE1(logf) POOT_LIBDEVICE1(sqrtf) POOT_LIBDEVICE1(tanhf) POOT_LIBDEVICE1(erff)
+POOT_LIBDEVICE1(floorf) POOT_LIBDEVICE1(ceilf) POOT_LIBDEVICE1(sinf) POOT_LIBDEVICE1(cosf) POOT_LIBDEVICE1(fabsf)
+extern "C" __device__ float __nv_powf(float, float);
+static __device__ __forceinline__ float powf(float x, float y) { return __nv_powf(x, y); }
+"#;
+
+/// The clang to use (`POOT_CLANG`, else `clang`) and the newest PTX target it knows, or why not.
+fn clang() -> Result<(String, &'static str), String> {
+    let clang = std::env::var("POOT_CLANG").unwrap_or_else(|_| "clang".to_string());
+    let dir = scratch_dir();
+    let probe = dir.join("probe.cu");
+    std::fs::write(&probe, "").map_err(|e| e.to_string())?;
+    for arch in ["sm_90", "sm_80"] {
+        let out = Command::new(&clang)
+            .args([
+                "-x",
+                "cuda",
+                "--cuda-device-only",
+                &format!("--cuda-gpu-arch={arch}"),
+                "-nocudainc",
+                "-nocudalib",
+                "-S",
+                "-o",
+            ])
+            .arg(dir.join("probe.ptx"))
+            .arg(&probe)
+            .output()
+            .map_err(|e| format!("`{clang}` does not run ({e})"))?;
+        if out.status.success() {
+            return Ok((clang, arch));
+        }
+    }
+    Err(format!("`{clang}` compiles no CUDA for sm_90 or sm_80"))
+}
+
+fn scratch_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("poot-render-cuda-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn every_kernel_renders_to_cuda_clang_compiles() {
+    let (clang, arch) = match clang() {
+        Ok(c) => c,
+        Err(why) => {
+            println!("SKIP: CUDA rendering not compiled: {why} (apt-get install -y clang)");
+            return;
+        }
+    };
+    let dir = scratch_dir();
+    std::fs::write(dir.join("prelude.h"), CLANG_PRELUDE).expect("write the prelude");
+    for k in table() {
+        let src = render_cuda(&k).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+        assert_eq!(
+            render_cuda(&k).as_ref(),
+            Ok(&src),
+            "{}: rendering is not deterministic",
+            k.name
+        );
+        assert!(
+            !src.contains("#include"),
+            "{}: NVRTC source must not include headers",
+            k.name
+        );
+        let entry = entry_name(&k);
+        assert!(src.contains(&format!(
+            "extern \"C\" __global__ void __launch_bounds__({}) {entry}(",
+            k.workgroup
+        )));
+        let cu = dir.join(format!("{entry}.cu"));
+        let ptx = dir.join(format!("{entry}.ptx"));
+        std::fs::write(&cu, &src).expect("write the source");
+        let out = Command::new(&clang)
+            .args([
+                "-x",
+                "cuda",
+                "--cuda-device-only",
+                &format!("--cuda-gpu-arch={arch}"),
+                "-nocudainc",
+                "-nocudalib",
+                "-O2",
+                "-Wall",
+                "-Werror",
+                "-Wno-unused-function",
+            ])
+            .arg("-include")
+            .arg(dir.join("prelude.h"))
+            .arg("-S")
+            .arg("-o")
+            .arg(&ptx)
+            .arg(&cu)
+            .output()
+            .expect("run clang");
+        assert!(
+            out.status.success(),
+            "{}: clang rejects the CUDA:\n{}\n{src}",
+            k.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ptx_text = std::fs::read_to_string(&ptx).expect("read the PTX");
+        assert!(
+            ptx_text.contains(&format!(".entry {entry}(")),
+            "{}: no entry `{entry}` in the PTX",
+            k.name
+        );
+        if can_fault(&k) {
+            assert!(ptx_text.contains("trap;"), "{}: no trap in the PTX", k.name);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---- Refusals ----
+
+#[test]
+fn malformed_kernels_are_refused_not_rendered() {
+    let render_both = |k: &Kernel| -> (Result<String, RenderError>, Result<String, RenderError>) {
+        (render_cuda(k), render_wgsl(k).map(|w| w.source))
+    };
+    let base = || {
+        let mut b = KernelBuilder::new("bad", 64);
+        let out = b.param("out", Word::U32, Access::ReadWrite);
+        (b, out)
+    };
+
+    // Ill-typed: the validator's error comes back wrapped.
+    let (mut b, out) = base();
+    b.store(out, u32c(0), f32c(1.0));
+    let (c, w) = render_both(&b.finish());
+    assert!(matches!(c, Err(RenderError::Invalid(_))) && matches!(w, Err(RenderError::Invalid(_))));
+
+    // A variable read after the block that declared it closed.
+    let (mut b, out) = base();
+    let mut inner = None;
+    b.if_(Expr::Bool(true), |b| inner = Some(b.let_(Ty::U32, u32c(1))));
+    b.store(out, u32c(0), inner.expect("declared"));
+    let (c, w) = render_both(&b.finish());
+    assert!(
+        matches!(c, Err(RenderError::Undeclared { var: 0, .. })),
+        "{c:?}"
+    );
+    assert!(matches!(w, Err(RenderError::Undeclared { var: 0, .. })));
+
+    // A loop counter read after its loop.
+    let (mut b, out) = base();
+    let mut counter = None;
+    b.for_(u32c(0), u32c(4), u32c(1), |_, i| counter = Some(i));
+    b.store(out, u32c(0), counter.expect("declared"));
+    assert!(matches!(
+        render_both(&b.finish()).0,
+        Err(RenderError::Undeclared { .. })
+    ));
+
+    // A variable declared twice.
+    let (b, _) = base();
+    let mut k = b.finish();
+    k.vars = vec![Ty::U32];
+    let decl = Stmt::Let {
+        var: poot_graph_plan::kernel::Var(0),
+        ty: Ty::U32,
+        value: u32c(0),
+    };
+    k.body = vec![decl.clone(), decl];
+    assert!(matches!(
+        render_both(&k).1,
+        Err(RenderError::Redeclared { var: 0, .. })
+    ));
+
+    // A fourth grid axis, an empty workgroup, a constant zero step, an empty shared array.
+    let (mut b, out) = base();
+    b.store(out, u32c(0), group_id(3));
+    assert!(matches!(
+        render_both(&b.finish()).0,
+        Err(RenderError::NoSuchAxis { axis: 3, .. })
+    ));
+    let mut k = base().0.finish();
+    k.workgroup = 0;
+    assert!(matches!(
+        render_both(&k).1,
+        Err(RenderError::EmptyWorkgroup { .. })
+    ));
+    let (mut b, _) = base();
+    b.for_(u32c(0), u32c(4), u32c(0), |_, _| {});
+    assert!(matches!(
+        render_both(&b.finish()).1,
+        Err(RenderError::ZeroStep { .. })
+    ));
+    let (mut b, _) = base();
+    b.shared("nothing", Ty::F32, 0);
+    assert!(matches!(
+        render_both(&b.finish()).0,
+        Err(RenderError::EmptyShared { .. })
+    ));
+}
+
+#[test]
+fn entry_names_are_sanitized_and_distinct() {
+    let named = |name: &str| KernelBuilder::new(name, 1).finish();
+    assert_eq!(entry_name(&named("rmsnorm_l3")), "k_rmsnorm_l3");
+    let dotted = entry_name(&named("attn.l3"));
+    assert!(
+        dotted.starts_with("k_attn_l3_") && dotted.len() == "k_attn_l3_".len() + 8,
+        "{dotted}"
+    );
+    assert_ne!(dotted, entry_name(&named("attn-l3")));
+    assert_eq!(entry_name(&named("")), "k");
+    assert!(entry_name(&named("main")).starts_with("k_main"));
+}
