@@ -1,7 +1,9 @@
 //! Typed device failures.
 
-/// A device failure. Any variant but [`DeviceError::Compile`] and [`DeviceError::OutOfMemory`]
-/// poisons the device: every later call returns [`DeviceError::Poisoned`] without touching it.
+/// A device failure. Those that [`DeviceError::poisons`] leave the device unusable: every later
+/// call returns [`DeviceError::Poisoned`] without touching it. A kernel fault does not by itself
+/// (the step's results are discarded and its executable needs a state reset); a backend whose
+/// faults are sticky (a CUDA trap) reports the poisoning itself on the next call.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum DeviceError {
     /// No device of this backend could be opened (no driver, no adapter).

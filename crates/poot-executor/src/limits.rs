@@ -1,5 +1,7 @@
 //! What a device reports about itself.
 
+use poot_graph_plan::{Backend, Target, TargetLimits};
+
 /// The limits a device reports; the planner's target is built from them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeviceLimits {
@@ -17,4 +19,25 @@ pub struct DeviceLimits {
     /// Buffers one kernel may bind (a WebGPU limit; effectively unbounded on CUDA).
     pub max_bindings: u32,
     pub subgroup_sizes: (u32, u32),
+    /// The most loop iterations one thread may run in total, where the driver caps it
+    /// (lavapipe stops every loop of a thread after 65535 iterations).
+    pub max_loop_iterations: Option<u32>,
+}
+
+impl DeviceLimits {
+    /// The planner's target for this device on `backend`.
+    pub fn target(&self, backend: Backend) -> Target {
+        Target {
+            backend,
+            limits: TargetLimits {
+                max_buffer_bytes: self.max_buffer_bytes,
+                max_groups_x: self.max_groups_x,
+                max_groups_yz: self.max_groups_yz,
+                max_workgroup_threads: self.max_workgroup_threads,
+                max_shared_bytes: self.max_shared_bytes,
+                max_bindings: self.max_bindings,
+                subgroup_size: self.subgroup_sizes.1,
+            },
+        }
+    }
 }

@@ -1,0 +1,111 @@
+//! Choosing a Vulkan adapter, opening a device on it with the adapter's own limits, and the
+//! limits the planner reads.
+
+use poot_executor::{DeviceError, DeviceLimits};
+
+const BACKEND: &str = "wgpu/Vulkan";
+
+/// Optional features a kernel may use, requested whenever the adapter has them.
+pub(crate) const WANTED_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
+    .union(wgpu::Features::SUBGROUP)
+    .union(wgpu::Features::SUBGROUP_BARRIER);
+
+/// Storage-buffer bindings kept back from [`DeviceLimits::max_bindings`] for the fault word.
+pub(crate) const RESERVED_BINDINGS: u32 = 1;
+
+fn unavailable(reason: impl Into<String>) -> DeviceError {
+    DeviceError::Unavailable {
+        backend: BACKEND,
+        reason: reason.into(),
+    }
+}
+
+/// Lower is better: real GPUs first, the CPU rasterizer (lavapipe) last.
+fn rank(kind: wgpu::DeviceType) -> u8 {
+    match kind {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    }
+}
+
+/// Picks the adapter: the first whose name contains `filter` (case-insensitive), or the best
+/// ranked one.
+pub(crate) fn choose(
+    instance: &wgpu::Instance,
+    filter: Option<&str>,
+) -> Result<wgpu::Adapter, DeviceError> {
+    let adapters: Vec<wgpu::Adapter> =
+        pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN))
+            .into_iter()
+            .filter(|a| a.get_info().backend == wgpu::Backend::Vulkan)
+            .collect();
+    if adapters.is_empty() {
+        return Err(unavailable(
+            "no Vulkan adapter (is a Vulkan driver such as mesa-vulkan-drivers installed?)",
+        ));
+    }
+    match filter {
+        Some(want) => {
+            let want_lower = want.to_lowercase();
+            let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+            adapters
+                .into_iter()
+                .find(|a| a.get_info().name.to_lowercase().contains(&want_lower))
+                .ok_or_else(|| {
+                    unavailable(format!(
+                        "no Vulkan adapter matches `{want}`; found {names:?}"
+                    ))
+                })
+        }
+        None => adapters
+            .into_iter()
+            .min_by_key(|a| rank(a.get_info().device_type))
+            .ok_or_else(|| unavailable("no Vulkan adapter")),
+    }
+}
+
+/// Opens the device with the adapter's own limits (so large buffers work) and every wanted
+/// feature the adapter has.
+pub(crate) fn request_device(
+    adapter: &wgpu::Adapter,
+) -> Result<(wgpu::Device, wgpu::Queue), DeviceError> {
+    let desc = wgpu::DeviceDescriptor {
+        label: Some("poot"),
+        required_features: adapter.features() & WANTED_FEATURES,
+        required_limits: adapter.limits(),
+        ..Default::default()
+    };
+    pollster::block_on(adapter.request_device(&desc)).map_err(|e| {
+        unavailable(format!(
+            "requesting a device on `{}` failed: {e}",
+            adapter.get_info().name
+        ))
+    })
+}
+
+/// The limits the planner plans against. A kernel binds whole buffers, so the largest buffer
+/// is also capped by the largest storage binding; one storage binding per kernel is kept for
+/// the fault word.
+pub(crate) fn device_limits(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> DeviceLimits {
+    DeviceLimits {
+        name: info.name.clone(),
+        max_buffer_bytes: limits
+            .max_buffer_size
+            .min(limits.max_storage_buffer_binding_size),
+        memory_bytes: None,
+        max_groups_x: limits.max_compute_workgroups_per_dimension,
+        max_groups_yz: limits.max_compute_workgroups_per_dimension,
+        max_workgroup_threads: limits
+            .max_compute_invocations_per_workgroup
+            .min(limits.max_compute_workgroup_size_x),
+        max_shared_bytes: limits.max_compute_workgroup_storage_size,
+        max_bindings: limits
+            .max_storage_buffers_per_shader_stage
+            .saturating_sub(RESERVED_BINDINGS),
+        subgroup_sizes: (info.subgroup_min_size, info.subgroup_max_size),
+        max_loop_iterations: None,
+    }
+}

@@ -1,0 +1,38 @@
+//! The shared device suite on wgpu: every case planned for the attached adapter, run through the
+//! generic engine, and compared with the CPU oracle (lavapipe in CI).
+
+use poot_executor::suite;
+use poot_executor::{Device, Engine};
+use poot_graph_plan::Backend;
+use poot_wgpu_device::{WgpuDevice, WgpuOptions};
+
+#[test]
+fn device_suite_matches_the_oracle() {
+    let device = match WgpuDevice::open(WgpuOptions::default()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("SKIP: no Vulkan adapter ({e})");
+            return;
+        }
+    };
+    let target = device.limits().target(Backend::Wgpu);
+    let mut engine = Engine::new(device, target);
+    let outcomes = suite::run(&mut engine);
+    let failed: Vec<_> = outcomes
+        .iter()
+        .filter(|o| !o.passed)
+        .map(|o| format!("{}: {}", o.name, o.detail))
+        .collect();
+    println!(
+        "{} passed, {} failed",
+        outcomes.len() - failed.len(),
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failed.len(),
+        outcomes.len(),
+        failed.join("\n")
+    );
+}
