@@ -38,6 +38,8 @@ pub struct Dispatch {
     pub grid: [u32; 3],
     /// One buffer per kernel parameter, in parameter order.
     pub args: Vec<BufferId>,
+    /// The graph value this dispatch computes (`l3.attn.q`), for diagnostics.
+    pub label: String,
 }
 
 /// Where a host-visible value lives and how its words read.

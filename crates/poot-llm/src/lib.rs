@@ -2,6 +2,10 @@
 //! stored, its tokenizer and chat template). The driver that runs a handle on an executor joins
 //! this crate with the executor backends.
 
+pub mod backend;
 pub mod handle;
+pub mod weights;
 
+pub use backend::{BackendChoice, BackendError, OpenedExecutor, open_executor};
 pub use handle::{HandleError, LoadOptions, ModelHandle};
+pub use weights::HandleWeights;

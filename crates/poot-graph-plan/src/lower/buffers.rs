@@ -13,16 +13,12 @@ pub struct Assignment {
 
 /// Packs planned buffers into physical ones. `pinned` buffers (the step's outputs) live to the
 /// end of the step.
-pub fn assign(
-    bufs: &[(BufferRole, u64)],
-    dispatches: &[(usize, [u32; 3], Vec<LBuf>)],
-    pinned: &[LBuf],
-) -> Assignment {
+pub fn assign(bufs: &[(BufferRole, u64)], dispatches: &[&[LBuf]], pinned: &[LBuf]) -> Assignment {
     let n = bufs.len();
     let mut first = vec![usize::MAX; n];
     let mut last = vec![0usize; n];
-    for (d, (_, _, args)) in dispatches.iter().enumerate() {
-        for a in args {
+    for (d, args) in dispatches.iter().enumerate() {
+        for a in args.iter() {
             let i = a.0 as usize;
             first[i] = first[i].min(d);
             last[i] = last[i].max(d);

@@ -11,13 +11,17 @@ pub struct LBuf(pub u32);
 /// A kernel under construction.
 pub struct KernelCtx {
     pub kb: KernelBuilder,
+    /// The graph value the kernel computes, for the dispatch's diagnostics.
+    pub label: String,
     args: Vec<(LBuf, ParamId)>,
 }
 
 impl KernelCtx {
-    pub fn new(name: impl Into<String>, workgroup: u32) -> KernelCtx {
+    /// A kernel of `kind` (`map`, `matmul`) computing the value labelled `label`.
+    pub fn labelled(kind: &str, label: String, workgroup: u32) -> KernelCtx {
         KernelCtx {
-            kb: KernelBuilder::new(name, workgroup),
+            kb: KernelBuilder::new(kind, workgroup),
+            label,
             args: Vec::new(),
         }
     }
@@ -37,13 +41,13 @@ impl KernelCtx {
         } else {
             Access::Read
         };
-        let p = self.kb.param(format!("b{}", buf.0), word, access);
+        let p = self.kb.param(format!("a{}", self.args.len()), word, access);
         self.args.push((buf, p));
         p
     }
 
-    pub fn finish(self) -> (Kernel, Vec<LBuf>) {
+    pub fn finish(self) -> (Kernel, Vec<LBuf>, String) {
         let args = self.args.into_iter().map(|(b, _)| b).collect();
-        (self.kb.finish(), args)
+        (self.kb.finish(), args, self.label)
     }
 }

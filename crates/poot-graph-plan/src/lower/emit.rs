@@ -75,15 +75,6 @@ fn ranks_before(ty: Ty, va: Expr, ia: Expr, vb: Expr, ib: Expr) -> Expr {
 }
 
 impl Lowering<'_> {
-    fn kernel_name(&self, v: ValueId, kind: &str) -> String {
-        let label: String = self
-            .label(v)
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
-        format!("k{}_{kind}_{label}", self.kernels.len())
-    }
-
     /// Workgroups for `items` independent items, each handled by `per_group` threads in
     /// grid-stride loops.
     fn groups_for(&self, items: u32, per_group: u32) -> [u32; 3] {
@@ -142,7 +133,7 @@ impl Lowering<'_> {
         let dims = self.g.values()[v.index()].ty.dims().to_vec();
         let dtype = self.g.values()[v.index()].ty.dtype;
         let out = self.scratch_for(v)?;
-        let mut cx = KernelCtx::new(self.kernel_name(v, "map"), ELEMENTWISE_THREADS);
+        let mut cx = KernelCtx::labelled("map", self.label(v), ELEMENTWISE_THREADS);
         let outp = cx.param(out, device_word(dtype), true);
         let flat = Self::begin_grid_stride(&mut cx, n);
         let idx = unflatten(&mut cx, flat.clone(), &dims);
@@ -157,7 +148,7 @@ impl Lowering<'_> {
     pub(super) fn emit_copy(&mut self, v: ValueId, src: LBuf, dst: LBuf) -> Result<(), PlanError> {
         let n = self.n_elems(v)?;
         let word = device_word(self.g.values()[v.index()].ty.dtype);
-        let mut cx = KernelCtx::new(self.kernel_name(v, "copy"), ELEMENTWISE_THREADS);
+        let mut cx = KernelCtx::labelled("copy", self.label(v), ELEMENTWISE_THREADS);
         let (s, d) = (cx.param(src, word, false), cx.param(dst, word, true));
         let i = Self::begin_grid_stride(&mut cx, n);
         cx.kb.store(d, i.clone(), load(s, i));
@@ -186,8 +177,9 @@ impl Lowering<'_> {
         let rows = self.n_elems(v)?;
         let wg = row_threads(len);
         let out = self.scratch_for(v)?;
-        let mut cx = KernelCtx::new(
-            self.kernel_name(v, if reduce.is_some() { "reduce" } else { "argmax" }),
+        let mut cx = KernelCtx::labelled(
+            if reduce.is_some() { "reduce" } else { "argmax" },
+            self.label(v),
             wg,
         );
         let outp = cx.param(out, device_word(out_dtype), true);
@@ -269,7 +261,7 @@ impl Lowering<'_> {
         let total = self.n_elems(v)?;
         let wg = row_threads(k_len);
         let out = self.scratch_for(v)?;
-        let mut cx = KernelCtx::new(self.kernel_name(v, "matmul"), wg);
+        let mut cx = KernelCtx::labelled("matmul", self.label(v), wg);
         let outp = cx.param(out, Word::F32, true);
         let sv = cx.kb.shared("sv", Ty::F32, wg);
         let o = Self::begin_rows(&mut cx, total);
@@ -314,7 +306,7 @@ impl Lowering<'_> {
         let total = self.n_elems(v)?;
         let wg = row_threads(k_len);
         let out = self.scratch_for(v)?;
-        let mut cx = KernelCtx::new(self.kernel_name(v, "indexed_matmul"), wg);
+        let mut cx = KernelCtx::labelled("indexed_matmul", self.label(v), wg);
         let outp = cx.param(out, Word::F32, true);
         let sv = cx.kb.shared("sv", Ty::F32, wg);
         let o = Self::begin_rows(&mut cx, total);
@@ -368,7 +360,7 @@ impl Lowering<'_> {
         let dtype = self.g.values()[v.index()].ty.dtype;
         let n = self.n_elems(update)?;
         let out = self.update_target(operand, v)?;
-        let mut cx = KernelCtx::new(self.kernel_name(v, "update_slice"), ELEMENTWISE_THREADS);
+        let mut cx = KernelCtx::labelled("update_slice", self.label(v), ELEMENTWISE_THREADS);
         let outp = cx.param(out, device_word(dtype), true);
         let mut starts = Vec::with_capacity(op_dims.len());
         for (j, (&d, &u)) in op_dims.iter().zip(&upd_dims).enumerate() {
@@ -399,7 +391,7 @@ impl Lowering<'_> {
         let dtype = self.g.values()[v.index()].ty.dtype;
         let n = self.n_elems(updates)?;
         let out = self.update_target(operand, v)?;
-        let mut cx = KernelCtx::new(self.kernel_name(v, "scatter"), ELEMENTWISE_THREADS);
+        let mut cx = KernelCtx::labelled("scatter", self.label(v), ELEMENTWISE_THREADS);
         let outp = cx.param(out, device_word(dtype), true);
         let flat = Self::begin_grid_stride(&mut cx, n);
         let uidx = unflatten(&mut cx, flat, &upd_dims);
@@ -425,7 +417,7 @@ impl Lowering<'_> {
         let rows = (self.n_elems(x)? as usize / len.max(1)) as u32;
         let wg = row_threads(len);
         let out = self.scratch_for(v)?;
-        let mut cx = KernelCtx::new(self.kernel_name(v, "top_k"), wg);
+        let mut cx = KernelCtx::labelled("top_k", self.label(v), wg);
         let outp = cx.param(out, Word::I32, true);
         let sv = cx.kb.shared("sv", ty, wg);
         let si = cx.kb.shared("si", Ty::U32, wg);

@@ -65,8 +65,17 @@ pub(crate) struct Lowering<'g> {
     bufs: Vec<LBufInfo>,
     tables: HashMap<FormatTable, LBuf>,
     kernels: Vec<Kernel>,
-    /// Kernel index, grid, buffer per parameter.
-    dispatches: Vec<(usize, [u32; 3], Vec<LBuf>)>,
+    /// Each distinct kernel's index, by its text.
+    kernel_index: HashMap<String, usize>,
+    dispatches: Vec<PlannedDispatch>,
+}
+
+/// A dispatch before physical buffer assignment.
+pub(crate) struct PlannedDispatch {
+    kernel: usize,
+    grid: [u32; 3],
+    args: Vec<LBuf>,
+    label: String,
 }
 
 /// Lowers `g` for `target`.
@@ -80,6 +89,7 @@ pub fn lower(g: &Graph, target: &Target) -> Result<Plan, PlanError> {
         bufs: Vec::new(),
         tables: HashMap::new(),
         kernels: Vec::new(),
+        kernel_index: HashMap::new(),
         dispatches: Vec::new(),
     };
     l.bind_inputs()?;
@@ -230,8 +240,10 @@ impl<'g> Lowering<'g> {
         Ok(b)
     }
 
+    /// Adds a dispatch of the kernel `cx` built, sharing the compiled kernel with an identical
+    /// one already planned (every layer's kernels are the same code over other buffers).
     fn push_kernel(&mut self, cx: KernelCtx, grid: [u32; 3]) -> Result<(), PlanError> {
-        let (kernel, args) = cx.finish();
+        let (mut kernel, args, label) = cx.finish();
         kernel.validate()?;
         if args.len() as u32 > self.target.limits.max_bindings {
             return Err(PlanError::TooManyBindings {
@@ -241,8 +253,22 @@ impl<'g> Lowering<'g> {
                 limit: self.target.limits.max_bindings,
             });
         }
-        self.kernels.push(kernel);
-        self.dispatches.push((self.kernels.len() - 1, grid, args));
+        let key = format!("{kernel:?}");
+        let index = match self.kernel_index.get(&key) {
+            Some(&i) => i,
+            None => {
+                kernel.name = format!("{}_{}", kernel.name, self.kernels.len());
+                self.kernels.push(kernel);
+                self.kernel_index.insert(key, self.kernels.len() - 1);
+                self.kernels.len() - 1
+            }
+        };
+        self.dispatches.push(PlannedDispatch {
+            kernel: index,
+            grid,
+            args,
+            label,
+        });
         Ok(())
     }
 
@@ -300,7 +326,8 @@ impl<'g> Lowering<'g> {
             .map(|b| (b.role.clone(), b.size_bytes))
             .collect();
         let pinned: Vec<LBuf> = outputs.iter().map(|o| LBuf(o.buffer.0)).collect();
-        let assignment = buffers::assign(&infos, &self.dispatches, &pinned);
+        let uses: Vec<&[LBuf]> = self.dispatches.iter().map(|d| d.args.as_slice()).collect();
+        let assignment = buffers::assign(&infos, &uses, &pinned);
         let remap = |b: crate::plan::BufferId| assignment.map[b.0 as usize];
         let slots = slots.into_iter().map(|(s, mut h)| {
             h.buffer = remap(h.buffer);
@@ -324,10 +351,15 @@ impl<'g> Lowering<'g> {
         let dispatches = self
             .dispatches
             .iter()
-            .map(|(k, grid, args)| crate::plan::Dispatch {
-                kernel: *k,
-                grid: *grid,
-                args: args.iter().map(|a| assignment.map[a.0 as usize]).collect(),
+            .map(|d| crate::plan::Dispatch {
+                kernel: d.kernel,
+                grid: d.grid,
+                args: d
+                    .args
+                    .iter()
+                    .map(|a| assignment.map[a.0 as usize])
+                    .collect(),
+                label: d.label.clone(),
             })
             .collect();
         Ok(Plan {
