@@ -47,6 +47,8 @@ impl DeviceError {
             DeviceError::Compile { .. }
                 | DeviceError::OutOfMemory { .. }
                 | DeviceError::Unavailable { .. }
+                | DeviceError::BadLaunch { .. }
+                | DeviceError::KernelFault { .. }
         )
     }
 }
