@@ -1,0 +1,265 @@
+//! Every registered family's fixture, and SmolLM2 on one prompt, run on the wgpu backend through
+//! the executor (lavapipe in CI) and checked against the CPU oracle on the same graphs: every
+//! step's logits within tolerance and the same greedy tokens. A machine without a Vulkan adapter
+//! reports a skip.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
+use poot_executor::{EntryId, ExecutableId, Executor, StepInputs, StepOutputs};
+use poot_graph_ir::{Graph, Slot, TraceLimits};
+use poot_llm::{BackendChoice, HandleWeights, LoadOptions, ModelHandle, open_executor};
+use poot_models::test_support::family_fixtures::FIXTURES;
+use poot_models::weights::ConstData;
+use poot_models::{ModelKind, Registry, StepShape, StepSpec};
+
+const CAPACITY: usize = 32;
+/// Largest |device - oracle| over the largest |oracle| logit: the device sums in another order.
+const TOLERANCE: f32 = 1e-4;
+
+fn executor() -> Option<Box<dyn Executor>> {
+    match open_executor(BackendChoice::Wgpu) {
+        Ok(o) => Some(o.executor),
+        Err(e) => {
+            eprintln!("SKIP: {e}");
+            None
+        }
+    }
+}
+
+/// The oracle's side of one model: the same graphs, evaluated on the CPU with carried state.
+struct Oracle<'h> {
+    handle: &'h ModelHandle,
+    states: Vec<(String, HostTensor<'static>)>,
+}
+
+impl Oracle<'_> {
+    fn step(&mut self, graph: &Graph, tokens: &[i32], start: usize) -> Vec<f32> {
+        let mut inputs = Inputs::new();
+        for (_, name, ty) in graph.consts() {
+            let t = match self
+                .handle
+                .model()
+                .weights()
+                .const_data(name, self.handle.store())
+                .unwrap()
+            {
+                ConstData::Bytes(b) => HostTensor::from_le_bytes(ty.clone(), b).unwrap(),
+                ConstData::F32(v) => HostTensor::f32(ty.shape.clone(), v).unwrap(),
+            };
+            inputs.set_const(name, t);
+        }
+        let pos: Vec<i32> = (start..start + tokens.len()).map(|p| p as i32).collect();
+        inputs.set_slot(
+            Slot::Token,
+            HostTensor::i32([1, tokens.len()], tokens.to_vec()).unwrap(),
+        );
+        inputs.set_slot(Slot::Pos, HostTensor::i32([1, tokens.len()], pos).unwrap());
+        let prev = std::mem::take(&mut self.states);
+        for (_, name, ty) in graph.states() {
+            let value = match prev.iter().find(|(n, _)| n == name) {
+                Some((_, v)) => v.view(),
+                None => HostTensor::f32(ty.shape.clone(), vec![0f32; ty.shape.n_elems().unwrap()])
+                    .unwrap(),
+            };
+            inputs.set_state(name, value);
+        }
+        let out = eval(graph, &inputs, EvalOptions::default()).unwrap();
+        self.states = out.state.clone();
+        out.outputs[0].to_f32_vec().unwrap()
+    }
+}
+
+fn device_step(exec: &mut dyn Executor, entry: EntryId, tokens: &[i32], start: usize) -> Vec<f32> {
+    let mut inputs = StepInputs::new();
+    inputs.set_i32(Slot::Token, tokens);
+    let pos: Vec<i32> = (start..start + tokens.len()).map(|p| p as i32).collect();
+    inputs.set_i32(Slot::Pos, &pos);
+    let mut out = StepOutputs::default();
+    exec.step(entry, &inputs, &mut out).unwrap();
+    out.f32(0).unwrap()
+}
+
+fn argmax(v: &[f32]) -> usize {
+    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b })
+}
+
+fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    let scale = want.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| {
+            if g.is_finite() {
+                (g - w).abs() / scale
+            } else {
+                f32::INFINITY
+            }
+        })
+        .fold(0f32, f32::max)
+}
+
+/// Prefill `prompt` in one step, then `decode` greedy steps, on the device and the oracle.
+fn check_greedy(
+    exec: &mut dyn Executor,
+    exe: ExecutableId,
+    handle: &ModelHandle,
+    prompt: &[i32],
+    decode: usize,
+    name: &str,
+) {
+    let trace = |t: usize| {
+        handle
+            .model()
+            .trace(
+                &StepSpec::step(StepShape::new(1, t, CAPACITY)),
+                TraceLimits::standard(256),
+            )
+            .unwrap()
+    };
+    let (prefill_graph, decode_graph) = (trace(prompt.len()), trace(1));
+    let prefill = exec.add_entry(exe, &prefill_graph).unwrap();
+    let step = exec.add_entry(exe, &decode_graph).unwrap();
+    exec.reset_state(step).unwrap();
+    let mut oracle = Oracle {
+        handle,
+        states: Vec::new(),
+    };
+    let mut got = device_step(exec, prefill, prompt, 0);
+    let mut want = oracle.step(&prefill_graph, prompt, 0);
+    for i in 0..=decode {
+        let err = rel_err(&got, &want);
+        assert!(err <= TOLERANCE, "{name}: step {i}: relative error {err}");
+        let (tg, tw) = (argmax(&got), argmax(&want));
+        assert_eq!(tg, tw, "{name}: step {i}: greedy token");
+        if i == decode {
+            break;
+        }
+        let pos = prompt.len() + i;
+        got = device_step(exec, step, &[tg as i32], pos);
+        want = oracle.step(&decode_graph, &[tw as i32], pos);
+    }
+    exec.remove_entry(prefill);
+    exec.remove_entry(step);
+}
+
+#[test]
+fn every_fixture_family_matches_the_oracle_on_wgpu() {
+    let Some(mut exec) = executor() else { return };
+    let registry = Registry::builtin().unwrap();
+    for f in FIXTURES {
+        let handle =
+            Arc::new(ModelHandle::load(&f.path(), &registry, &LoadOptions::default()).unwrap());
+        let exe = exec
+            .load_weights(Box::new(HandleWeights::new(Arc::clone(&handle))))
+            .unwrap();
+        match handle.config().kind {
+            ModelKind::Decoder => check_greedy(
+                exec.as_mut(),
+                exe,
+                &handle,
+                &[5, 17, 99, 3, 42, 7],
+                4,
+                f.family,
+            ),
+            ModelKind::Encoder => {
+                let graph = handle
+                    .model()
+                    .trace(&StepSpec::encode(1, 6), TraceLimits::standard(256))
+                    .unwrap();
+                let entry = exec.add_entry(exe, &graph).unwrap();
+                let ids = [2, 40, 41, 42, 43, 3];
+                let mut inputs = StepInputs::new();
+                inputs.set_i32(Slot::Token, &ids);
+                inputs.set_i32(Slot::Pos, &[0, 1, 2, 3, 4, 5]);
+                for (_, slot, _) in graph.slots() {
+                    match slot.name() {
+                        "token_mask" => inputs.set_i32(slot.clone(), &[1; 6]),
+                        "token_type" => inputs.set_i32(slot.clone(), &[0, 0, 0, 1, 1, 1]),
+                        _ => {}
+                    }
+                }
+                let mut out = StepOutputs::default();
+                exec.step(entry, &inputs, &mut out).unwrap();
+                let got = out.f32(0).unwrap();
+                let mut oi = Inputs::new();
+                for (_, name, ty) in graph.consts() {
+                    let t = match handle
+                        .model()
+                        .weights()
+                        .const_data(name, handle.store())
+                        .unwrap()
+                    {
+                        ConstData::Bytes(b) => HostTensor::from_le_bytes(ty.clone(), b).unwrap(),
+                        ConstData::F32(v) => HostTensor::f32(ty.shape.clone(), v).unwrap(),
+                    };
+                    oi.set_const(name, t);
+                }
+                oi.set_slot(Slot::Token, HostTensor::i32([1, 6], ids.to_vec()).unwrap());
+                oi.set_slot(
+                    Slot::Pos,
+                    HostTensor::i32([1, 6], vec![0, 1, 2, 3, 4, 5]).unwrap(),
+                );
+                for (_, slot, _) in graph.slots() {
+                    match slot.name() {
+                        "token_mask" => {
+                            oi.set_slot(slot.clone(), HostTensor::i32([1, 6], vec![1; 6]).unwrap())
+                        }
+                        "token_type" => oi.set_slot(
+                            slot.clone(),
+                            HostTensor::i32([1, 6], vec![0, 0, 0, 1, 1, 1]).unwrap(),
+                        ),
+                        _ => None,
+                    };
+                }
+                let want = eval(&graph, &oi, EvalOptions::default()).unwrap().outputs[0]
+                    .to_f32_vec()
+                    .unwrap();
+                let err = rel_err(&got, &want);
+                assert!(err <= TOLERANCE, "{}: relative error {err}", f.family);
+                exec.remove_entry(entry);
+            }
+        }
+        exec.unload(exe);
+    }
+}
+
+#[test]
+fn smollm2_generates_the_oracles_greedy_tokens_on_wgpu() {
+    let cache = std::env::var_os("POOT_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/poot")
+        });
+    let path = cache.join("models/smollm2-135m-instruct-q4_1.gguf");
+    if !path.exists() {
+        eprintln!(
+            "SKIP: {} not found (run scripts/fetch-models.sh)",
+            path.display()
+        );
+        return;
+    }
+    let Some(mut exec) = executor() else { return };
+    let handle = Arc::new(
+        ModelHandle::load(
+            &path,
+            &Registry::builtin().unwrap(),
+            &LoadOptions::default(),
+        )
+        .unwrap(),
+    );
+    let exe = exec
+        .load_weights(Box::new(HandleWeights::new(Arc::clone(&handle))))
+        .unwrap();
+    let prompt: Vec<i32> = handle
+        .text()
+        .unwrap()
+        .encode("The capital of France is")
+        .unwrap()
+        .into_iter()
+        .map(|t| t as i32)
+        .collect();
+    check_greedy(exec.as_mut(), exe, &handle, &prompt, 3, "smollm2");
+}
