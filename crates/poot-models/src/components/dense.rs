@@ -466,3 +466,30 @@ impl DenseDecoderSpec {
         }
     }
 }
+
+/// Builds a standard dense decoder from its config: the shared keys, one rotary table with the
+/// config's scaling, the standard name table; `adjust` changes what the family does differently.
+pub fn build_standard(
+    raw: &crate::config::RawConfig,
+    index: &dyn TensorIndex,
+    family: &'static str,
+    adjust: impl FnOnce(&crate::config::ConfigReader, &mut DenseDecoderSpec) -> Result<(), ModelError>,
+) -> Result<crate::model::ModelParts, ModelError> {
+    let cfg = crate::config::ConfigReader::new(raw);
+    let basics = DecoderBasics::read(&cfg, index, &STANDARD_DECODER_NAMES)?;
+    let rope = RopeConfig {
+        theta: basics.theta,
+        dims: basics.rope_dims,
+        scaling: RopeConfig::read_scaling(&cfg)?,
+    };
+    let mut spec = DenseDecoderSpec::standard(family, &basics, rope, RopeStyle::HalfSplit);
+    adjust(&cfg, &mut spec)?;
+    Ok(crate::model::ModelParts {
+        model: Box::new(DenseDecoder::build(
+            spec,
+            index,
+            &STANDARD_DECODER_NAMES,
+            cfg.kind(),
+        )?),
+    })
+}

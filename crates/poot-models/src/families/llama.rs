@@ -2,9 +2,9 @@
 
 use poot_graph_ir::ops::RopeStyle;
 
-use crate::components::dense::{DecoderBasics, STANDARD_DECODER_NAMES};
-use crate::components::{DenseDecoder, DenseDecoderSpec, LayerAttention, RopeConfig};
-use crate::config::{ConfigReader, RawConfig, SourceKind, key};
+use crate::components::LayerAttention;
+use crate::components::dense::build_standard;
+use crate::config::{RawConfig, SourceKind, key};
 use crate::error::ModelError;
 use crate::model::ModelParts;
 use crate::registry::FamilyEntry;
@@ -21,34 +21,20 @@ pub const ENTRY: FamilyEntry = FamilyEntry {
 };
 
 fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelError> {
-    let cfg = ConfigReader::new(raw);
-    let basics = DecoderBasics::read(&cfg, index, &STANDARD_DECODER_NAMES)?;
-    let rope = RopeConfig {
-        theta: basics.theta,
-        dims: basics.rope_dims,
-        scaling: RopeConfig::read_scaling(&cfg)?,
-    };
-    // llama.cpp's converter permutes Q and K rows so GGUF Llamas pair features interleaved.
-    let style = match cfg.kind() {
-        SourceKind::HuggingFace => RopeStyle::HalfSplit,
-        SourceKind::Gguf => RopeStyle::Interleaved,
-    };
-    let mut spec = DenseDecoderSpec::standard("llama", &basics, rope, style);
-    // Mistral's sliding window applies to every layer.
-    let window = cfg.opt_usize(key("sliding_window", ""))?;
-    spec.layers = vec![
-        LayerAttention {
-            rope_table: 0,
-            window
-        };
-        basics.layers
-    ];
-    Ok(ModelParts {
-        model: Box::new(DenseDecoder::build(
-            spec,
-            index,
-            &STANDARD_DECODER_NAMES,
-            cfg.kind(),
-        )?),
+    build_standard(raw, index, "llama", |cfg, spec| {
+        // llama.cpp's converter permutes Q and K rows so GGUF Llamas pair features interleaved.
+        if cfg.kind() == SourceKind::Gguf {
+            spec.rope_style = RopeStyle::Interleaved;
+        }
+        // Mistral's sliding window applies to every layer.
+        let window = cfg.opt_usize(key("sliding_window", ""))?;
+        spec.layers = vec![
+            LayerAttention {
+                rope_table: 0,
+                window
+            };
+            spec.config.n_layers
+        ];
+        Ok(())
     })
 }
