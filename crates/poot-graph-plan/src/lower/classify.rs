@@ -82,10 +82,39 @@ pub fn classify(g: &Graph) -> Classification {
             placement[i] = Placement::Input;
         }
     }
+    // Values computed by index arithmetic alone from buffered values (views and movement ops):
+    // cheap enough to inline even into readers that read each element many times.
+    let mut movement_only: Vec<bool> = placement.iter().map(|p| *p == Placement::Input).collect();
     for e in g.eqns() {
         let out = e.out.index();
         let op = &e.op;
-        placement[out] = if let OpKind::Reshape { .. } = op {
+        let moves = matches!(
+            op,
+            OpKind::Reshape { .. }
+                | OpKind::Broadcast { .. }
+                | OpKind::Transpose { .. }
+                | OpKind::Slice { .. }
+        );
+        let into_contraction = matches!(
+            consumer[out].map(|c| &g.eqns()[c].op),
+            Some(OpKind::MatMul { .. } | OpKind::IndexedMatMul)
+        );
+        placement[out] = if moves
+            && movement_only[e.inputs[0].index()]
+            && into_contraction
+            && !pinned[out]
+            && uses[out] == 1
+        {
+            // A contraction reads a repeated or permuted operand (GQA's shared K/V heads) in place.
+            match placement[e.inputs[0].index()] {
+                Placement::Input | Placement::Materialized | Placement::View
+                    if matches!(op, OpKind::Reshape { .. }) =>
+                {
+                    Placement::View
+                }
+                _ => Placement::Inline,
+            }
+        } else if let OpKind::Reshape { .. } = op {
             match placement[e.inputs[0].index()] {
                 Placement::Input | Placement::Materialized | Placement::View => Placement::View,
                 Placement::Inline if pinned[out] || uses[out] != 1 => Placement::Materialized,
@@ -97,6 +126,10 @@ pub fn classify(g: &Graph) -> Classification {
             inline_if_reader_allows(g, &consumer, out)
         } else {
             Placement::Materialized
+        };
+        movement_only[out] = match placement[out] {
+            Placement::Materialized | Placement::View | Placement::Input => true,
+            Placement::Inline => moves && movement_only[e.inputs[0].index()],
         };
     }
     Classification {
