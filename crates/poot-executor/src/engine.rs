@@ -34,7 +34,10 @@ struct Entry<D: Device> {
 }
 
 struct Executable<D: Device> {
-    weights: HashMap<String, D::Buffer>,
+    /// Each constant's buffer, by name: an index into `buffers`, shared by constants whose
+    /// stored bytes are the same (a tied embedding and head).
+    weights: HashMap<String, usize>,
+    buffers: Vec<D::Buffer>,
     states: HashMap<String, (D::Buffer, u64)>,
     source: Box<dyn ConstSource>,
 }
@@ -107,6 +110,9 @@ impl<D: Device> Executor for Engine<D> {
     fn load_weights(&mut self, source: Box<dyn ConstSource>) -> Result<ExecutableId, ExecError> {
         self.check_poison()?;
         let mut weights = HashMap::new();
+        let mut buffers = Vec::new();
+        // Constants that borrow the same stored bytes share one buffer.
+        let mut by_bytes: HashMap<(usize, usize), usize> = HashMap::new();
         for name in source.names() {
             let data = source
                 .bytes(&name)
@@ -115,16 +121,30 @@ impl<D: Device> Executor for Engine<D> {
                 ConstBytes::Stored(b) => b,
                 ConstBytes::F32(v) => bytemuck::cast_slice(v),
             };
+            let key = (bytes.as_ptr() as usize, bytes.len());
+            let shared = match &data {
+                ConstBytes::Stored(std::borrow::Cow::Borrowed(_))
+                | ConstBytes::F32(std::borrow::Cow::Borrowed(_)) => by_bytes.get(&key).copied(),
+                ConstBytes::Stored(std::borrow::Cow::Owned(_))
+                | ConstBytes::F32(std::borrow::Cow::Owned(_)) => None,
+            };
+            if let Some(i) = shared {
+                weights.insert(name, i);
+                continue;
+            }
             let size = (bytes.len() as u64).div_ceil(4) * 4;
             let buf = self.device.alloc(size.max(4)).map_err(|e| self.fail(e))?;
             self.device
                 .write(&buf, 0, bytes)
                 .map_err(|e| self.fail(e))?;
             self.stats.weight_bytes += size;
-            weights.insert(name, buf);
+            buffers.push(buf);
+            by_bytes.insert(key, buffers.len() - 1);
+            weights.insert(name, buffers.len() - 1);
         }
         self.executables.push(Some(Executable {
             weights,
+            buffers,
             states: HashMap::new(),
             source,
         }));
@@ -403,6 +423,7 @@ fn resolve<'a, D: Device>(
         Some(Home::Weight(name)) => exe
             .weights
             .get(name)
+            .and_then(|&i| exe.buffers.get(i))
             .ok_or_else(|| ExecError::UnboundConst { name: name.clone() }),
         Some(Home::State(name)) => exe
             .states
