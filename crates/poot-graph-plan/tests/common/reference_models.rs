@@ -1,0 +1,272 @@
+//! Reference models at their real dimensions: published configs and synthetic tensor indexes
+//! (shapes and stored types, no bytes), shared by the real-dimension and feature-matrix tests.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use poot_formats::{DenseType, GgmlType, StoredType};
+use poot_models::weights::{TensorIndex, TensorMeta};
+use poot_models::{Model, Registry};
+
+/// Tokens in one prefill chunk.
+pub const PREFILL_TOKENS: usize = 512;
+
+/// The most new tokens a traced step may carry.
+pub const MAX_STEP_TOKENS: u64 = 4096;
+
+/// The tensors of a dense decoder checkpoint, as its config implies them.
+pub struct DecoderShape {
+    pub hidden: u64,
+    pub layers: usize,
+    pub n_heads: u64,
+    pub n_kv_heads: u64,
+    pub head_dim: u64,
+    pub intermediate: u64,
+    pub vocab: u64,
+    pub tied: bool,
+    pub qkv_bias: bool,
+    pub qk_norm: bool,
+    /// Gemma's four norms per layer (pre/post attention, pre/post feed-forward).
+    pub sandwich_norms: bool,
+}
+
+/// A checkpoint index with no bytes: every tensor's shape and stored type.
+pub struct SyntheticIndex {
+    pub tensors: HashMap<String, TensorMeta>,
+}
+
+impl TensorIndex for SyntheticIndex {
+    fn tensor_meta(&self, name: &str) -> Option<TensorMeta> {
+        self.tensors.get(name).cloned()
+    }
+}
+
+impl SyntheticIndex {
+    /// The Hugging Face tensors of `shape`: norms, biases, embedding and head in `dense`, the
+    /// seven projections of every layer in `projections`.
+    pub fn hugging_face(shape: &DecoderShape, dense: StoredType, projections: StoredType) -> Self {
+        let mut tensors = HashMap::new();
+        let mut put = |name: String, dims: &[u64], stored: StoredType| {
+            tensors.insert(
+                name,
+                TensorMeta {
+                    shape: dims.to_vec(),
+                    stored,
+                },
+            );
+        };
+        let (d, ff) = (shape.hidden, shape.intermediate);
+        let q_out = shape.n_heads * shape.head_dim;
+        let kv_out = shape.n_kv_heads * shape.head_dim;
+        put("model.embed_tokens.weight".into(), &[shape.vocab, d], dense);
+        if !shape.tied {
+            put("lm_head.weight".into(), &[shape.vocab, d], dense);
+        }
+        put("model.norm.weight".into(), &[d], dense);
+        for l in 0..shape.layers {
+            let p = format!("model.layers.{l}");
+            put(format!("{p}.input_layernorm.weight"), &[d], dense);
+            put(format!("{p}.post_attention_layernorm.weight"), &[d], dense);
+            if shape.sandwich_norms {
+                put(format!("{p}.pre_feedforward_layernorm.weight"), &[d], dense);
+                put(
+                    format!("{p}.post_feedforward_layernorm.weight"),
+                    &[d],
+                    dense,
+                );
+            }
+            for (proj, rows, cols) in [
+                ("self_attn.q_proj", q_out, d),
+                ("self_attn.k_proj", kv_out, d),
+                ("self_attn.v_proj", kv_out, d),
+                ("self_attn.o_proj", d, q_out),
+                ("mlp.gate_proj", ff, d),
+                ("mlp.up_proj", ff, d),
+                ("mlp.down_proj", d, ff),
+            ] {
+                put(format!("{p}.{proj}.weight"), &[rows, cols], projections);
+            }
+            if shape.qkv_bias {
+                put(format!("{p}.self_attn.q_proj.bias"), &[q_out], dense);
+                put(format!("{p}.self_attn.k_proj.bias"), &[kv_out], dense);
+                put(format!("{p}.self_attn.v_proj.bias"), &[kv_out], dense);
+            }
+            if shape.qk_norm {
+                put(
+                    format!("{p}.self_attn.q_norm.weight"),
+                    &[shape.head_dim],
+                    dense,
+                );
+                put(
+                    format!("{p}.self_attn.k_norm.weight"),
+                    &[shape.head_dim],
+                    dense,
+                );
+            }
+        }
+        SyntheticIndex { tensors }
+    }
+}
+
+pub const BF16: StoredType = StoredType::Dense(DenseType::BF16);
+pub const Q4_K: StoredType = StoredType::Ggml(GgmlType::Q4_K);
+
+/// A reference model: its `config.json` and the tensors that config implies.
+pub struct Reference {
+    pub name: &'static str,
+    pub config_json: String,
+    pub shape: DecoderShape,
+    pub projections: StoredType,
+}
+
+pub fn qwen2_5_0_5b() -> Reference {
+    Reference {
+        name: "Qwen2.5-0.5B",
+        config_json: r#"{
+            "model_type": "qwen2", "hidden_size": 896, "num_hidden_layers": 24,
+            "num_attention_heads": 14, "num_key_value_heads": 2, "intermediate_size": 4864,
+            "vocab_size": 151936, "tie_word_embeddings": true, "max_position_embeddings": 32768,
+            "rope_theta": 1000000.0, "rms_norm_eps": 1e-06, "hidden_act": "silu",
+            "bos_token_id": 151643, "eos_token_id": 151643, "torch_dtype": "bfloat16"
+        }"#
+        .into(),
+        shape: DecoderShape {
+            hidden: 896,
+            layers: 24,
+            n_heads: 14,
+            n_kv_heads: 2,
+            head_dim: 64,
+            intermediate: 4864,
+            vocab: 151936,
+            tied: true,
+            qkv_bias: true,
+            qk_norm: false,
+            sandwich_norms: false,
+        },
+        projections: BF16,
+    }
+}
+
+pub fn qwen3_0_6b() -> Reference {
+    Reference {
+        name: "Qwen3-0.6B",
+        config_json: r#"{
+            "model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28,
+            "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+            "intermediate_size": 3072, "vocab_size": 151936, "tie_word_embeddings": true,
+            "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
+            "hidden_act": "silu", "bos_token_id": 151643, "eos_token_id": 151645,
+            "torch_dtype": "bfloat16"
+        }"#
+        .into(),
+        shape: DecoderShape {
+            hidden: 1024,
+            layers: 28,
+            n_heads: 16,
+            n_kv_heads: 8,
+            head_dim: 128,
+            intermediate: 3072,
+            vocab: 151936,
+            tied: true,
+            qkv_bias: false,
+            qk_norm: true,
+            sandwich_norms: false,
+        },
+        projections: BF16,
+    }
+}
+
+pub const LLAMA_3_1_8B_CONFIG: &str = r#"{
+    "model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+    "vocab_size": 128256, "tie_word_embeddings": false, "max_position_embeddings": 131072,
+    "rope_theta": 500000.0, "rms_norm_eps": 1e-05, "hidden_act": "silu",
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "torch_dtype": "bfloat16"
+}"#;
+
+pub const LLAMA_3_1_8B_SHAPE: DecoderShape = DecoderShape {
+    hidden: 4096,
+    layers: 32,
+    n_heads: 32,
+    n_kv_heads: 8,
+    head_dim: 128,
+    intermediate: 14336,
+    vocab: 128256,
+    tied: false,
+    qkv_bias: false,
+    qk_norm: false,
+    sandwich_norms: false,
+};
+
+pub fn llama_3_1_8b() -> Reference {
+    Reference {
+        name: "Llama-3.1-8B",
+        config_json: LLAMA_3_1_8B_CONFIG.into(),
+        shape: LLAMA_3_1_8B_SHAPE,
+        projections: BF16,
+    }
+}
+
+/// The 8B with its seven projections stored as GGUF Q4_K blocks (embedding, head and norms
+/// BF16): the family reads each weight's type from the index.
+pub fn llama_3_1_8b_q4_k() -> Reference {
+    Reference {
+        name: "Llama-3.1-8B-Q4_K",
+        config_json: LLAMA_3_1_8B_CONFIG.into(),
+        shape: LLAMA_3_1_8B_SHAPE,
+        projections: Q4_K,
+    }
+}
+
+pub fn gemma3_27b() -> Reference {
+    Reference {
+        name: "Gemma-3-27B",
+        config_json: r#"{
+            "model_type": "gemma3_text", "hidden_size": 5376, "num_hidden_layers": 62,
+            "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
+            "intermediate_size": 21504, "vocab_size": 262208, "max_position_embeddings": 131072,
+            "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+            "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+            "sliding_window": 1024, "sliding_window_pattern": 6, "query_pre_attn_scalar": 168,
+            "rms_norm_eps": 1e-06, "hidden_activation": "gelu_pytorch_tanh",
+            "attn_logit_softcapping": null, "final_logit_softcapping": null,
+            "bos_token_id": 2, "eos_token_id": [1, 106], "torch_dtype": "bfloat16"
+        }"#
+        .into(),
+        shape: DecoderShape {
+            hidden: 5376,
+            layers: 62,
+            n_heads: 32,
+            n_kv_heads: 16,
+            head_dim: 128,
+            intermediate: 21504,
+            vocab: 262208,
+            tied: true,
+            qkv_bias: false,
+            qk_norm: true,
+            sandwich_norms: true,
+        },
+        projections: BF16,
+    }
+}
+
+/// Builds the reference's model through the registry, from its config (read back from a
+/// `config.json` on disk, as a checkpoint directory holds it) and its synthetic index.
+pub fn build(r: &Reference) -> Box<dyn Model> {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("real_dimensions")
+        .join(r.name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(poot_load::CONFIG_FILE), &r.config_json).unwrap();
+    let config = poot_load::peek_config(&dir).unwrap();
+    let index = SyntheticIndex::hugging_face(&r.shape, BF16, r.projections);
+    let registry = Registry::builtin().unwrap();
+    let family = registry.resolve(&config).unwrap();
+    (family.build)(&config, &index)
+        .unwrap_or_else(|e| panic!("{}: build: {e}", r.name))
+        .model
+}

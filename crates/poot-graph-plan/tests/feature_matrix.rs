@@ -1,0 +1,205 @@
+//! The generated part of docs/feature-matrix.md: what the planner says about every registered
+//! family's fixture, reference models at real dimensions, and a one-layer decoder in every weight
+//! format, for each target preset. The test fails when the document is stale; regenerate with
+//! `POOT_REGEN_MATRIX=1 cargo test -p poot-graph-plan --test feature_matrix`.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::fmt::Write;
+use std::path::PathBuf;
+
+use common::reference_models::*;
+use poot_formats::{DenseType, GgmlType, StoredType};
+use poot_graph_ir::{Graph, TraceLimits};
+use poot_graph_plan::{Target, compile};
+use poot_load::LoadOptions;
+use poot_models::test_support::family_fixtures::FIXTURES;
+use poot_models::{Model, ModelKind, Registry, StepShape, StepSpec};
+
+const BEGIN: &str = "<!-- BEGIN GENERATED: feature matrix (tests/feature_matrix.rs) -->";
+const END: &str = "<!-- END GENERATED -->";
+
+fn targets() -> Vec<(&'static str, Target)> {
+    vec![
+        ("PTX", Target::ptx_preset()),
+        ("wgpu", Target::wgpu_preset()),
+        ("wgpu on lavapipe", Target::lavapipe_preset()),
+    ]
+}
+
+/// "Plans" when every graph plans, else the first refusal with the step it came from.
+fn cell(graphs: &[(&str, Graph)], target: &Target) -> String {
+    for (kind, g) in graphs {
+        if let Err(e) = compile(g, target) {
+            return format!("Refused {kind}: {e}");
+        }
+    }
+    "Plans".to_string()
+}
+
+fn decoder_graphs(
+    model: &dyn Model,
+    capacity: usize,
+    prefill: usize,
+) -> Vec<(&'static str, Graph)> {
+    let trace = |t| {
+        model
+            .trace(
+                &StepSpec::step(StepShape::new(1, t, capacity)),
+                TraceLimits::standard(4096),
+            )
+            .unwrap()
+    };
+    vec![("decode", trace(1)), ("prefill", trace(prefill))]
+}
+
+fn header(out: &mut String, first: &str) {
+    let names: Vec<&str> = targets().iter().map(|(n, _)| *n).collect();
+    let _ = writeln!(out, "| {first} | {} |", names.join(" | "));
+    let _ = writeln!(out, "| --- |{}", " --- |".repeat(names.len()));
+}
+
+fn row(out: &mut String, name: &str, graphs: &[(&str, Graph)]) {
+    let cells: Vec<String> = targets().iter().map(|(_, t)| cell(graphs, t)).collect();
+    let _ = writeln!(out, "| {name} | {} |", cells.join(" | "));
+}
+
+/// A one-layer Llama-shaped decoder whose projections are stored as `projections`.
+fn one_layer(name: &'static str, projections: StoredType) -> Reference {
+    Reference {
+        name,
+        config_json: r#"{"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512,
+            "vocab_size": 512, "tie_word_embeddings": false, "max_position_embeddings": 256,
+            "rope_theta": 10000.0, "rms_norm_eps": 1e-05}"#
+            .to_string(),
+        shape: DecoderShape {
+            hidden: 256,
+            layers: 1,
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 64,
+            intermediate: 512,
+            vocab: 512,
+            tied: false,
+            qkv_bias: false,
+            qk_norm: false,
+            sandwich_norms: false,
+        },
+        projections,
+    }
+}
+
+fn generate() -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{BEGIN}\n");
+    let _ = writeln!(
+        out,
+        "### Model families\n\nEach registered family's fixture (tests/fixtures/random): decode and a 16-token prefill over a 64-position cache for a decoder, one 2x16 forward for an encoder.\n"
+    );
+    header(&mut out, "Family");
+    let registry = Registry::builtin().unwrap();
+    for f in FIXTURES {
+        let ck = poot_load::load(&f.path(), &LoadOptions::default()).unwrap();
+        let model = (registry.resolve(ck.config()).unwrap().build)(ck.config(), ck.store())
+            .unwrap()
+            .model;
+        let graphs = match model.config().kind {
+            ModelKind::Decoder => decoder_graphs(model.as_ref(), 64, 16),
+            ModelKind::Encoder => vec![(
+                "encode",
+                model
+                    .trace(&StepSpec::encode(2, 16), TraceLimits::standard(4096))
+                    .unwrap(),
+            )],
+        };
+        row(&mut out, f.family, &graphs);
+    }
+    let _ = writeln!(
+        out,
+        "\n### Real dimensions\n\nPublished configs with zero-byte synthetic weights (BF16 unless stated): decode and a 512-token prefill over the model's whole context.\n"
+    );
+    header(&mut out, "Model");
+    for r in [
+        qwen2_5_0_5b(),
+        qwen3_0_6b(),
+        llama_3_1_8b(),
+        llama_3_1_8b_q4_k(),
+        gemma3_27b(),
+    ] {
+        let model = build(&r);
+        let graphs = decoder_graphs(model.as_ref(), model.config().max_positions, 512);
+        row(&mut out, r.name, &graphs);
+    }
+    let _ = writeln!(
+        out,
+        "\n### Weight formats\n\nA one-layer decoder (hidden 256) whose seven projections are stored in each format, bound as stored and decoded inside the contraction: decode and a 16-token prefill.\n"
+    );
+    header(&mut out, "Format");
+    let dense = [
+        ("F32", DenseType::F32),
+        ("F16", DenseType::F16),
+        ("BF16", DenseType::BF16),
+    ];
+    for (name, d) in dense {
+        let r = one_layer(name, StoredType::Dense(d));
+        let model = build(&r);
+        row(
+            &mut out,
+            &format!("{name} (dense)"),
+            &decoder_graphs(model.as_ref(), 64, 16),
+        );
+    }
+    for g in GgmlType::ALL {
+        if !matches!(
+            g.packed_format(),
+            Ok(Some(poot_formats::PackedFormat::Block(_)))
+        ) {
+            continue;
+        }
+        let r = one_layer(g.name(), StoredType::Ggml(g));
+        let model = build(&r);
+        row(
+            &mut out,
+            &format!("GGUF {}", g.name()),
+            &decoder_graphs(model.as_ref(), 64, 16),
+        );
+    }
+    let cols = targets().len();
+    for name in [
+        "GPTQ int4",
+        "AWQ int4",
+        "FP8 E4M3 (per-channel, 128x128 block)",
+        "E2M1 FP4, per-32 E8M0 scale",
+    ] {
+        let no = vec![
+            "No: loaded as stored, but no family binds it and the planner has no lowering yet";
+            cols
+        ];
+        let _ = writeln!(out, "| {name} | {} |", no.join(" | "));
+    }
+    let _ = writeln!(out, "\n{END}");
+    out
+}
+
+#[test]
+fn the_feature_matrix_is_current() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/feature-matrix.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let (Some(a), Some(b)) = (doc.find(BEGIN), doc.find(END)) else {
+        panic!("docs/feature-matrix.md lacks the generated-region markers");
+    };
+    let current = &doc[a..b + END.len() + 1];
+    let fresh = generate();
+    if std::env::var_os("POOT_REGEN_MATRIX").is_some() {
+        let updated = format!("{}{}{}", &doc[..a], fresh, &doc[b + END.len() + 1..]);
+        std::fs::write(&path, updated).unwrap();
+        return;
+    }
+    assert!(
+        current == fresh,
+        "docs/feature-matrix.md is stale: run POOT_REGEN_MATRIX=1 cargo test -p poot-graph-plan --test feature_matrix"
+    );
+}
