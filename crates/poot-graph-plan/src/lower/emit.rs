@@ -21,13 +21,6 @@ type Combine<'a> = dyn Fn(&[Expr], &[Expr]) -> Vec<Expr> + 'a;
 /// Threads per workgroup of element-wise kernels.
 const ELEMENTWISE_THREADS: u32 = 256;
 
-/// Threads of a decode contraction: eight warps, one output column each.
-const GEMV_THREADS: u32 = 256;
-/// Lanes that share one output column.
-const WARP: u32 = 32;
-/// The most activation rows the decode contraction keeps partial sums for.
-const GEMV_MAX_ROWS: usize = 8;
-
 /// An index that marks "no element yet" in arg-max and top-k reductions.
 const NONE: u32 = u32::MAX;
 
@@ -265,10 +258,6 @@ impl Lowering<'_> {
         let lhs_dims = self.g.values()[lhs.index()].ty.dims().to_vec();
         let rhs_rank = self.g.values()[rhs.index()].ty.rank();
         let k_len = lhs_dims[lhs_dims.len() - 1];
-        let rows: usize = lhs_dims[..lhs_dims.len() - 1].iter().product();
-        if rhs_rank == 2 && transpose_rhs && rows <= GEMV_MAX_ROWS {
-            return self.emit_gemv(v, lhs, rhs, &lhs_dims);
-        }
         let total = self.n_elems(v)?;
         let wg = row_threads(k_len);
         let out = self.scratch_for(v)?;
@@ -305,100 +294,6 @@ impl Lowering<'_> {
         cx.kb.barrier();
         cx.kb.end();
         let grid = self.groups_for(total, 1);
-        self.push_kernel(cx, grid)
-    }
-
-    /// A contraction of a few activation rows against a weight `[N, K]` (decode): one warp of
-    /// 32 threads per output column, its lanes striding over K and keeping one partial sum per
-    /// row, so each weight element is read (and decoded) once for all rows.
-    fn emit_gemv(
-        &mut self,
-        v: ValueId,
-        lhs: ValueId,
-        rhs: ValueId,
-        lhs_dims: &[usize],
-    ) -> Result<(), PlanError> {
-        let (row_dims, k_len) = (
-            &lhs_dims[..lhs_dims.len() - 1],
-            lhs_dims[lhs_dims.len() - 1],
-        );
-        let rows: usize = row_dims.iter().product();
-        let n_cols = self.g.values()[rhs.index()].ty.dims()[0];
-        let warps = GEMV_THREADS / WARP;
-        let col_groups = (n_cols as u32).div_ceil(warps);
-        let out = self.scratch_for(v)?;
-        let mut cx = KernelCtx::labelled("gemv", self.label(v), GEMV_THREADS);
-        let outp = cx.param(out, Word::F32, true);
-        let sv = cx.kb.shared("sv", Ty::F32, GEMV_THREADS * rows as u32);
-        let warp = cx.kb.let_(Ty::U32, local_id() / u32c(WARP));
-        let lane = cx.kb.let_(Ty::U32, local_id() % u32c(WARP));
-        let g = Self::begin_rows(&mut cx, col_groups);
-        let n = cx.kb.let_(Ty::U32, g * u32c(warps) + warp);
-        let valid = cx.kb.let_(Ty::Bool, lt(n.clone(), u32c(n_cols as u32)));
-        let accs: Vec<crate::kernel::Var> = (0..rows)
-            .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
-            .collect();
-        // Row r's multi-index over the activation's leading dims, fixed at plan time.
-        let row_idx: Vec<Vec<Expr>> = (0..rows)
-            .map(|r| {
-                let mut rest = r;
-                let mut idx = vec![u32c(0); row_dims.len()];
-                for (j, &d) in row_dims.iter().enumerate().rev() {
-                    idx[j] = u32c((rest % d) as u32);
-                    rest /= d;
-                }
-                idx
-            })
-            .collect();
-        cx.kb.begin_if(valid.clone());
-        let k = cx
-            .kb
-            .begin_for(lane.clone(), u32c(k_len as u32), u32c(WARP));
-        let w = self.value_at(&mut cx, rhs, &[n.clone(), k.clone()])?;
-        let w = cx.kb.let_(Ty::F32, w);
-        for (r, acc) in accs.iter().enumerate() {
-            let mut li = row_idx[r].clone();
-            li.push(k.clone());
-            let a = self.value_at(&mut cx, lhs, &li)?;
-            cx.kb.set(*acc, Expr::Var(*acc) + a * w.clone());
-        }
-        cx.kb.end();
-        cx.kb.end();
-        for (r, acc) in accs.iter().enumerate() {
-            cx.kb.store_shared(
-                sv,
-                u32c((r as u32) * GEMV_THREADS) + local_id(),
-                Expr::Var(*acc),
-            );
-        }
-        cx.kb.barrier();
-        let mut s = WARP / 2;
-        while s > 0 {
-            cx.kb.begin_if(lt(lane.clone(), u32c(s)));
-            for r in 0..rows as u32 {
-                let at = u32c(r * GEMV_THREADS) + local_id();
-                let sum = cx.kb.let_(
-                    Ty::F32,
-                    load_shared(sv, at.clone()) + load_shared(sv, at.clone() + u32c(s)),
-                );
-                cx.kb.store_shared(sv, at, sum);
-            }
-            cx.kb.end();
-            cx.kb.barrier();
-            s /= 2;
-        }
-        cx.kb.begin_if(and(eq(lane, u32c(0)), valid));
-        for r in 0..rows as u32 {
-            cx.kb.store(
-                outp,
-                u32c(r * n_cols as u32) + n.clone(),
-                load_shared(sv, u32c(r * GEMV_THREADS) + local_id()),
-            );
-        }
-        cx.kb.end();
-        cx.kb.barrier();
-        cx.kb.end();
-        let grid = self.groups_for(col_groups, 1);
         self.push_kernel(cx, grid)
     }
 
