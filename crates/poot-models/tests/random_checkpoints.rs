@@ -147,3 +147,8 @@ fn qwen3_qk_norm_matches_transformers() {
 fn gemma3_sliding_and_global_layers_match_transformers() {
     check_decoder("gemma3");
 }
+
+#[test]
+fn qwen2_yarn_mqa_matches_transformers() {
+    check_decoder("qwen2_yarn");
+}

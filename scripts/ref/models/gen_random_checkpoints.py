@@ -22,7 +22,11 @@ equivalent legacy keys (rope_theta, rope_scaling, rope_local_base_freq,
 sliding_window_pattern, torch_dtype); both spellings describe the same model and the
 script checks that transformers re-reads the file to the same rope parameters.
 
-Usage: PY=$(scripts/pyenv.sh); $PY scripts/ref/models/gen_random_checkpoints.py
+qwen2_yarn is a float32 Qwen2 with MQA (one KV head) and YaRN rope scaling (factor 4 over
+original_max_position_embeddings 32, max_position_embeddings 128).
+
+Usage: PY=$(scripts/pyenv.sh); $PY scripts/ref/models/gen_random_checkpoints.py [NAME ...]
+(with names, only those fixtures are rewritten; seeds do not depend on the selection)
 """
 
 import json
@@ -112,6 +116,24 @@ def qwen2_config():
             tie_word_embeddings=True,
             use_sliding_window=False,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    )
+
+
+def qwen2_yarn_config():
+    return Qwen2Config(
+        **common_decoder(
+            num_key_value_heads=1,
+            rms_norm_eps=1e-6,
+            hidden_act="silu",
+            tie_word_embeddings=True,
+            use_sliding_window=False,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
         )
     )
 
@@ -227,6 +249,20 @@ MODELS = {
         torch.float32,
         {},
     ),
+    # Appended last so the earlier fixtures keep their seeds (seed = 1000 + table index).
+    "qwen2_yarn": (
+        Qwen2ForCausalLM,
+        qwen2_yarn_config,
+        torch.float32,
+        {
+            "rope_theta": 10000.0,
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+        },
+    ),
 }
 
 
@@ -236,6 +272,7 @@ MODELS = {
 TUNING = {
     "llama3_scaled": {"embed_std": 0.25, "out_gain": 2.0},
     "qwen2": {"embed_std": 0.15, "out_gain": 2.0},
+    "qwen2_yarn": {"embed_std": 0.15, "out_gain": 2.0},
     "gemma3": {"embed_std": 0.15, "post_norm_mean": 1.0},
 }
 
@@ -276,7 +313,13 @@ def interesting_init(model, seed, gemma_norm, embed_std=0.5, out_gain=1.0, post_
 
 def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    only = sys.argv[1:]
+    unknown = set(only) - set(MODELS)
+    if unknown:
+        raise SystemExit(f"unknown fixture(s): {sorted(unknown)}")
     for seed, (name, (cls, make_config, dtype, legacy)) in enumerate(MODELS.items()):
+        if only and name not in only:
+            continue
         torch.manual_seed(1000 + seed)
         config = make_config()
         model = cls._from_config(config, attn_implementation="eager", dtype=torch.float32)

@@ -4,12 +4,14 @@
 Reads crates/poot-models/tests/fixtures/random/<name>/ (written by
 gen_random_checkpoints.py) and writes reference.json next to each checkpoint.
 
-Decoders (llama, llama3_scaled, qwen2, qwen3, gemma3), transformers float32, eager attention:
-  prompt_ids      11 seeded random ids in [0, vocab)
+Decoders (llama, llama3_scaled, qwen2, qwen3, gemma3, qwen2_yarn), transformers float32, eager
+attention:
+  prompt_ids      n = 11 seeded random ids in [0, vocab) (n = 40 for qwen2_yarn, so positions
+                  pass its YaRN original_max_position_embeddings of 32)
   prefill_logits  logits of EVERY prompt position from one forward pass of the whole prompt
-                  (positions 0..10)
+                  (positions 0..n-1)
   decode          4 steps; step k feeds the greedy argmax of the previous logits as one token
-                  at absolute position 11 + k, through the KV cache of the prefill
+                  at absolute position n + k, through the KV cache of the prefill
                   [{"input_id", "position", "logits"}]
 gemma3 additionally has "long": the same three keys for a 20-token prompt (longer than its
 sliding window of 8), so the sliding-window mask matters. Transformers' sliding mask lets
@@ -27,7 +29,8 @@ pairs, recording the raw logits ("scores") and their sigmoid.
 
 Floats are rounded to 7 significant digits.
 
-Usage: PY=$(scripts/pyenv.sh); $PY scripts/ref/models/gen_random_references.py
+Usage: PY=$(scripts/pyenv.sh); $PY scripts/ref/models/gen_random_references.py [NAME ...]
+(with names, only those references are rewritten; "bert" covers both BERT fixtures)
 """
 
 import json
@@ -54,8 +57,11 @@ RANDOM = ROOT / "crates" / "poot-models" / "tests" / "fixtures" / "random"
 torch.set_num_threads(2)
 torch.set_default_dtype(torch.float32)
 
-DECODERS = ["llama", "llama3_scaled", "qwen2", "qwen3", "gemma3"]
+# Appended entries keep the earlier fixtures' seeds (seed = 2000 + index).
+DECODERS = ["llama", "llama3_scaled", "qwen2", "qwen3", "gemma3", "qwen2_yarn"]
 PROMPT_LEN = 11
+# qwen2_yarn's prompt runs past its original_max_position_embeddings (32).
+PROMPT_LENS = {"qwen2_yarn": 40}
 LONG_PROMPT_LEN = 20
 DECODE_STEPS = 4
 
@@ -125,7 +131,7 @@ def run_decoder(name, seed):
     model.eval()
     vocab = model.config.vocab_size
     rng = np.random.default_rng(seed)
-    prompt = rng.integers(0, vocab, size=PROMPT_LEN).tolist()
+    prompt = rng.integers(0, vocab, size=PROMPT_LENS.get(name, PROMPT_LEN)).tolist()
     case, err = decoder_case(model, prompt)
     stored = json.loads((d / "config.json").read_text()).get("dtype")
     ref = {
@@ -259,9 +265,15 @@ def run_bert(seed):
 
 def main():
     print(reference_meta())
+    only = sys.argv[1:]
+    unknown = set(only) - set(DECODERS) - {"bert"}
+    if unknown:
+        raise SystemExit(f"unknown fixture(s): {sorted(unknown)}")
     for i, name in enumerate(DECODERS):
-        run_decoder(name, seed=2000 + i)
-    run_bert(seed=3000)
+        if not only or name in only:
+            run_decoder(name, seed=2000 + i)
+    if not only or "bert" in only:
+        run_bert(seed=3000)
 
 
 if __name__ == "__main__":
