@@ -53,6 +53,15 @@ impl Outputs {
     }
 }
 
+/// A finished graph reopened for appending (see [`Builder::extend`]).
+pub struct Extension {
+    pub builder: Builder,
+    /// The graph's primary outputs, in order.
+    pub outputs: Vec<Traced>,
+    /// Its carried state pairs.
+    pub state: Vec<(Traced, Traced)>,
+}
+
 /// Why the builder refused a call. Nothing is recorded by a refused call.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum BuilderError {
@@ -107,6 +116,38 @@ impl Builder {
                 scope: Vec::new(),
             }),
         }
+    }
+
+    /// Continues a finished graph: a builder holding its values and equations, with handles to
+    /// its primary outputs and its state pairs, so a pass can append equations (a sampling
+    /// suffix) with the same helpers a tracer uses and finish a new graph. The graph's size is
+    /// charged against `limits` first.
+    pub fn extend(graph: Graph, limits: TraceLimits) -> Result<Extension, BuilderError> {
+        let b = Builder::new(limits);
+        {
+            let mut st = b.state.borrow_mut();
+            let values = graph.values().len() as u64;
+            let eqns = graph.eqns().len() as u64;
+            b.charge(
+                &mut st.usage,
+                &[(Resource::Values, values), (Resource::Equations, eqns)],
+            )?;
+            st.values = graph.values().to_vec();
+            st.eqns = graph.eqns().to_vec();
+        }
+        let handle = |id: ValueId| Traced { id, brand: b.brand };
+        let outputs = graph.outputs().primary.iter().map(|&o| handle(o)).collect();
+        let state = graph
+            .outputs()
+            .state
+            .iter()
+            .map(|&(i, o)| (handle(i), handle(o)))
+            .collect();
+        Ok(Extension {
+            builder: b,
+            outputs,
+            state,
+        })
     }
 
     pub fn limits(&self) -> TraceLimits {

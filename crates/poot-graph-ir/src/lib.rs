@@ -17,7 +17,7 @@ mod storage;
 pub mod text;
 mod types;
 
-pub use builder::{Builder, BuilderError, Outputs, Traced};
+pub use builder::{Builder, BuilderError, Extension, Outputs, Traced};
 pub use graph::{Eqn, Graph, GraphEdit, OutputIds, ValidationError, ValueInfo};
 pub use limits::{Resource, TraceLimits, Usage};
 pub use op::{BinaryOp, CompareOp, InferError, OpKind, ReduceOp, Scalar, UnaryOp};

@@ -3,9 +3,16 @@
 //! this crate with the executor backends.
 
 pub mod backend;
+pub mod driver;
 pub mod handle;
+pub mod sampling;
 pub mod weights;
 
 pub use backend::{BackendChoice, BackendError, OpenedExecutor, open_executor};
+pub use driver::{
+    Driver, DriverError, DriverOptions, FinishReason, GenerateRequest, Generation,
+    GenerationControl, Layout, Serving, Unprepared,
+};
 pub use handle::{HandleError, LoadOptions, ModelHandle};
+pub use sampling::{Head, Sampler};
 pub use weights::HandleWeights;
