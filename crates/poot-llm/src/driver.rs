@@ -99,7 +99,7 @@ pub enum DriverError {
     Exec(#[from] ExecError),
     /// The family could not trace a step shape.
     #[error(transparent)]
-    Trace(#[from] TraceError),
+    Trace(Box<TraceError>),
     /// Appending the sampling suffix failed.
     #[error("sampling suffix: {0}")]
     Suffix(#[from] poot_graph_ir::BuilderError),
@@ -135,10 +135,25 @@ pub enum DriverError {
     BadToken { token: i32, vocab: usize },
     /// Tokenizer or handle failure while streaming text.
     #[error(transparent)]
-    Handle(#[from] HandleError),
+    Handle(Box<HandleError>),
     #[error(transparent)]
     Tokenizer(#[from] poot_text::TokenizerError),
 }
+
+impl From<HandleError> for DriverError {
+    fn from(e: HandleError) -> DriverError {
+        DriverError::Handle(Box::new(e))
+    }
+}
+
+impl From<TraceError> for DriverError {
+    fn from(e: TraceError) -> DriverError {
+        DriverError::Trace(Box::new(e))
+    }
+}
+
+/// A refused `serve`: the unprepared driver, handed back, and why.
+pub type Refused = Box<(Driver<Unprepared>, DriverError)>;
 
 /// One model on one executor.
 pub struct Driver<S = Serving> {
@@ -197,10 +212,7 @@ impl Driver<Unprepared> {
     /// Prepares every entry generation needs (prefill chunks and single-token steps, with the
     /// greedy and the sampling heads), so generating compiles nothing. A refusal hands the
     /// unprepared driver back.
-    pub fn serve(
-        mut self,
-        layout: Layout,
-    ) -> Result<Driver<Serving>, (Driver<Unprepared>, DriverError)> {
+    pub fn serve(mut self, layout: Layout) -> Result<Driver<Serving>, Refused> {
         let Layout::Contiguous = layout;
         let chunks = if self.options.prefill_chunk > 1 {
             vec![self.options.prefill_chunk, 1]
@@ -210,7 +222,7 @@ impl Driver<Unprepared> {
         for tokens in chunks {
             for head in [Head::Greedy, Head::Sample] {
                 if let Err(e) = self.prepare(tokens, head) {
-                    return Err((self, e));
+                    return Err(Box::new((self, e)));
                 }
             }
         }

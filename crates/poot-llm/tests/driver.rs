@@ -63,7 +63,7 @@ fn greedy_generation_matches_transformers_and_reads_back_only_token_ids() {
     let mut driver = Driver::new(Arc::clone(&handle), exec, DriverOptions::new(64, 4))
         .unwrap()
         .serve(Layout::Contiguous)
-        .map_err(|(_, e)| e)
+        .map_err(|r| r.1)
         .unwrap();
     let prompt = handle
         .text()
@@ -116,7 +116,7 @@ fn seeded_sampling_reproduces_its_tokens() {
     let mut driver = Driver::new(Arc::clone(&handle), exec, DriverOptions::new(64, 4))
         .unwrap()
         .serve(Layout::Contiguous)
-        .map_err(|(_, e)| e)
+        .map_err(|r| r.1)
         .unwrap();
     let prompt = handle.text().unwrap().encode("Once upon a time").unwrap();
     let mut run = |seed| {
