@@ -48,23 +48,9 @@ fn real(file: &str) -> Option<PathBuf> {
 
 #[test]
 fn greedy_generation_matches_transformers_and_reads_back_only_token_ids() {
-    let Some(path) = real("smollm2-135m-instruct-q4_1.gguf") else {
+    let Some((handle, mut driver)) = smollm2_driver() else {
         return;
     };
-    let Some(exec) = executor() else { return };
-    let handle = Arc::new(
-        ModelHandle::load(
-            &path,
-            &Registry::builtin().unwrap(),
-            &LoadOptions::default(),
-        )
-        .unwrap(),
-    );
-    let mut driver = Driver::new(Arc::clone(&handle), exec, DriverOptions::new(64, 4))
-        .unwrap()
-        .serve(Layout::Contiguous)
-        .map_err(|r| r.1)
-        .unwrap();
     let prompt = handle
         .text()
         .unwrap()
@@ -101,23 +87,9 @@ fn greedy_generation_matches_transformers_and_reads_back_only_token_ids() {
 
 #[test]
 fn seeded_sampling_reproduces_its_tokens() {
-    let Some(path) = real("smollm2-135m-instruct-q4_1.gguf") else {
+    let Some((handle, mut driver)) = smollm2_driver() else {
         return;
     };
-    let Some(exec) = executor() else { return };
-    let handle = Arc::new(
-        ModelHandle::load(
-            &path,
-            &Registry::builtin().unwrap(),
-            &LoadOptions::default(),
-        )
-        .unwrap(),
-    );
-    let mut driver = Driver::new(Arc::clone(&handle), exec, DriverOptions::new(64, 4))
-        .unwrap()
-        .serve(Layout::Contiguous)
-        .map_err(|r| r.1)
-        .unwrap();
     let prompt = handle.text().unwrap().encode("Once upon a time").unwrap();
     let mut run = |seed| {
         let req = GenerateRequest {
@@ -135,6 +107,26 @@ fn seeded_sampling_reproduces_its_tokens() {
     let first = run(42);
     assert_eq!(first.len(), 3);
     assert_eq!(run(42), first, "one seed, one continuation");
+}
+
+/// SmolLM2 served on wgpu, or `None` (with a SKIP line) without the checkpoint or an adapter.
+fn smollm2_driver() -> Option<(Arc<ModelHandle>, Driver)> {
+    let path = real("smollm2-135m-instruct-q4_1.gguf")?;
+    let exec = executor()?;
+    let handle = Arc::new(
+        ModelHandle::load(
+            &path,
+            &Registry::builtin().unwrap(),
+            &LoadOptions::default(),
+        )
+        .unwrap(),
+    );
+    let driver = Driver::new(Arc::clone(&handle), exec, DriverOptions::new(64, 4))
+        .unwrap()
+        .serve(Layout::Contiguous)
+        .map_err(|r| r.1)
+        .unwrap();
+    Some((handle, driver))
 }
 
 /// A weight source holding one logits table.

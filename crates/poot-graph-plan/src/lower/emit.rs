@@ -127,6 +127,24 @@ impl Lowering<'_> {
         }
     }
 
+    /// Ends a one-workgroup-per-output contraction: sums every thread's `acc` and stores it at
+    /// `out[o]`, then closes the output loop.
+    fn finish_row_sum(
+        cx: &mut KernelCtx,
+        sv: SharedId,
+        acc: crate::kernel::Var,
+        outp: crate::kernel::ParamId,
+        o: Expr,
+    ) {
+        cx.kb.store_shared(sv, local_id(), Expr::Var(acc));
+        Self::tree_reduce(cx, &[sv], &|a, b| vec![a[0].clone() + b[0].clone()]);
+        cx.kb.begin_if(eq(local_id(), u32c(0)));
+        cx.kb.store(outp, o, load_shared(sv, u32c(0)));
+        cx.kb.end();
+        cx.kb.barrier();
+        cx.kb.end();
+    }
+
     pub(super) fn emit_elementwise(&mut self, i: usize) -> Result<(), PlanError> {
         let v = self.g.eqns()[i].out;
         let n = self.n_elems(v)?;
@@ -286,13 +304,7 @@ impl Lowering<'_> {
         let w = self.value_at(&mut cx, rhs, &ri)?;
         cx.kb.set(acc, Expr::Var(acc) + a * w);
         cx.kb.end();
-        cx.kb.store_shared(sv, local_id(), Expr::Var(acc));
-        Self::tree_reduce(&mut cx, &[sv], &|a, b| vec![a[0].clone() + b[0].clone()]);
-        cx.kb.begin_if(eq(local_id(), u32c(0)));
-        cx.kb.store(outp, o, load_shared(sv, u32c(0)));
-        cx.kb.end();
-        cx.kb.barrier();
-        cx.kb.end();
+        Self::finish_row_sum(&mut cx, sv, acc, outp, o);
         let grid = self.groups_for(total, 1);
         self.push_kernel(cx, grid)
     }
@@ -321,13 +333,7 @@ impl Lowering<'_> {
         let w = self.value_at(&mut cx, rhs, &[expert, n, k])?;
         cx.kb.set(acc, Expr::Var(acc) + a * w);
         cx.kb.end();
-        cx.kb.store_shared(sv, local_id(), Expr::Var(acc));
-        Self::tree_reduce(&mut cx, &[sv], &|a, b| vec![a[0].clone() + b[0].clone()]);
-        cx.kb.begin_if(eq(local_id(), u32c(0)));
-        cx.kb.store(outp, o, load_shared(sv, u32c(0)));
-        cx.kb.end();
-        cx.kb.barrier();
-        cx.kb.end();
+        Self::finish_row_sum(&mut cx, sv, acc, outp, o);
         let grid = self.groups_for(total, 1);
         self.push_kernel(cx, grid)
     }
