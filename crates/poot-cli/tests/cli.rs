@@ -1,0 +1,259 @@
+//! The `poot` binary as a user meets it: help, clear one-line errors for bad input, the
+//! packaged-model listing, and (when SmolLM2 is cached and a Vulkan adapter exists) greedy
+//! generation that streams the transformers reference continuation.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use poot_llm::{BackendChoice, open_executor};
+use serde_json::Value as Json;
+
+fn poot(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_poot"))
+        .args(args)
+        .env("XDG_RUNTIME_DIR", "/tmp")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A failure: nonzero exit, exactly one `error:` line, no panic or backtrace.
+fn assert_one_error(o: &Output, mentions: &str) {
+    let err = stderr(o);
+    assert!(!o.status.success(), "expected a failure, stderr: {err}");
+    assert_eq!(o.status.code().map(|c| c == 101), Some(false), "{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(errors[0].contains(mentions), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
+}
+
+fn cache() -> PathBuf {
+    std::env::var_os("POOT_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/poot")
+        })
+}
+
+fn smollm2() -> Option<PathBuf> {
+    let path = cache().join("models/smollm2-135m-instruct-q4_1.gguf");
+    if path.is_file() {
+        Some(path)
+    } else {
+        eprintln!(
+            "SKIP: {} not found (run `poot models smollm2`)",
+            path.display()
+        );
+        None
+    }
+}
+
+fn vulkan() -> bool {
+    match open_executor(BackendChoice::Wgpu) {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("SKIP: no Vulkan adapter: {e}");
+            false
+        }
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("poot-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn help_names_the_commands_and_what_is_not_supported() {
+    let o = poot(&["--help"]);
+    assert!(o.status.success());
+    let help = stdout(&o);
+    assert!(help.contains("run") && help.contains("models"), "{help}");
+    let o = poot(&["run", "--help"]);
+    assert!(o.status.success());
+    let help = stdout(&o);
+    for flag in [
+        "--chat",
+        "--max-new",
+        "--temperature",
+        "--backend",
+        "--json",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from {help}");
+    }
+    assert!(help.contains("not supported"), "{help}");
+    assert!(!help.contains("--top-logprobs"), "{help}");
+}
+
+#[test]
+fn a_missing_model_path_is_one_error_line() {
+    let o = poot(&["run", "/nonexistent/dir/model.gguf", "hello"]);
+    assert_one_error(&o, "/nonexistent/dir/model.gguf");
+}
+
+#[test]
+fn a_file_that_is_not_a_checkpoint_is_one_error_line() {
+    let dir = temp_dir("garbage");
+    let path = dir.join("garbage.gguf");
+    std::fs::write(&path, b"not a gguf file at all").unwrap();
+    let o = poot(&["run", path.to_str().unwrap(), "hello"]);
+    assert_one_error(&o, "cannot load");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn an_unknown_short_name_lists_the_packaged_ones() {
+    let o = poot(&["run", "llama9", "hello"]);
+    assert_one_error(&o, "no model `llama9`");
+    assert!(stderr(&o).contains("smollm2"), "{}", stderr(&o));
+    let o = poot(&["run", "minilm", "hello"]);
+    assert_one_error(&o, "cannot generate text");
+}
+
+#[test]
+fn bad_flag_values_are_refused_before_loading() {
+    for (flag, value) in [
+        ("--temperature", "-1"),
+        ("--temperature", "nan"),
+        ("--top-p", "0"),
+        ("--top-p", "1.5"),
+        ("--min-p", "2"),
+        ("--max-new", "0"),
+        ("--capacity", "0"),
+        ("--prefill-chunk", "0"),
+        ("--top-k", "-3"),
+        ("--max-new", "-5"),
+        ("--seed", "-1"),
+        ("--backend", "cuda"),
+    ] {
+        let o = poot(&["run", "smollm2", "hello", flag, value]);
+        assert_one_error(&o, flag);
+        assert!(!stderr(&o).contains("loading"), "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn models_lists_the_packaged_checkpoints_and_refuses_unknown_names() {
+    let dir = temp_dir("cache");
+    let o = Command::new(env!("CARGO_BIN_EXE_poot"))
+        .arg("models")
+        .env("POOT_CACHE", &dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let list = stdout(&o);
+    for name in ["smollm2", "gemma3", "minilm"] {
+        let line = list.lines().find(|l| l.trim_start().starts_with(name));
+        assert!(
+            line.is_some_and(|l| l.contains("not fetched")),
+            "{name}: {list}"
+        );
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_poot"))
+        .args(["models", "smollm2", "nope"])
+        .env("POOT_CACHE", &dir)
+        .output()
+        .unwrap();
+    // Every name is checked before anything is fetched.
+    assert_one_error(&o, "no packaged checkpoint `nope`");
+    assert!(!stderr(&o).contains("fetching"), "{}", stderr(&o));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_prompt_over_the_capacity_is_refused_before_the_backend_opens() {
+    let Some(path) = smollm2() else { return };
+    let path = path.to_str().unwrap();
+    let o = poot(&["run", path, "The capital of France is", "--capacity", "8"]);
+    assert_one_error(&o, "more than the capacity of 8");
+    assert!(!stderr(&o).contains("backend"), "{}", stderr(&o));
+    let o = poot(&["run", path, "hi", "--max-new", "9000"]);
+    assert_one_error(&o, "8192");
+}
+
+#[test]
+fn greedy_text_streams_the_reference_continuation() {
+    let Some(_) = smollm2() else { return };
+    if !vulkan() {
+        return;
+    }
+    let o = poot(&[
+        "run",
+        "smollm2",
+        "The capital of France is",
+        "--max-new",
+        "4",
+        "--backend",
+        "wgpu",
+        "--prefill-chunk",
+        "4",
+        "--capacity",
+        "64",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.starts_with(" Paris."), "{text:?}");
+    assert!(stderr(&o).contains("backend wgpu"), "{}", stderr(&o));
+}
+
+#[test]
+fn json_emits_one_object_per_token_then_a_summary() {
+    let Some(_) = smollm2() else { return };
+    if !vulkan() {
+        return;
+    }
+    let o = poot(&[
+        "run",
+        "smollm2",
+        "The capital of France is",
+        "--max-new",
+        "4",
+        "--backend",
+        "wgpu",
+        "--prefill-chunk",
+        "4",
+        "--capacity",
+        "64",
+        "--json",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "", "--quiet prints no status lines");
+    let lines: Vec<Json> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    let ids: Vec<u64> = lines[..4]
+        .iter()
+        .map(|t| {
+            assert!(t["text"].is_string(), "{t}");
+            t["id"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(ids, [7042, 30, 198, 198]);
+    let summary = &lines[4];
+    assert_eq!(summary["tokens"], serde_json::json!([7042, 30, 198, 198]));
+    assert_eq!(summary["finish"], "length");
+    assert_eq!(summary["backend"], "wgpu");
+    assert!(summary["text"].as_str().unwrap().starts_with(" Paris."));
+    assert!(!summary["prompt_ids"].as_array().unwrap().is_empty());
+    for key in ["prefill_ms", "decode_ms", "decode_tok_s"] {
+        assert!(summary[key].as_f64().is_some_and(|v| v > 0.0), "{key}");
+    }
+    assert!(summary["device"].is_string());
+}
