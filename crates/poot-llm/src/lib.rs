@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod driver;
+pub mod encoders;
 pub mod handle;
 pub mod sampling;
 pub mod weights;
@@ -13,6 +14,7 @@ pub use driver::{
     Driver, DriverError, DriverOptions, FinishReason, GenerateRequest, Generation,
     GenerationControl, Layout, Serving, Unprepared,
 };
+pub use encoders::{EncoderError, SentenceEncoder};
 pub use handle::{HandleError, LoadOptions, ModelHandle};
 pub use sampling::{Head, Sampler};
 pub use weights::HandleWeights;
