@@ -151,6 +151,7 @@ fn sampler(args: &RunArgs, status: &Status) -> Sampler {
         top_p: args.top_p,
         min_p: args.min_p,
         seed,
+        ..Sampler::greedy()
     }
 }
 
@@ -238,16 +239,14 @@ impl Session {
     /// Generates for `prompt`, streaming to stdout; the timings go to stderr.
     fn generate(&mut self, prompt: &Prompt) -> Result<Answer, CliError> {
         let request = GenerateRequest {
-            prompt: prompt.ids.clone(),
-            max_new: self.max_new,
-            sampler: self.sampler,
             stops: prompt.stops.clone(),
             ignore_eos: self.ignore_eos,
+            ..GenerateRequest::new(prompt.ids.clone(), self.max_new, self.sampler.clone())
         };
         let mut sink = TokenSink::new(self.format, &prompt.stops, &prompt.stop_ids);
         let generation = self
             .driver
-            .generate(request, &mut |id, piece| sink.token(id, piece))?;
+            .generate(request, &mut |t| sink.token(t.id, t.text))?;
         let mut answer = sink.finish(&generation);
         if self.format == Format::Json && !answer.closed {
             answer.closed =

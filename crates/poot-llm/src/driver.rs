@@ -17,7 +17,9 @@ use poot_graph_ir::{Slot, TraceLimits};
 use poot_models::{StepShape, StepSpec, TraceError};
 
 use crate::handle::{HandleError, ModelHandle};
-use crate::sampling::{Head, SAMPLER_SLOT, SEED_SLOT, Sampler, append_head};
+use crate::sampling::{
+    Head, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS, SAMPLER_SLOT, SEED_SLOT, Sampler, append_head,
+};
 use crate::weights::HandleWeights;
 
 /// Fixed for the driver's life.
@@ -62,6 +64,41 @@ pub struct GenerateRequest {
     pub stops: Vec<String>,
     /// Keep going past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// Report each token's log-probability and this many most likely alternatives (at most
+    /// [`MAX_TOP_LOGPROBS`]); `None` reports none.
+    pub top_logprobs: Option<usize>,
+}
+
+impl GenerateRequest {
+    /// A request for `max_new` tokens after `prompt` with `sampler` and nothing else.
+    pub fn new(prompt: Vec<u32>, max_new: usize, sampler: Sampler) -> GenerateRequest {
+        GenerateRequest {
+            prompt,
+            max_new,
+            sampler,
+            stops: Vec::new(),
+            ignore_eos: false,
+            top_logprobs: None,
+        }
+    }
+}
+
+/// A generated token's log-probability under the adjusted distribution (after penalties, bias
+/// and temperature), with the most likely alternatives, most likely first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// One generated token as the sink sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GeneratedToken<'a> {
+    pub id: u32,
+    /// The text this token completes (may be empty while a character is split across tokens).
+    pub text: &'a str,
+    /// When the request asked for log-probabilities.
+    pub logprob: Option<&'a TokenLogprob>,
 }
 
 /// Returned by the token sink: go on, or stop after this token.
@@ -84,6 +121,8 @@ pub enum FinishReason {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Generation {
     pub tokens: Vec<u32>,
+    /// One per token when the request asked for log-probabilities, else empty.
+    pub logprobs: Vec<TokenLogprob>,
     pub text: String,
     pub finish: FinishReason,
     pub prompt_tokens: usize,
@@ -130,6 +169,12 @@ pub enum DriverError {
     /// The device produced a non-finite logit: the step's token is not trustworthy.
     #[error("non-finite logits at generated token {step}")]
     NonFinite { step: usize },
+    /// The request's sampling parameters are invalid for this model.
+    #[error("invalid sampling parameters: {0}")]
+    Sampling(String),
+    /// A feature the request asks for that this driver does not run yet.
+    #[error("{0} is not supported by this driver yet")]
+    Unsupported(&'static str),
     /// A token id outside the vocabulary came back from the device.
     #[error("the device returned token {token}, outside the vocabulary of {vocab}")]
     BadToken { token: i32, vocab: usize },
@@ -307,7 +352,7 @@ impl Driver<Serving> {
     pub fn generate(
         &mut self,
         req: GenerateRequest,
-        sink: &mut dyn FnMut(u32, &str) -> GenerationControl,
+        sink: &mut dyn FnMut(&GeneratedToken<'_>) -> GenerationControl,
     ) -> Result<Generation, DriverError> {
         let (n, cap) = (req.prompt.len(), self.options.capacity);
         if n == 0 {
@@ -320,8 +365,9 @@ impl Driver<Serving> {
                 capacity: cap,
             });
         }
-        let head = req.sampler.head();
         let vocab = self.handle.config().vocab_size;
+        check_request(&req, vocab)?;
+        let head = req.sampler.head();
         let handle = Arc::clone(&self.handle);
         let text_services = handle.text()?;
         let eog: Vec<u32> = {
@@ -371,7 +417,12 @@ impl Driver<Serving> {
                 finish = FinishReason::Stop;
                 break;
             }
-            if sink(id, &piece).is_break() {
+            let token = GeneratedToken {
+                id,
+                text: &piece,
+                logprob: None,
+            };
+            if sink(&token).is_break() {
                 finish = FinishReason::Cancelled;
                 break;
             }
@@ -387,6 +438,7 @@ impl Driver<Serving> {
         }
         Ok(Generation {
             tokens,
+            logprobs: Vec::new(),
             text,
             finish,
             prompt_tokens: n,
@@ -394,4 +446,62 @@ impl Driver<Serving> {
             decode_seconds: t1.elapsed().as_secs_f64(),
         })
     }
+}
+
+/// Refuses a request whose sampling parameters are out of range for a vocabulary of `vocab`.
+fn check_request(req: &GenerateRequest, vocab: usize) -> Result<(), DriverError> {
+    let s = &req.sampler;
+    let bad = |why: String| Err(DriverError::Sampling(why));
+    if !(s.temperature.is_finite() && s.temperature >= 0.0) {
+        return bad(format!(
+            "temperature {} must be finite and >= 0",
+            s.temperature
+        ));
+    }
+    if !(s.top_p > 0.0 && s.top_p <= 1.0) {
+        return bad(format!("top_p {} must be in (0, 1]", s.top_p));
+    }
+    if !(0.0..=1.0).contains(&s.min_p) {
+        return bad(format!("min_p {} must be in [0, 1]", s.min_p));
+    }
+    let p = s.penalties;
+    if !(p.repetition.is_finite() && p.repetition > 0.0) {
+        return bad(format!(
+            "repetition penalty {} must be finite and > 0",
+            p.repetition
+        ));
+    }
+    if !(p.presence.is_finite() && p.frequency.is_finite()) {
+        return bad("presence and frequency penalties must be finite".to_string());
+    }
+    if s.logit_bias.len() > MAX_LOGIT_BIAS {
+        return bad(format!(
+            "{} logit-bias entries (at most {MAX_LOGIT_BIAS})",
+            s.logit_bias.len()
+        ));
+    }
+    if let Some(&(id, b)) = s
+        .logit_bias
+        .iter()
+        .find(|(id, b)| *id as usize >= vocab || !b.is_finite())
+    {
+        return bad(format!(
+            "logit bias {b} for token {id} (tokens are below {vocab}, biases finite)"
+        ));
+    }
+    if let Some(n) = req.top_logprobs
+        && n > MAX_TOP_LOGPROBS
+    {
+        return bad(format!("top_logprobs {n} (at most {MAX_TOP_LOGPROBS})"));
+    }
+    if !p.is_none() {
+        return Err(DriverError::Unsupported("penalties"));
+    }
+    if !s.logit_bias.is_empty() {
+        return Err(DriverError::Unsupported("logit bias"));
+    }
+    if req.top_logprobs.is_some() {
+        return Err(DriverError::Unsupported("log-probabilities"));
+    }
+    Ok(())
 }

@@ -11,10 +11,10 @@ pub mod weights;
 
 pub use backend::{BackendChoice, BackendError, OpenedExecutor, open_executor};
 pub use driver::{
-    Driver, DriverError, DriverOptions, FinishReason, GenerateRequest, Generation,
-    GenerationControl, Layout, Serving, Unprepared,
+    Driver, DriverError, DriverOptions, FinishReason, GenerateRequest, GeneratedToken, Generation,
+    GenerationControl, Layout, Serving, TokenLogprob, Unprepared,
 };
 pub use encoders::{EncoderError, SentenceEncoder};
 pub use handle::{HandleError, LoadOptions, ModelHandle};
-pub use sampling::{Head, Sampler};
+pub use sampling::{Head, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS, Penalties, Sampler};
 pub use weights::HandleWeights;

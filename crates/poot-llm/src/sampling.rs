@@ -36,8 +36,45 @@ pub enum Head {
     Sample,
 }
 
-/// A request's sampling parameters.
+/// Most logit-bias entries one request may carry.
+pub const MAX_LOGIT_BIAS: usize = 64;
+/// Most alternatives a request may ask log-probabilities for (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// Penalties on tokens the sequence has already seen, from a token-count history kept on the
+/// device. Repetition follows llama.cpp/vLLM (prompt and output tokens: positive logits divided,
+/// negative multiplied); presence and frequency follow OpenAI (output tokens only:
+/// `logit - count * frequency - (count > 0) * presence`).
 #[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Penalties {
+    /// 1 disables.
+    pub repetition: f32,
+    /// 0 disables.
+    pub presence: f32,
+    /// 0 disables.
+    pub frequency: f32,
+}
+
+impl Penalties {
+    pub const NONE: Penalties = Penalties {
+        repetition: 1.0,
+        presence: 0.0,
+        frequency: 0.0,
+    };
+
+    pub fn is_none(&self) -> bool {
+        *self == Penalties::NONE
+    }
+}
+
+impl Default for Penalties {
+    fn default() -> Penalties {
+        Penalties::NONE
+    }
+}
+
+/// A request's sampling parameters.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Sampler {
     /// 0 is greedy.
     pub temperature: f32,
@@ -48,6 +85,9 @@ pub struct Sampler {
     /// 0 disables.
     pub min_p: f32,
     pub seed: u64,
+    pub penalties: Penalties,
+    /// Added to the logits of these tokens before anything else (at most [`MAX_LOGIT_BIAS`]).
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Sampler {
@@ -58,6 +98,8 @@ impl Sampler {
             top_p: 1.0,
             min_p: 0.0,
             seed: 0,
+            penalties: Penalties::NONE,
+            logit_bias: Vec::new(),
         }
     }
 
@@ -68,6 +110,8 @@ impl Sampler {
             top_p,
             min_p: 0.0,
             seed,
+            penalties: Penalties::NONE,
+            logit_bias: Vec::new(),
         }
     }
 

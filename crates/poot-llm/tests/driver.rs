@@ -59,15 +59,9 @@ fn greedy_generation_matches_transformers_and_reads_back_only_token_ids() {
     let mut streamed = String::new();
     let generation = driver
         .generate(
-            GenerateRequest {
-                prompt,
-                max_new: 4,
-                sampler: Sampler::greedy(),
-                stops: Vec::new(),
-                ignore_eos: false,
-            },
-            &mut |_, piece| {
-                streamed.push_str(piece);
+            GenerateRequest::new(prompt, 4, Sampler::greedy()),
+            &mut |t| {
+                streamed.push_str(t.text);
                 ControlFlow::Continue(())
             },
         )
@@ -93,14 +87,11 @@ fn seeded_sampling_reproduces_its_tokens() {
     let prompt = handle.text().unwrap().encode("Once upon a time").unwrap();
     let mut run = |seed| {
         let req = GenerateRequest {
-            prompt: prompt.clone(),
-            max_new: 3,
-            sampler: Sampler::new(0.9, 40, 0.95, seed),
-            stops: Vec::new(),
             ignore_eos: true,
+            ..GenerateRequest::new(prompt.clone(), 3, Sampler::new(0.9, 40, 0.95, seed))
         };
         driver
-            .generate(req, &mut |_, _| ControlFlow::Continue(()))
+            .generate(req, &mut |_| ControlFlow::Continue(()))
             .unwrap()
             .tokens
     };
@@ -166,7 +157,7 @@ fn draws(exec: &mut dyn Executor, logits: &[f32], sampler: Sampler, n: u32) -> V
     for seed in 0..n {
         let s = Sampler {
             seed: seed as u64 * 7919 + 1,
-            ..sampler
+            ..sampler.clone()
         };
         let mut inputs = StepInputs::new();
         inputs.set(
@@ -231,6 +222,7 @@ fn sampling_rules_follow_the_host_distribution() {
                 top_p: 1.0,
                 min_p: 0.0,
                 seed: 0,
+                ..Sampler::greedy()
             },
         ),
         (
@@ -241,6 +233,7 @@ fn sampling_rules_follow_the_host_distribution() {
                 top_p: 1.0,
                 min_p: 0.0,
                 seed: 0,
+                ..Sampler::greedy()
             },
         ),
         (
@@ -251,6 +244,7 @@ fn sampling_rules_follow_the_host_distribution() {
                 top_p: 0.7,
                 min_p: 0.0,
                 seed: 0,
+                ..Sampler::greedy()
             },
         ),
         (
@@ -261,11 +255,12 @@ fn sampling_rules_follow_the_host_distribution() {
                 top_p: 1.0,
                 min_p: 0.2,
                 seed: 0,
+                ..Sampler::greedy()
             },
         ),
     ];
     for (name, s) in cases {
-        let counts = draws(exec.as_mut(), &logits, s, n);
+        let counts = draws(exec.as_mut(), &logits, s.clone(), n);
         let want = expected(&logits, s);
         // Excluded tokens are never drawn; each kept token's frequency is within 5 standard errors.
         for (i, (&c, &p)) in counts.iter().zip(&want).enumerate() {
