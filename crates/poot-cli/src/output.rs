@@ -102,6 +102,7 @@ impl<'a> TokenSink<'a> {
                 FinishReason::Stop => "stop",
                 FinishReason::Length => "length",
                 FinishReason::Cancelled => "cancelled",
+                FinishReason::NonFinite => "non-finite",
             };
             (generation.text.clone(), generation.tokens.clone(), finish)
         };

@@ -11,8 +11,9 @@ pub mod weights;
 
 pub use backend::{BackendChoice, BackendError, OpenedExecutor, open_executor};
 pub use driver::{
-    Driver, DriverError, DriverOptions, FinishReason, GenerateRequest, GeneratedToken, Generation,
-    GenerationControl, Layout, Serving, TokenLogprob, Unprepared,
+    Driver, DriverError, DriverOptions, Feature, FinishReason, GenerateRequest, GeneratedToken,
+    Generation, GenerationControl, Incompatible, Layout, PreparedSetLimits, SeqEvent, SeqId,
+    SeqToken, Serving, StepPicks, TokenLogprob, Unprepared,
 };
 pub use encoders::{EncoderError, SentenceEncoder};
 pub use handle::{HandleError, LoadOptions, ModelHandle};

@@ -13,8 +13,8 @@ use poot_executor::{ConstBytes, ConstSource, Executor, StepInputs, StepOutputs};
 use poot_graph_ir::{Builder, DType, Outputs, Slot, TensorType, TraceLimits};
 use poot_llm::sampling::{Head, SAMPLER_SLOT, SEED_SLOT, append_head};
 use poot_llm::{
-    BackendChoice, Driver, DriverOptions, FinishReason, GenerateRequest, Layout, LoadOptions,
-    ModelHandle, Sampler, open_executor,
+    BackendChoice, Driver, DriverError, DriverOptions, FinishReason, GenerateRequest, Layout,
+    LoadOptions, ModelHandle, Sampler, open_executor,
 };
 use poot_models::Registry;
 
@@ -77,6 +77,63 @@ fn greedy_generation_matches_transformers_and_reads_back_only_token_ids() {
     assert_eq!(streamed, generation.text);
     // The last step read back one token id and the non-finite flag: 8 bytes, not the logits.
     assert_eq!(driver.executor().stats().last_read_bytes, 8);
+}
+
+#[test]
+fn the_serving_surface_admits_one_contiguous_sequence_at_a_time() {
+    let Some((handle, mut driver)) = smollm2_driver() else {
+        return;
+    };
+    let prompt = handle
+        .text()
+        .unwrap()
+        .encode("The capital of France is")
+        .unwrap();
+    let req = GenerateRequest::new(prompt.clone(), 2, Sampler::greedy());
+    let a = driver.open(req.clone()).unwrap();
+    assert!(matches!(
+        driver.open(req.clone()),
+        Err(DriverError::NoRoom {
+            open: 1,
+            rows: 1,
+            ..
+        })
+    ));
+    let mut tokens = Vec::new();
+    let mut finish = None;
+    while finish.is_none() {
+        let picks = driver.step().unwrap();
+        for event in driver.commit(picks).unwrap() {
+            assert_eq!(event.id, a);
+            tokens.extend(event.tokens.iter().map(|t| t.id));
+            finish = event.finish;
+        }
+    }
+    assert_eq!(tokens, vec![7042, 30]);
+    assert_eq!(finish, Some(FinishReason::Length));
+    driver.release(a);
+    let b = driver.open(req).unwrap();
+    assert_ne!(a, b);
+    driver.release(b);
+    assert_eq!(driver.open_count(), 0);
+}
+
+#[test]
+fn several_rows_over_a_contiguous_cache_are_refused_as_incompatible() {
+    let Some(exec) = executor() else { return };
+    let dir = poot_models::test_support::family_fixtures::fixture("llama")
+        .unwrap()
+        .path();
+    let handle = Arc::new(
+        ModelHandle::load(&dir, &Registry::builtin().unwrap(), &LoadOptions::default()).unwrap(),
+    );
+    let options = DriverOptions::new(32, 4).with_rows(2);
+    let driver = Driver::new(handle, exec, options).unwrap();
+    let Err(refused) = driver.serve(Layout::Contiguous) else {
+        panic!("served two contiguous rows");
+    };
+    let (_, error) = *refused;
+    assert!(matches!(error, DriverError::Incompatible(_)), "{error}");
 }
 
 #[test]

@@ -40,6 +40,6 @@ pub use error::{ChatError, HfError, TextError, TokenizerError, VocabError};
 pub use gguf_tokenizer::GgufTokenizer;
 pub use gguf_vocab::{GgufVocab, TokenType};
 pub use hf_tokenizer::{HfSpecialTexts, HfTokenizer};
-pub use stream_decoder::StreamDecoder;
+pub use stream_decoder::{DecoderState, StreamDecoder};
 pub use text_services::{HfTextFiles, TextServices};
 pub use tokenizer::{EncodeOptions, SpecialTokens, Tokenizer};

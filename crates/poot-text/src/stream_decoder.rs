@@ -25,6 +25,14 @@ pub struct StreamDecoder<'t> {
     state: State,
 }
 
+/// A [`StreamDecoder`]'s progress without its borrow of the tokenizer, for a caller that keeps
+/// many streams alive next to the tokenizer (a server's open sequences).
+#[derive(Debug)]
+pub struct DecoderState {
+    skip_special: bool,
+    state: State,
+}
+
 #[derive(Debug)]
 enum State {
     /// GGUF: raw bytes not yet past cleanup, and bytes of an unfinished character.
@@ -62,6 +70,23 @@ impl<'t> StreamDecoder<'t> {
             tokenizer,
             skip_special,
             state,
+        }
+    }
+
+    /// Keeps the progress, releasing the tokenizer.
+    pub fn detach(self) -> DecoderState {
+        DecoderState {
+            skip_special: self.skip_special,
+            state: self.state,
+        }
+    }
+
+    /// Continues a detached stream. `tokenizer` must be the one the stream started with.
+    pub fn resume(tokenizer: &'t Tokenizer, saved: DecoderState) -> StreamDecoder<'t> {
+        StreamDecoder {
+            tokenizer,
+            skip_special: saved.skip_special,
+            state: saved.state,
         }
     }
 

@@ -1,26 +1,32 @@
 //! The driver: one model on one executor. It loads the weights once as one executable, prepares
-//! a finite set of entries (step shape x head) up front, and generates with prefill in chunks and
-//! decode replayed per token. Every step ends in the sampling suffix, so the host reads back a
-//! token id and a non-finite flag, never the logits.
-//!
-//! This first driver serves one sequence at a time over a contiguous cache; the serving surface
-//! (open, step, commit, release over many sequences) joins with the server.
+//! a finite set of entries (rows x tokens x head) up front, and serves sequences through
+//! `open`, `step`, `commit` and `release`: prefill in chunks, decode replayed per token, several
+//! sequences batched in the rows of one step. Every step ends in the sampling suffix, so the host
+//! reads back token ids and a non-finite flag, never the logits. `generate` is that surface
+//! driven for one sequence.
+
+mod compat;
+mod kv;
+mod serving;
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::time::Instant;
 
-use poot_executor::{EntryId, ExecError, ExecutableId, Executor, StepInputs, StepOutputs};
-use poot_graph_ir::{Slot, TraceLimits};
-use poot_models::{StepShape, StepSpec, TraceError};
+use poot_executor::{EntryId, ExecError, ExecutableId, Executor};
+use poot_graph_ir::TraceLimits;
+use poot_models::{KvLayout, StepShape, StepSpec, TraceError};
 
 use crate::handle::{HandleError, ModelHandle};
-use crate::sampling::{
-    Head, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS, SAMPLER_SLOT, SEED_SLOT, Sampler, append_head,
-};
+use crate::sampling::{Head, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS, Sampler, append_head};
 use crate::weights::HandleWeights;
+
+pub use compat::{Feature, Incompatible, check_compatible};
+pub use serving::{SeqEvent, SeqId, SeqToken, StepPicks};
+
+use self::kv::KvPool;
+use self::serving::Sequences;
 
 /// Fixed for the driver's life.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -31,14 +37,45 @@ pub struct DriverOptions {
     pub prefill_chunk: usize,
     /// The limits every traced step runs under.
     pub trace: TraceLimits,
+    /// The most sequences open at once: the rows of a decode step.
+    pub rows: usize,
+    /// The bound on what preparing may retain.
+    pub prepared: PreparedSetLimits,
 }
 
 impl DriverOptions {
+    /// One row, standard trace limits for `prefill_chunk` tokens, default prepared-set limits.
     pub fn new(capacity: usize, prefill_chunk: usize) -> DriverOptions {
         DriverOptions {
             capacity,
             prefill_chunk,
             trace: TraceLimits::standard(prefill_chunk.max(1) as u64),
+            rows: 1,
+            prepared: PreparedSetLimits::default(),
+        }
+    }
+
+    /// Serves up to `rows` sequences at once (needs the paged layout when above 1).
+    pub fn with_rows(mut self, rows: usize) -> DriverOptions {
+        self.rows = rows;
+        self.trace = TraceLimits::standard(self.prefill_chunk.max(rows).max(1) as u64);
+        self
+    }
+}
+
+/// What a driver may prepare: a serving step compiles nothing, so this bounds the whole set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PreparedSetLimits {
+    pub max_entries: usize,
+    /// Scratch and state bytes the executor holds for the prepared entries.
+    pub max_retained_bytes: u64,
+}
+
+impl Default for PreparedSetLimits {
+    fn default() -> PreparedSetLimits {
+        PreparedSetLimits {
+            max_entries: 64,
+            max_retained_bytes: 64 << 30,
         }
     }
 }
@@ -46,7 +83,11 @@ impl DriverOptions {
 /// How the KV cache is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
+    /// One cache region per row; serves one sequence at a time.
     Contiguous,
+    /// A pool of `blocks` blocks of `block_tokens` positions shared by every row and step shape,
+    /// addressed through per-step block tables.
+    Paged { block_tokens: usize, blocks: usize },
 }
 
 /// A driver whose entries are not prepared: it cannot generate yet.
@@ -115,6 +156,8 @@ pub enum FinishReason {
     Length,
     /// The sink asked to stop.
     Cancelled,
+    /// The device produced a non-finite logit: the sequence's next token is not trustworthy.
+    NonFinite,
 }
 
 /// The result of one generation.
@@ -164,8 +207,44 @@ pub enum DriverError {
         max_positions: usize,
     },
     /// A step shape no prepared entry serves.
-    #[error("no prepared entry for {tokens} tokens with head {head:?}")]
-    Unprepared { tokens: usize, head: Head },
+    #[error("no prepared entry for {rows} rows of {tokens} tokens with head {head:?}")]
+    Unprepared {
+        rows: usize,
+        tokens: usize,
+        head: Head,
+    },
+    /// Every row, or the KV blocks a request needs, are taken: retry after a release.
+    #[error(
+        "no room: {open} of {rows} rows open, the request needs {blocks_needed} KV blocks and {blocks_free} are free"
+    )]
+    NoRoom {
+        open: usize,
+        rows: usize,
+        blocks_needed: usize,
+        blocks_free: usize,
+    },
+    /// Two features that do not compose.
+    #[error(transparent)]
+    Incompatible(#[from] Incompatible),
+    /// Preparing would exceed the prepared-set limits.
+    #[error("preparing {what}: {needed} exceeds the prepared-set limit of {limit}")]
+    PreparedSet {
+        what: &'static str,
+        needed: u64,
+        limit: u64,
+    },
+    /// A paged layout that cannot serve the capacity.
+    #[error(
+        "a paged layout of {blocks} blocks of {block_tokens} positions cannot serve a capacity of {capacity} (block_tokens must divide it, and one row's blocks plus a scratch block must fit)"
+    )]
+    PagedLayout {
+        block_tokens: usize,
+        blocks: usize,
+        capacity: usize,
+    },
+    /// A sequence id this driver does not hold.
+    #[error("no open sequence {0:?}")]
+    UnknownSequence(SeqId),
     /// The device produced a non-finite logit: the step's token is not trustworthy.
     #[error("non-finite logits at generated token {step}")]
     NonFinite { step: usize },
@@ -200,13 +279,23 @@ impl From<TraceError> for DriverError {
 /// A refused `serve`: the unprepared driver, handed back, and why.
 pub type Refused = Box<(Driver<Unprepared>, DriverError)>;
 
+/// What one prepared entry serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct EntryKey {
+    pub rows: usize,
+    pub tokens: usize,
+    pub head: Head,
+}
+
 /// One model on one executor.
 pub struct Driver<S = Serving> {
     handle: Arc<ModelHandle>,
     exec: Box<dyn Executor>,
     exe: ExecutableId,
     options: DriverOptions,
-    entries: HashMap<(usize, Head), EntryId>,
+    entries: HashMap<EntryKey, EntryId>,
+    layout: Layout,
+    seqs: Sequences,
     _state: PhantomData<S>,
 }
 
@@ -222,6 +311,16 @@ impl<S> Driver<S> {
     pub fn options(&self) -> DriverOptions {
         self.options
     }
+
+    /// The KV layout serving uses (contiguous until `serve` picks one).
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The most sequences open at once.
+    pub fn rows(&self) -> usize {
+        self.options.rows
+    }
 }
 
 impl Driver<Unprepared> {
@@ -236,6 +335,7 @@ impl Driver<Unprepared> {
             || options.capacity > max_positions
             || options.prefill_chunk == 0
             || options.prefill_chunk > options.capacity
+            || options.rows == 0
         {
             return Err(DriverError::Options {
                 capacity: options.capacity,
@@ -250,26 +350,18 @@ impl Driver<Unprepared> {
             exe,
             options,
             entries: HashMap::new(),
+            layout: Layout::Contiguous,
+            seqs: Sequences::default(),
             _state: PhantomData,
         })
     }
 
-    /// Prepares every entry generation needs (prefill chunks and single-token steps, with the
-    /// greedy and the sampling heads), so generating compiles nothing. A refusal hands the
-    /// unprepared driver back.
+    /// Prepares every entry serving needs under `layout` (prefill chunks and single-token steps
+    /// over all rows, with the greedy and the sampling heads), so a serving step compiles
+    /// nothing. A refusal hands the unprepared driver back.
     pub fn serve(mut self, layout: Layout) -> Result<Driver<Serving>, Refused> {
-        let Layout::Contiguous = layout;
-        let chunks = if self.options.prefill_chunk > 1 {
-            vec![self.options.prefill_chunk, 1]
-        } else {
-            vec![1]
-        };
-        for tokens in chunks {
-            for head in [Head::Greedy, Head::Sample] {
-                if let Err(e) = self.prepare(tokens, head) {
-                    return Err(Box::new((self, e)));
-                }
-            }
+        if let Err(e) = self.prepare_all(layout) {
+            return Err(Box::new((self, e)));
         }
         let Driver {
             handle,
@@ -279,172 +371,81 @@ impl Driver<Unprepared> {
             entries,
             ..
         } = self;
+        let pool = KvPool::new(layout, options.capacity);
         Ok(Driver {
             handle,
             exec,
             exe,
             options,
             entries,
+            layout,
+            seqs: Sequences::new(options.rows, pool),
             _state: PhantomData,
         })
     }
 
-    fn prepare(&mut self, tokens: usize, head: Head) -> Result<(), DriverError> {
-        let shape = StepShape::new(1, tokens, self.options.capacity);
+    fn prepare_all(&mut self, layout: Layout) -> Result<(), DriverError> {
+        let rows = self.options.rows;
+        check_compatible(Feature::Layout(layout), Feature::Rows(rows))?;
+        if let Layout::Paged {
+            block_tokens,
+            blocks,
+        } = layout
+        {
+            KvPool::check(block_tokens, blocks, self.options.capacity)?;
+        }
+        let chunk = self.options.prefill_chunk;
+        let mut shapes = vec![(rows, 1)];
+        if chunk > 1 {
+            shapes.insert(0, (1, chunk));
+        }
+        let heads = [Head::Greedy, Head::Sample];
+        let count = (shapes.len() * heads.len()) as u64;
+        let limits = self.options.prepared;
+        if count > limits.max_entries as u64 {
+            return Err(DriverError::PreparedSet {
+                what: "entries",
+                needed: count,
+                limit: limits.max_entries as u64,
+            });
+        }
+        for (rows, tokens) in shapes {
+            for head in heads {
+                self.prepare(layout, EntryKey { rows, tokens, head })?;
+            }
+        }
+        let stats = self.exec.stats();
+        let retained = stats.scratch_bytes.saturating_add(stats.state_bytes);
+        if retained > limits.max_retained_bytes {
+            return Err(DriverError::PreparedSet {
+                what: "retained bytes",
+                needed: retained,
+                limit: limits.max_retained_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    fn prepare(&mut self, layout: Layout, key: EntryKey) -> Result<(), DriverError> {
+        let mut shape = StepShape::new(key.rows, key.tokens, self.options.capacity);
+        if let Layout::Paged {
+            block_tokens,
+            blocks,
+        } = layout
+        {
+            shape = shape.with_kv(KvLayout::Paged {
+                block_tokens,
+                blocks,
+            });
+        }
         let graph = self
             .handle
             .model()
             .trace(&StepSpec::step(shape), self.options.trace)?;
-        let graph = append_head(graph, head, self.options.trace)?;
+        let graph = append_head(graph, key.head, self.options.trace)?;
         let entry = self.exec.add_entry(self.exe, &graph)?;
-        self.entries.insert((tokens, head), entry);
+        self.entries.insert(key, entry);
         Ok(())
-    }
-}
-
-impl Driver<Serving> {
-    /// Runs one step of `tokens` at positions `start..`, returning the sampled token.
-    fn step(
-        &mut self,
-        tokens: &[u32],
-        start: usize,
-        head: Head,
-        sampler: &Sampler,
-        draw: u32,
-    ) -> Result<(i32, bool), DriverError> {
-        let entry = *self
-            .entries
-            .get(&(tokens.len(), head))
-            .ok_or(DriverError::Unprepared {
-                tokens: tokens.len(),
-                head,
-            })?;
-        let mut inputs = StepInputs::new();
-        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        inputs.set_i32(Slot::Token, &ids);
-        let pos: Vec<i32> = (start..start + tokens.len()).map(|p| p as i32).collect();
-        inputs.set_i32(Slot::Pos, &pos);
-        if head == Head::Sample {
-            let params: Vec<u8> = sampler
-                .slot_values()
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect();
-            inputs.set(Slot::Named(SAMPLER_SLOT.to_string()), params);
-            let seed: Vec<u8> = sampler
-                .seed_values(draw)
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect();
-            inputs.set(Slot::Named(SEED_SLOT.to_string()), seed);
-        }
-        let mut out = StepOutputs::default();
-        self.exec.step(entry, &inputs, &mut out)?;
-        let words = out.i32(0).unwrap_or_default();
-        let (token, bad) = (
-            words.first().copied().unwrap_or(-1),
-            words.get(1).copied().unwrap_or(1),
-        );
-        Ok((token, bad != 0))
-    }
-
-    /// Generates for one prompt, calling `sink` with each token and its text as it comes.
-    pub fn generate(
-        &mut self,
-        req: GenerateRequest,
-        sink: &mut dyn FnMut(&GeneratedToken<'_>) -> GenerationControl,
-    ) -> Result<Generation, DriverError> {
-        let (n, cap) = (req.prompt.len(), self.options.capacity);
-        if n == 0 {
-            return Err(DriverError::EmptyPrompt);
-        }
-        if n + req.max_new > cap {
-            return Err(DriverError::Capacity {
-                prompt: n,
-                max_new: req.max_new,
-                capacity: cap,
-            });
-        }
-        let vocab = self.handle.config().vocab_size;
-        check_request(&req, vocab)?;
-        let head = req.sampler.head();
-        let handle = Arc::clone(&self.handle);
-        let text_services = handle.text()?;
-        let eog: Vec<u32> = {
-            let sp = text_services.tokenizer().special_tokens();
-            let mut v = sp.eog.clone();
-            v.extend(sp.eos);
-            v.extend(self.handle.config().eos_ids.iter().copied());
-            v
-        };
-        if let Some(&first) = self.entries.get(&(1, head)) {
-            self.exec.reset_state(first)?;
-        }
-        let t0 = Instant::now();
-        let chunk = self.options.prefill_chunk;
-        let mut pos = 0;
-        let mut last = (0, false);
-        let mut draw = 0u32;
-        while pos < n {
-            let take = if n - pos >= chunk { chunk } else { 1 };
-            last = self.step(&req.prompt[pos..pos + take], pos, head, &req.sampler, draw)?;
-            pos += take;
-        }
-        let prefill_seconds = t0.elapsed().as_secs_f64();
-        let t1 = Instant::now();
-        let mut decoder = text_services.tokenizer().stream_decoder(true);
-        let mut tokens = Vec::new();
-        let mut text = String::new();
-        let mut finish = FinishReason::Length;
-        while tokens.len() < req.max_new {
-            let (token, bad) = last;
-            if bad {
-                return Err(DriverError::NonFinite { step: tokens.len() });
-            }
-            let id = u32::try_from(token)
-                .ok()
-                .filter(|&t| (t as usize) < vocab)
-                .ok_or(DriverError::BadToken { token, vocab })?;
-            if !req.ignore_eos && eog.contains(&id) {
-                finish = FinishReason::Eos;
-                break;
-            }
-            tokens.push(id);
-            let piece = decoder.push(id)?;
-            text.push_str(&piece);
-            if let Some(at) = req.stops.iter().filter_map(|s| text.find(s.as_str())).min() {
-                text.truncate(at);
-                finish = FinishReason::Stop;
-                break;
-            }
-            let token = GeneratedToken {
-                id,
-                text: &piece,
-                logprob: None,
-            };
-            if sink(&token).is_break() {
-                finish = FinishReason::Cancelled;
-                break;
-            }
-            if tokens.len() == req.max_new {
-                break;
-            }
-            draw += 1;
-            last = self.step(&[id], pos, head, &req.sampler, draw)?;
-            pos += 1;
-        }
-        if finish != FinishReason::Stop {
-            text.push_str(&decoder.finish()?);
-        }
-        Ok(Generation {
-            tokens,
-            logprobs: Vec::new(),
-            text,
-            finish,
-            prompt_tokens: n,
-            prefill_seconds,
-            decode_seconds: t1.elapsed().as_secs_f64(),
-        })
     }
 }
 

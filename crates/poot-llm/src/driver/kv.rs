@@ -1,0 +1,322 @@
+//! Where each sequence's keys and values live: a whole row of a contiguous cache, or blocks of
+//! the paged pool. A request's blocks are reserved at admission, so a step never runs out.
+//!
+//! The prefix cache: when a sequence is released, each block it filled entirely with prompt
+//! tokens is kept under a hash of the whole prompt up to that block's end. A later prompt with
+//! the same prefix reuses those blocks instead of recomputing them. Kept blocks with no reader
+//! are evicted oldest first when the free list runs out.
+
+use std::collections::HashMap;
+
+use super::{DriverError, Layout};
+
+/// The KV store of a serving driver.
+#[derive(Debug, Default)]
+pub(crate) struct KvPool {
+    /// Positions per block; 0 for the contiguous layout.
+    block_tokens: usize,
+    /// Table entries per row: capacity / block_tokens.
+    table_len: usize,
+    /// The pool's last block: every padding token writes there and every unused table entry
+    /// names it; never reserved.
+    scratch: u32,
+    free: Vec<u32>,
+    /// Kept prompt blocks by prefix hash.
+    cached: HashMap<u64, CachedBlock>,
+    /// Readers of each block a sequence holds (cached blocks can have several).
+    readers: HashMap<u32, usize>,
+    /// Bumped at each use, for least-recently-used eviction.
+    clock: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct CachedBlock {
+    block: u32,
+    last_used: u64,
+}
+
+/// A sequence's reservation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reservation {
+    pub blocks: Vec<u32>,
+    /// Leading prompt tokens whose keys and values are already in reused blocks.
+    pub reused_tokens: usize,
+}
+
+impl KvPool {
+    /// Refuses a paged layout that cannot serve `capacity` positions.
+    pub fn check(block_tokens: usize, blocks: usize, capacity: usize) -> Result<(), DriverError> {
+        let per_seq = capacity.div_ceil(block_tokens.max(1));
+        if block_tokens == 0 || !capacity.is_multiple_of(block_tokens) || blocks < per_seq + 1 {
+            return Err(DriverError::PagedLayout {
+                block_tokens,
+                blocks,
+                capacity,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn new(layout: Layout, capacity: usize) -> KvPool {
+        match layout {
+            Layout::Contiguous => KvPool::default(),
+            Layout::Paged {
+                block_tokens,
+                blocks,
+            } => {
+                let scratch = blocks.saturating_sub(1) as u32;
+                KvPool {
+                    block_tokens,
+                    table_len: capacity / block_tokens.max(1),
+                    scratch,
+                    // Popped from the back: hand out low blocks first.
+                    free: (0..scratch).rev().collect(),
+                    ..KvPool::default()
+                }
+            }
+        }
+    }
+
+    pub fn paged(&self) -> bool {
+        self.block_tokens > 0
+    }
+
+    /// Blocks that a new reservation could take now (free plus evictable).
+    pub fn available(&self) -> usize {
+        self.free.len() + self.evictable().count()
+    }
+
+    fn evictable(&self) -> impl Iterator<Item = (&u64, &CachedBlock)> {
+        self.cached
+            .iter()
+            .filter(|(_, c)| !self.readers.contains_key(&c.block))
+    }
+
+    /// Blocks a sequence of `total` positions needs.
+    pub fn blocks_for(&self, total: usize) -> usize {
+        if self.paged() {
+            total.div_ceil(self.block_tokens)
+        } else {
+            0
+        }
+    }
+
+    /// Reserves blocks for `total` positions of a sequence starting with `prompt`, reusing cached
+    /// prefix blocks when `share` allows. `None` when there is no room.
+    pub fn reserve(&mut self, prompt: &[u32], total: usize, share: bool) -> Option<Reservation> {
+        if !self.paged() {
+            return Some(Reservation::default());
+        }
+        let need = self.blocks_for(total);
+        let bt = self.block_tokens;
+        // The last prompt token is always computed (its logits pick the first new token), so
+        // only blocks strictly before it are reused.
+        let mut reused = Vec::new();
+        if share {
+            for (i, hash) in prefix_hashes(prompt, bt).enumerate() {
+                if (i + 1) * bt >= prompt.len() {
+                    break;
+                }
+                match self.cached.get(&hash) {
+                    Some(c) => reused.push(c.block),
+                    None => break,
+                }
+            }
+        }
+        let fresh = need - reused.len();
+        let evictable = self
+            .evictable()
+            .filter(|(_, c)| !reused.contains(&c.block))
+            .count();
+        if fresh > self.free.len() + evictable {
+            return None;
+        }
+        self.clock += 1;
+        for &b in &reused {
+            *self.readers.entry(b).or_default() += 1;
+        }
+        for c in self.cached.values_mut() {
+            if reused.contains(&c.block) {
+                c.last_used = self.clock;
+            }
+        }
+        let mut blocks = reused.clone();
+        while blocks.len() < need {
+            let b = match self.free.pop() {
+                Some(b) => b,
+                None => self.evict()?,
+            };
+            *self.readers.entry(b).or_default() += 1;
+            blocks.push(b);
+        }
+        Some(Reservation {
+            reused_tokens: reused.len() * bt,
+            blocks,
+        })
+    }
+
+    /// Takes the least recently used cached block nobody reads.
+    fn evict(&mut self) -> Option<u32> {
+        let (&hash, _) = self.evictable().min_by_key(|(_, c)| c.last_used)?;
+        self.cached.remove(&hash).map(|c| c.block)
+    }
+
+    /// Returns a sequence's blocks. Blocks `prompt` filled completely (and whose tokens were fed,
+    /// `fed` positions) are kept for the prefix cache when `share` allows.
+    pub fn release(&mut self, blocks: &[u32], prompt: &[u32], fed: usize, share: bool) {
+        let bt = self.block_tokens;
+        let full = if share && bt > 0 {
+            prompt.len().min(fed) / bt
+        } else {
+            0
+        };
+        let hashes: Vec<u64> = prefix_hashes(prompt, bt.max(1)).take(full).collect();
+        self.clock += 1;
+        for (i, &b) in blocks.iter().enumerate() {
+            let Some(n) = self.readers.get_mut(&b) else {
+                continue;
+            };
+            *n -= 1;
+            if *n > 0 {
+                // Only cached blocks have other readers; they stay cached.
+                continue;
+            }
+            self.readers.remove(&b);
+            if self.cached.values().any(|c| c.block == b) {
+                continue;
+            }
+            match hashes.get(i) {
+                Some(&hash) if !self.cached.contains_key(&hash) => {
+                    let kept = CachedBlock {
+                        block: b,
+                        last_used: self.clock,
+                    };
+                    self.cached.insert(hash, kept);
+                }
+                _ => self.free.push(b),
+            }
+        }
+    }
+
+    /// Row `blocks`' table, padded with the scratch block.
+    pub fn table(&self, blocks: &[u32]) -> Vec<i32> {
+        (0..self.table_len)
+            .map(|i| blocks.get(i).copied().unwrap_or(self.scratch) as i32)
+            .collect()
+    }
+
+    /// The flat pool slot of position `pos` of a sequence holding `blocks`.
+    pub fn slot(&self, blocks: &[u32], pos: usize) -> i32 {
+        let bt = self.block_tokens.max(1);
+        let block = blocks.get(pos / bt).copied().unwrap_or(self.scratch);
+        (block as usize * bt + pos % bt) as i32
+    }
+
+    /// Where padding tokens write.
+    pub fn scratch_slot(&self) -> i32 {
+        (self.scratch as usize * self.block_tokens) as i32
+    }
+
+    /// A padding row's table: every entry the scratch block.
+    pub fn scratch_table(&self) -> Vec<i32> {
+        vec![self.scratch as i32; self.table_len]
+    }
+}
+
+/// FNV-1a hashes of `prompt` up to the end of each full block, each chained on the one before.
+fn prefix_hashes(prompt: &[u32], bt: usize) -> impl Iterator<Item = u64> + '_ {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    prompt.chunks_exact(bt).map(move |block| {
+        for &t in block {
+            for byte in t.to_le_bytes() {
+                h ^= u64::from(byte);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        h
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(blocks: usize) -> KvPool {
+        KvPool::new(
+            Layout::Paged {
+                block_tokens: 4,
+                blocks,
+            },
+            16,
+        )
+    }
+
+    #[test]
+    fn reservations_take_distinct_blocks_and_release_returns_them() {
+        let mut p = pool(9); // 8 usable + scratch
+        let a = p.reserve(&[1, 2, 3], 10, false).unwrap();
+        let b = p.reserve(&[4, 5, 6], 16, false).unwrap();
+        assert_eq!(a.blocks.len(), 3);
+        assert_eq!(b.blocks.len(), 4);
+        assert!(a.blocks.iter().all(|x| !b.blocks.contains(x) && *x != 8));
+        assert_eq!(p.available(), 1);
+        assert!(p.reserve(&[7], 8, false).is_none(), "two blocks, one free");
+        p.release(&a.blocks, &[1, 2, 3], 3, false);
+        assert_eq!(p.available(), 4);
+        assert_eq!(p.table(&a.blocks)[3], 8, "padded with the scratch block");
+        assert_eq!(p.slot(&b.blocks, 5), (b.blocks[1] * 4 + 1) as i32);
+    }
+
+    #[test]
+    fn a_released_prompt_prefix_is_reused_and_evicted_only_when_unread() {
+        let mut p = pool(9);
+        let prompt: Vec<u32> = (0..11).collect();
+        let a = p.reserve(&prompt, 12, true).unwrap();
+        assert_eq!(a.reused_tokens, 0);
+        p.release(&a.blocks, &prompt, 11, true);
+        // Blocks 0 and 1 of the prompt (tokens 0..8) are kept; the third was partial.
+        let b = p.reserve(&prompt, 12, true).unwrap();
+        assert_eq!(b.reused_tokens, 8);
+        assert_eq!(&b.blocks[..2], &a.blocks[..2]);
+        // A prompt that differs in its second block reuses only the first.
+        let mut other = prompt.clone();
+        other[5] = 99;
+        let c = p.reserve(&other, 12, true).unwrap();
+        assert_eq!(c.reused_tokens, 4);
+        assert_eq!(c.blocks[0], a.blocks[0]);
+        assert_ne!(c.blocks[1], a.blocks[1]);
+        // Read blocks are never evicted: 8 usable, b holds 3, c holds 2 more (one shared).
+        assert_eq!(p.available(), 8 - 3 - 2);
+        p.release(&b.blocks, &prompt, 11, true);
+        p.release(&c.blocks, &other, 11, true);
+        // Everything is free or evictable again, and a large reservation evicts what it must.
+        assert_eq!(p.available(), 8);
+        let d = p.reserve(&[42; 3], 32, true).unwrap();
+        assert_eq!(d.blocks.len(), 8);
+        assert_eq!(d.reused_tokens, 0);
+    }
+
+    #[test]
+    fn a_prompt_that_is_all_cached_still_computes_its_last_token() {
+        let mut p = pool(9);
+        let prompt: Vec<u32> = (0..8).collect();
+        let a = p.reserve(&prompt, 12, true).unwrap();
+        p.release(&a.blocks, &prompt, 8, true);
+        let b = p.reserve(&prompt, 12, true).unwrap();
+        assert_eq!(
+            b.reused_tokens, 4,
+            "the block holding the last token is recomputed"
+        );
+    }
+
+    #[test]
+    fn layouts_that_cannot_serve_the_capacity_are_refused() {
+        assert!(KvPool::check(16, 9, 128).is_ok());
+        assert!(KvPool::check(16, 8, 128).is_err(), "no scratch block left");
+        assert!(KvPool::check(0, 8, 128).is_err());
+        assert!(
+            KvPool::check(24, 64, 128).is_err(),
+            "capacity not a multiple"
+        );
+    }
+}

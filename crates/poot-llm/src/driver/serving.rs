@@ -1,0 +1,556 @@
+//! The serving surface: `open` admits a request into a row, `step` runs one device step over
+//! every open sequence (a prefill chunk for one sequence, and one token for each of the others
+//! in a batched decode step), `commit` applies the picks (end-of-generation, stop strings,
+//! `max_new`) and `release` frees the row and its KV blocks. `generate` drives it for one row.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use poot_executor::{StepInputs, StepOutputs};
+use poot_graph_ir::Slot;
+use poot_text::{DecoderState, StreamDecoder};
+
+use super::kv::KvPool;
+use super::{
+    Driver, DriverError, EntryKey, FinishReason, GenerateRequest, GeneratedToken, Generation,
+    Serving, TokenLogprob, check_request,
+};
+use crate::sampling::{Head, SAMPLER_SLOT, SEED_SLOT};
+
+/// An open sequence, from `open` until `release`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeqId(pub u64);
+
+/// One token a sequence produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeqToken {
+    pub id: u32,
+    /// Text that can be shown now: held back while it could still become a stop string, so the
+    /// concatenation of every token's text and the final `tail` is the answer.
+    pub text: String,
+    pub logprob: Option<TokenLogprob>,
+}
+
+/// What one sequence produced in a step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeqEvent {
+    pub id: SeqId,
+    pub tokens: Vec<SeqToken>,
+    /// Set when the sequence finished; it stays open until released.
+    pub finish: Option<FinishReason>,
+    pub prompt_tokens: usize,
+    /// Text released when the sequence finished that no token carries.
+    pub tail: String,
+}
+
+/// The picks of one step, to hand to [`Driver::commit`].
+#[derive(Debug, Default)]
+#[must_use = "a step's picks are lost unless committed"]
+pub struct StepPicks {
+    picks: Vec<Pick>,
+}
+
+impl StepPicks {
+    /// Sequences that got a new token.
+    pub fn len(&self) -> usize {
+        self.picks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.picks.is_empty()
+    }
+}
+
+#[derive(Debug)]
+struct Pick {
+    seq: SeqId,
+    token: i32,
+    non_finite: bool,
+}
+
+/// An open sequence's state.
+#[derive(Debug)]
+struct Sequence {
+    row: usize,
+    req: GenerateRequest,
+    /// Positions whose keys and values are written.
+    fed: usize,
+    /// The last committed token, to feed next.
+    pending: Option<u32>,
+    generated: Vec<u32>,
+    logprobs: Vec<TokenLogprob>,
+    /// A step's pick for this sequence is not committed yet.
+    awaiting: bool,
+    decoder: Option<DecoderState>,
+    text: String,
+    released: usize,
+    finish: Option<FinishReason>,
+    blocks: Vec<u32>,
+    opened: Instant,
+    first_pick: Option<Instant>,
+}
+
+impl Sequence {
+    /// The next token to feed, if the sequence can run a step now.
+    fn next_token(&self) -> Option<u32> {
+        if self.finish.is_some() || self.awaiting {
+            return None;
+        }
+        match self.req.prompt.get(self.fed) {
+            Some(&t) => Some(t),
+            None => self.pending,
+        }
+    }
+
+    fn prompt_left(&self) -> usize {
+        self.req.prompt.len().saturating_sub(self.fed)
+    }
+}
+
+/// The open sequences and the rows and blocks they hold.
+#[derive(Debug, Default)]
+pub(crate) struct Sequences {
+    rows: Vec<Option<SeqId>>,
+    open: BTreeMap<SeqId, Sequence>,
+    next: u64,
+    pool: KvPool,
+}
+
+impl Sequences {
+    pub fn new(rows: usize, pool: KvPool) -> Sequences {
+        Sequences {
+            rows: vec![None; rows],
+            pool,
+            ..Sequences::default()
+        }
+    }
+}
+
+/// One row of a step about to run.
+struct RowFeed {
+    seq: SeqId,
+    row: usize,
+    tokens: Vec<u32>,
+    start: usize,
+    /// The step's pick is this sequence's next token (its prompt is then fully fed).
+    picks: bool,
+}
+
+impl Driver<Serving> {
+    /// Sequences open now (finished ones count until released).
+    pub fn open_count(&self) -> usize {
+        self.seqs.open.len()
+    }
+
+    /// KV blocks free or evictable now (0 for the contiguous layout).
+    pub fn free_blocks(&self) -> usize {
+        self.seqs.pool.available()
+    }
+
+    /// Admits `req` into a free row, reserving every KV block it can need. `NoRoom` when the
+    /// rows or blocks are taken: retry after a release. Other errors are the request's.
+    pub fn open(&mut self, req: GenerateRequest) -> Result<SeqId, DriverError> {
+        let (n, cap) = (req.prompt.len(), self.options.capacity);
+        if n == 0 {
+            return Err(DriverError::EmptyPrompt);
+        }
+        if n + req.max_new > cap {
+            return Err(DriverError::Capacity {
+                prompt: n,
+                max_new: req.max_new,
+                capacity: cap,
+            });
+        }
+        check_request(&req, self.handle.config().vocab_size)?;
+        let text = self.handle.text()?;
+        let seqs = &mut self.seqs;
+        let no_room = |seqs: &Sequences| DriverError::NoRoom {
+            open: seqs.open.len(),
+            rows: seqs.rows.len(),
+            blocks_needed: seqs.pool.blocks_for(n + req.max_new),
+            blocks_free: seqs.pool.available(),
+        };
+        let Some(row) = seqs.rows.iter().position(Option::is_none) else {
+            return Err(no_room(seqs));
+        };
+        let Some(reservation) = seqs.pool.reserve(&req.prompt, n + req.max_new, true) else {
+            return Err(no_room(seqs));
+        };
+        if !seqs.pool.paged() {
+            // A contiguous row is reused in place: clear its carried state.
+            if let Some(&entry) = self.entries.values().next() {
+                self.exec.reset_state(entry)?;
+            }
+        }
+        let id = SeqId(seqs.next);
+        seqs.next += 1;
+        seqs.rows[row] = Some(id);
+        let decoder = text.tokenizer().stream_decoder(true).detach();
+        seqs.open.insert(
+            id,
+            Sequence {
+                row,
+                req,
+                fed: reservation.reused_tokens,
+                pending: None,
+                generated: Vec::new(),
+                logprobs: Vec::new(),
+                awaiting: false,
+                decoder: Some(decoder),
+                text: String::new(),
+                released: 0,
+                finish: None,
+                blocks: reservation.blocks,
+                opened: Instant::now(),
+                first_pick: None,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Frees `id`'s row and blocks now. Unknown ids are ignored.
+    pub fn release(&mut self, id: SeqId) {
+        let seqs = &mut self.seqs;
+        let Some(seq) = seqs.open.remove(&id) else {
+            return;
+        };
+        if let Some(r) = seqs.rows.get_mut(seq.row) {
+            *r = None;
+        }
+        seqs.pool
+            .release(&seq.blocks, &seq.req.prompt, seq.fed, true);
+    }
+
+    /// Runs one device step over the open sequences: one prefill chunk (the oldest sequence with
+    /// a chunk of prompt left) and one batched single-token step for every other sequence that
+    /// has a token to feed. Sequences whose pick awaits a commit sit it out.
+    pub fn step(&mut self) -> Result<StepPicks, DriverError> {
+        let chunk = self.options.prefill_chunk;
+        let mut prefill = None;
+        let mut singles = Vec::new();
+        for (&id, seq) in &self.seqs.open {
+            let Some(first) = seq.next_token() else {
+                continue;
+            };
+            if chunk > 1 && prefill.is_none() && seq.prompt_left() >= chunk {
+                let tokens = seq.req.prompt[seq.fed..seq.fed + chunk].to_vec();
+                prefill = Some(RowFeed {
+                    seq: id,
+                    row: 0,
+                    tokens,
+                    start: seq.fed,
+                    picks: seq.prompt_left() == chunk,
+                });
+            } else if chunk == 1 || seq.prompt_left() < chunk {
+                singles.push(RowFeed {
+                    seq: id,
+                    row: seq.row,
+                    tokens: vec![first],
+                    start: seq.fed,
+                    picks: seq.prompt_left() <= 1,
+                });
+            }
+        }
+        let mut picks = StepPicks::default();
+        if let Some(feed) = prefill {
+            self.run(1, chunk, vec![Some(feed)], &mut picks)?;
+        }
+        if !singles.is_empty() {
+            let rows = self.options.rows;
+            let mut by_row: Vec<Option<RowFeed>> = (0..rows).map(|_| None).collect();
+            for feed in singles {
+                let r = feed.row;
+                by_row[r] = Some(feed);
+            }
+            self.run(rows, 1, by_row, &mut picks)?;
+        }
+        Ok(picks)
+    }
+
+    /// Runs the (`rows`, `tokens`) entry with `feeds` in its rows (None: padding).
+    fn run(
+        &mut self,
+        rows: usize,
+        tokens: usize,
+        feeds: Vec<Option<RowFeed>>,
+        picks: &mut StepPicks,
+    ) -> Result<(), DriverError> {
+        let open = &self.seqs.open;
+        let head = if feeds.iter().flatten().all(|f| {
+            open.get(&f.seq)
+                .is_none_or(|s| s.req.sampler.head() == Head::Greedy)
+        }) {
+            Head::Greedy
+        } else {
+            Head::Sample
+        };
+        let key = EntryKey { rows, tokens, head };
+        let entry =
+            *self
+                .entries
+                .get(&key)
+                .ok_or(DriverError::Unprepared { rows, tokens, head })?;
+        let pool = &self.seqs.pool;
+        let mut ids = Vec::with_capacity(rows * tokens);
+        let mut pos = Vec::with_capacity(rows * tokens);
+        let mut table = Vec::new();
+        let mut writes = Vec::new();
+        let mut params = Vec::new();
+        let mut seeds = Vec::new();
+        for feed in &feeds {
+            let seq = feed.as_ref().and_then(|f| open.get(&f.seq).map(|s| (f, s)));
+            match seq {
+                Some((f, s)) => {
+                    ids.extend(f.tokens.iter().map(|&t| t as i32));
+                    pos.extend((f.start..f.start + tokens).map(|p| p as i32));
+                    table.extend(pool.table(&s.blocks));
+                    writes.extend((f.start..f.start + tokens).map(|p| pool.slot(&s.blocks, p)));
+                    params.extend(s.req.sampler.slot_values());
+                    seeds.extend(s.req.sampler.seed_values(s.generated.len() as u32));
+                }
+                None => {
+                    ids.extend(std::iter::repeat_n(0, tokens));
+                    pos.extend(std::iter::repeat_n(0, tokens));
+                    table.extend(pool.scratch_table());
+                    writes.extend(std::iter::repeat_n(pool.scratch_slot(), tokens));
+                    params.extend([0.0, 1.0, 0.0, 0.0]);
+                    seeds.extend([0, 0]);
+                }
+            }
+        }
+        let mut inputs = StepInputs::new();
+        inputs.set_i32(Slot::Token, &ids);
+        inputs.set_i32(Slot::Pos, &pos);
+        if pool.paged() {
+            inputs.set_i32(Slot::SlotMap, &table);
+            inputs.set_i32(Slot::WriteMap, &writes);
+        }
+        if head == Head::Sample {
+            let bytes = params.iter().flat_map(|v: &f32| v.to_le_bytes()).collect();
+            inputs.set(Slot::Named(SAMPLER_SLOT.to_string()), bytes);
+            let bytes = seeds.iter().flat_map(|v: &u32| v.to_le_bytes()).collect();
+            inputs.set(Slot::Named(SEED_SLOT.to_string()), bytes);
+        }
+        let mut out = StepOutputs::default();
+        self.exec.step(entry, &inputs, &mut out)?;
+        let words = out.i32(0).unwrap_or_default();
+        let now = Instant::now();
+        for (r, feed) in feeds.into_iter().enumerate() {
+            let Some(feed) = feed else { continue };
+            let Some(seq) = self.seqs.open.get_mut(&feed.seq) else {
+                continue;
+            };
+            seq.fed = feed.start + tokens;
+            if seq.fed > seq.req.prompt.len() {
+                seq.pending = None;
+            }
+            if feed.picks {
+                seq.awaiting = true;
+                seq.first_pick.get_or_insert(now);
+                picks.picks.push(Pick {
+                    seq: feed.seq,
+                    token: words.get(2 * r).copied().unwrap_or(-1),
+                    non_finite: words.get(2 * r + 1).copied().unwrap_or(1) != 0,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a step's picks and reports what each sequence produced.
+    pub fn commit(&mut self, picks: StepPicks) -> Result<Vec<SeqEvent>, DriverError> {
+        let vocab = self.handle.config().vocab_size;
+        let handle = std::sync::Arc::clone(&self.handle);
+        let text = handle.text()?;
+        let tokenizer = text.tokenizer();
+        let eog: Vec<u32> = {
+            let sp = tokenizer.special_tokens();
+            let mut v = sp.eog.clone();
+            v.extend(sp.eos);
+            v.extend(handle.config().eos_ids.iter().copied());
+            v
+        };
+        let mut events = Vec::with_capacity(picks.picks.len());
+        let mut bad = None;
+        for pick in picks.picks {
+            let Some(seq) = self.seqs.open.get_mut(&pick.seq) else {
+                continue;
+            };
+            seq.awaiting = false;
+            let mut event = SeqEvent {
+                id: pick.seq,
+                tokens: Vec::new(),
+                finish: None,
+                prompt_tokens: seq.req.prompt.len(),
+                tail: String::new(),
+            };
+            let mut decoder = StreamDecoder::resume(
+                tokenizer,
+                seq.decoder
+                    .take()
+                    .unwrap_or_else(|| tokenizer.stream_decoder(true).detach()),
+            );
+            let id = u32::try_from(pick.token)
+                .ok()
+                .filter(|&t| (t as usize) < vocab);
+            if pick.non_finite {
+                seq.finish = Some(FinishReason::NonFinite);
+            } else if seq.generated.len() >= seq.req.max_new {
+                seq.finish = Some(FinishReason::Length);
+            } else if let Some(id) = id {
+                if !seq.req.ignore_eos && eog.contains(&id) {
+                    seq.finish = Some(FinishReason::Eos);
+                } else {
+                    seq.generated.push(id);
+                    seq.text.push_str(&decoder.push(id)?);
+                    if let Some(at) = seq
+                        .req
+                        .stops
+                        .iter()
+                        .filter_map(|s| seq.text.find(s.as_str()))
+                        .min()
+                    {
+                        seq.text.truncate(at);
+                        seq.finish = Some(FinishReason::Stop);
+                    } else if seq.generated.len() == seq.req.max_new {
+                        seq.finish = Some(FinishReason::Length);
+                    } else {
+                        seq.pending = Some(id);
+                    }
+                    let shown = if seq.finish.is_some() {
+                        seq.text.len()
+                    } else {
+                        seq.text.len() - held_back(&seq.text, &seq.req.stops)
+                    };
+                    let piece = seq.text.get(seq.released..shown).unwrap_or_default();
+                    event.tokens.push(SeqToken {
+                        id,
+                        text: piece.to_string(),
+                        logprob: None,
+                    });
+                    seq.released = shown.max(seq.released);
+                }
+            } else {
+                seq.finish = Some(FinishReason::Cancelled);
+                bad = Some(DriverError::BadToken {
+                    token: pick.token,
+                    vocab,
+                });
+            }
+            if seq.finish.is_some() {
+                if seq.finish != Some(FinishReason::Stop) {
+                    seq.text.push_str(&decoder.finish()?);
+                }
+                event.tail = seq.text.get(seq.released..).unwrap_or_default().to_string();
+                seq.released = seq.text.len();
+                event.finish = seq.finish;
+            }
+            seq.decoder = Some(decoder.detach());
+            events.push(event);
+        }
+        match bad {
+            Some(e) => Err(e),
+            None => Ok(events),
+        }
+    }
+
+    /// Generates for one prompt, calling `sink` with each token and its text as it comes. The
+    /// text a sink sees is held back while it could still become a stop string.
+    pub fn generate(
+        &mut self,
+        req: GenerateRequest,
+        sink: &mut dyn FnMut(&GeneratedToken<'_>) -> super::GenerationControl,
+    ) -> Result<Generation, DriverError> {
+        let id = self.open(req)?;
+        let result = self.drive(id, sink);
+        self.release(id);
+        result
+    }
+
+    fn drive(
+        &mut self,
+        id: SeqId,
+        sink: &mut dyn FnMut(&GeneratedToken<'_>) -> super::GenerationControl,
+    ) -> Result<Generation, DriverError> {
+        let mut cancelled = false;
+        loop {
+            // A mid-prompt chunk picks nothing; the loop ends when the sequence finishes.
+            let picks = self.step()?;
+            for event in self.commit(picks)? {
+                if event.id != id {
+                    continue;
+                }
+                for t in &event.tokens {
+                    let token = GeneratedToken {
+                        id: t.id,
+                        text: &t.text,
+                        logprob: t.logprob.as_ref(),
+                    };
+                    if sink(&token).is_break() {
+                        cancelled = true;
+                        break;
+                    }
+                }
+            }
+            let Some(seq) = self.seqs.open.get(&id) else {
+                return Err(DriverError::UnknownSequence(id));
+            };
+            if cancelled || seq.finish.is_some() {
+                let finish = if cancelled {
+                    FinishReason::Cancelled
+                } else {
+                    seq.finish.unwrap_or(FinishReason::Length)
+                };
+                if finish == FinishReason::NonFinite {
+                    return Err(DriverError::NonFinite {
+                        step: seq.generated.len(),
+                    });
+                }
+                let first = seq.first_pick.unwrap_or(seq.opened);
+                return Ok(Generation {
+                    tokens: seq.generated.clone(),
+                    logprobs: seq.logprobs.clone(),
+                    text: seq.text.clone(),
+                    finish,
+                    prompt_tokens: seq.req.prompt.len(),
+                    prefill_seconds: (first - seq.opened).as_secs_f64(),
+                    decode_seconds: first.elapsed().as_secs_f64(),
+                });
+            }
+        }
+    }
+}
+
+/// Bytes at the end of `text` that could begin one of `stops`: not shown until the next token
+/// settles them.
+fn held_back(text: &str, stops: &[String]) -> usize {
+    stops
+        .iter()
+        .map(|stop| {
+            (1..stop.len().min(text.len() + 1))
+                .rev()
+                .find(|&k| {
+                    text.is_char_boundary(text.len() - k)
+                        && stop.is_char_boundary(k)
+                        && text.ends_with(&stop[..k])
+                })
+                .unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::held_back;
+
+    #[test]
+    fn text_that_could_start_a_stop_string_is_held_back() {
+        let stops = vec!["\nUser:".to_string(), "END".to_string()];
+        assert_eq!(held_back("hello\nUs", &stops), 3);
+        assert_eq!(held_back("hello E", &stops), 1);
+        assert_eq!(held_back("hello", &stops), 0);
+        assert_eq!(held_back("", &stops), 0);
+        assert_eq!(held_back("é", &["éa".to_string()]), 2);
+    }
+}
