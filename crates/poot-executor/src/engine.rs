@@ -7,10 +7,12 @@ use std::collections::HashMap;
 use poot_graph_ir::{Graph, Slot};
 use poot_graph_plan::{BufferRole, Plan, Target, compile};
 
+use crate::chain::{ChainFeed, feed_grid, layout};
 use crate::device::{Device, Launch};
 use crate::error::ExecError;
 use crate::executor::{
-    ConstBytes, ConstSource, EntryId, ExecStats, ExecutableId, Executor, StepInputs, StepOutputs,
+    ChainId, ConstBytes, ConstSource, EntryId, ExecStats, ExecutableId, Executor, StepInputs,
+    StepOutputs,
 };
 
 /// Where an entry's plan buffer lives.
@@ -42,12 +44,26 @@ struct Executable<D: Device> {
     source: Box<dyn ConstSource>,
 }
 
+/// A chained decode prepared on an entry.
+struct Chain<D: Device> {
+    entry: EntryId,
+    kernel: D::Kernel,
+    plan_buffers: Vec<usize>,
+    base: D::Buffer,
+    record: D::Buffer,
+    rows: usize,
+    width: usize,
+    max_steps: usize,
+    base_slot: Slot,
+}
+
 /// An [`Executor`] over any [`Device`].
 pub struct Engine<D: Device> {
     device: D,
     target: Target,
     executables: Vec<Option<Executable<D>>>,
     entries: Vec<Option<Entry<D>>>,
+    chains: Vec<Option<Chain<D>>>,
     stats: ExecStats,
     poisoned: Option<String>,
 }
@@ -60,6 +76,7 @@ impl<D: Device> Engine<D> {
             target,
             executables: Vec::new(),
             entries: Vec::new(),
+            chains: Vec::new(),
             stats: ExecStats::default(),
             poisoned: None,
         }
@@ -258,40 +275,12 @@ impl<D: Device> Executor for Engine<D> {
         inputs: &StepInputs,
         outputs: &mut StepOutputs,
     ) -> Result<(), ExecError> {
-        self.check_poison()?;
+        self.write_slots(id, inputs)?;
         let entry = self
             .entries
             .get(id.0)
             .and_then(|e| e.as_ref())
             .ok_or(ExecError::UnknownEntry { id: id.0 })?;
-        if entry.needs_reset {
-            return Err(ExecError::NeedsReset { entry: id.0 });
-        }
-        let exe = self
-            .executables
-            .get(entry.executable.0)
-            .and_then(|e| e.as_ref())
-            .ok_or(ExecError::UnknownExecutable {
-                id: entry.executable.0,
-            })?;
-        // Every slot of the plan must be given, with exactly its bytes.
-        for (slot, hv) in &entry.plan.slots {
-            let data = inputs.slot(slot).ok_or_else(|| ExecError::MissingSlot {
-                slot: slot.name().to_string(),
-            })?;
-            let want = entry.plan.buffers[hv.buffer.0 as usize].size_bytes;
-            if data.len() as u64 != want {
-                return Err(ExecError::SlotSize {
-                    slot: slot.name().to_string(),
-                    expected_bytes: want,
-                    got_bytes: data.len() as u64,
-                });
-            }
-            let buf = Self::buffer(entry, exe, hv.buffer.0 as usize)?;
-            if let Err(e) = self.device.write(buf, 0, data) {
-                return Err(self.fail_entry(id, e));
-            }
-        }
         if let Err(e) = self.device.replay(&entry.recording) {
             return Err(self.fail_entry(id, e));
         }
@@ -327,6 +316,114 @@ impl<D: Device> Executor for Engine<D> {
         Ok(())
     }
 
+    fn add_chain(&mut self, id: EntryId, feed: &ChainFeed) -> Result<ChainId, ExecError> {
+        self.check_poison()?;
+        let entry = self
+            .entries
+            .get(id.0)
+            .and_then(|e| e.as_ref())
+            .ok_or(ExecError::UnknownEntry { id: id.0 })?;
+        let layout = layout(&entry.plan, feed)?;
+        let kernel = self
+            .device
+            .compile(&layout.kernel)
+            .map_err(|e| self.fail(e))?;
+        let base = self
+            .device
+            .alloc((layout.rows as u64 * 4).max(4))
+            .map_err(|e| self.fail(e))?;
+        let record_bytes = (feed.max_steps * layout.rows * layout.width * 4).max(4) as u64;
+        let record = self.device.alloc(record_bytes).map_err(|e| self.fail(e))?;
+        self.stats.scratch_bytes += record_bytes;
+        self.chains.push(Some(Chain {
+            entry: id,
+            kernel,
+            plan_buffers: layout.plan_buffers,
+            base,
+            record,
+            rows: layout.rows,
+            width: layout.width,
+            max_steps: feed.max_steps,
+            base_slot: layout.base_slot,
+        }));
+        Ok(ChainId(self.chains.len() - 1))
+    }
+
+    fn step_chain(
+        &mut self,
+        chain: ChainId,
+        inputs: &StepInputs,
+        steps: usize,
+    ) -> Result<Vec<i32>, ExecError> {
+        self.check_poison()?;
+        let c = self
+            .chains
+            .get(chain.0)
+            .and_then(|c| c.as_ref())
+            .ok_or(ExecError::Chain {
+                why: format!("no chain {}", chain.0),
+            })?;
+        if steps == 0 || steps > c.max_steps {
+            return Err(ExecError::Chain {
+                why: format!("{steps} steps (the chain runs 1 to {})", c.max_steps),
+            });
+        }
+        let id = c.entry;
+        self.write_slots(id, inputs)?;
+        let Engine {
+            device,
+            entries,
+            executables,
+            chains,
+            ..
+        } = self;
+        let c = chains
+            .get(chain.0)
+            .and_then(|c| c.as_ref())
+            .ok_or(ExecError::Chain {
+                why: format!("no chain {}", chain.0),
+            })?;
+        let entry = entries
+            .get(id.0)
+            .and_then(|e| e.as_ref())
+            .ok_or(ExecError::UnknownEntry { id: id.0 })?;
+        let exe = executables
+            .get(entry.executable.0)
+            .and_then(|e| e.as_ref())
+            .ok_or(ExecError::UnknownExecutable {
+                id: entry.executable.0,
+            })?;
+        let base = inputs.slot(&c.base_slot).unwrap_or_default();
+        let mut args = Vec::with_capacity(c.plan_buffers.len() + 2);
+        for &b in &c.plan_buffers {
+            args.push(Self::buffer(entry, exe, b)?);
+        }
+        args.push(&c.base);
+        args.push(&c.record);
+        let mut run = || -> Result<(), crate::error::DeviceError> {
+            device.write(&c.base, 0, base)?;
+            for _ in 0..steps {
+                device.replay(&entry.recording)?;
+                device.launch(&Launch {
+                    kernel: &c.kernel,
+                    grid: feed_grid(c.rows),
+                    args: &args,
+                })?;
+            }
+            device.synchronize()
+        };
+        let ran = run();
+        let words = steps * c.rows * c.width;
+        let mut host = vec![0u8; words * 4];
+        let read = ran.and_then(|()| device.read(&c.record, 0, &mut host));
+        if let Err(e) = read {
+            return Err(self.fail_entry(id, e));
+        }
+        self.stats.steps += steps as u64;
+        self.stats.last_read_bytes = host.len() as u64;
+        Ok(bytemuck::cast_slice::<u8, i32>(&host).to_vec())
+    }
+
     fn reset_state(&mut self, id: EntryId) -> Result<(), ExecError> {
         self.check_poison()?;
         let entry = self
@@ -359,6 +456,11 @@ impl<D: Device> Executor for Engine<D> {
         if let Some(slot) = self.entries.get_mut(id.0) {
             *slot = None;
         }
+        for c in self.chains.iter_mut() {
+            if c.as_ref().is_some_and(|c| c.entry == id) {
+                *c = None;
+            }
+        }
     }
 
     fn stats(&self) -> &ExecStats {
@@ -378,6 +480,45 @@ impl<D: Device> Executor for Engine<D> {
 }
 
 impl<D: Device> Engine<D> {
+    /// Checks the entry can step and writes every slot of its plan from `inputs`.
+    fn write_slots(&mut self, id: EntryId, inputs: &StepInputs) -> Result<(), ExecError> {
+        self.check_poison()?;
+        let entry = self
+            .entries
+            .get(id.0)
+            .and_then(|e| e.as_ref())
+            .ok_or(ExecError::UnknownEntry { id: id.0 })?;
+        if entry.needs_reset {
+            return Err(ExecError::NeedsReset { entry: id.0 });
+        }
+        let exe = self
+            .executables
+            .get(entry.executable.0)
+            .and_then(|e| e.as_ref())
+            .ok_or(ExecError::UnknownExecutable {
+                id: entry.executable.0,
+            })?;
+        // Every slot of the plan must be given, with exactly its bytes.
+        for (slot, hv) in &entry.plan.slots {
+            let data = inputs.slot(slot).ok_or_else(|| ExecError::MissingSlot {
+                slot: slot.name().to_string(),
+            })?;
+            let want = entry.plan.buffers[hv.buffer.0 as usize].size_bytes;
+            if data.len() as u64 != want {
+                return Err(ExecError::SlotSize {
+                    slot: slot.name().to_string(),
+                    expected_bytes: want,
+                    got_bytes: data.len() as u64,
+                });
+            }
+            let buf = Self::buffer(entry, exe, hv.buffer.0 as usize)?;
+            if let Err(e) = self.device.write(buf, 0, data) {
+                return Err(self.fail_entry(id, e));
+            }
+        }
+        Ok(())
+    }
+
     /// A failure after the step replayed: the entry's executable needs a full state reset.
     fn fail_entry(&mut self, id: EntryId, e: crate::error::DeviceError) -> ExecError {
         if let Some(Some(entry)) = self.entries.get(id.0) {

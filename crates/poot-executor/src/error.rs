@@ -72,6 +72,9 @@ pub enum ExecError {
     UnknownExecutable { id: usize },
     #[error("no entry {id}")]
     UnknownEntry { id: usize },
+    /// A chain that does not fit its entry, or a chain call out of its bounds.
+    #[error("chained decode: {why}")]
+    Chain { why: String },
     /// A graph names a constant the executable's source does not provide.
     #[error("constant `{name}` is not bound by the executable's weights")]
     UnboundConst { name: String },

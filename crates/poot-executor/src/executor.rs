@@ -99,6 +99,10 @@ pub struct ExecStats {
     pub last_read_bytes: u64,
 }
 
+/// A chained decode prepared on an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ChainId(pub usize);
+
 /// The backend-neutral contract: the driver above it never branches on a backend.
 pub trait Executor {
     /// The target entries are planned for.
@@ -114,6 +118,17 @@ pub trait Executor {
         inputs: &StepInputs,
         outputs: &mut StepOutputs,
     ) -> Result<(), ExecError>;
+    /// Prepares chained replays of `entry` (compiles the feed kernel, sizes the record).
+    fn add_chain(&mut self, entry: EntryId, feed: &crate::ChainFeed) -> Result<ChainId, ExecError>;
+    /// Writes the slots once, then replays the chain's entry `steps` times (at most the
+    /// chain's `max_steps`), feeding each step's picks into the next on the device, and waits
+    /// once. Returns every step's pick output, `[steps, rows, width]` words.
+    fn step_chain(
+        &mut self,
+        chain: ChainId,
+        inputs: &StepInputs,
+        steps: usize,
+    ) -> Result<Vec<i32>, ExecError>;
     /// Zeroes the carried state of the entry's executable and clears a failed step's mark.
     fn reset_state(&mut self, entry: EntryId) -> Result<(), ExecError>;
     fn remove_entry(&mut self, entry: EntryId);

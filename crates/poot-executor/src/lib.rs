@@ -1,6 +1,7 @@
 //! The executor contract: one generic [`Engine`] over a thin per-backend [`Device`], behind the
 //! object-safe [`Executor`] the driver drives.
 
+mod chain;
 mod device;
 mod engine;
 mod error;
@@ -9,10 +10,12 @@ mod limits;
 #[cfg(feature = "suite")]
 pub mod suite;
 
+pub use chain::{ChainCounter, ChainFeed, PagedFeed};
 pub use device::{Device, Launch};
 pub use engine::Engine;
 pub use error::{DeviceError, ExecError};
 pub use executor::{
-    ConstBytes, ConstSource, EntryId, ExecStats, ExecutableId, Executor, StepInputs, StepOutputs,
+    ChainId, ConstBytes, ConstSource, EntryId, ExecStats, ExecutableId, Executor, StepInputs,
+    StepOutputs,
 };
 pub use limits::DeviceLimits;

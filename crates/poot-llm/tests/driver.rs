@@ -75,8 +75,9 @@ fn greedy_generation_matches_transformers_and_reads_back_only_token_ids() {
         generation.text
     );
     assert_eq!(streamed, generation.text);
-    // The last step read back one token id and the non-finite flag: 8 bytes, not the logits.
-    assert_eq!(driver.executor().stats().last_read_bytes, 8);
+    // After the prefill picked the first token, the other three were chained on the device and
+    // read back once: a token id and the non-finite flag per step, 8 bytes each, not the logits.
+    assert_eq!(driver.executor().stats().last_read_bytes, 3 * 8);
 }
 
 #[test]
@@ -155,6 +156,25 @@ fn seeded_sampling_reproduces_its_tokens() {
     let first = run(42);
     assert_eq!(first.len(), 3);
     assert_eq!(run(42), first, "one seed, one continuation");
+    // Unchained (the host waits after every token), the same seed draws the same tokens: the
+    // chain advances the draw counter on the device as the host does.
+    let exec = executor().unwrap();
+    let options = DriverOptions::new(64, 4).with_chain(1);
+    let mut unchained = Driver::new(Arc::clone(&handle), exec, options)
+        .unwrap()
+        .serve(Layout::Contiguous)
+        .map_err(|r| r.1)
+        .unwrap();
+    let req = GenerateRequest {
+        ignore_eos: true,
+        ..GenerateRequest::new(prompt.clone(), 3, Sampler::new(0.9, 40, 0.95, 42))
+    };
+    let tokens = unchained
+        .generate(req, &mut |_| ControlFlow::Continue(()))
+        .unwrap()
+        .tokens;
+    assert_eq!(tokens, first);
+    assert_eq!(unchained.executor().stats().last_read_bytes, 8);
 }
 
 /// SmolLM2 served on wgpu, or `None` (with a SKIP line) without the checkpoint or an adapter.

@@ -14,12 +14,14 @@ use std::marker::PhantomData;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use poot_executor::{EntryId, ExecError, ExecutableId, Executor};
-use poot_graph_ir::TraceLimits;
+use poot_executor::{
+    ChainCounter, ChainFeed, ChainId, EntryId, ExecError, ExecutableId, Executor, PagedFeed,
+};
+use poot_graph_ir::{Slot, TraceLimits};
 use poot_models::{KvLayout, StepShape, StepSpec, TraceError};
 
 use crate::handle::{HandleError, ModelHandle};
-use crate::sampling::{Head, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS, Sampler, append_head};
+use crate::sampling::{Head, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS, SEED_SLOT, Sampler, append_head};
 use crate::weights::HandleWeights;
 
 pub use compat::{Feature, Incompatible, check_compatible};
@@ -41,6 +43,9 @@ pub struct DriverOptions {
     pub rows: usize,
     /// The bound on what preparing may retain.
     pub prepared: PreparedSetLimits,
+    /// Decode steps chained on the device per host wait when every row is decoding
+    /// (`RowWork::Chain`); 1 waits after every token.
+    pub chain: usize,
 }
 
 impl DriverOptions {
@@ -52,7 +57,14 @@ impl DriverOptions {
             trace: TraceLimits::standard(prefill_chunk.max(1) as u64),
             rows: 1,
             prepared: PreparedSetLimits::default(),
+            chain: DEFAULT_CHAIN,
         }
+    }
+
+    /// Chains up to `steps` decode steps per host wait (1 disables chaining).
+    pub fn with_chain(mut self, steps: usize) -> DriverOptions {
+        self.chain = steps.max(1);
+        self
     }
 
     /// Serves up to `rows` sequences at once (needs the paged layout when above 1).
@@ -62,6 +74,10 @@ impl DriverOptions {
         self
     }
 }
+
+/// Decode steps chained per host wait by default: long enough to hide the host's turn, short
+/// enough that streamed text still arrives smoothly.
+pub const DEFAULT_CHAIN: usize = 8;
 
 /// What a driver may prepare: a serving step compiles nothing, so this bounds the whole set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,6 +310,7 @@ pub struct Driver<S = Serving> {
     exe: ExecutableId,
     options: DriverOptions,
     entries: HashMap<EntryKey, EntryId>,
+    chains: HashMap<EntryKey, ChainId>,
     layout: Layout,
     seqs: Sequences,
     _state: PhantomData<S>,
@@ -350,6 +367,7 @@ impl Driver<Unprepared> {
             exe,
             options,
             entries: HashMap::new(),
+            chains: HashMap::new(),
             layout: Layout::Contiguous,
             seqs: Sequences::default(),
             _state: PhantomData,
@@ -369,6 +387,7 @@ impl Driver<Unprepared> {
             exe,
             options,
             entries,
+            chains,
             ..
         } = self;
         let pool = KvPool::new(layout, options.capacity);
@@ -378,6 +397,7 @@ impl Driver<Unprepared> {
             exe,
             options,
             entries,
+            chains,
             layout,
             seqs: Sequences::new(options.rows, pool),
             _state: PhantomData,
@@ -445,6 +465,35 @@ impl Driver<Unprepared> {
         let graph = append_head(graph, key.head, self.options.trace)?;
         let entry = self.exec.add_entry(self.exe, &graph)?;
         self.entries.insert(key, entry);
+        if key.tokens == 1 && self.options.chain > 1 {
+            let mut counters = vec![ChainCounter {
+                slot: Slot::Pos,
+                stride: 1,
+                offset: 0,
+            }];
+            if key.head == Head::Sample {
+                counters.push(ChainCounter {
+                    slot: Slot::Named(SEED_SLOT.to_string()),
+                    stride: 2,
+                    offset: 1,
+                });
+            }
+            let paged = match layout {
+                Layout::Paged { block_tokens, .. } => Some(PagedFeed {
+                    block_tokens: block_tokens as u32,
+                }),
+                Layout::Contiguous => None,
+            };
+            let feed = ChainFeed {
+                pick_output: 0,
+                token_slot: Slot::Token,
+                counters,
+                paged,
+                max_steps: self.options.chain,
+            };
+            let chain = self.exec.add_chain(entry, &feed)?;
+            self.chains.insert(key, chain);
+        }
         Ok(())
     }
 }

@@ -136,6 +136,14 @@ struct RowFeed {
     picks: bool,
 }
 
+impl RowFeed {
+    /// Whether the row feeds a generated token (its prompt is done).
+    fn decoding(&self, open: &BTreeMap<SeqId, Sequence>) -> bool {
+        open.get(&self.seq)
+            .is_some_and(|s| s.fed >= s.req.prompt.len())
+    }
+}
+
 impl Driver<Serving> {
     /// Sequences open now (finished ones count until released).
     pub fn open_count(&self) -> usize {
@@ -252,29 +260,50 @@ impl Driver<Serving> {
             }
         }
         let mut picks = StepPicks::default();
+        let prefilled = prefill.is_some();
         if let Some(feed) = prefill {
-            self.run(1, chunk, vec![Some(feed)], &mut picks)?;
+            self.run(1, 1, vec![Some(feed)], &mut picks)?;
         }
         if !singles.is_empty() {
+            // Chain when nothing needs the host between tokens: no prefill, every row decoding.
+            let open = &self.seqs.open;
+            let steps = if !prefilled && singles.iter().all(|f| f.decoding(open)) {
+                singles
+                    .iter()
+                    .filter_map(|f| open.get(&f.seq))
+                    .map(|s| s.req.max_new.saturating_sub(s.generated.len()))
+                    .min()
+                    .unwrap_or(1)
+                    .clamp(1, self.options.chain)
+            } else {
+                1
+            };
             let rows = self.options.rows;
             let mut by_row: Vec<Option<RowFeed>> = (0..rows).map(|_| None).collect();
             for feed in singles {
                 let r = feed.row;
                 by_row[r] = Some(feed);
             }
-            self.run(rows, 1, by_row, &mut picks)?;
+            self.run(rows, steps, by_row, &mut picks)?;
         }
         Ok(picks)
     }
 
-    /// Runs the (`rows`, `tokens`) entry with `feeds` in its rows (None: padding).
+    /// Runs the entry for `rows` rows of the feeds' token count with `feeds` in its rows (None:
+    /// padding), `steps` times chained on the device when `steps` is above 1.
     fn run(
         &mut self,
         rows: usize,
-        tokens: usize,
+        steps: usize,
         feeds: Vec<Option<RowFeed>>,
         picks: &mut StepPicks,
     ) -> Result<(), DriverError> {
+        let tokens = feeds
+            .iter()
+            .flatten()
+            .map(|f| f.tokens.len())
+            .max()
+            .unwrap_or(1);
         let open = &self.seqs.open;
         let head = if feeds.iter().flatten().all(|f| {
             open.get(&f.seq)
@@ -290,14 +319,54 @@ impl Driver<Serving> {
                 .entries
                 .get(&key)
                 .ok_or(DriverError::Unprepared { rows, tokens, head })?;
-        let pool = &self.seqs.pool;
+        let inputs = self.inputs(tokens, head, &feeds);
+        let width = 2;
+        let words = match self.chains.get(&key) {
+            Some(&chain) if steps > 1 => self.exec.step_chain(chain, &inputs, steps)?,
+            _ => {
+                let mut out = StepOutputs::default();
+                self.exec.step(entry, &inputs, &mut out)?;
+                out.i32(0).unwrap_or_default()
+            }
+        };
+        let steps = words.len() / (rows * width).max(1);
+        let now = Instant::now();
+        for (r, feed) in feeds.into_iter().enumerate() {
+            let Some(feed) = feed else { continue };
+            let Some(seq) = self.seqs.open.get_mut(&feed.seq) else {
+                continue;
+            };
+            seq.fed = feed.start + tokens + steps - 1;
+            if seq.fed > seq.req.prompt.len() {
+                seq.pending = None;
+            }
+            if feed.picks {
+                seq.awaiting = true;
+                seq.first_pick.get_or_insert(now);
+                for s in 0..steps {
+                    let at = (s * rows + r) * width;
+                    picks.picks.push(Pick {
+                        seq: feed.seq,
+                        token: words.get(at).copied().unwrap_or(-1),
+                        non_finite: words.get(at + 1).copied().unwrap_or(1) != 0,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The slot values of one step: tokens, positions, the paged maps and the samplers.
+    fn inputs(&self, tokens: usize, head: Head, feeds: &[Option<RowFeed>]) -> StepInputs {
+        let (open, pool) = (&self.seqs.open, &self.seqs.pool);
+        let rows = feeds.len();
         let mut ids = Vec::with_capacity(rows * tokens);
         let mut pos = Vec::with_capacity(rows * tokens);
         let mut table = Vec::new();
         let mut writes = Vec::new();
         let mut params = Vec::new();
         let mut seeds = Vec::new();
-        for feed in &feeds {
+        for feed in feeds {
             let seq = feed.as_ref().and_then(|f| open.get(&f.seq).map(|s| (f, s)));
             match seq {
                 Some((f, s)) => {
@@ -331,30 +400,7 @@ impl Driver<Serving> {
             let bytes = seeds.iter().flat_map(|v: &u32| v.to_le_bytes()).collect();
             inputs.set(Slot::Named(SEED_SLOT.to_string()), bytes);
         }
-        let mut out = StepOutputs::default();
-        self.exec.step(entry, &inputs, &mut out)?;
-        let words = out.i32(0).unwrap_or_default();
-        let now = Instant::now();
-        for (r, feed) in feeds.into_iter().enumerate() {
-            let Some(feed) = feed else { continue };
-            let Some(seq) = self.seqs.open.get_mut(&feed.seq) else {
-                continue;
-            };
-            seq.fed = feed.start + tokens;
-            if seq.fed > seq.req.prompt.len() {
-                seq.pending = None;
-            }
-            if feed.picks {
-                seq.awaiting = true;
-                seq.first_pick.get_or_insert(now);
-                picks.picks.push(Pick {
-                    seq: feed.seq,
-                    token: words.get(2 * r).copied().unwrap_or(-1),
-                    non_finite: words.get(2 * r + 1).copied().unwrap_or(1) != 0,
-                });
-            }
-        }
-        Ok(())
+        inputs
     }
 
     /// Applies a step's picks and reports what each sequence produced.
@@ -370,20 +416,31 @@ impl Driver<Serving> {
             v.extend(handle.config().eos_ids.iter().copied());
             v
         };
-        let mut events = Vec::with_capacity(picks.picks.len());
+        let mut events: Vec<SeqEvent> = Vec::with_capacity(picks.picks.len());
         let mut bad = None;
         for pick in picks.picks {
             let Some(seq) = self.seqs.open.get_mut(&pick.seq) else {
                 continue;
             };
             seq.awaiting = false;
-            let mut event = SeqEvent {
-                id: pick.seq,
-                tokens: Vec::new(),
-                finish: None,
-                prompt_tokens: seq.req.prompt.len(),
-                tail: String::new(),
+            if seq.finish.is_some() {
+                // A chained step past the sequence's end.
+                continue;
+            }
+            let at = match events.iter().position(|e| e.id == pick.seq) {
+                Some(at) => at,
+                None => {
+                    events.push(SeqEvent {
+                        id: pick.seq,
+                        tokens: Vec::new(),
+                        finish: None,
+                        prompt_tokens: seq.req.prompt.len(),
+                        tail: String::new(),
+                    });
+                    events.len() - 1
+                }
             };
+            let event = &mut events[at];
             let mut decoder = StreamDecoder::resume(
                 tokenizer,
                 seq.decoder
@@ -446,7 +503,6 @@ impl Driver<Serving> {
                 event.finish = seq.finish;
             }
             seq.decoder = Some(decoder.detach());
-            events.push(event);
         }
         match bad {
             Some(e) => Err(e),
