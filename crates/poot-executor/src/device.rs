@@ -61,4 +61,15 @@ pub trait Device {
 
     /// Waits for all submitted work, raising any fault it produced.
     fn synchronize(&mut self) -> Result<(), DeviceError>;
+
+    /// The device time of one launch, averaged over `reps` back-to-back runs without the host in
+    /// between; `None` when the backend cannot time kernels. For profiles, not for steps: the
+    /// launch's outputs are overwritten `reps` times.
+    fn time_launch(
+        &mut self,
+        _launch: &Launch<'_, Self>,
+        _reps: u32,
+    ) -> Result<Option<f64>, DeviceError> {
+        Ok(None)
+    }
 }

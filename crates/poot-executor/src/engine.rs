@@ -11,8 +11,8 @@ use crate::chain::{ChainFeed, feed_grid, layout};
 use crate::device::{Device, Launch};
 use crate::error::ExecError;
 use crate::executor::{
-    ChainId, ConstBytes, ConstSource, EntryId, ExecStats, ExecutableId, Executor, StepInputs,
-    StepOutputs,
+    ChainId, ConstBytes, ConstSource, EntryId, ExecStats, ExecutableId, Executor, KernelTime,
+    StepInputs, StepOutputs,
 };
 
 /// Where an entry's plan buffer lives.
@@ -31,6 +31,7 @@ struct Entry<D: Device> {
     own: Vec<D::Buffer>,
     homes: Vec<Home>,
     recording: D::Recording,
+    kernels: Vec<D::Kernel>,
     /// Set when a step failed after replaying: state may be half-written.
     needs_reset: bool,
 }
@@ -263,6 +264,7 @@ impl<D: Device> Executor for Engine<D> {
             own,
             homes,
             recording,
+            kernels,
             needs_reset: false,
         };
         self.entries.push(Some(entry));
@@ -422,6 +424,61 @@ impl<D: Device> Executor for Engine<D> {
         self.stats.steps += steps as u64;
         self.stats.last_read_bytes = host.len() as u64;
         Ok(bytemuck::cast_slice::<u8, i32>(&host).to_vec())
+    }
+
+    fn profile(
+        &mut self,
+        id: EntryId,
+        inputs: &StepInputs,
+        reps: u32,
+    ) -> Result<Option<Vec<KernelTime>>, ExecError> {
+        self.write_slots(id, inputs)?;
+        let Engine {
+            device,
+            entries,
+            executables,
+            ..
+        } = self;
+        let entry = entries
+            .get(id.0)
+            .and_then(|e| e.as_ref())
+            .ok_or(ExecError::UnknownEntry { id: id.0 })?;
+        let exe = executables
+            .get(entry.executable.0)
+            .and_then(|e| e.as_ref())
+            .ok_or(ExecError::UnknownExecutable {
+                id: entry.executable.0,
+            })?;
+        let mut times = Vec::with_capacity(entry.plan.dispatches.len());
+        let mut failed = None;
+        for d in &entry.plan.dispatches {
+            let mut args = Vec::with_capacity(d.args.len());
+            for a in &d.args {
+                args.push(resolve(&entry.homes, &entry.own, exe, a.0 as usize)?);
+            }
+            let launch = Launch {
+                kernel: &entry.kernels[d.kernel],
+                grid: d.grid,
+                args: &args,
+            };
+            match device.time_launch(&launch, reps.max(1)) {
+                Ok(Some(seconds)) => times.push(KernelTime {
+                    kernel: entry.plan.kernels[d.kernel].name.clone(),
+                    label: d.label.clone(),
+                    grid: d.grid,
+                    seconds,
+                }),
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(e) = failed {
+            return Err(self.fail_entry(id, e));
+        }
+        Ok(Some(times))
     }
 
     fn reset_state(&mut self, id: EntryId) -> Result<(), ExecError> {

@@ -99,6 +99,17 @@ pub struct ExecStats {
     pub last_read_bytes: u64,
 }
 
+/// One dispatch of a profiled step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelTime {
+    /// The kernel's name (`matmul`, `rmsnorm`...).
+    pub kernel: String,
+    /// The graph value it computes (`l3.attn.q`).
+    pub label: String,
+    pub grid: [u32; 3],
+    pub seconds: f64,
+}
+
 /// A chained decode prepared on an entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ChainId(pub usize);
@@ -129,6 +140,15 @@ pub trait Executor {
         inputs: &StepInputs,
         steps: usize,
     ) -> Result<Vec<i32>, ExecError>;
+    /// Times every dispatch of `entry` on the device with `inputs` in its slots (`reps` runs
+    /// each); `None` when the backend cannot time kernels. The entry's state is left as after
+    /// an ordinary step only if every kernel is idempotent: reset it after profiling.
+    fn profile(
+        &mut self,
+        entry: EntryId,
+        inputs: &StepInputs,
+        reps: u32,
+    ) -> Result<Option<Vec<KernelTime>>, ExecError>;
     /// Zeroes the carried state of the entry's executable and clears a failed step's mark.
     fn reset_state(&mut self, entry: EntryId) -> Result<(), ExecError>;
     fn remove_entry(&mut self, entry: EntryId);

@@ -258,6 +258,9 @@ pub enum DriverError {
         blocks: usize,
         capacity: usize,
     },
+    /// The call needs a driver with no open sequences.
+    #[error("{open} sequences are open")]
+    Busy { open: usize },
     /// A sequence id this driver does not hold.
     #[error("no open sequence {0:?}")]
     UnknownSequence(SeqId),

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use poot_executor::{StepInputs, StepOutputs};
+use poot_executor::{KernelTime, StepInputs, StepOutputs};
 use poot_graph_ir::Slot;
 use poot_text::{DecoderState, StreamDecoder};
 
@@ -401,6 +401,39 @@ impl Driver<Serving> {
             inputs.set(Slot::Named(SEED_SLOT.to_string()), bytes);
         }
         inputs
+    }
+
+    /// Times every kernel of the greedy single-token step over all rows, each row at
+    /// `position` (`reps` runs per kernel), then clears the carried state. `None` when the
+    /// backend cannot time kernels. Refused while sequences are open.
+    pub fn profile_decode(
+        &mut self,
+        position: usize,
+        reps: u32,
+    ) -> Result<Option<Vec<KernelTime>>, DriverError> {
+        if !self.seqs.open.is_empty() {
+            return Err(DriverError::Busy {
+                open: self.seqs.open.len(),
+            });
+        }
+        let rows = self.options.rows;
+        let key = EntryKey {
+            rows,
+            tokens: 1,
+            head: Head::Greedy,
+        };
+        let entry = *self.entries.get(&key).ok_or(DriverError::Unprepared {
+            rows,
+            tokens: 1,
+            head: Head::Greedy,
+        })?;
+        let feeds: Vec<Option<RowFeed>> = (0..rows).map(|_| None).collect();
+        let mut inputs = self.inputs(1, Head::Greedy, &feeds);
+        let at = position.min(self.options.capacity.saturating_sub(1)) as i32;
+        inputs.set_i32(Slot::Pos, &vec![at; rows]);
+        let times = self.exec.profile(entry, &inputs, reps)?;
+        self.exec.reset_state(entry)?;
+        Ok(times)
     }
 
     /// Applies a step's picks and reports what each sequence produced.
