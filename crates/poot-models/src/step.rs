@@ -68,7 +68,11 @@ impl fmt::Display for Program {
 /// another sequence filled (a cached prompt prefix) reads the same keys and values and
 /// simply does not write it: its step starts at the first position past the shared blocks.
 /// A block is written only by tokens whose `write_map` names its slots, so a shared block
-/// stays unchanged while no row writes it.
+/// stays unchanged while no row writes it: share only blocks no sequence will write again
+/// (full prompt blocks), and copy a block before appending to a shared one. Each layer
+/// writes every row's new entries before any row reads, so a row may also read a block
+/// another row of the same step is writing. Two real tokens of one step must not write the
+/// same slot (which one lands is unspecified).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KvLayout {
     /// One `[kv_heads, capacity, head_dim]` region per row: state `[rows, kv_heads, capacity,
