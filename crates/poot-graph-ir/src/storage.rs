@@ -10,9 +10,9 @@ pub enum Slot {
     Token,
     /// Absolute positions of the step's new tokens.
     Pos,
-    /// Paged KV: the cache slot each (row, cache position) reads.
+    /// Paged KV: the block table, the pool block each (row, block of cache positions) reads.
     SlotMap,
-    /// Paged KV: the cache slot each new token writes.
+    /// Paged KV: the pool slot each new token writes.
     WriteMap,
     /// Any other per-step input a model or a driver pass declares (sampler parameters, an
     /// adapter index, embedding rows).

@@ -1,5 +1,6 @@
-//! Every registered family's fixture graphs (decode and prefill for a decoder, one forward for an
-//! encoder) plan for every target preset, with valid kernels and every buffer bound.
+//! Every registered family's fixture graphs (decode and prefill for a decoder, over a contiguous
+//! and a paged KV cache; one forward for an encoder) plan for every target preset, with valid
+//! kernels and every buffer bound.
 
 #![allow(clippy::unwrap_used)]
 
@@ -7,7 +8,7 @@ use poot_graph_ir::TraceLimits;
 use poot_graph_plan::{BufferRole, Target, compile};
 use poot_load::LoadOptions;
 use poot_models::test_support::family_fixtures::FIXTURES;
-use poot_models::{ModelKind, Registry, StepShape, StepSpec};
+use poot_models::{KvLayout, ModelKind, Registry, StepShape, StepSpec};
 
 fn targets() -> Vec<Target> {
     vec![
@@ -25,11 +26,19 @@ fn every_fixture_plans_for_every_target() {
         let model = (registry.resolve(ck.config()).unwrap().build)(ck.config(), ck.store())
             .unwrap()
             .model;
+        let paged = KvLayout::Paged {
+            block_tokens: 16,
+            blocks: 9,
+        };
         let specs = match model.config().kind {
             ModelKind::Decoder => vec![
                 StepSpec::step(StepShape::new(1, 1, 64)),
                 StepSpec::step(StepShape::new(1, 16, 64)),
                 StepSpec::step(StepShape::new(2, 1, 64)),
+                StepSpec::step(StepShape::new(1, 1, 64).with_kv(paged)),
+                StepSpec::step(StepShape::new(1, 16, 64).with_kv(paged)),
+                StepSpec::step(StepShape::new(2, 1, 64).with_kv(paged)),
+                StepSpec::step(StepShape::new(4, 4, 64).with_kv(paged)),
             ],
             ModelKind::Encoder => vec![StepSpec::encode(2, 16)],
         };
@@ -48,12 +57,30 @@ fn every_fixture_plans_for_every_target() {
                 }
                 assert_eq!(plan.states.len(), graph.states().count());
                 assert_eq!(plan.outputs.len(), graph.outputs().primary.len());
-                // States are updated in place: no state buffer is shared with another role.
+                // States are updated in place: no state buffer is shared with another role,
+                // and no copy kernel reads or writes one (a paged pool is scattered into where
+                // it lives, never copied per step).
                 for (_, s) in &plan.states {
                     assert!(matches!(
                         plan.buffers[s.buffer.0 as usize].role,
                         BufferRole::State { .. }
                     ));
+                }
+                for d in &plan.dispatches {
+                    if plan.kernels[d.kernel].name.starts_with("copy") {
+                        for a in &d.args {
+                            assert!(
+                                !matches!(
+                                    plan.buffers[a.0 as usize].role,
+                                    BufferRole::State { .. }
+                                ),
+                                "{} {:?}: `{}` copies a state",
+                                f.family,
+                                spec.shape,
+                                d.label
+                            );
+                        }
+                    }
                 }
             }
         }

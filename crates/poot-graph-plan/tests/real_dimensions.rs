@@ -4,6 +4,9 @@
 //! model's whole context, and compiled. A device whose single-buffer limit is below the 8B's
 //! embedding table refuses it, naming the constant and both sizes.
 //!
+//! The same models' paged steps (decode of one and eight rows, a prefill chunk, over a pool of
+//! the whole context) plan for the PTX and wgpu presets wherever their contiguous steps do.
+//!
 //! Run with `--nocapture` to see each graph's dispatch and kernel counts and the time spent.
 
 #![allow(clippy::unwrap_used)]
@@ -15,7 +18,7 @@ use std::time::{Duration, Instant};
 use common::reference_models::*;
 use poot_graph_ir::TraceLimits;
 use poot_graph_plan::{BufferRole, Plan, PlanError, Target, compile};
-use poot_models::{StepShape, StepSpec};
+use poot_models::{KvLayout, StepShape, StepSpec};
 
 /// Bytes of the plan's buffers of each kind: constants, states, scratch.
 fn buffer_bytes(plan: &Plan) -> (u64, u64, u64) {
@@ -86,6 +89,133 @@ fn plans_at_real_dimensions(r: Reference) {
     }
     let total: Duration = t0.elapsed();
     println!("{}: total {total:.2?}", r.name);
+}
+
+/// Tokens per block of the paged pools below.
+const BLOCK_TOKENS: usize = 16;
+
+/// Traces `r`'s paged steps over a pool of the whole context plus one scratch block (decode of
+/// one and of eight rows, a prefill chunk) and plans them for the PTX and wgpu presets. The
+/// paged layout plans wherever the contiguous one does for the same rows and tokens (on PTX,
+/// every graph). Where a preset refuses the contiguous graph, the paged graph is refused with
+/// the same error, or plans because the refusal was the contiguous cache itself (eight rows of
+/// a whole-context cache in one buffer), which the shared pool replaces. Each row's cache is
+/// read through the block table inside the attention contractions, so paging adds no scratch
+/// for the gathered cache.
+fn paged_plans_at_real_dimensions(r: Reference) {
+    let model = build(&r);
+    let capacity = model.config().max_positions;
+    let kv = KvLayout::Paged {
+        block_tokens: BLOCK_TOKENS,
+        blocks: capacity / BLOCK_TOKENS + 1,
+    };
+    let trace = |shape: StepShape| {
+        model
+            .trace(
+                &StepSpec::step(shape),
+                TraceLimits::standard(MAX_STEP_TOKENS),
+            )
+            .unwrap_or_else(|e| panic!("{} {shape:?}: trace: {e}", r.name))
+    };
+    for target in [Target::ptx_preset(), Target::wgpu_preset()] {
+        for (what, rows, tokens) in [
+            ("decode", 1, 1),
+            ("8-row decode", 8, 1),
+            ("prefill", 1, PREFILL_TOKENS),
+        ] {
+            let shape = StepShape::new(rows, tokens, capacity);
+            let paged = trace(shape.with_kv(kv));
+            let t = Instant::now();
+            let got = compile(&paged, &target);
+            let plan_time = t.elapsed();
+            let want = compile(&trace(shape), &target);
+            match (&got, &want) {
+                (Ok(plan), Ok(contiguous)) => {
+                    for k in &plan.kernels {
+                        k.validate().unwrap();
+                    }
+                    assert_eq!(plan.states.len(), 2 * model.config().n_layers);
+                    let (_, state_bytes, scratch_bytes) = buffer_bytes(plan);
+                    let contiguous_scratch = buffer_bytes(contiguous).2;
+                    assert!(
+                        scratch_bytes <= contiguous_scratch,
+                        "{} paged {what} on {}: scratch {scratch_bytes} B, contiguous \
+                         {contiguous_scratch} B",
+                        r.name,
+                        target.backend
+                    );
+                    println!(
+                        "{} paged {what} on {}: {} dispatches; pool {:.2} GiB, scratch {:.2} GiB; \
+                         plan {plan_time:.2?}",
+                        r.name,
+                        target.backend,
+                        plan.dispatches.len(),
+                        gib(state_bytes),
+                        gib(scratch_bytes),
+                    );
+                }
+                (Ok(_), Err(w)) => {
+                    let contiguous_cache = matches!(
+                        w,
+                        PlanError::ValueTooLarge { label, .. } if label.starts_with("kv.")
+                    );
+                    assert!(
+                        contiguous_cache,
+                        "{} paged {what} on {} plans, contiguous refused for another reason: {w}",
+                        r.name, target.backend
+                    );
+                    println!(
+                        "{} paged {what} on {}: plans; the contiguous cache is refused: {w}",
+                        r.name, target.backend
+                    );
+                }
+                (Err(g), Err(w)) => {
+                    assert_eq!(g, w, "{} paged {what} on {}", r.name, target.backend);
+                    println!(
+                        "{} paged {what} on {}: refused as contiguous is: {g}",
+                        r.name, target.backend
+                    );
+                }
+                (Err(g), Ok(_)) => panic!(
+                    "{} paged {what} on {} is refused where contiguous plans: {g}",
+                    r.name, target.backend
+                ),
+            }
+            if target.backend == Target::ptx_preset().backend {
+                assert!(
+                    got.is_ok(),
+                    "{} paged {what} on ptx: {:?}",
+                    r.name,
+                    got.err()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn qwen2_5_0_5b_plans_paged_at_real_dimensions() {
+    paged_plans_at_real_dimensions(qwen2_5_0_5b());
+}
+
+#[test]
+fn qwen3_0_6b_plans_paged_at_real_dimensions() {
+    paged_plans_at_real_dimensions(qwen3_0_6b());
+}
+
+#[test]
+fn llama_3_1_8b_plans_paged_at_real_dimensions() {
+    paged_plans_at_real_dimensions(llama_3_1_8b());
+}
+
+#[test]
+fn llama_3_1_8b_q4_k_plans_paged_at_real_dimensions() {
+    paged_plans_at_real_dimensions(llama_3_1_8b_q4_k());
+}
+
+#[test]
+fn gemma3_27b_plans_paged_at_real_dimensions() {
+    paged_plans_at_real_dimensions(gemma3_27b());
 }
 
 #[test]

@@ -24,6 +24,18 @@ pub enum TraceError {
     /// The family has no tracer for this KV layout yet.
     #[error("the family cannot trace a {layout:?} KV layout")]
     Layout { layout: KvLayout },
+    /// A paged KV layout whose geometry no pool can serve: a zero block size or count, a
+    /// capacity that is not a whole number of blocks, or a pool too large for `i32` slot
+    /// indices. Choose another block size or capacity.
+    #[error(
+        "paged KV layout (block_tokens={block_tokens}, blocks={blocks}) over capacity {capacity}: {why}"
+    )]
+    PagedGeometry {
+        capacity: usize,
+        block_tokens: usize,
+        blocks: usize,
+        why: &'static str,
+    },
     /// The cache capacity exceeds the positions the model was built for.
     #[error("capacity {capacity} exceeds the model's {max_positions} positions")]
     Positions {
@@ -36,6 +48,14 @@ pub enum TraceError {
     /// The tracer asked for a weight the weight map does not bind (a family bug).
     #[error("weight `{name}` is not in the model's weight map")]
     UnknownWeight { name: String },
+    /// A traced state's type differs from what the schema declares for this step shape (a
+    /// family bug).
+    #[error("state `{name}` is traced as {traced:?} but the schema declares {declared:?}")]
+    StateShape {
+        name: String,
+        declared: Vec<usize>,
+        traced: Vec<usize>,
+    },
     /// The traced graph carries other states than the program declares (a family bug).
     #[error("`{program}` declares states {declared:?} but the trace carries {traced:?}")]
     States {

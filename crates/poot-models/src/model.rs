@@ -41,9 +41,10 @@ pub trait Model: Send + Sync {
     /// has already checked the step against the schema and admitted its tokens.
     fn trace_into(&self, spec: &StepSpec, b: Builder) -> Result<Graph, TraceError>;
 
-    /// Traces one step under `limits`: checks the program, the carried inputs and the shape,
-    /// admits the token count before the body runs, then checks the traced graph carries exactly
-    /// the program's declared states.
+    /// Traces one step under `limits`: checks the program, the carried inputs, the shape and
+    /// its KV geometry, admits the token count before the body runs, then checks the traced
+    /// graph carries exactly the program's declared states, each of the shape the schema
+    /// declares for this step ([`crate::schema::StateDecl::dims`]).
     fn trace(&self, spec: &StepSpec, limits: TraceLimits) -> Result<Graph, TraceError> {
         let decl = self
             .schema()
@@ -71,6 +72,9 @@ pub trait Model: Send + Sync {
                 "a step cannot carry more new tokens than the cache holds",
             ));
         }
+        if spec.program == Program::Step {
+            s.check_kv()?;
+        }
         let positions = if spec.program == Program::Step {
             s.capacity
         } else {
@@ -95,6 +99,18 @@ pub trait Model: Send + Sync {
                 declared,
                 traced,
             });
+        }
+        for (_, name, ty) in graph.states() {
+            if let Some(d) = decl.states.iter().find(|d| d.name == name) {
+                let want = d.dims(&s);
+                if ty.dims() != want.as_slice() {
+                    return Err(TraceError::StateShape {
+                        name: name.to_string(),
+                        declared: want,
+                        traced: ty.dims().to_vec(),
+                    });
+                }
+            }
         }
         Ok(graph)
     }

@@ -1,8 +1,8 @@
 //! The contract between a family and the driver: what a step may bind besides weights.
 
-use poot_graph_ir::DType;
+use poot_graph_ir::{DType, Slot};
 
-use crate::step::Program;
+use crate::step::{KvLayout, Program, StepShape};
 
 /// Values the driver computes from its own geometry, the same for every family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -15,6 +15,12 @@ pub enum StepInput {
     TokenMask,
     /// Segment (token type) ids `[rows, tokens]` (the `token_type` slot).
     TokenTypes,
+    /// Paged KV only: each row's pool blocks in position order, `i32 [rows, capacity /
+    /// block_tokens]` (the `slot_map` slot). See [`KvLayout`] for the contract.
+    BlockTable,
+    /// Paged KV only: the pool slot each new token writes, `i32 [rows, tokens]` (the
+    /// `write_map` slot). See [`KvLayout`] for the contract.
+    WriteMap,
 }
 
 impl StepInput {
@@ -25,6 +31,21 @@ impl StepInput {
             StepInput::Positions => "pos",
             StepInput::TokenMask => "token_mask",
             StepInput::TokenTypes => "token_type",
+            StepInput::BlockTable => "slot_map",
+            StepInput::WriteMap => "write_map",
+        }
+    }
+
+    /// The slot a traced graph declares for this input.
+    pub fn slot(self) -> Slot {
+        match self {
+            StepInput::Tokens => Slot::Token,
+            StepInput::Positions => Slot::Pos,
+            StepInput::BlockTable => Slot::SlotMap,
+            StepInput::WriteMap => Slot::WriteMap,
+            StepInput::TokenMask | StepInput::TokenTypes => {
+                Slot::Named(self.slot_name().to_string())
+            }
         }
     }
 }
@@ -56,7 +77,8 @@ pub enum StateRole {
     Values,
 }
 
-/// One carried state of a program, per row: `[heads, capacity, head_dim]` for a contiguous KV.
+/// One carried KV state of a program: `heads` key or value heads of `head_dim` features per
+/// cached token. [`StateDecl::dims`] gives its traced shape for a step shape.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct StateDecl {
     pub name: String,
@@ -64,6 +86,25 @@ pub struct StateDecl {
     pub role: StateRole,
     pub heads: usize,
     pub head_dim: usize,
+}
+
+impl StateDecl {
+    /// The f32 state's dims in a step of `shape`: `[rows, heads, capacity, head_dim]` for a
+    /// contiguous cache, the pool `[blocks * block_tokens, heads, head_dim]` for a paged one
+    /// (the same for every step shape over that pool).
+    pub fn dims(&self, shape: &StepShape) -> Vec<usize> {
+        match shape.kv {
+            KvLayout::Contiguous => vec![shape.rows, self.heads, shape.capacity, self.head_dim],
+            KvLayout::Paged {
+                block_tokens,
+                blocks,
+            } => vec![
+                blocks.saturating_mul(block_tokens),
+                self.heads,
+                self.head_dim,
+            ],
+        }
+    }
 }
 
 /// One program a model offers.
@@ -80,6 +121,18 @@ pub struct ProgramDecl {
 pub struct ModelSchema {
     pub programs: Vec<ProgramDecl>,
     pub request_inputs: Vec<RequestInput>,
+}
+
+impl ProgramDecl {
+    /// The step inputs a step of this program binds under `kv`: the declared ones, plus the
+    /// block table and the write map when the program carries a KV cache and `kv` is paged.
+    pub fn step_inputs_for(&self, kv: KvLayout) -> Vec<StepInput> {
+        let mut inputs = self.step_inputs.clone();
+        if matches!(kv, KvLayout::Paged { .. }) && !self.states.is_empty() {
+            inputs.extend([StepInput::BlockTable, StepInput::WriteMap]);
+        }
+        inputs
+    }
 }
 
 impl ModelSchema {

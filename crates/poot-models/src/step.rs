@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::error::TraceError;
+
 /// The programs a model may offer, named by the driver service that runs them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Program {
@@ -24,12 +26,60 @@ impl fmt::Display for Program {
 }
 
 /// How the KV cache is laid out on the device.
+///
+/// # The paged layout
+///
+/// Each layer's keys and values live in one pool state per role, under the same state names as
+/// the contiguous cache (`kv.l{layer}.k`, `kv.l{layer}.v`), shaped
+/// `f32 [blocks * block_tokens, kv_heads, head_dim]`: pool slot `s` holds one token's heads,
+/// and block `n` is slots `n * block_tokens .. (n + 1) * block_tokens`. The pool's shape does
+/// not depend on `rows`, `tokens` or `capacity`, so every entry of a driver (a one-row prefill
+/// chunk, an eight-row decode) that names the same `Paged` geometry reads and writes one pool.
+///
+/// A paged step binds two slots besides `token` and `pos`:
+///
+/// - `slot_map` ([`poot_graph_ir::Slot::SlotMap`], the block table), `i32 [rows, capacity /
+///   block_tokens]`: entry `[r, j]` is the pool block holding row `r`'s cache positions
+///   `j * block_tokens .. (j + 1) * block_tokens`. Attention reads row `r`'s cache position `p`
+///   from slot `table[r, p / block_tokens] * block_tokens + p % block_tokens`. Every entry must
+///   be a block index in `0..blocks`, also past a row's length (point those at any block, the
+///   scratch block for instance): an entry outside the pool is a typed gather fault.
+/// - `write_map` ([`poot_graph_ir::Slot::WriteMap`]), `i32 [rows, tokens]`: entry `[r, t]` is
+///   the pool slot (not block) that new token `t` of row `r` writes its keys and values to,
+///   in `0..blocks * block_tokens` (outside is a typed scatter fault). A real token at
+///   position `p` writes to the slot the row's table gives for `p`, so it reads back what it
+///   wrote.
+///
+/// Positions and the causal mask are those of the contiguous layout: the mask is computed from
+/// `pos`, so a gathered block holding stale keys past a row's length, or another sequence's
+/// keys, is never seen. Masked keys get probability exactly zero, so the logits equal the
+/// contiguous layout's bit for bit on the oracle as long as the pool holds finite values
+/// (it starts zeroed, and only computed keys and values are written).
+///
+/// **Padding and scratch.** A row with fewer real tokens than the step's `tokens` fills the
+/// rest with padding tokens (left padding keeps the last real token last, where
+/// [`LogitsMode::Last`] reads). A padding token's `write_map` entry must point at a slot no
+/// table exposes at a visible position: the driver reserves a scratch block for this (by
+/// convention the last, `blocks - 1`) and never hands it to a sequence. Padding tokens may all
+/// write the same scratch slot; which one wins is unspecified and never read. A padding
+/// token's `pos` must still lie in `0..capacity` (0 will do); its logits are meaningless.
+///
+/// **Prefix sharing.** Two rows' tables may name the same block; a row that reuses a block
+/// another sequence filled (a cached prompt prefix) reads the same keys and values and
+/// simply does not write it: its step starts at the first position past the shared blocks.
+/// A block is written only by tokens whose `write_map` names its slots, so a shared block
+/// stays unchanged while no row writes it: share only blocks no sequence will write again
+/// (full prompt blocks), and copy a block before appending to a shared one. Each layer
+/// writes every row's new entries before any row reads, so a row may also read a block
+/// another row of the same step is writing. Two real tokens of one step must not write the
+/// same slot (which one lands is unspecified).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KvLayout {
-    /// One `[heads, capacity, head_dim]` region per row.
+    /// One `[kv_heads, capacity, head_dim]` region per row: state `[rows, kv_heads, capacity,
+    /// head_dim]`, written at each row's first position.
     Contiguous,
-    /// A shared pool of `blocks` blocks of `block_tokens` positions, addressed through the
-    /// slot and write maps.
+    /// A shared pool of `blocks` blocks of `block_tokens` positions, addressed through the block
+    /// table (`slot_map`) and the write map; `capacity` must be a multiple of `block_tokens`.
     Paged { block_tokens: usize, blocks: usize },
 }
 
@@ -81,6 +131,37 @@ impl StepShape {
     pub fn with_hidden_carry(mut self, carry: bool) -> StepShape {
         self.hidden_carry = carry;
         self
+    }
+
+    /// Checks the KV geometry of a step that reads a cache: a paged layout needs a positive
+    /// block size and block count, a capacity that is a whole number of blocks, and a pool
+    /// whose slot indices fit the `i32` write map.
+    pub fn check_kv(&self) -> Result<(), TraceError> {
+        let KvLayout::Paged {
+            block_tokens,
+            blocks,
+        } = self.kv
+        else {
+            return Ok(());
+        };
+        let bad = |why| {
+            Err(TraceError::PagedGeometry {
+                capacity: self.capacity,
+                block_tokens,
+                blocks,
+                why,
+            })
+        };
+        if block_tokens == 0 || blocks == 0 {
+            return bad("block_tokens and blocks must be positive");
+        }
+        if !self.capacity.is_multiple_of(block_tokens) {
+            return bad("capacity must be a multiple of block_tokens");
+        }
+        match blocks.checked_mul(block_tokens) {
+            Some(slots) if i32::try_from(slots).is_ok() => Ok(()),
+            _ => bad("the pool's slots (blocks * block_tokens) must be indexable by an i32"),
+        }
     }
 
     /// New tokens the whole step carries.

@@ -1,7 +1,7 @@
 //! Which values get a buffer. An elementwise-like equation whose only reader computes element by
 //! element is inlined into that reader's kernel; everything else is materialized once.
 
-use poot_graph_ir::{Graph, OpKind, Storage};
+use poot_graph_ir::{DType, Graph, OpKind, Storage};
 
 /// How a value is produced in the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,19 +82,26 @@ pub fn classify(g: &Graph) -> Classification {
             placement[i] = Placement::Input;
         }
     }
-    // Values computed by index arithmetic alone from buffered values (views and movement ops):
+    // Values computed by index arithmetic alone from buffered values (views, movement ops and
+    // dense gathers through buffered indices):
     // cheap enough to inline even into readers that read each element many times.
     let mut movement_only: Vec<bool> = placement.iter().map(|p| *p == Placement::Input).collect();
     for e in g.eqns() {
         let out = e.out.index();
         let op = &e.op;
-        let moves = matches!(
-            op,
+        let moves = match op {
             OpKind::Reshape { .. }
-                | OpKind::Broadcast { .. }
-                | OpKind::Transpose { .. }
-                | OpKind::Slice { .. }
-        );
+            | OpKind::Broadcast { .. }
+            | OpKind::Transpose { .. }
+            | OpKind::Slice { .. } => true,
+            // A dense gather through a buffered index (a paged KV cache read through its block
+            // table) is index arithmetic plus one index load per element.
+            OpKind::Gather { .. } => {
+                !matches!(g.values()[e.inputs[0].index()].ty.dtype, DType::Packed(_))
+                    && movement_only[e.inputs[1].index()]
+            }
+            _ => false,
+        };
         let into_contraction = matches!(
             consumer[out].map(|c| &g.eqns()[c].op),
             Some(OpKind::MatMul { .. } | OpKind::IndexedMatMul)

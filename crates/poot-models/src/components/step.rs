@@ -23,6 +23,8 @@ pub struct Step<'m> {
     declared: RefCell<Vec<(WeightRole, Traced)>>,
     masks: RefCell<Vec<(Option<usize>, Traced)>>,
     states: RefCell<Vec<(Traced, Traced)>>,
+    /// Paged KV: the block table and the flattened write map, once declared.
+    paged: RefCell<Option<(Traced, Traced)>>,
     extra_outputs: RefCell<Vec<Traced>>,
 }
 
@@ -41,7 +43,8 @@ impl<'m> Step<'m> {
         )
     }
 
-    /// A step declaring exactly `inputs` as slots.
+    /// A step declaring exactly `inputs` as slots. The paged block table and write map are not
+    /// declared here but by the first [`Step::write_kv`] of a paged step.
     pub fn with_inputs(
         b: &Builder,
         shape: StepShape,
@@ -53,14 +56,9 @@ impl<'m> Step<'m> {
             if !inputs.contains(&input) {
                 return Ok(None);
             }
-            let s = match input {
-                StepInput::Tokens => Slot::Token,
-                StepInput::Positions => Slot::Pos,
-                StepInput::TokenMask | StepInput::TokenTypes => {
-                    Slot::Named(input.slot_name().to_string())
-                }
-            };
-            Ok(Some(b.slot(s, TensorType::new(dtype, rt.clone()))?))
+            Ok(Some(
+                b.slot(input.slot(), TensorType::new(dtype, rt.clone()))?,
+            ))
         };
         let tokens = slot(StepInput::Tokens, DType::I32)?;
         let pos = slot(StepInput::Positions, DType::I32)?;
@@ -84,6 +82,7 @@ impl<'m> Step<'m> {
             declared: RefCell::new(Vec::new()),
             masks: RefCell::new(Vec::new()),
             states: RefCell::new(Vec::new()),
+            paged: RefCell::new(None),
             extra_outputs: RefCell::new(Vec::new()),
         })
     }
@@ -140,8 +139,10 @@ impl<'m> Step<'m> {
     }
 
     /// Writes this step's keys and values `[rows, kv_heads, tokens, head_dim]` into layer
-    /// `layer`'s caches at each row's first position, and returns the whole caches
-    /// `[rows, kv_heads, capacity, head_dim]` for attention. Declares and pairs the states.
+    /// `layer`'s caches and returns each row's whole cache `[rows, kv_heads, capacity,
+    /// head_dim]` for attention. Declares and pairs the states. A contiguous cache is written at
+    /// each row's first position; a paged pool is written through the write map and read
+    /// through the block table (the contract is on [`KvLayout`]).
     pub fn write_kv(
         &self,
         b: &Builder,
@@ -149,11 +150,6 @@ impl<'m> Step<'m> {
         k: Traced,
         v: Traced,
     ) -> Result<(Traced, Traced), TraceError> {
-        if let KvLayout::Paged { .. } = self.shape.kv {
-            return Err(TraceError::Layout {
-                layout: self.shape.kv,
-            });
-        }
         let kd = b.dims(k)?;
         let (heads, head_dim) = match kd.as_slice() {
             &[_, h, _, d] => (h, d),
@@ -166,37 +162,122 @@ impl<'m> Step<'m> {
                 });
             }
         };
-        let cache_ty = TensorType::new(
-            DType::F32,
-            vec![self.shape.rows, heads, self.shape.capacity, head_dim],
-        );
         let mut out = [k, k];
         for (i, (role, new)) in [(StateRole::Keys, k), (StateRole::Values, v)]
             .into_iter()
             .enumerate()
         {
-            let cache_in = b.state_input(&kv_state_name(layer, role), cache_ty.clone())?;
-            let mut cache = cache_in;
-            let zero = b.lit_i32(0)?;
-            for row in 0..self.shape.rows {
-                let start = b.slice(self.pos, vec![row, 0], vec![row + 1, 1])?;
-                let start = b.reshape(start, Vec::<usize>::new())?;
-                let row_new = if self.shape.rows == 1 {
-                    new
-                } else {
-                    b.slice(
-                        new,
-                        vec![row, 0, 0, 0],
-                        vec![row + 1, heads, self.shape.tokens, head_dim],
-                    )?
-                };
-                let row_idx = b.lit_i32(i32::try_from(row).unwrap_or(i32::MAX))?;
-                cache = b.dynamic_update_slice(cache, row_new, &[row_idx, zero, start, zero])?;
-            }
-            self.states.borrow_mut().push((cache_in, cache));
+            let name = kv_state_name(layer, role);
+            let (cache_in, written, cache) = match self.shape.kv {
+                KvLayout::Contiguous => {
+                    let (cache_in, cache) =
+                        self.write_contiguous(b, &name, new, heads, head_dim)?;
+                    (cache_in, cache, cache)
+                }
+                KvLayout::Paged {
+                    block_tokens,
+                    blocks,
+                } => self.write_paged(b, &name, new, heads, head_dim, block_tokens, blocks)?,
+            };
+            self.states.borrow_mut().push((cache_in, written));
             out[i] = cache;
         }
         Ok((out[0], out[1]))
+    }
+
+    /// One contiguous cache `[rows, heads, capacity, head_dim]`: each row's new entries written
+    /// at its first position. Returns the state input and the written cache.
+    fn write_contiguous(
+        &self,
+        b: &Builder,
+        name: &str,
+        new: Traced,
+        heads: usize,
+        head_dim: usize,
+    ) -> Result<(Traced, Traced), TraceError> {
+        let cache_ty = TensorType::new(
+            DType::F32,
+            vec![self.shape.rows, heads, self.shape.capacity, head_dim],
+        );
+        let cache_in = b.state_input(name, cache_ty)?;
+        let mut cache = cache_in;
+        let zero = b.lit_i32(0)?;
+        for row in 0..self.shape.rows {
+            let start = b.slice(self.pos, vec![row, 0], vec![row + 1, 1])?;
+            let start = b.reshape(start, Vec::<usize>::new())?;
+            let row_new = if self.shape.rows == 1 {
+                new
+            } else {
+                b.slice(
+                    new,
+                    vec![row, 0, 0, 0],
+                    vec![row + 1, heads, self.shape.tokens, head_dim],
+                )?
+            };
+            let row_idx = b.lit_i32(i32::try_from(row).unwrap_or(i32::MAX))?;
+            cache = b.dynamic_update_slice(cache, row_new, &[row_idx, zero, start, zero])?;
+        }
+        Ok((cache_in, cache))
+    }
+
+    /// One paged pool `[blocks * block_tokens, heads, head_dim]`: the new entries scattered to
+    /// their write-map slots (in place), then each row's blocks gathered through the block table
+    /// into `[rows, heads, capacity, head_dim]`. Returns the state input, the written pool and
+    /// the gathered cache.
+    #[allow(clippy::too_many_arguments)]
+    fn write_paged(
+        &self,
+        b: &Builder,
+        name: &str,
+        new: Traced,
+        heads: usize,
+        head_dim: usize,
+        block_tokens: usize,
+        blocks: usize,
+    ) -> Result<(Traced, Traced, Traced), TraceError> {
+        self.shape.check_kv()?;
+        let (rows, tokens, capacity) = (self.shape.rows, self.shape.tokens, self.shape.capacity);
+        let slots = blocks * block_tokens;
+        let (table, write) = self.paged_slots(b, block_tokens)?;
+        let pool_in = b.state_input(
+            name,
+            TensorType::new(DType::F32, vec![slots, heads, head_dim]),
+        )?;
+        // Token-major rows: one pool slot per new token.
+        let updates = b.transpose(new, vec![0, 2, 1, 3])?;
+        let updates = b.reshape(updates, [rows * tokens, heads, head_dim])?;
+        let pool = b.scatter_update(pool_in, write, updates, 0)?;
+        let by_block = b.reshape(pool, [blocks, block_tokens, heads, head_dim])?;
+        // [rows, capacity / block_tokens, block_tokens, heads, head_dim]: each row's blocks in
+        // position order.
+        let gathered = b.gather(by_block, table, 0)?;
+        let gathered = b.reshape(gathered, [rows, capacity, heads, head_dim])?;
+        let cache = b.transpose(gathered, vec![0, 2, 1, 3])?;
+        Ok((pool_in, pool, cache))
+    }
+
+    /// The block table `[rows, capacity / block_tokens]` and the flattened write map
+    /// `[rows * tokens]`, declared on first use and shared by every layer.
+    fn paged_slots(
+        &self,
+        b: &Builder,
+        block_tokens: usize,
+    ) -> Result<(Traced, Traced), TraceError> {
+        if let Some(slots) = *self.paged.borrow() {
+            return Ok(slots);
+        }
+        let (rows, tokens) = (self.shape.rows, self.shape.tokens);
+        let table = b.slot(
+            Slot::SlotMap,
+            TensorType::new(DType::I32, vec![rows, self.shape.capacity / block_tokens]),
+        )?;
+        let write = b.slot(
+            Slot::WriteMap,
+            TensorType::new(DType::I32, vec![rows, tokens]),
+        )?;
+        let write = b.reshape(write, [rows * tokens])?;
+        *self.paged.borrow_mut() = Some((table, write));
+        Ok((table, write))
     }
 
     /// Adds another primary output after the main one (a hidden-state carry).
