@@ -14,7 +14,7 @@ use poot_graph_ir::{Builder, DType, Outputs, Slot, TensorType, TraceLimits};
 use poot_llm::sampling::{Head, SAMPLER_SLOT, SEED_SLOT, append_head};
 use poot_llm::{
     BackendChoice, Driver, DriverError, DriverOptions, FinishReason, GenerateRequest, Layout,
-    LoadOptions, ModelHandle, Sampler, open_executor,
+    LoadOptions, ModelHandle, Sampler, SeqId, open_executor,
 };
 use poot_models::Registry;
 
@@ -117,6 +117,82 @@ fn the_serving_surface_admits_one_contiguous_sequence_at_a_time() {
     assert_ne!(a, b);
     driver.release(b);
     assert_eq!(driver.open_count(), 0);
+}
+
+#[test]
+fn paged_rows_batch_and_reuse_a_prompt_prefix_with_the_tokens_of_one_contiguous_row() {
+    let Some(path) = real("smollm2-135m-instruct-q4_1.gguf") else {
+        return;
+    };
+    let Some(exec) = executor() else { return };
+    let handle = Arc::new(
+        ModelHandle::load(
+            &path,
+            &Registry::builtin().unwrap(),
+            &LoadOptions::default(),
+        )
+        .unwrap(),
+    );
+    let options = DriverOptions::new(32, 4).with_rows(2);
+    let layout = Layout::Paged {
+        block_tokens: 4,
+        blocks: 17,
+    };
+    let mut driver = Driver::new(Arc::clone(&handle), exec, options)
+        .unwrap()
+        .serve(layout)
+        .map_err(|r| r.1)
+        .unwrap();
+    let text = handle.text().unwrap();
+    let france = text.encode("The capital of France is").unwrap();
+    let other = text.encode("Once upon a time, in a land").unwrap();
+    // Each sequence's tokens and the prompt tokens it found in the prefix cache.
+    let run_all = |driver: &mut Driver, ids: &[SeqId]| {
+        let mut out: Vec<(Vec<u32>, usize)> = vec![(Vec::new(), 0); ids.len()];
+        let mut done = 0;
+        while done < ids.len() {
+            let picks = driver.step().unwrap();
+            for event in driver.commit(picks).unwrap() {
+                let i = ids.iter().position(|&id| id == event.id).unwrap();
+                out[i].0.extend(event.tokens.iter().map(|t| t.id));
+                out[i].1 = event.cached_tokens;
+                if event.finish.is_some() {
+                    done += 1;
+                }
+            }
+        }
+        out
+    };
+    let a = driver
+        .open(GenerateRequest::new(france.clone(), 4, Sampler::greedy()))
+        .unwrap();
+    let b = driver
+        .open(GenerateRequest::new(other.clone(), 3, Sampler::greedy()))
+        .unwrap();
+    assert!(matches!(
+        driver.open(GenerateRequest::new(france.clone(), 1, Sampler::greedy())),
+        Err(DriverError::NoRoom { .. })
+    ));
+    let out = run_all(&mut driver, &[a, b]);
+    // transformers' greedy continuation of the first prompt, as one contiguous row gives it.
+    assert_eq!(out[0], (vec![7042, 30, 198, 198], 0));
+    assert_eq!(out[1].1, 0);
+    driver.release(a);
+    driver.release(b);
+    // The first prompt's full block is cached now: a repeat reuses it and agrees.
+    let c = driver
+        .open(GenerateRequest::new(france.clone(), 4, Sampler::greedy()))
+        .unwrap();
+    let again = run_all(&mut driver, &[c]);
+    assert_eq!(again[0], (out[0].0.clone(), 4));
+    driver.release(c);
+    // The second prompt alone, unbatched, gives what it gave in the batch.
+    let d = driver
+        .open(GenerateRequest::new(other, 3, Sampler::greedy()))
+        .unwrap();
+    let alone = run_all(&mut driver, &[d]);
+    assert_eq!(alone[0].0, out[1].0);
+    assert!(alone[0].1 > 0, "its prompt blocks were cached too");
 }
 
 #[test]

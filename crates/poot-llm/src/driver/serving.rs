@@ -39,6 +39,8 @@ pub struct SeqEvent {
     /// Set when the sequence finished; it stays open until released.
     pub finish: Option<FinishReason>,
     pub prompt_tokens: usize,
+    /// Leading prompt tokens whose keys and values came from the prefix cache.
+    pub cached_tokens: usize,
     /// Text released when the sequence finished that no token carries.
     pub tail: String,
 }
@@ -86,6 +88,7 @@ struct Sequence {
     released: usize,
     finish: Option<FinishReason>,
     blocks: Vec<u32>,
+    cached_tokens: usize,
     opened: Instant,
     first_pick: Option<Instant>,
 }
@@ -208,6 +211,7 @@ impl Driver<Serving> {
                 text: String::new(),
                 released: 0,
                 finish: None,
+                cached_tokens: reservation.reused_tokens,
                 blocks: reservation.blocks,
                 opened: Instant::now(),
                 first_pick: None,
@@ -468,6 +472,7 @@ impl Driver<Serving> {
                         tokens: Vec::new(),
                         finish: None,
                         prompt_tokens: seq.req.prompt.len(),
+                        cached_tokens: seq.cached_tokens,
                         tail: String::new(),
                     });
                     events.len() - 1
