@@ -1,0 +1,101 @@
+//! The command line. Flag names follow llama-server and vLLM where they agree (`--host`,
+//! `--port`, `--api-key`), and accept the other's spelling as an alias where they differ
+//! (`--ctx-size`/`--max-model-len`, `--parallel`/`--max-num-seqs`).
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+const LONG_ABOUT: &str = "\
+An OpenAI-compatible HTTP server over one poot engine.
+
+  poot-serve --model ~/.cache/poot/models/smollm2-135m-instruct-q4_1.gguf --port 8080
+  curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{\"model\": \"smollm2-135m-instruct-q4_1\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'
+
+Routes: POST /v1/completions, POST /v1/chat/completions (both with \"stream\": true for
+server-sent events), GET /v1/models, POST /v1/embeddings (with --embedding-model), GET /health,
+GET /metrics/prometheus.
+
+One engine thread owns the model: requests wait in a queue until a sequence row is free, and
+every open sequence advances in each step. A client that disconnects frees its row.";
+
+/// Which GPU runtime runs the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// PTX if a CUDA device opens, else wgpu.
+    Auto,
+    /// Vulkan through wgpu.
+    Wgpu,
+    /// NVIDIA through PTX.
+    Ptx,
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "poot-serve", version, about = "An OpenAI-compatible HTTP server over one poot engine", long_about = LONG_ABOUT)]
+pub struct ServeArgs {
+    /// The generation model: a GGUF file or a Hugging Face checkpoint directory.
+    #[arg(short, long, value_name = "PATH")]
+    pub model: PathBuf,
+
+    /// The model id clients name in requests (default: the file or directory name without
+    /// its extension).
+    #[arg(long, value_name = "NAME", alias = "alias")]
+    pub served_model_name: Option<String>,
+
+    /// An encoder checkpoint (a BERT-family directory such as all-MiniLM-L6-v2) that serves
+    /// POST /v1/embeddings.
+    #[arg(long, value_name = "PATH")]
+    pub embedding_model: Option<PathBuf>,
+
+    /// The embedding model's id (default: its directory name).
+    #[arg(long, value_name = "NAME")]
+    pub embedding_model_name: Option<String>,
+
+    /// Most texts one embedding step encodes; a request with more is encoded in several steps.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub embedding_batch: u32,
+
+    /// Longest embedding input in tokens (longer inputs are refused); default: the encoder's
+    /// positions.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub embedding_max_tokens: Option<u32>,
+
+    /// Address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    pub host: String,
+
+    /// Port to listen on (0 picks a free one; the bound address is printed on stdout).
+    #[arg(long, value_name = "PORT", default_value_t = 8080)]
+    pub port: u16,
+
+    /// The GPU runtime.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+
+    /// KV positions per sequence: prompt plus generated tokens (default: the smaller of 2048
+    /// and the model's positions).
+    #[arg(short = 'c', long, value_name = "N", alias = "max-model-len", value_parser = clap::value_parser!(u32).range(1..))]
+    pub ctx_size: Option<u32>,
+
+    /// Sequences decoded together (rows); further requests wait in the queue.
+    #[arg(long, value_name = "N", alias = "max-num-seqs", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub parallel: u32,
+
+    /// Prompt tokens per prefill step (default: the smaller of 64 and the context size).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub prefill_chunk: Option<u32>,
+
+    /// Requests that may wait for a row; one more is answered 503 at once.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub max_queue: u32,
+
+    /// Require `Authorization: Bearer KEY` on /v1 routes (also read from POOT_API_KEY).
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
+
+    /// max_tokens when a completion request names none (OpenAI's default is 16); chat
+    /// requests without one may fill the context.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub default_max_tokens: u32,
+}

@@ -1,0 +1,241 @@
+//! The HTTP front: routes, the API key check on /v1 routes, request counting, and the small
+//! routes (models, health, metrics). Generation routes are in `completions` and `chat`,
+//! embeddings in `embeddings`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{MatchedPath, Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use poot_llm::ModelHandle;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::embeddings::Embedder;
+use crate::engine::Engine;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::openai::{ModelCard, ModelList};
+
+/// What every handler shares.
+pub struct App {
+    /// The id clients name the generation model by.
+    pub model_id: String,
+    pub handle: Arc<ModelHandle>,
+    pub engine: Engine,
+    /// KV positions per sequence.
+    pub context: usize,
+    /// `max_tokens` of a completion request that names none.
+    pub default_max_tokens: usize,
+    pub api_key: Option<String>,
+    pub metrics: Arc<Metrics>,
+    pub embedder: Option<Embedder>,
+    /// Unix time the server started (the models' `created`).
+    pub created: u64,
+}
+
+impl App {
+    /// Every model id this server answers to.
+    pub fn served(&self) -> Vec<&str> {
+        let mut ids = vec![self.model_id.as_str()];
+        if let Some(e) = &self.embedder {
+            ids.push(e.model_id());
+        }
+        ids
+    }
+
+    /// Refuses a request for a model other than the generation model.
+    pub fn check_generation_model(&self, model: &str) -> Result<(), ApiError> {
+        if model == self.model_id {
+            Ok(())
+        } else {
+            Err(ApiError::unknown_model(model, &self.served()))
+        }
+    }
+}
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/completions", post(crate::completions::completions))
+        .route("/v1/chat/completions", post(crate::chat::chat))
+        .route("/v1/embeddings", post(crate::embeddings::embeddings))
+        .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(model))
+        .route("/health", get(health))
+        .route("/metrics/prometheus", get(metrics))
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&app), front))
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .with_state(app)
+}
+
+/// Every routed request: the API key on /v1 routes, then counting and timing by route (a
+/// stream is timed to its first byte).
+async fn front(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |m| m.as_str())
+        .to_owned();
+    let started = Instant::now();
+    let response = if request.uri().path().starts_with("/v1/")
+        && !authorized(app.api_key.as_deref(), request.headers())
+    {
+        ApiError::unauthorized().into_response()
+    } else {
+        next.run(request).await
+    };
+    let status = response.status().as_u16().to_string();
+    app.metrics
+        .requests
+        .with_label_values(&[route.as_str(), status.as_str()])
+        .inc();
+    app.metrics
+        .http_seconds
+        .with_label_values(&[route.as_str()])
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+fn authorized(key: Option<&str>, headers: &HeaderMap) -> bool {
+    let Some(key) = key else {
+        return true;
+    };
+    let sent = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    // Compared in time independent of where the first difference is.
+    sent.is_some_and(|s| {
+        s.len() == key.len()
+            && s.bytes()
+                .zip(key.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    })
+}
+
+/// Parses a JSON body, turning every failure into a 400 with OpenAI's error body.
+pub fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+    let body = body.map_err(|e| ApiError {
+        status: e.status(),
+        ..ApiError::invalid(format!("could not read the request body: {e}"), None)
+    })?;
+    serde_json::from_slice(&body).map_err(|e| {
+        if e.is_data() {
+            ApiError::invalid(format!("invalid request: {e}"), None)
+        } else {
+            ApiError::malformed(format!("the request body is not valid JSON: {e}"))
+        }
+    })
+}
+
+fn card(app: &App, id: &str) -> Option<ModelCard> {
+    let context = if id == app.model_id {
+        Some(app.context)
+    } else {
+        app.embedder
+            .as_ref()
+            .filter(|e| e.model_id() == id)
+            .map(Embedder::max_tokens)
+    }?;
+    Some(ModelCard {
+        id: id.to_owned(),
+        object: "model",
+        created: app.created,
+        owned_by: "poot",
+        max_model_len: Some(context),
+    })
+}
+
+async fn models(State(app): State<Arc<App>>) -> Response {
+    let data = app
+        .served()
+        .into_iter()
+        .filter_map(|id| card(&app, id))
+        .collect();
+    axum::Json(ModelList {
+        object: "list",
+        data,
+    })
+    .into_response()
+}
+
+async fn model(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response {
+    match card(&app, &id) {
+        Some(c) => axum::Json(c).into_response(),
+        None => ApiError::unknown_model(&id, &app.served()).into_response(),
+    }
+}
+
+async fn health(State(app): State<Arc<App>>) -> Response {
+    if app.engine.healthy() {
+        (StatusCode::OK, axum::Json(json!({"status": "ok"}))).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "error", "message": "the engine failed a step"})),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn no_route(request: Request) -> Response {
+    ApiError::no_route(request.method().as_str(), request.uri().path()).into_response()
+}
+
+async fn wrong_method(request: Request) -> Response {
+    ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        ..ApiError::invalid(
+            format!(
+                "{} is not allowed on {}",
+                request.method(),
+                request.uri().path()
+            ),
+            None,
+        )
+    }
+    .into_response()
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_keys_must_match_exactly() {
+        let mut h = HeaderMap::new();
+        assert!(authorized(None, &h));
+        assert!(!authorized(Some("k1"), &h));
+        h.insert(header::AUTHORIZATION, "Bearer k1".parse().expect("ascii"));
+        assert!(authorized(Some("k1"), &h));
+        assert!(!authorized(Some("k2"), &h));
+        assert!(!authorized(Some("k12"), &h));
+        h.insert(header::AUTHORIZATION, "Basic k1".parse().expect("ascii"));
+        assert!(!authorized(Some("k1"), &h));
+    }
+}
