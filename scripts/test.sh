@@ -17,6 +17,9 @@ fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 
 scripts/fetch-models.sh >/dev/null
+# The official openai client, which poot-serve's tests drive the server with.
+POOT_PYTHON="$(scripts/pyenv.sh client)"
+export POOT_PYTHON
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

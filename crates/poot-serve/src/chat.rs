@@ -111,9 +111,9 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
             request: GenerateRequest {
                 ignore_eos: g.ignore_eos,
                 top_logprobs,
+                stops: stops.clone(),
                 ..GenerateRequest::new(prompt.clone(), max_new, choice_sampler(&g.sampler, i))
             },
-            stops: stops.clone(),
             stop_ids: rendered.stop_ids.clone(),
         })
         .collect();

@@ -78,9 +78,24 @@ pub struct ServeArgs {
     #[arg(short = 'c', long, value_name = "N", alias = "max-model-len", value_parser = clap::value_parser!(u32).range(1..))]
     pub ctx_size: Option<u32>,
 
-    /// Sequences decoded together (rows); further requests wait in the queue.
-    #[arg(long, value_name = "N", alias = "max-num-seqs", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// Sequences decoded together (rows); further requests wait in the queue. Above 1 the KV
+    /// cache is the paged pool, which needs a family that traces the paged layout.
+    #[arg(long, value_name = "N", alias = "max-num-seqs", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub parallel: u32,
+
+    /// Positions per KV block; the context must be a multiple of it.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub block_size: u32,
+
+    /// KV blocks in the pool (default: enough for every row at full context). Fewer blocks
+    /// admit fewer long sequences at once; a request waits until its blocks are free.
+    #[arg(long, value_name = "N", alias = "num-gpu-blocks-override", value_parser = clap::value_parser!(u32).range(1..))]
+    pub kv_blocks: Option<u32>,
+
+    /// Decode steps the device runs per host wait while every row is decoding (streamed text
+    /// arrives in bursts of this many tokens); 1 waits after every token.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub decode_chain: u32,
 
     /// Prompt tokens per prefill step (default: the smaller of 64 and the context size).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]

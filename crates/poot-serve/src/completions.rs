@@ -95,9 +95,9 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
                 request: GenerateRequest {
                     ignore_eos: g.ignore_eos,
                     top_logprobs,
+                    stops: g.stops.clone(),
                     ..GenerateRequest::new(ids.clone(), max_new, choice_sampler(&g.sampler, i))
                 },
-                stops: g.stops.clone(),
                 stop_ids: Vec::new(),
             });
         }

@@ -13,37 +13,36 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Instant;
 
-use poot_llm::{FinishReason, GenerateRequest, TokenLogprob};
+use poot_llm::{FinishReason, GenerateRequest, SeqEvent, SeqId, TokenLogprob};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::error::{ApiError, ServeError};
 use crate::metrics::Metrics;
-use crate::rows::{Admission, Rows, SeqEvent, SeqId};
-use crate::stop_text::StopText;
+use crate::rows::{Admission, Rows};
 
 /// One sequence of a job.
 #[derive(Clone, Debug)]
 pub struct SeqSpec {
-    /// The driver request (its `stops` are left empty: the engine matches stop strings).
+    /// The driver request; the driver ends the text before the first of its stop strings.
     pub request: GenerateRequest,
-    /// Stop strings: the text ends before the first match.
-    pub stops: Vec<String>,
-    /// Token ids that end the sequence (a chat template's end-of-turn tokens); not included.
+    /// Token ids that end the sequence (a chat template's end-of-turn tokens that are not
+    /// already end-of-generation tokens); not included. Text the driver held back as a possible
+    /// stop-string start when one of these ends the sequence is dropped with it.
     pub stop_ids: Vec<u32>,
 }
 
 /// What a handler hears about its job.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
-    /// A token of choice `choice`, and the text now safe to send (held back while it could
-    /// still become a stop string).
+    /// A token of choice `choice`, and the text it releases (held back by the driver while it
+    /// could still become a stop string).
     Token {
         choice: usize,
         id: u32,
         text: String,
         logprob: Option<TokenLogprob>,
     },
-    /// Choice `choice` ended; `text` is what was held back.
+    /// Choice `choice` ended; `text` is what no token released (the decoder's last bytes).
     Done {
         choice: usize,
         text: String,
@@ -94,7 +93,6 @@ impl Engine {
     /// where it is used, so it need not move between threads); its error is returned here.
     pub fn spawn<R, F>(
         start: F,
-        context: usize,
         max_waiting: usize,
         metrics: Arc<Metrics>,
     ) -> Result<Engine, ServeError>
@@ -118,7 +116,7 @@ impl Engine {
                     }
                 };
                 let _ = ready_tx.send(Ok(()));
-                Scheduler::new(rows, context, metrics, w, h).run(&rx);
+                Scheduler::new(rows, metrics, w, h).run(&rx);
             })
             .map_err(|source| ServeError::Io {
                 what: "starting the engine thread".to_owned(),
@@ -170,19 +168,22 @@ struct Running {
     id: SeqId,
     choice: usize,
     stop_ids: Vec<u32>,
-    text: StopText,
     events: UnboundedSender<Event>,
     arrived: Instant,
     last_token: Option<Instant>,
     prompt_tokens: usize,
     generated: usize,
-    /// KV positions the sequence will use at most.
-    positions: usize,
+}
+
+/// How a sequence's step went.
+enum Outcome {
+    Going,
+    Ended(Finish, String),
+    Failed(ApiError),
 }
 
 struct Scheduler<R> {
     rows: R,
-    context: usize,
     waiting: VecDeque<Waiting>,
     running: Vec<Running>,
     metrics: Arc<Metrics>,
@@ -193,18 +194,13 @@ struct Scheduler<R> {
 impl<R: Rows> Scheduler<R> {
     fn new(
         rows: R,
-        context: usize,
         metrics: Arc<Metrics>,
         waiting_count: Arc<AtomicUsize>,
         healthy: Arc<AtomicBool>,
     ) -> Scheduler<R> {
         metrics.rows_total.set(rows.rows() as i64);
-        metrics
-            .kv_positions_total
-            .set((rows.rows() * context) as i64);
         Scheduler {
             rows,
-            context,
             waiting: VecDeque::new(),
             running: Vec::new(),
             metrics,
@@ -282,14 +278,21 @@ impl<R: Rows> Scheduler<R> {
                         id,
                         choice: w.choice,
                         stop_ids: w.spec.stop_ids,
-                        text: StopText::new(w.spec.stops),
                         events: w.events,
                         arrived: w.arrived,
                         last_token: None,
                         prompt_tokens,
                         generated: 0,
-                        positions: (prompt_tokens + w.spec.request.max_new).min(self.context),
                     });
+                }
+                Ok(Err(Admission::NoRoom)) if self.running.is_empty() => {
+                    // Nothing will be released: the request can never fit.
+                    self.unwait(1);
+                    self.metrics.finished.with_label_values(&["error"]).inc();
+                    let _ = w.events.send(Event::Failed(ApiError::invalid(
+                        "the request needs more KV blocks than the whole pool holds",
+                        Some("max_tokens"),
+                    )));
                 }
                 Ok(Err(Admission::NoRoom)) => {
                     self.waiting.push_front(w);
@@ -314,28 +317,40 @@ impl<R: Rows> Scheduler<R> {
     fn step(&mut self) {
         let stepped = catch_unwind(AssertUnwindSafe(|| self.rows.advance()));
         self.metrics.steps.inc();
-        let events = match stepped {
-            Ok(Ok(events)) => events,
-            Ok(Err(e)) => return self.fail_running(ApiError::engine(format!("{e}"))),
-            Err(_) => {
-                self.healthy.store(false, Ordering::Relaxed);
-                self.metrics.engine_healthy.set(0);
-                return self.fail_running(ApiError::engine("the engine panicked during a step"));
-            }
+        let failure = match stepped {
+            Ok(Ok(events)) => return self.dispatch(events),
+            Ok(Err(e)) => ApiError::engine(format!("the engine failed a step: {e}")),
+            Err(_) => ApiError::engine("the engine panicked during a step"),
         };
+        // The device may refuse further work: /health reports it from now on.
+        self.healthy.store(false, Ordering::Relaxed);
+        self.metrics.engine_healthy.set(0);
+        self.fail_running(failure);
+    }
+
+    fn dispatch(&mut self, events: Vec<SeqEvent>) {
         for event in events {
             let Some(at) = self.running.iter().position(|r| r.id == event.id) else {
                 continue;
             };
-            if let Some(finish) = self.deliver(at, event) {
-                let r = self.running.swap_remove(at);
-                self.finish(r, finish);
+            match self.deliver(at, event) {
+                Outcome::Going => {}
+                Outcome::Ended(finish, tail) => {
+                    let r = self.running.swap_remove(at);
+                    self.finish(r, finish, tail);
+                }
+                Outcome::Failed(e) => {
+                    let r = self.running.swap_remove(at);
+                    self.release(r.id);
+                    self.metrics.finished.with_label_values(&["error"]).inc();
+                    let _ = r.events.send(Event::Failed(e));
+                }
             }
         }
     }
 
-    /// Sends one sequence's tokens; returns how it ended, if it did.
-    fn deliver(&mut self, at: usize, event: SeqEvent) -> Option<Finish> {
+    /// Sends one sequence's tokens and says whether it ended.
+    fn deliver(&mut self, at: usize, event: SeqEvent) -> Outcome {
         let metrics = Arc::clone(&self.metrics);
         let r = &mut self.running[at];
         if event.prompt_tokens > 0 {
@@ -343,7 +358,7 @@ impl<R: Rows> Scheduler<R> {
         }
         for token in event.tokens {
             if r.stop_ids.contains(&token.id) {
-                return Some(Finish::Stop);
+                return Outcome::Ended(Finish::Stop, String::new());
             }
             let now = Instant::now();
             match r.last_token {
@@ -357,24 +372,27 @@ impl<R: Rows> Scheduler<R> {
             r.last_token = Some(now);
             r.generated += 1;
             metrics.generation_tokens.inc();
-            let piece = r.text.push(&token.text);
             let _ = r.events.send(Event::Token {
                 choice: r.choice,
                 id: token.id,
-                text: piece.text,
+                text: token.text,
                 logprob: token.logprob,
             });
-            if piece.stopped {
-                return Some(Finish::Stop);
-            }
         }
-        event.finish.map(|f| match f {
-            FinishReason::Length => Finish::Length,
-            FinishReason::Eos | FinishReason::Stop | FinishReason::Cancelled => Finish::Stop,
-        })
+        match event.finish {
+            None => Outcome::Going,
+            Some(FinishReason::Length) => Outcome::Ended(Finish::Length, event.tail),
+            Some(FinishReason::Eos | FinishReason::Stop | FinishReason::Cancelled) => {
+                Outcome::Ended(Finish::Stop, event.tail)
+            }
+            Some(FinishReason::NonFinite) => Outcome::Failed(ApiError::engine(format!(
+                "the device produced non-finite logits at generated token {}",
+                r.generated
+            ))),
+        }
     }
 
-    fn finish(&mut self, mut r: Running, finish: Finish) {
+    fn finish(&mut self, r: Running, finish: Finish, tail: String) {
         self.release(r.id);
         self.metrics
             .finished
@@ -385,7 +403,7 @@ impl<R: Rows> Scheduler<R> {
             .observe(r.arrived.elapsed().as_secs_f64());
         let _ = r.events.send(Event::Done {
             choice: r.choice,
-            text: r.text.finish(),
+            text: tail,
             finish,
             prompt_tokens: r.prompt_tokens,
             completion_tokens: r.generated,
@@ -412,13 +430,204 @@ impl<R: Rows> Scheduler<R> {
         let m = &self.metrics;
         m.running.set(self.running.len() as i64);
         m.waiting.set(self.waiting.len() as i64);
-        let used: usize = self
-            .running
+        let (used, total) = self.rows.kv_usage();
+        m.kv_used.set(used as i64);
+        m.kv_total.set(total as i64);
+        m.kv_usage.set(used as f64 / total.max(1) as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use poot_llm::{DriverError, Sampler, SeqToken};
+
+    use super::*;
+
+    /// Prompt token that makes the fake refuse the request at admission.
+    const REFUSE: u32 = 900;
+    /// Prompt token that makes the fake panic in the step after admission.
+    const PANIC: u32 = 901;
+
+    /// Rows without a device: each step gives every open sequence the token `prompt[0] + k`
+    /// for its k-th token, and ends it after `max_new`.
+    struct FakeRows {
+        rows: usize,
+        open: BTreeMap<u64, (GenerateRequest, usize)>,
+        next: u64,
+    }
+
+    impl Rows for FakeRows {
+        fn open(&mut self, request: GenerateRequest) -> Result<SeqId, Admission> {
+            if request.prompt.contains(&REFUSE) {
+                return Err(Admission::Refused(DriverError::Sampling("refused".into())));
+            }
+            if self.open.len() == self.rows {
+                return Err(Admission::NoRoom);
+            }
+            self.next += 1;
+            self.open.insert(self.next, (request, 0));
+            Ok(SeqId(self.next))
+        }
+
+        fn advance(&mut self) -> Result<Vec<SeqEvent>, DriverError> {
+            std::thread::sleep(Duration::from_millis(2));
+            let mut events = Vec::new();
+            for (&id, (req, done)) in &mut self.open {
+                assert!(!req.prompt.contains(&PANIC), "the fake step panics");
+                if *done == req.max_new {
+                    continue;
+                }
+                let token = req.prompt[0] + *done as u32;
+                *done += 1;
+                events.push(SeqEvent {
+                    id: SeqId(id),
+                    tokens: vec![SeqToken {
+                        id: token,
+                        text: format!("<{token}>"),
+                        logprob: None,
+                    }],
+                    finish: (*done == req.max_new).then_some(FinishReason::Length),
+                    prompt_tokens: req.prompt.len(),
+                    tail: String::new(),
+                });
+            }
+            Ok(events)
+        }
+
+        fn release(&mut self, id: SeqId) {
+            self.open.remove(&id.0);
+        }
+
+        fn rows(&self) -> usize {
+            self.rows
+        }
+
+        fn kv_usage(&self) -> (usize, usize) {
+            (self.open.len(), self.rows)
+        }
+    }
+
+    fn engine(rows: usize, max_waiting: usize) -> (Engine, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::new().expect("metrics register once"));
+        let engine = Engine::spawn(
+            move || {
+                Ok(FakeRows {
+                    rows,
+                    open: BTreeMap::new(),
+                    next: 0,
+                })
+            },
+            max_waiting,
+            Arc::clone(&metrics),
+        )
+        .expect("the fake engine starts");
+        (engine, metrics)
+    }
+
+    fn seq(first: u32, max_new: usize) -> SeqSpec {
+        SeqSpec {
+            request: GenerateRequest::new(vec![first], max_new, Sampler::greedy()),
+            stop_ids: Vec::new(),
+        }
+    }
+
+    /// Every event of a job until each of its `choices` is done or it failed.
+    fn drain(rx: &mut UnboundedReceiver<Event>, choices: usize) -> Vec<Event> {
+        let mut events = Vec::new();
+        let mut open = choices;
+        while open > 0 {
+            let e = rx.blocking_recv().expect("the engine answers");
+            match &e {
+                Event::Done { .. } => open -= 1,
+                Event::Failed(_) => open = 0,
+                Event::Token { .. } => {}
+            }
+            events.push(e);
+        }
+        events
+    }
+
+    fn tokens(events: &[Event], choice: usize) -> Vec<u32> {
+        events
             .iter()
-            .map(|r| (r.prompt_tokens + r.generated).min(r.positions))
-            .sum();
-        m.kv_positions_used.set(used as i64);
-        let total = (self.rows.rows() * self.context).max(1);
-        m.kv_usage.set(used as f64 / total as f64);
+            .filter_map(|e| match e {
+                Event::Token { choice: c, id, .. } if *c == choice => Some(*id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn queued_jobs_wait_for_a_row_and_all_finish() {
+        let (engine, _) = engine(1, 16);
+        let mut a = engine.submit(vec![seq(10, 3), seq(20, 2)]).expect("queued");
+        let mut b = engine.submit(vec![seq(30, 2)]).expect("queued");
+        let ea = drain(&mut a, 2);
+        let eb = drain(&mut b, 1);
+        assert_eq!(tokens(&ea, 0), vec![10, 11, 12]);
+        assert_eq!(tokens(&ea, 1), vec![20, 21]);
+        assert_eq!(tokens(&eb, 0), vec![30, 31]);
+        assert!(ea.iter().any(|e| matches!(
+            e,
+            Event::Done {
+                choice: 0,
+                finish: Finish::Length,
+                completion_tokens: 3,
+                prompt_tokens: 1,
+                ..
+            }
+        )));
+    }
+
+    #[test]
+    fn a_client_that_leaves_frees_its_row() {
+        let (engine, metrics) = engine(1, 16);
+        let mut long = engine.submit(vec![seq(1, 1_000_000)]).expect("queued");
+        assert!(matches!(long.blocking_recv(), Some(Event::Token { .. })));
+        drop(long);
+        // One row: the next job runs only once the abandoned sequence is released.
+        let mut next = engine.submit(vec![seq(50, 2)]).expect("queued");
+        assert_eq!(tokens(&drain(&mut next, 1), 0), vec![50, 51]);
+        assert_eq!(metrics.finished.with_label_values(&["abort"]).get(), 1);
+    }
+
+    #[test]
+    fn a_refused_request_fails_alone() {
+        let (engine, _) = engine(2, 16);
+        let mut bad = engine.submit(vec![seq(REFUSE, 2)]).expect("queued");
+        let mut good = engine.submit(vec![seq(5, 2)]).expect("queued");
+        let events = drain(&mut bad, 1);
+        assert!(
+            matches!(&events[..], [Event::Failed(e)] if e.status == 400),
+            "{events:?}"
+        );
+        assert_eq!(tokens(&drain(&mut good, 1), 0), vec![5, 6]);
+    }
+
+    #[test]
+    fn a_panicking_step_fails_its_sequences_and_the_engine_goes_on() {
+        let (engine, metrics) = engine(1, 16);
+        let mut bad = engine.submit(vec![seq(PANIC, 2)]).expect("queued");
+        let events = drain(&mut bad, 1);
+        assert!(
+            matches!(&events[..], [Event::Failed(e)] if e.status == 500),
+            "{events:?}"
+        );
+        assert!(!engine.healthy());
+        assert_eq!(metrics.engine_healthy.get(), 0);
+        let mut good = engine.submit(vec![seq(7, 1)]).expect("queued");
+        assert_eq!(tokens(&drain(&mut good, 1), 0), vec![7]);
+    }
+
+    #[test]
+    fn a_full_queue_is_refused_at_once() {
+        let (engine, _) = engine(1, 2);
+        let e = engine
+            .submit(vec![seq(1, 1), seq(1, 1), seq(1, 1)])
+            .expect_err("three sequences exceed a queue of two");
+        assert_eq!(e.status, 503);
     }
 }

@@ -14,7 +14,6 @@ mod openai;
 mod params;
 mod reply;
 mod rows;
-mod stop_text;
 
 use std::io::Write;
 use std::path::Path;
@@ -34,7 +33,6 @@ use crate::engine::Engine;
 use crate::error::ServeError;
 use crate::http::App;
 use crate::metrics::Metrics;
-use crate::rows::OneRow;
 
 /// The context when `--ctx-size` is not given (capped by the model's positions).
 const DEFAULT_CONTEXT: usize = 2048;
@@ -76,6 +74,11 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
         Some(c) => c as usize,
         None => DEFAULT_PREFILL_CHUNK.min(context),
     };
+    let rows = args.parallel as usize;
+    let layout = layout(rows, context, args.block_size as usize, args.kv_blocks)?;
+    let options = DriverOptions::new(context, prefill_chunk)
+        .with_rows(rows)
+        .with_chain(args.decode_chain as usize);
     let backend = args.backend;
     let engine_handle = Arc::clone(&handle);
     let started = Instant::now();
@@ -83,18 +86,15 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
         move || {
             let opened = open(backend)?;
             eprintln!("backend {} on {}", opened.backend, opened.device_name);
-            let options = DriverOptions::new(context, prefill_chunk);
-            let driver = Driver::new(engine_handle, opened.executor, options)?
-                .serve(Layout::Contiguous)
-                .map_err(|refused| ServeError::Driver(refused.1))?;
-            Ok(OneRow::new(driver))
+            Driver::new(engine_handle, opened.executor, options)?
+                .serve(layout)
+                .map_err(|refused| ServeError::Driver(refused.1))
         },
-        context,
         args.max_queue as usize,
         Arc::clone(&metrics),
     )?;
     eprintln!(
-        "engine ready: {model_id}, context {context}, prefill chunk {prefill_chunk}, in {:.1} s",
+        "engine ready: {model_id}, {rows} rows of {context} positions, KV {layout:?}, prefill chunk {prefill_chunk}, in {:.1} s",
         started.elapsed().as_secs_f64()
     );
     let embedder = match &args.embedding_model {
@@ -168,6 +168,35 @@ async fn listen(app: Arc<App>, host: &str, port: u16) -> Result<(), ServeError> 
             what: "serving".to_owned(),
             source,
         })
+}
+
+/// One row needs no block tables; several share a paged pool, by default with enough blocks
+/// for every row at full context (plus the pool's scratch block).
+fn layout(
+    rows: usize,
+    context: usize,
+    block_tokens: usize,
+    kv_blocks: Option<u32>,
+) -> Result<Layout, ServeError> {
+    if rows == 1 && kv_blocks.is_none() {
+        return Ok(Layout::Contiguous);
+    }
+    if !context.is_multiple_of(block_tokens) {
+        return Err(ServeError::Options(format!(
+            "the context ({context}) must be a multiple of --block-size ({block_tokens})"
+        )));
+    }
+    let per_row = context / block_tokens;
+    let blocks = kv_blocks.map_or(rows * per_row, |b| b as usize);
+    if blocks < per_row {
+        return Err(ServeError::Options(format!(
+            "--kv-blocks {blocks} cannot hold one sequence of {context} positions ({per_row} blocks of {block_tokens})"
+        )));
+    }
+    Ok(Layout::Paged {
+        block_tokens,
+        blocks: blocks + 1,
+    })
 }
 
 fn load(path: &Path) -> Result<Arc<ModelHandle>, ServeError> {

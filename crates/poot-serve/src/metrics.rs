@@ -33,10 +33,11 @@ pub struct Metrics {
     /// Sequences waiting for a row.
     pub waiting: IntGauge,
     pub rows_total: IntGauge,
-    /// KV positions in use over the positions the rows hold (0 to 1).
+    /// KV blocks held by sequences over the pool's blocks (0 to 1); for a contiguous cache,
+    /// rows in use over rows.
     pub kv_usage: Gauge,
-    pub kv_positions_used: IntGauge,
-    pub kv_positions_total: IntGauge,
+    pub kv_used: IntGauge,
+    pub kv_total: IntGauge,
     /// Engine steps run.
     pub steps: IntCounter,
     /// 1 while the engine is healthy; 0 after a device failure.
@@ -75,13 +76,13 @@ impl Metrics {
         };
         let kv_usage = Gauge::new(
             "poot_kv_cache_usage_perc",
-            "KV positions in use over the positions the rows hold (0 to 1)",
+            "KV blocks held by sequences over the pool's blocks, 0 to 1 (contiguous cache: rows)",
         )?;
         registry.register(Box::new(kv_usage.clone()))?;
         let http_seconds = HistogramVec::new(
             HistogramOpts::new(
                 "poot_http_request_duration_seconds",
-                "Time to answer an HTTP request, by route (streams: until the last event)",
+                "Time to answer an HTTP request, by route (a stream: until its first event)",
             )
             .buckets(LATENCY_BUCKETS.to_vec()),
             &["route"],
@@ -125,11 +126,11 @@ impl Metrics {
                 "Sequence rows the engine decodes together",
             )?,
             kv_usage,
-            kv_positions_used: gauge("poot_kv_positions_used", "KV positions in use")?,
-            kv_positions_total: gauge(
-                "poot_kv_positions_total",
-                "KV positions the rows hold (rows times context)",
+            kv_used: gauge(
+                "poot_kv_blocks_used",
+                "KV blocks held by sequences (cached prefixes no sequence reads are free)",
             )?,
+            kv_total: gauge("poot_kv_blocks_total", "KV blocks sequences can hold")?,
             steps: counter("poot_engine_steps_total", "Engine steps run")?,
             engine_healthy: gauge(
                 "poot_engine_healthy",

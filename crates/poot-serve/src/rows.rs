@@ -1,40 +1,16 @@
 //! The driver's serving surface as the engine loop drives it: open a sequence into a free row,
-//! advance every open sequence by one step, release a row. A trait so the loop's scheduling
-//! (queueing, disconnects, failures) is tested without a device.
-//!
-//! INTERIM: until `Driver<Serving>` has open/step/commit/release, `OneRow` runs each sequence
-//! whole through `Driver::generate` in one advance; `SeqId`, `SeqToken` and `SeqEvent` mirror
-//! the driver's coming types.
+//! advance every open sequence by one step (`step` then `commit`), release a row. A trait so the
+//! loop's scheduling (queueing, disconnects, failures) is tested without a device.
 
-use poot_llm::{Driver, DriverError, FinishReason, GenerateRequest, Serving, TokenLogprob};
-
-/// An open sequence.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SeqId(pub u64);
-
-/// One token a sequence produced.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SeqToken {
-    pub id: u32,
-    pub text: String,
-    pub logprob: Option<TokenLogprob>,
-}
-
-/// What one sequence produced in one step.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SeqEvent {
-    pub id: SeqId,
-    pub tokens: Vec<SeqToken>,
-    pub finish: Option<FinishReason>,
-    pub prompt_tokens: usize,
-}
+use poot_llm::{Driver, DriverError, GenerateRequest, Layout, SeqEvent, SeqId, Serving};
 
 /// Why a sequence was not opened.
 #[derive(Debug)]
 pub enum Admission {
-    /// Every row is taken: keep the request queued and retry after a release.
+    /// Every row, or the KV blocks the request needs, are taken: keep it queued and retry
+    /// after a release.
     NoRoom,
-    /// The request's own fault (or the engine's, for errors that are not the request's).
+    /// The driver refused the request (its own fault, unless the error says otherwise).
     Refused(DriverError),
 }
 
@@ -43,90 +19,43 @@ pub trait Rows {
     fn open(&mut self, request: GenerateRequest) -> Result<SeqId, Admission>;
     /// One step over every open sequence. An error is the engine's: every open sequence fails.
     fn advance(&mut self) -> Result<Vec<SeqEvent>, DriverError>;
-    /// Frees the sequence's row now; unknown ids are ignored.
+    /// Frees the sequence's row and blocks now; unknown ids are ignored.
     fn release(&mut self, id: SeqId);
     fn rows(&self) -> usize;
+    /// KV blocks held by sequences and the pool's size; for a contiguous cache, rows.
+    fn kv_usage(&self) -> (usize, usize);
 }
 
-/// INTERIM: one sequence at a time through `Driver::generate`.
-pub struct OneRow {
-    driver: Driver<Serving>,
-    open: Option<(SeqId, Option<GenerateRequest>)>,
-    next: u64,
-}
-
-impl OneRow {
-    pub fn new(driver: Driver<Serving>) -> OneRow {
-        OneRow {
-            driver,
-            open: None,
-            next: 0,
-        }
-    }
-}
-
-impl Rows for OneRow {
+impl Rows for Driver<Serving> {
     fn open(&mut self, request: GenerateRequest) -> Result<SeqId, Admission> {
-        if self.open.is_some() {
-            return Err(Admission::NoRoom);
+        match Driver::open(self, request) {
+            Ok(id) => Ok(id),
+            Err(DriverError::NoRoom { .. }) => Err(Admission::NoRoom),
+            Err(e) => Err(Admission::Refused(e)),
         }
-        let capacity = self.driver.options().capacity;
-        if request.prompt.is_empty() {
-            return Err(Admission::Refused(DriverError::EmptyPrompt));
-        }
-        if request.prompt.len() + request.max_new > capacity {
-            return Err(Admission::Refused(DriverError::Capacity {
-                prompt: request.prompt.len(),
-                max_new: request.max_new,
-                capacity,
-            }));
-        }
-        self.next += 1;
-        let id = SeqId(self.next);
-        self.open = Some((id, Some(request)));
-        Ok(id)
     }
 
     fn advance(&mut self) -> Result<Vec<SeqEvent>, DriverError> {
-        let Some((id, request)) = &mut self.open else {
-            return Ok(Vec::new());
-        };
-        let id = *id;
-        let Some(request) = request.take() else {
-            return Ok(Vec::new());
-        };
-        let mut tokens = Vec::new();
-        let generation = self.driver.generate(request, &mut |t| {
-            tokens.push(SeqToken {
-                id: t.id,
-                text: t.text.to_owned(),
-                logprob: t.logprob.cloned(),
-            });
-            std::ops::ControlFlow::Continue(())
-        })?;
-        // The text the pieces missed: the decoder's flush at the end.
-        let streamed: String = tokens.iter().map(|t| t.text.as_str()).collect();
-        if let (Some(rest), Some(last)) = (
-            generation.text.strip_prefix(streamed.as_str()),
-            tokens.last_mut(),
-        ) {
-            last.text.push_str(rest);
-        }
-        Ok(vec![SeqEvent {
-            id,
-            tokens,
-            finish: Some(generation.finish),
-            prompt_tokens: generation.prompt_tokens,
-        }])
+        let picks = self.step()?;
+        self.commit(picks)
     }
 
     fn release(&mut self, id: SeqId) {
-        if self.open.as_ref().is_some_and(|(open, _)| *open == id) {
-            self.open = None;
-        }
+        Driver::release(self, id);
     }
 
     fn rows(&self) -> usize {
-        1
+        Driver::rows(self)
+    }
+
+    fn kv_usage(&self) -> (usize, usize) {
+        match self.layout() {
+            // The last block is the pool's scratch block, never handed out.
+            Layout::Paged { blocks, .. } => {
+                let total = blocks.saturating_sub(1);
+                (total.saturating_sub(self.free_blocks()), total)
+            }
+            Layout::Contiguous => (self.open_count(), Driver::rows(self)),
+        }
     }
 }

@@ -1,0 +1,116 @@
+//! The official `openai` Python client against the server over loopback (wgpu backend;
+//! lavapipe in CI): completions, chat, streaming with usage, stop strings, seeded sampling,
+//! models, embeddings (with all-MiniLM-L6-v2 when scripts/fetch-models.sh fetched it) and the
+//! error cases (see tests/openai_client.py).
+//!
+//! The Python interpreter is $POOT_PYTHON, else the reference venv ($POOT_CACHE/venv, made by
+//! scripts/pyenv.sh), else `python3`. Without a Vulkan adapter, or without the `openai` package,
+//! the test reports a skip.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{MODEL_ID, Server};
+
+const CONTEXT: &str = "512";
+const API_KEY: &str = "test-key";
+
+fn cache() -> PathBuf {
+    std::env::var_os("POOT_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/poot")
+        })
+}
+
+/// A Python that imports `openai`, or why there is none.
+fn python() -> Result<String, String> {
+    let candidates: Vec<String> = match std::env::var("POOT_PYTHON") {
+        Ok(p) => vec![p],
+        Err(_) => vec![
+            cache().join("venv/bin/python").display().to_string(),
+            "python3".to_owned(),
+        ],
+    };
+    for py in &candidates {
+        let ok = Command::new(py)
+            .args(["-c", "import openai"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Ok(py.clone());
+        }
+    }
+    Err(format!(
+        "none of {candidates:?} imports openai (scripts/pyenv.sh client)"
+    ))
+}
+
+#[test]
+fn the_openai_client_is_served() {
+    if !common::vulkan_or_skip("openai client") {
+        return;
+    }
+    let py = match python() {
+        Ok(py) => py,
+        Err(why) => {
+            eprintln!("SKIP openai client: {why}");
+            return;
+        }
+    };
+    let minilm = cache().join("models/all-minilm-l6-v2");
+    let mut flags = vec![
+        "--ctx-size",
+        CONTEXT,
+        "--parallel",
+        "1",
+        "--api-key",
+        API_KEY,
+    ];
+    let minilm_arg = minilm.display().to_string();
+    let embeddings = minilm.join("model.safetensors").exists();
+    if embeddings {
+        flags.extend([
+            "--embedding-model",
+            &minilm_arg,
+            "--embedding-model-name",
+            "minilm",
+            "--embedding-batch",
+            "2",
+            "--embedding-max-tokens",
+            "16",
+        ]);
+    } else {
+        eprintln!(
+            "SKIP embeddings: {} is absent (scripts/fetch-models.sh minilm)",
+            minilm.display()
+        );
+    }
+    let server = Server::start(&flags);
+    let mut cmd = Command::new(&py);
+    cmd.arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py"))
+        .args(["--base-url", &format!("{}/v1", server.url())])
+        .args([
+            "--api-key",
+            API_KEY,
+            "--model",
+            MODEL_ID,
+            "--context",
+            CONTEXT,
+        ])
+        .arg("--reference")
+        .arg(common::fixture().join("reference.json"));
+    if embeddings {
+        cmd.args(["--embedding-model", "minilm"])
+            .arg("--minilm-reference")
+            .arg(common::root().join("crates/poot-models/tests/fixtures/real/minilm.json"));
+    }
+    let out = cmd.output().unwrap();
+    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the openai client checks failed");
+}
