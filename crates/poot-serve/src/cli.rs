@@ -80,7 +80,7 @@ pub struct ServeArgs {
 
     /// Sequences decoded together (rows); further requests wait in the queue. Above 1 the KV
     /// cache is the paged pool, which needs a family that traces the paged layout.
-    #[arg(long, value_name = "N", alias = "max-num-seqs", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(long, value_name = "N", alias = "max-num-seqs", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub parallel: u32,
 
     /// Positions per KV block; the context must be a multiple of it.

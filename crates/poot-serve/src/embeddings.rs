@@ -243,11 +243,7 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         .map(|(index, v)| Embedding {
             object: "embedding",
             index,
-            embedding: if base64 {
-                Value::String(base64_f32(&v))
-            } else {
-                Value::from(v)
-            },
+            embedding: embedding_value(&v, base64),
         })
         .collect();
     Ok(axum::Json(EmbeddingResponse {
@@ -260,6 +256,15 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         },
     })
     .into_response())
+}
+
+/// A vector as the response carries it: a list of floats, or base64 of its little-endian bytes.
+fn embedding_value(v: &[f32], base64: bool) -> Value {
+    if base64 {
+        Value::String(base64_f32(v))
+    } else {
+        Value::from(v.to_vec())
+    }
 }
 
 /// Standard base64 (with padding) of the vector as little-endian f32, as OpenAI sends it.
@@ -287,7 +292,7 @@ fn base64_f32(v: &[f32]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::base64_f32;
+    use super::{base64_f32, embedding_value};
 
     #[test]
     fn base64_matches_the_standard_alphabet() {
@@ -295,5 +300,12 @@ mod tests {
         assert_eq!(base64_f32(&[1.0]), "AACAPw==");
         assert_eq!(base64_f32(&[1.0, 2.0]), "AACAPwAAAEA=");
         assert_eq!(base64_f32(&[]), "");
+    }
+
+    #[test]
+    fn floats_go_out_as_a_json_list() {
+        let v = embedding_value(&[0.5, -0.25], false);
+        assert_eq!(v, serde_json::json!([0.5, -0.25]));
+        assert_eq!(embedding_value(&[1.0], true), serde_json::json!("AACAPw=="));
     }
 }

@@ -173,6 +173,8 @@ struct Running {
     last_token: Option<Instant>,
     prompt_tokens: usize,
     generated: usize,
+    /// The prefix cache's hit was counted.
+    cache_counted: bool,
 }
 
 /// How a sequence's step went.
@@ -283,6 +285,7 @@ impl<R: Rows> Scheduler<R> {
                         last_token: None,
                         prompt_tokens,
                         generated: 0,
+                        cache_counted: false,
                     });
                 }
                 Ok(Err(Admission::NoRoom)) if self.running.is_empty() => {
@@ -355,6 +358,10 @@ impl<R: Rows> Scheduler<R> {
         let r = &mut self.running[at];
         if event.prompt_tokens > 0 {
             r.prompt_tokens = event.prompt_tokens;
+        }
+        if !r.cache_counted {
+            r.cache_counted = true;
+            metrics.cached_tokens.inc_by(event.cached_tokens as u64);
         }
         for token in event.tokens {
             if r.stop_ids.contains(&token.id) {
@@ -491,6 +498,7 @@ mod tests {
                     }],
                     finish: (*done == req.max_new).then_some(FinishReason::Length),
                     prompt_tokens: req.prompt.len(),
+                    cached_tokens: 0,
                     tail: String::new(),
                 });
             }

@@ -160,9 +160,7 @@ async fn listen(app: Arc<App>, host: &str, port: u16) -> Result<(), ServeError> 
     println!("listening on http://{addr}");
     let _ = std::io::stdout().flush();
     axum::serve(listener, http::router(app))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        .with_graceful_shutdown(shutdown())
         .await
         .map_err(|source| ServeError::Io {
             what: "serving".to_owned(),
@@ -197,6 +195,29 @@ fn layout(
         block_tokens,
         blocks: blocks + 1,
     })
+}
+
+/// Resolves on SIGINT or SIGTERM: the server stops accepting and lets open requests finish.
+async fn shutdown() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+    eprintln!("shutting down");
 }
 
 fn load(path: &Path) -> Result<Arc<ModelHandle>, ServeError> {

@@ -16,6 +16,8 @@ pub struct Metrics {
     /// Sequences that ended, by finish reason (`stop`, `length`, `abort`, `error`).
     pub finished: IntCounterVec,
     pub prompt_tokens: IntCounter,
+    /// Prompt tokens whose keys and values came from the prefix cache.
+    pub cached_tokens: IntCounter,
     pub generation_tokens: IntCounter,
     pub embedding_tokens: IntCounter,
     /// Seconds from arrival to admission into a row.
@@ -99,7 +101,11 @@ impl Metrics {
                 "Sequences that ended, by finish reason",
                 &["finished_reason"],
             )?,
-            prompt_tokens: counter("poot_prompt_tokens_total", "Prompt tokens prefilled")?,
+            prompt_tokens: counter("poot_prompt_tokens_total", "Prompt tokens admitted")?,
+            cached_tokens: counter(
+                "poot_prefix_cache_hit_tokens_total",
+                "Prompt tokens whose keys and values came from the prefix cache",
+            )?,
             generation_tokens: counter("poot_generation_tokens_total", "Tokens generated")?,
             embedding_tokens: counter("poot_embedding_tokens_total", "Tokens embedded")?,
             queue_seconds: histogram(

@@ -67,7 +67,7 @@ fn the_openai_client_is_served() {
         "--ctx-size",
         CONTEXT,
         "--parallel",
-        "1",
+        "2",
         "--api-key",
         API_KEY,
     ];

@@ -15,7 +15,7 @@ use common::{MODEL_ID, Server, write_request};
 use serde_json::{Value, json};
 
 /// Rows the server decodes together.
-const ROWS: &str = "1";
+const ROWS: &str = "4";
 
 fn reference() -> Value {
     serde_json::from_slice(&std::fs::read(common::fixture().join("reference.json")).unwrap())
