@@ -82,15 +82,26 @@ fn greedy_generation_matches_transformers_and_reads_back_only_token_ids() {
 
 #[test]
 fn the_serving_surface_admits_one_contiguous_sequence_at_a_time() {
-    let Some((handle, mut driver)) = smollm2_driver() else {
-        return;
+    let Some(exec) = executor() else { return };
+    let (handle, reference) = tiny_chat();
+    let case = &reference["greedy"][0];
+    let ids = |k: &str| -> Vec<u32> {
+        case[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect()
     };
-    let prompt = handle
-        .text()
+    let mut driver = Driver::new(Arc::clone(&handle), exec, DriverOptions::new(64, 4))
         .unwrap()
-        .encode("The capital of France is")
+        .serve(Layout::Contiguous)
+        .map_err(|r| r.1)
         .unwrap();
-    let req = GenerateRequest::new(prompt.clone(), 2, Sampler::greedy());
+    let req = GenerateRequest {
+        ignore_eos: true,
+        ..GenerateRequest::new(ids("prompt_ids"), 2, Sampler::greedy())
+    };
     let a = driver.open(req.clone()).unwrap();
     assert!(matches!(
         driver.open(req.clone()),
@@ -110,7 +121,7 @@ fn the_serving_surface_admits_one_contiguous_sequence_at_a_time() {
             finish = event.finish;
         }
     }
-    assert_eq!(tokens, vec![7042, 30]);
+    assert_eq!(tokens, ids("ids")[..2]);
     assert_eq!(finish, Some(FinishReason::Length));
     driver.release(a);
     let b = driver.open(req).unwrap();
@@ -119,33 +130,49 @@ fn the_serving_surface_admits_one_contiguous_sequence_at_a_time() {
     assert_eq!(driver.open_count(), 0);
 }
 
+/// The tiny random chat model with a trained tokenizer that poot-serve's tests use, and its
+/// greedy references from transformers.
+fn tiny_chat() -> (Arc<ModelHandle>, serde_json::Value) {
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures/tiny-chat");
+    let handle = Arc::new(
+        ModelHandle::load(&dir, &Registry::builtin().unwrap(), &LoadOptions::default()).unwrap(),
+    );
+    let reference =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+            .unwrap();
+    (handle, reference)
+}
+
 #[test]
 fn paged_rows_batch_and_reuse_a_prompt_prefix_with_the_tokens_of_one_contiguous_row() {
-    let Some(path) = real("smollm2-135m-instruct-q4_1.gguf") else {
-        return;
-    };
     let Some(exec) = executor() else { return };
-    let handle = Arc::new(
-        ModelHandle::load(
-            &path,
-            &Registry::builtin().unwrap(),
-            &LoadOptions::default(),
-        )
-        .unwrap(),
-    );
-    let options = DriverOptions::new(32, 4).with_rows(2);
+    let (handle, reference) = tiny_chat();
+    let cases: Vec<(Vec<u32>, Vec<u32>)> = reference["greedy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let ids = |k: &str| -> Vec<u32> {
+                c[k].as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap() as u32)
+                    .collect()
+            };
+            (ids("prompt_ids"), ids("ids"))
+        })
+        .collect();
+    let options = DriverOptions::new(64, 4).with_rows(2);
     let layout = Layout::Paged {
         block_tokens: 4,
-        blocks: 17,
+        blocks: 40,
     };
     let mut driver = Driver::new(Arc::clone(&handle), exec, options)
         .unwrap()
         .serve(layout)
         .map_err(|r| r.1)
         .unwrap();
-    let text = handle.text().unwrap();
-    let france = text.encode("The capital of France is").unwrap();
-    let other = text.encode("Once upon a time, in a land").unwrap();
     // Each sequence's tokens and the prompt tokens it found in the prefix cache.
     let run_all = |driver: &mut Driver, ids: &[SeqId]| {
         let mut out: Vec<(Vec<u32>, usize)> = vec![(Vec::new(), 0); ids.len()];
@@ -163,36 +190,30 @@ fn paged_rows_batch_and_reuse_a_prompt_prefix_with_the_tokens_of_one_contiguous_
         }
         out
     };
-    let a = driver
-        .open(GenerateRequest::new(france.clone(), 4, Sampler::greedy()))
-        .unwrap();
-    let b = driver
-        .open(GenerateRequest::new(other.clone(), 3, Sampler::greedy()))
-        .unwrap();
+    let request = |(prompt, want): &(Vec<u32>, Vec<u32>)| GenerateRequest {
+        ignore_eos: true,
+        ..GenerateRequest::new(prompt.clone(), want.len(), Sampler::greedy())
+    };
+    let (first, second) = (&cases[0], &cases[1]);
+    let a = driver.open(request(first)).unwrap();
+    let b = driver.open(request(second)).unwrap();
     assert!(matches!(
-        driver.open(GenerateRequest::new(france.clone(), 1, Sampler::greedy())),
+        driver.open(request(first)),
         Err(DriverError::NoRoom { .. })
     ));
+    // Two rows of different lengths batched (prefill chunks, tails and chained decode).
     let out = run_all(&mut driver, &[a, b]);
-    // transformers' greedy continuation of the first prompt, as one contiguous row gives it.
-    assert_eq!(out[0], (vec![7042, 30, 198, 198], 0));
-    assert_eq!(out[1].1, 0);
+    assert_eq!(out[0], (first.1.clone(), 0), "transformers' greedy tokens");
+    assert_eq!(out[1], (second.1.clone(), 0), "transformers' greedy tokens");
     driver.release(a);
     driver.release(b);
-    // The first prompt's full block is cached now: a repeat reuses it and agrees.
-    let c = driver
-        .open(GenerateRequest::new(france.clone(), 4, Sampler::greedy()))
-        .unwrap();
+    // Their full prompt blocks are cached now: a repeat reuses them and agrees.
+    let c = driver.open(request(second)).unwrap();
     let again = run_all(&mut driver, &[c]);
-    assert_eq!(again[0], (out[0].0.clone(), 4));
+    let full_blocks = (second.0.len() - 1) / 4 * 4;
+    assert_eq!(again[0], (second.1.clone(), full_blocks));
+    assert!(full_blocks > 0);
     driver.release(c);
-    // The second prompt alone, unbatched, gives what it gave in the batch.
-    let d = driver
-        .open(GenerateRequest::new(other, 3, Sampler::greedy()))
-        .unwrap();
-    let alone = run_all(&mut driver, &[d]);
-    assert_eq!(alone[0].0, out[1].0);
-    assert!(alone[0].1 > 0, "its prompt blocks were cached too");
 }
 
 #[test]
