@@ -100,7 +100,7 @@ pub fn run_case(exec: &mut dyn Executor, case: &Case) -> Outcome {
     };
     let run = (|| {
         let entry = exec
-            .add_entry(exe, &case.graph)
+            .add_entry(exe, &case.graph, &case.name)
             .map_err(|e| format!("add_entry: {e}"))?;
         let mut step_inputs = StepInputs::new();
         for (s, t) in &case.slots {

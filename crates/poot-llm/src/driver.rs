@@ -179,6 +179,19 @@ impl<S> Driver<S> {
     }
 }
 
+/// How an entry is named in a refusal: its program, step shape and head.
+pub fn entry_label(spec: &StepSpec, head: Option<Head>) -> String {
+    let s = &spec.shape;
+    let head = match head {
+        Some(h) => format!(", {} head", format!("{h:?}").to_lowercase()),
+        None => String::new(),
+    };
+    format!(
+        "{} (rows {}, tokens {}, capacity {}{head})",
+        spec.program, s.rows, s.tokens, s.capacity
+    )
+}
+
 impl Driver<Unprepared> {
     /// Binds `handle` to `exec`, loading its weights once.
     pub fn new(
@@ -246,12 +259,12 @@ impl Driver<Unprepared> {
 
     fn prepare(&mut self, tokens: usize, head: Head) -> Result<(), DriverError> {
         let shape = StepShape::new(1, tokens, self.options.capacity);
-        let graph = self
-            .handle
-            .model()
-            .trace(&StepSpec::step(shape), self.options.trace)?;
+        let spec = StepSpec::step(shape);
+        let graph = self.handle.model().trace(&spec, self.options.trace)?;
         let graph = append_head(graph, head, self.options.trace)?;
-        let entry = self.exec.add_entry(self.exe, &graph)?;
+        let entry = self
+            .exec
+            .add_entry(self.exe, &graph, &entry_label(&spec, Some(head)))?;
         self.entries.insert((tokens, head), entry);
         Ok(())
     }

@@ -12,7 +12,7 @@ pub mod weights;
 pub use backend::{BackendChoice, BackendError, OpenedExecutor, open_executor};
 pub use driver::{
     Driver, DriverError, DriverOptions, FinishReason, GenerateRequest, Generation,
-    GenerationControl, Layout, Serving, Unprepared,
+    GenerationControl, Layout, Serving, Unprepared, entry_label,
 };
 pub use encoders::{EncoderError, SentenceEncoder};
 pub use handle::{HandleError, LoadOptions, ModelHandle};

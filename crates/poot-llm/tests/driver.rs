@@ -161,7 +161,7 @@ fn draws(exec: &mut dyn Executor, logits: &[f32], sampler: Sampler, n: u32) -> V
     let exe = exec
         .load_weights(Box::new(Logits(logits.to_vec())))
         .unwrap();
-    let entry = exec.add_entry(exe, &graph).unwrap();
+    let entry = exec.add_entry(exe, &graph, "sampling head").unwrap();
     let mut counts = vec![0usize; v];
     for seed in 0..n {
         let s = Sampler {

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
 use poot_executor::{EntryId, ExecutableId, Executor, StepInputs, StepOutputs};
 use poot_graph_ir::{Graph, Slot, TraceLimits};
-use poot_llm::{BackendChoice, HandleWeights, LoadOptions, ModelHandle, open_executor};
+use poot_llm::{
+    BackendChoice, HandleWeights, LoadOptions, ModelHandle, entry_label, open_executor,
+};
 use poot_models::test_support::family_fixtures::FIXTURES;
 use poot_models::weights::ConstData;
 use poot_models::{ModelKind, Registry, StepShape, StepSpec};
@@ -110,18 +112,20 @@ fn check_greedy(
     decode: usize,
     name: &str,
 ) {
+    let spec = |t: usize| StepSpec::step(StepShape::new(1, t, CAPACITY));
     let trace = |t: usize| {
         handle
             .model()
-            .trace(
-                &StepSpec::step(StepShape::new(1, t, CAPACITY)),
-                TraceLimits::standard(256),
-            )
+            .trace(&spec(t), TraceLimits::standard(256))
             .unwrap()
     };
     let (prefill_graph, decode_graph) = (trace(prompt.len()), trace(1));
-    let prefill = exec.add_entry(exe, &prefill_graph).unwrap();
-    let step = exec.add_entry(exe, &decode_graph).unwrap();
+    let prefill = exec
+        .add_entry(exe, &prefill_graph, &entry_label(&spec(prompt.len()), None))
+        .unwrap();
+    let step = exec
+        .add_entry(exe, &decode_graph, &entry_label(&spec(1), None))
+        .unwrap();
     exec.reset_state(step).unwrap();
     let mut oracle = Oracle {
         handle,
@@ -169,7 +173,9 @@ fn every_fixture_family_matches_the_oracle_on_wgpu() {
                     .model()
                     .trace(&StepSpec::encode(1, 6), TraceLimits::standard(256))
                     .unwrap();
-                let entry = exec.add_entry(exe, &graph).unwrap();
+                let entry = exec
+                    .add_entry(exe, &graph, "encode (rows 1, tokens 6)")
+                    .unwrap();
                 let ids = [2, 40, 41, 42, 43, 3];
                 let mut inputs = StepInputs::new();
                 inputs.set_i32(Slot::Token, &ids);
