@@ -2,10 +2,11 @@
 //! executable, shares carried state between an executable's entries, records each entry once
 //! and replays it per step with fresh slot contents.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use poot_graph_ir::{Graph, Slot};
-use poot_graph_plan::{BufferRole, Plan, Target, compile};
+use poot_graph_plan::{BufferRole, Plan, Target, compile_entry};
 
 use crate::chain::{ChainFeed, feed_grid, layout};
 use crate::device::{Device, Launch};
@@ -19,8 +20,8 @@ use crate::executor::{
 enum Home {
     /// The entry's own allocation (slots, scratch, tables).
     Own(usize),
-    /// An executable weight, by constant name.
-    Weight(String),
+    /// An executable weight buffer (a whole constant or a row chunk), by index.
+    Weight(usize),
     /// An executable state, by state name.
     State(String),
 }
@@ -29,6 +30,8 @@ struct Entry<D: Device> {
     executable: ExecutableId,
     plan: Plan,
     own: Vec<D::Buffer>,
+    /// Bytes of `own`.
+    own_bytes: u64,
     homes: Vec<Home>,
     recording: D::Recording,
     kernels: Vec<D::Kernel>,
@@ -37,11 +40,18 @@ struct Entry<D: Device> {
 }
 
 struct Executable<D: Device> {
-    /// Each constant's buffer, by name: an index into `buffers`, shared by constants whose
-    /// stored bytes are the same (a tied embedding and head).
+    /// Each constant uploaded whole, by name: an index into `buffers`.
     weights: HashMap<String, usize>,
+    /// Row chunks of constants too large for one buffer, uploaded when an entry first binds
+    /// them: (name, offset, length) to an index into `buffers`.
+    parts: HashMap<(String, u64, u64), usize>,
+    /// Uploaded bytes by identity (address and length of borrowed stored bytes): constants that
+    /// borrow the same bytes (a tied embedding and head, and their chunks) share one buffer.
+    by_bytes: HashMap<(usize, usize), usize>,
     buffers: Vec<D::Buffer>,
     states: HashMap<String, (D::Buffer, u64)>,
+    /// Bytes of `buffers` and `states`.
+    held_bytes: u64,
     source: Box<dyn ConstSource>,
 }
 
@@ -129,61 +139,84 @@ impl<D: Device> Executor for Engine<D> {
         self.check_poison()?;
         let mut weights = HashMap::new();
         let mut buffers = Vec::new();
-        // Constants that borrow the same stored bytes share one buffer.
         let mut by_bytes: HashMap<(usize, usize), usize> = HashMap::new();
-        for name in source.names() {
-            let data = source
-                .bytes(&name)
-                .ok_or_else(|| ExecError::UnboundConst { name: name.clone() })?;
-            let bytes: &[u8] = match &data {
-                ConstBytes::Stored(b) => b,
-                ConstBytes::F32(v) => bytemuck::cast_slice(v),
-            };
-            let key = (bytes.as_ptr() as usize, bytes.len());
-            let shared = match &data {
-                ConstBytes::Stored(std::borrow::Cow::Borrowed(_))
-                | ConstBytes::F32(std::borrow::Cow::Borrowed(_)) => by_bytes.get(&key).copied(),
-                ConstBytes::Stored(std::borrow::Cow::Owned(_))
-                | ConstBytes::F32(std::borrow::Cow::Owned(_)) => None,
-            };
-            if let Some(i) = shared {
-                weights.insert(name, i);
-                continue;
+        let mut held_bytes = 0u64;
+        {
+            // Constants too large for one buffer wait for an entry to bind their row chunks.
+            let limit = self.target.limits.max_buffer_bytes;
+            let mut whole = Vec::new();
+            let mut needed_bytes = 0u64;
+            let mut seen = std::collections::HashSet::new();
+            for name in source.names() {
+                let data = source
+                    .bytes(&name)
+                    .ok_or_else(|| ExecError::UnboundConst { name: name.clone() })?;
+                let (bytes, borrowed) = const_bytes(&data);
+                let size = word_bytes(bytes.len() as u64);
+                if size > limit {
+                    continue;
+                }
+                if !borrowed || seen.insert((bytes.as_ptr() as usize, bytes.len())) {
+                    needed_bytes = needed_bytes.saturating_add(size);
+                }
+                whole.push((name, data));
             }
-            let size = (bytes.len() as u64).div_ceil(4) * 4;
-            let buf = self.device.alloc(size.max(4)).map_err(|e| self.fail(e))?;
-            self.device
-                .write(&buf, 0, bytes)
-                .map_err(|e| self.fail(e))?;
-            self.stats.weight_bytes += size;
-            buffers.push(buf);
-            by_bytes.insert(key, buffers.len() - 1);
-            weights.insert(name, buffers.len() - 1);
+            self.check_memory("weights", needed_bytes)?;
+            for (name, data) in whole {
+                let (bytes, borrowed) = const_bytes(&data);
+                let key = (bytes.as_ptr() as usize, bytes.len());
+                if let Some(&i) = by_bytes.get(&key).filter(|_| borrowed) {
+                    weights.insert(name, i);
+                    continue;
+                }
+                let (buf, size) = self.upload(bytes)?;
+                held_bytes += size;
+                buffers.push(buf);
+                if borrowed {
+                    by_bytes.insert(key, buffers.len() - 1);
+                }
+                weights.insert(name, buffers.len() - 1);
+            }
         }
         self.executables.push(Some(Executable {
             weights,
+            parts: HashMap::new(),
+            by_bytes,
             buffers,
             states: HashMap::new(),
+            held_bytes,
             source,
         }));
         Ok(ExecutableId(self.executables.len() - 1))
     }
 
-    fn add_entry(&mut self, executable: ExecutableId, graph: &Graph) -> Result<EntryId, ExecError> {
+    fn add_entry(
+        &mut self,
+        executable: ExecutableId,
+        graph: &Graph,
+        label: &str,
+    ) -> Result<EntryId, ExecError> {
         self.check_poison()?;
         self.executable(executable)?;
-        let plan = compile(graph, &self.target)?;
+        let plan = compile_entry(graph, &self.target, label)?;
+        self.check_memory(label, self.new_bytes(executable, &plan)?)?;
         let mut own = Vec::new();
+        let mut own_bytes = 0u64;
         let mut homes = Vec::with_capacity(plan.buffers.len());
         for b in &plan.buffers {
             let home = match &b.role {
                 BufferRole::Const { name } => {
                     let exe = self.executable(executable)?;
-                    if !exe.weights.contains_key(name) {
-                        return Err(ExecError::UnboundConst { name: name.clone() });
+                    match exe.weights.get(name) {
+                        Some(&i) => Home::Weight(i),
+                        None => return Err(ExecError::UnboundConst { name: name.clone() }),
                     }
-                    Home::Weight(name.clone())
                 }
+                BufferRole::ConstPart {
+                    name,
+                    offset_bytes,
+                    len_bytes,
+                } => Home::Weight(self.upload_part(executable, name, *offset_bytes, *len_bytes)?),
                 BufferRole::State { name } => {
                     let exists = self
                         .executable(executable)?
@@ -204,6 +237,7 @@ impl<D: Device> Executor for Engine<D> {
                             self.stats.state_bytes += b.size_bytes;
                             if let Some(Some(exe)) = self.executables.get_mut(executable.0) {
                                 exe.states.insert(name.clone(), (buf, b.size_bytes));
+                                exe.held_bytes += b.size_bytes;
                             }
                         }
                     }
@@ -215,12 +249,14 @@ impl<D: Device> Executor for Engine<D> {
                         .write(&buf, 0, bytemuck::cast_slice(words))
                         .map_err(|e| self.fail(e))?;
                     own.push(buf);
+                    own_bytes += b.size_bytes;
                     Home::Own(own.len() - 1)
                 }
                 BufferRole::Slot { .. } | BufferRole::Scratch => {
                     let buf = self.device.alloc(b.size_bytes).map_err(|e| self.fail(e))?;
                     self.stats.scratch_bytes += b.size_bytes;
                     own.push(buf);
+                    own_bytes += b.size_bytes;
                     Home::Own(own.len() - 1)
                 }
             };
@@ -262,6 +298,7 @@ impl<D: Device> Executor for Engine<D> {
             executable,
             plan,
             own,
+            own_bytes,
             homes,
             recording,
             kernels,
@@ -576,6 +613,143 @@ impl<D: Device> Engine<D> {
         Ok(())
     }
 
+    /// Copies `bytes` into a new buffer of whole words; returns it and its size.
+    fn upload(&mut self, bytes: &[u8]) -> Result<(D::Buffer, u64), ExecError> {
+        let size = word_bytes(bytes.len() as u64);
+        let buf = self.device.alloc(size).map_err(|e| self.fail(e))?;
+        self.device
+            .write(&buf, 0, bytes)
+            .map_err(|e| self.fail(e))?;
+        self.stats.weight_bytes += size;
+        Ok((buf, size))
+    }
+
+    /// The buffer holding `len_bytes` of constant `name` from `offset_bytes`, uploaded on first
+    /// use straight from the source's bytes and shared with any constant that borrows the same
+    /// bytes.
+    fn upload_part(
+        &mut self,
+        executable: ExecutableId,
+        name: &str,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<usize, ExecError> {
+        let Engine {
+            device,
+            executables,
+            stats,
+            ..
+        } = self;
+        let exe = executables
+            .get_mut(executable.0)
+            .and_then(|e| e.as_mut())
+            .ok_or(ExecError::UnknownExecutable { id: executable.0 })?;
+        let key = (name.to_string(), offset_bytes, len_bytes);
+        if let Some(&i) = exe.parts.get(&key) {
+            return Ok(i);
+        }
+        let data = exe
+            .source
+            .bytes(name)
+            .ok_or_else(|| ExecError::UnboundConst {
+                name: name.to_string(),
+            })?;
+        let (bytes, borrowed) = const_bytes(&data);
+        let range = usize::try_from(offset_bytes)
+            .ok()
+            .zip(usize::try_from(offset_bytes.saturating_add(len_bytes)).ok())
+            .filter(|&(_, end)| end <= bytes.len());
+        let Some((start, end)) = range else {
+            return Err(ExecError::ConstRange {
+                name: name.to_string(),
+                offset_bytes,
+                len_bytes,
+                size_bytes: bytes.len() as u64,
+            });
+        };
+        let part = &bytes[start..end];
+        let id = (part.as_ptr() as usize, part.len());
+        if let Some(&i) = exe.by_bytes.get(&id).filter(|_| borrowed) {
+            exe.parts.insert(key, i);
+            return Ok(i);
+        }
+        let size = word_bytes(part.len() as u64);
+        let uploaded = device
+            .alloc(size)
+            .and_then(|buf| device.write(&buf, 0, part).map(|()| buf));
+        drop(data);
+        let buf = match uploaded {
+            Ok(buf) => buf,
+            Err(e) => return Err(self.fail(e)),
+        };
+        stats.weight_bytes += size;
+        exe.buffers.push(buf);
+        exe.held_bytes += size;
+        let i = exe.buffers.len() - 1;
+        if borrowed {
+            exe.by_bytes.insert(id, i);
+        }
+        exe.parts.insert(key, i);
+        Ok(i)
+    }
+
+    /// Bytes `plan` would newly allocate for `executable`: its own buffers, states the
+    /// executable does not hold yet, and constant chunks not uploaded yet.
+    fn new_bytes(&self, executable: ExecutableId, plan: &Plan) -> Result<u64, ExecError> {
+        let exe = self.executable(executable)?;
+        let mut parts = std::collections::HashSet::new();
+        let mut bytes = 0u64;
+        for b in &plan.buffers {
+            let new = match &b.role {
+                BufferRole::Const { .. } => false,
+                BufferRole::ConstPart {
+                    name,
+                    offset_bytes,
+                    len_bytes,
+                } => {
+                    let key = (name.clone(), *offset_bytes, *len_bytes);
+                    !exe.parts.contains_key(&key) && parts.insert(key)
+                }
+                BufferRole::State { name } => !exe.states.contains_key(name),
+                BufferRole::Table { .. } | BufferRole::Slot { .. } | BufferRole::Scratch => true,
+            };
+            if new {
+                bytes = bytes.saturating_add(b.size_bytes);
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// Bytes held on the device: every executable's weights and states, every entry's buffers.
+    fn held_bytes(&self) -> u64 {
+        let exes: u64 = self
+            .executables
+            .iter()
+            .flatten()
+            .map(|e| e.held_bytes)
+            .sum();
+        let entries: u64 = self.entries.iter().flatten().map(|e| e.own_bytes).sum();
+        exes + entries
+    }
+
+    /// Refuses `needed_bytes` more (for `what`: weights, or an entry's label) when they would
+    /// take the device past its memory, before anything is allocated.
+    fn check_memory(&self, what: &str, needed_bytes: u64) -> Result<(), ExecError> {
+        let Some(memory_bytes) = self.target.limits.memory_bytes else {
+            return Ok(());
+        };
+        let held_bytes = self.held_bytes();
+        if held_bytes.saturating_add(needed_bytes) <= memory_bytes {
+            return Ok(());
+        }
+        Err(ExecError::OutOfMemory {
+            what: what.to_string(),
+            needed_bytes,
+            held_bytes,
+            memory_bytes,
+        })
+    }
+
     /// A failure after the step replayed: the entry's executable needs a full state reset.
     fn fail_entry(&mut self, id: EntryId, e: crate::error::DeviceError) -> ExecError {
         if let Some(Some(entry)) = self.entries.get(id.0) {
@@ -618,11 +792,9 @@ fn resolve<'a, D: Device>(
         Some(Home::Own(j)) => own.get(*j).ok_or(ExecError::Internal {
             what: "own buffer index",
         }),
-        Some(Home::Weight(name)) => exe
-            .weights
-            .get(name)
-            .and_then(|&i| exe.buffers.get(i))
-            .ok_or_else(|| ExecError::UnboundConst { name: name.clone() }),
+        Some(Home::Weight(j)) => exe.buffers.get(*j).ok_or(ExecError::Internal {
+            what: "weight buffer index",
+        }),
         Some(Home::State(name)) => exe
             .states
             .get(name)
@@ -632,4 +804,20 @@ fn resolve<'a, D: Device>(
             what: "plan buffer index",
         }),
     }
+}
+
+/// A constant's bytes, and whether they are borrowed from the store (so their address
+/// identifies them).
+fn const_bytes<'a>(data: &'a ConstBytes<'_>) -> (&'a [u8], bool) {
+    match data {
+        ConstBytes::Stored(Cow::Borrowed(b)) => (b, true),
+        ConstBytes::Stored(Cow::Owned(b)) => (b, false),
+        ConstBytes::F32(Cow::Borrowed(v)) => (bytemuck::cast_slice(v), true),
+        ConstBytes::F32(Cow::Owned(v)) => (bytemuck::cast_slice(v), false),
+    }
+}
+
+/// A buffer's size for `bytes`: whole words, at least one.
+fn word_bytes(bytes: u64) -> u64 {
+    bytes.div_ceil(4).max(1) * 4
 }

@@ -96,6 +96,29 @@ pub enum ExecError {
         expected_bytes: u64,
         got_bytes: u64,
     },
+    /// A constant chunk a plan binds lies outside the constant's bytes (the graph's constant
+    /// type does not match the bytes the source holds for it).
+    #[error(
+        "constant `{name}` has {size_bytes} B; a plan binds {len_bytes} B of it from offset {offset_bytes}"
+    )]
+    ConstRange {
+        name: String,
+        offset_bytes: u64,
+        len_bytes: u64,
+        size_bytes: u64,
+    },
+    /// Allocating `what` (the weights, or an entry by its label) would take the device past its
+    /// memory; nothing was allocated. Unload an executable or remove entries first, or plan a
+    /// smaller step.
+    #[error(
+        "{what}: needs {needed_bytes} B more of device memory; {held_bytes} B are held and the device has {memory_bytes} B"
+    )]
+    OutOfMemory {
+        what: String,
+        needed_bytes: u64,
+        held_bytes: u64,
+        memory_bytes: u64,
+    },
     /// An engine invariant failed (a bug), reported instead of panicking.
     #[error("executor invariant failed: {what}")]
     Internal { what: &'static str },

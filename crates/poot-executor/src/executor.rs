@@ -118,10 +118,17 @@ pub struct ChainId(pub usize);
 pub trait Executor {
     /// The target entries are planned for.
     fn target(&self) -> &Target;
-    /// Uploads a model's constants once, as one executable.
+    /// Uploads a model's constants once, as one executable. A constant too large for one
+    /// buffer of the target is uploaded as the row chunks the first entry that reads it binds.
     fn load_weights(&mut self, source: Box<dyn ConstSource>) -> Result<ExecutableId, ExecError>;
-    /// Plans, compiles and records one step shape of an executable.
-    fn add_entry(&mut self, executable: ExecutableId, graph: &Graph) -> Result<EntryId, ExecError>;
+    /// Plans, compiles and records one step shape of an executable. `label` names the entry
+    /// (its program and step shape) in a refusal.
+    fn add_entry(
+        &mut self,
+        executable: ExecutableId,
+        graph: &Graph,
+        label: &str,
+    ) -> Result<EntryId, ExecError>;
     /// Writes the slots, replays the entry, and reads its outputs back.
     fn step(
         &mut self,

@@ -37,6 +37,7 @@ impl DeviceLimits {
                 max_shared_bytes: self.max_shared_bytes,
                 max_bindings: self.max_bindings,
                 subgroup_size: self.subgroup_sizes.1,
+                memory_bytes: self.memory_bytes,
             },
         }
     }

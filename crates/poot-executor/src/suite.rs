@@ -100,7 +100,7 @@ pub fn run_case(exec: &mut dyn Executor, case: &Case) -> Outcome {
     };
     let run = (|| {
         let entry = exec
-            .add_entry(exe, &case.graph)
+            .add_entry(exe, &case.graph, &case.name)
             .map_err(|e| format!("add_entry: {e}"))?;
         let mut step_inputs = StepInputs::new();
         for (s, t) in &case.slots {
@@ -710,6 +710,85 @@ fn contraction_cases() -> Vec<Case> {
     let y = c.b.indexed_matmul(x, experts, ids).expect("imm");
     cases.push(c.finish("indexed matmul (per-row expert)", Outputs::new(y), SUMS));
     cases
+}
+
+/// The single-buffer limit the split cases run under (see [`run_split`]).
+pub const SPLIT_LIMIT_BYTES: u64 = 8192;
+
+/// Tables larger than [`SPLIT_LIMIT_BYTES`], read by a contraction (a head) and a row gather (an
+/// embedding) with indices on both sides of every chunk boundary: the planner splits each into
+/// row chunks that the engine uploads from byte ranges of the stored bytes.
+pub fn split_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    // (format, rows, k, gathered rows): equal chunks of 100 (Q8_0, 6800 B), 32 (Q4_K, 4608 B)
+    // and 100 rows (f16, 8000 B).
+    let tables = [
+        (
+            DType::Packed(GgmlType::Q8_0),
+            300,
+            64,
+            vec![0, 99, 100, 199, 200, 299, 7],
+        ),
+        (
+            DType::Packed(GgmlType::Q4_K),
+            64,
+            256,
+            vec![0, 31, 32, 63, 5, 40, 20],
+        ),
+        (DType::F16, 200, 40, vec![0, 99, 100, 199, 50, 150, 101]),
+    ];
+    for (i, (dtype, rows, k, ids)) in tables.into_iter().enumerate() {
+        let mut c = CaseBuilder::new(70 + i as u64);
+        let w = match dtype {
+            DType::Packed(format) => c.packed("w", format, rows, k),
+            d => c.half("w", &[rows, k], d),
+        };
+        let x = c.f32("x", &[2, k]);
+        let y = ops::linear(&c.b, x, w, None).expect("linear");
+        let n = ids.len();
+        let ids = c.slot_i32(Slot::Token, ids, &[n]);
+        let got = ops::embed(&c.b, w, ids).expect("embed");
+        cases.push(c.finish(
+            &format!("{dtype} {rows}x{k} table split: linear and row gather"),
+            Outputs::new(y).and(got),
+            SUMS,
+        ));
+    }
+    cases
+}
+
+/// Runs the split cases on `exec`, whose target's single-buffer limit must be
+/// [`SPLIT_LIMIT_BYTES`]; a case whose plan binds no chunk fails.
+pub fn run_split(exec: &mut dyn Executor) -> Vec<Outcome> {
+    let mut outcomes = Vec::new();
+    for case in split_cases() {
+        let split = poot_graph_plan::compile(&case.graph, exec.target()).map(|p| {
+            p.buffers
+                .iter()
+                .filter(|b| matches!(b.role, poot_graph_plan::BufferRole::ConstPart { .. }))
+                .count()
+        });
+        let o = match split {
+            Ok(0) => Outcome {
+                name: case.name.clone(),
+                passed: false,
+                detail: "no constant was split".into(),
+            },
+            _ => run_case(exec, &case),
+        };
+        println!(
+            "{} {}{}",
+            if o.passed { "PASS" } else { "FAIL" },
+            o.name,
+            if o.detail.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", o.detail)
+            }
+        );
+        outcomes.push(o);
+    }
+    outcomes
 }
 
 /// Every case of the suite.

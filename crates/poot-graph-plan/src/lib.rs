@@ -1,12 +1,15 @@
 //! The planner: lowers a poot graph to kernel descriptions for a target, with every buffer
 //! planned, or refuses with a typed error naming the op or constant and the limit it breaks.
 //!
-//! [`compile`] is the one entry point. A plan is a list of kernels (each described once in
+//! [`compile`] is the one entry point ([`compile_entry`] is the same, naming the entry in a
+//! refusal). Constants too large for one buffer are first split into row chunks
+//! ([`legalize`]). A plan is a list of kernels (each described once in
 //! [`kernel::ir`] and rendered per backend), the buffers they bind (inputs, and intermediates
 //! packed into reused scratch buffers at fixed addresses), and the dispatch list one step
 //! replays.
 
 pub mod kernel;
+pub mod legalize;
 pub mod lower;
 pub mod plan;
 pub mod refusal;
@@ -14,12 +17,47 @@ pub mod target;
 
 use poot_graph_ir::Graph;
 
-pub use plan::{BufferDecl, BufferId, BufferRole, DeviceWords, Dispatch, HostValue, Plan};
+pub use plan::{
+    BufferDecl, BufferId, BufferRole, DeviceWords, Dispatch, HostValue, MemoryUse, Plan,
+};
 pub use refusal::PlanError;
 pub use target::{Backend, Target, TargetLimits};
 
-/// Plans `graph` for `target`.
+/// Plans `graph` for `target`: splits constants too large for one buffer into row chunks,
+/// lowers, and refuses a plan whose buffers exceed the device's memory.
 pub fn compile(graph: &Graph, target: &Target) -> Result<Plan, PlanError> {
     graph.validate()?;
-    lower::lower(graph, target)
+    let legal = legalize::split_large_constants(graph, target)?;
+    let mut plan = lower::lower(&legal.graph, target)?;
+    legalize::bind_chunks(&mut plan, &legal.chunks);
+    check_memory(&plan, target)?;
+    Ok(plan)
+}
+
+/// [`compile`] for one entry of an executor: a refusal names the entry (`entry` says which step
+/// shape or caller label it is).
+pub fn compile_entry(graph: &Graph, target: &Target, entry: &str) -> Result<Plan, PlanError> {
+    compile(graph, target).map_err(|source| PlanError::InEntry {
+        entry: entry.to_string(),
+        source: Box::new(source),
+    })
+}
+
+fn check_memory(plan: &Plan, target: &Target) -> Result<(), PlanError> {
+    let Some(memory_bytes) = target.limits.memory_bytes else {
+        return Ok(());
+    };
+    let m = plan.memory();
+    if m.total_bytes() <= memory_bytes {
+        return Ok(());
+    }
+    Err(PlanError::OutOfMemory {
+        backend: target.backend,
+        needed_bytes: m.total_bytes(),
+        weight_bytes: m.weight_bytes,
+        state_bytes: m.state_bytes,
+        slot_bytes: m.slot_bytes,
+        scratch_bytes: m.scratch_bytes,
+        memory_bytes,
+    })
 }

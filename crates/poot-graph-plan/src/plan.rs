@@ -14,6 +14,13 @@ pub struct BufferId(pub u32);
 pub enum BufferRole {
     /// A constant, uploaded once as stored (`bytes` of the named weight or table).
     Const { name: String },
+    /// A row chunk of a constant too large for one buffer: `len_bytes` of the named constant's
+    /// stored bytes from `offset_bytes` (see [`crate::legalize`]).
+    ConstPart {
+        name: String,
+        offset_bytes: u64,
+        len_bytes: u64,
+    },
     /// A constant the planner made (a codebook table), with its words.
     Table { words: Vec<u32> },
     /// A per-step input the host rewrites before each step.
@@ -91,6 +98,25 @@ pub struct Plan {
     pub outputs: Vec<HostValue>,
 }
 
+/// Device memory a plan's buffers take, by what they hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Constants (whole and chunks) and the planner's codebook tables.
+    pub weight_bytes: u64,
+    pub state_bytes: u64,
+    pub slot_bytes: u64,
+    pub scratch_bytes: u64,
+}
+
+impl MemoryUse {
+    pub fn total_bytes(&self) -> u64 {
+        self.weight_bytes
+            .saturating_add(self.state_bytes)
+            .saturating_add(self.slot_bytes)
+            .saturating_add(self.scratch_bytes)
+    }
+}
+
 impl Plan {
     /// Bytes of intermediates the step needs.
     pub fn scratch_bytes(&self) -> u64 {
@@ -99,5 +125,23 @@ impl Plan {
             .filter(|b| b.role == BufferRole::Scratch)
             .map(|b| b.size_bytes)
             .sum()
+    }
+
+    /// The memory every buffer of the plan takes. Each constant name counts once, so two names
+    /// an executor backs with the same bytes (a tied embedding and head) count twice.
+    pub fn memory(&self) -> MemoryUse {
+        let mut m = MemoryUse::default();
+        for b in &self.buffers {
+            let sum = match b.role {
+                BufferRole::Const { .. }
+                | BufferRole::ConstPart { .. }
+                | BufferRole::Table { .. } => &mut m.weight_bytes,
+                BufferRole::State { .. } => &mut m.state_bytes,
+                BufferRole::Slot { .. } => &mut m.slot_bytes,
+                BufferRole::Scratch => &mut m.scratch_bytes,
+            };
+            *sum = sum.saturating_add(b.size_bytes);
+        }
+        m
     }
 }

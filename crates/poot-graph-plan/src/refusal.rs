@@ -8,6 +8,50 @@ use crate::target::Backend;
 
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum PlanError {
+    /// A refusal while planning one entry: which entry (its step shape or label), and why.
+    #[error("{entry}: {source}")]
+    InEntry {
+        entry: String,
+        source: Box<PlanError>,
+    },
+    /// A constant too large for one buffer whose rows are each too large as well, so splitting
+    /// it by rows cannot help. A device with a larger buffer limit may plan it.
+    #[error(
+        "{backend}: constant `{name}` has rows of {row_bytes} bytes, more than the device's single-buffer limit of {limit_bytes}; a row is the smallest piece it splits into"
+    )]
+    ConstantRowTooLarge {
+        backend: Backend,
+        name: String,
+        row_bytes: u64,
+        limit_bytes: u64,
+    },
+    /// A constant too large for one buffer that a reader does not read by rows, so it cannot be
+    /// split into row chunks.
+    #[error(
+        "{backend}: constant `{name}` needs a buffer of {needed_bytes} bytes (the device's single-buffer limit is {limit_bytes}) and cannot be split into row chunks: {reader} ({reason})"
+    )]
+    ConstantNotRowSplittable {
+        backend: Backend,
+        name: String,
+        needed_bytes: u64,
+        limit_bytes: u64,
+        reader: String,
+        reason: &'static str,
+    },
+    /// The plan's buffers together exceed the device's memory. A shorter context (smaller KV
+    /// state), fewer tokens per step or a smaller weight format may fit.
+    #[error(
+        "{backend}: the step needs {needed_bytes} bytes of device memory (weights {weight_bytes}, state {state_bytes}, slots {slot_bytes}, scratch {scratch_bytes}); the device has {memory_bytes}"
+    )]
+    OutOfMemory {
+        backend: Backend,
+        needed_bytes: u64,
+        weight_bytes: u64,
+        state_bytes: u64,
+        slot_bytes: u64,
+        scratch_bytes: u64,
+        memory_bytes: u64,
+    },
     /// A constant too large for one buffer of the target.
     #[error(
         "{backend}: constant `{name}` needs a buffer of {needed_bytes} bytes (the device's single-buffer limit is {limit_bytes})"
@@ -59,4 +103,14 @@ pub enum PlanError {
     /// The planner built a malformed kernel (a planner bug).
     #[error(transparent)]
     Kernel(#[from] KernelError),
+}
+
+impl PlanError {
+    /// The refusal itself, without the entry it was raised in.
+    pub fn root(&self) -> &PlanError {
+        match self {
+            PlanError::InEntry { source, .. } => source.root(),
+            e => e,
+        }
+    }
 }

@@ -41,6 +41,8 @@ pub struct TargetLimits {
     /// Storage buffers one kernel may bind.
     pub max_bindings: u32,
     pub subgroup_size: u32,
+    /// Device memory a plan's buffers may take in all, when known.
+    pub memory_bytes: Option<u64>,
 }
 
 /// A backend and its device's limits.
@@ -51,7 +53,7 @@ pub struct Target {
 }
 
 impl Target {
-    /// An NVIDIA data-center GPU (H100/H200 class).
+    /// An NVIDIA data-center GPU (H200 class).
     pub fn ptx_preset() -> Target {
         Target {
             backend: Backend::Ptx,
@@ -63,6 +65,8 @@ impl Target {
                 max_shared_bytes: 48 << 10,
                 max_bindings: u32::MAX,
                 subgroup_size: 32,
+                // What an H200 reports as usable (of its 141 GB).
+                memory_bytes: Some(139 << 30),
             },
         }
     }
@@ -79,6 +83,8 @@ impl Target {
                 max_shared_bytes: 32 << 10,
                 max_bindings: 16,
                 subgroup_size: 32,
+                // A 16 GiB desktop card.
+                memory_bytes: Some(16 << 30),
             },
         }
     }
@@ -88,6 +94,8 @@ impl Target {
         let mut t = Target::wgpu_preset();
         t.limits.max_buffer_bytes = 128 << 20;
         t.limits.subgroup_size = 8;
+        // The one heap Mesa 22's lavapipe reports (it allocates from host memory).
+        t.limits.memory_bytes = Some(2 << 30);
         t
     }
 }

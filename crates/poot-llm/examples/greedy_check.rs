@@ -56,7 +56,10 @@ impl Runner<'_> {
             .model()
             .trace(&spec, TraceLimits::standard(4096))
             .unwrap();
-        let e = self.exec.add_entry(self.exe, &graph).unwrap();
+        let e = self
+            .exec
+            .add_entry(self.exe, &graph, &poot_llm::entry_label(&spec, None))
+            .unwrap();
         eprintln!("entry for {tokens} tokens: {} ms", t0.elapsed().as_millis());
         self.entries.insert(tokens, e);
         e

@@ -10,7 +10,7 @@ use poot_graph_ir::{Slot, TraceLimits};
 use poot_graph_plan::PlanError;
 use poot_models::{ModelKind, Registry, StepSpec};
 
-use crate::driver::DriverError;
+use crate::driver::{DriverError, entry_label};
 use crate::handle::{LoadOptions, ModelHandle};
 use crate::weights::HandleWeights;
 
@@ -93,17 +93,24 @@ impl SentenceEncoder {
             .max_positions
             .min(max_tokens.max(LENGTH_BUCKETS[0]));
         for len in LENGTH_BUCKETS.into_iter().filter(|&l| l <= limit) {
-            let graph = handle.model().trace(
-                &StepSpec::encode(rows, len),
-                TraceLimits::standard((rows * len) as u64),
-            )?;
-            match exec.add_entry(exe, &graph) {
+            let spec = StepSpec::encode(rows, len);
+            let graph = handle
+                .model()
+                .trace(&spec, TraceLimits::standard((rows * len) as u64))?;
+            match exec.add_entry(exe, &graph, &entry_label(&spec, None)) {
                 Ok(entry) => entries.push((len, entry)),
-                // A longer bucket that does not fit the device's buffers ends the prepared set;
-                // longer texts are truncated to the longest prepared length.
-                Err(ExecError::Plan(PlanError::ValueTooLarge { .. })) if !entries.is_empty() => {
+                // A longer bucket that does not fit the device's buffers or memory ends the
+                // prepared set; longer texts are truncated to the longest prepared length.
+                Err(ExecError::Plan(e))
+                    if !entries.is_empty()
+                        && matches!(
+                            e.root(),
+                            PlanError::ValueTooLarge { .. } | PlanError::OutOfMemory { .. }
+                        ) =>
+                {
                     break;
                 }
+                Err(ExecError::OutOfMemory { .. }) if !entries.is_empty() => break,
                 Err(e) => return Err(e.into()),
             }
         }

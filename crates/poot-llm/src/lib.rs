@@ -13,7 +13,7 @@ pub use backend::{BackendChoice, BackendError, OpenedExecutor, open_executor};
 pub use driver::{
     Driver, DriverError, DriverOptions, Feature, FinishReason, GenerateRequest, GeneratedToken,
     Generation, GenerationControl, Incompatible, Layout, PreparedSetLimits, SeqEvent, SeqId,
-    SeqToken, Serving, StepPicks, TokenLogprob, Unprepared,
+    SeqToken, Serving, StepPicks, TokenLogprob, Unprepared, entry_label,
 };
 pub use encoders::{EncoderError, SentenceEncoder};
 pub use handle::{HandleError, LoadOptions, ModelHandle};

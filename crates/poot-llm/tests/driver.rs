@@ -294,6 +294,62 @@ fn smollm2_driver() -> Option<(Arc<ModelHandle>, Driver)> {
     Some((handle, driver))
 }
 
+/// A refusal while preparing the driver's entries names the entry: its program, step shape and
+/// head. The llama fixture on a device whose buffers hold 128 bytes: its rows of 64 f32 cannot be
+/// split small enough.
+#[test]
+fn a_refused_entry_names_its_step() {
+    let device = match poot_wgpu_device::WgpuDevice::open(Default::default()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("SKIP: no Vulkan adapter ({e})");
+            return;
+        }
+    };
+    let mut target = poot_executor::Device::limits(&device).target(poot_graph_plan::Backend::Wgpu);
+    target.limits.max_buffer_bytes = 128;
+    let exec = Box::new(poot_executor::Engine::new(device, target));
+    let fixture = poot_models::test_support::family_fixtures::fixture("llama").unwrap();
+    let handle = Arc::new(
+        ModelHandle::load(
+            &fixture.path(),
+            &Registry::builtin().unwrap(),
+            &LoadOptions::default(),
+        )
+        .unwrap(),
+    );
+    let refused = match Driver::new(handle, exec, DriverOptions::new(32, 4))
+        .unwrap()
+        .serve(Layout::Contiguous)
+    {
+        Ok(_) => panic!("a 128-byte buffer limit was not refused"),
+        Err(r) => r.1,
+    };
+    let message = refused.to_string();
+    println!("{message}");
+    let poot_llm::DriverError::Exec(poot_executor::ExecError::Plan(
+        poot_graph_plan::PlanError::InEntry { entry, source },
+    )) = &refused
+    else {
+        panic!("{refused:?}");
+    };
+    assert_eq!(entry, "step (rows 1, tokens 4, capacity 32, greedy head)");
+    assert!(
+        matches!(
+            source.root(),
+            poot_graph_plan::PlanError::ConstantRowTooLarge {
+                limit_bytes: 128,
+                ..
+            } | poot_graph_plan::PlanError::ConstantNotRowSplittable {
+                limit_bytes: 128,
+                ..
+            }
+        ),
+        "{message}"
+    );
+    assert!(message.starts_with(entry.as_str()) && message.contains("128"));
+}
+
 /// A weight source holding one logits table.
 struct Logits(Vec<f32>);
 
@@ -326,7 +382,7 @@ fn draws(exec: &mut dyn Executor, logits: &[f32], sampler: Sampler, n: u32) -> V
     let exe = exec
         .load_weights(Box::new(Logits(logits.to_vec())))
         .unwrap();
-    let entry = exec.add_entry(exe, &graph).unwrap();
+    let entry = exec.add_entry(exe, &graph, "sampling head").unwrap();
     let mut counts = vec![0usize; v];
     for seed in 0..n {
         let s = Sampler {

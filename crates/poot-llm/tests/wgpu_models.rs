@@ -11,7 +11,9 @@ use std::sync::Arc;
 use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
 use poot_executor::{EntryId, ExecutableId, Executor, StepInputs, StepOutputs};
 use poot_graph_ir::{Graph, Slot, TraceLimits};
-use poot_llm::{BackendChoice, HandleWeights, LoadOptions, ModelHandle, open_executor};
+use poot_llm::{
+    BackendChoice, HandleWeights, LoadOptions, ModelHandle, entry_label, open_executor,
+};
 use poot_models::test_support::family_fixtures::FIXTURES;
 use poot_models::weights::ConstData;
 use poot_models::{ModelKind, Registry, StepShape, StepSpec};
@@ -101,7 +103,8 @@ fn rel_err(got: &[f32], want: &[f32]) -> f32 {
         .fold(0f32, f32::max)
 }
 
-/// Prefill `prompt` in one step, then `decode` greedy steps, on the device and the oracle.
+/// Prefill `prompt` in one step, then `decode` greedy steps, on the device and the oracle;
+/// returns the device's greedy tokens.
 fn check_greedy(
     exec: &mut dyn Executor,
     exe: ExecutableId,
@@ -109,19 +112,21 @@ fn check_greedy(
     prompt: &[i32],
     decode: usize,
     name: &str,
-) {
+) -> Vec<i32> {
+    let spec = |t: usize| StepSpec::step(StepShape::new(1, t, CAPACITY));
     let trace = |t: usize| {
         handle
             .model()
-            .trace(
-                &StepSpec::step(StepShape::new(1, t, CAPACITY)),
-                TraceLimits::standard(256),
-            )
+            .trace(&spec(t), TraceLimits::standard(256))
             .unwrap()
     };
     let (prefill_graph, decode_graph) = (trace(prompt.len()), trace(1));
-    let prefill = exec.add_entry(exe, &prefill_graph).unwrap();
-    let step = exec.add_entry(exe, &decode_graph).unwrap();
+    let prefill = exec
+        .add_entry(exe, &prefill_graph, &entry_label(&spec(prompt.len()), None))
+        .unwrap();
+    let step = exec
+        .add_entry(exe, &decode_graph, &entry_label(&spec(1), None))
+        .unwrap();
     exec.reset_state(step).unwrap();
     let mut oracle = Oracle {
         handle,
@@ -129,11 +134,13 @@ fn check_greedy(
     };
     let mut got = device_step(exec, prefill, prompt, 0);
     let mut want = oracle.step(&prefill_graph, prompt, 0);
+    let mut tokens = Vec::new();
     for i in 0..=decode {
         let err = rel_err(&got, &want);
         assert!(err <= TOLERANCE, "{name}: step {i}: relative error {err}");
         let (tg, tw) = (argmax(&got), argmax(&want));
         assert_eq!(tg, tw, "{name}: step {i}: greedy token");
+        tokens.push(tg as i32);
         if i == decode {
             break;
         }
@@ -143,6 +150,7 @@ fn check_greedy(
     }
     exec.remove_entry(prefill);
     exec.remove_entry(step);
+    tokens
 }
 
 #[test]
@@ -156,20 +164,24 @@ fn every_fixture_family_matches_the_oracle_on_wgpu() {
             .load_weights(Box::new(HandleWeights::new(Arc::clone(&handle))))
             .unwrap();
         match handle.config().kind {
-            ModelKind::Decoder => check_greedy(
-                exec.as_mut(),
-                exe,
-                &handle,
-                &[5, 17, 99, 3, 42, 7],
-                4,
-                f.family,
-            ),
+            ModelKind::Decoder => {
+                check_greedy(
+                    exec.as_mut(),
+                    exe,
+                    &handle,
+                    &[5, 17, 99, 3, 42, 7],
+                    4,
+                    f.family,
+                );
+            }
             ModelKind::Encoder => {
                 let graph = handle
                     .model()
                     .trace(&StepSpec::encode(1, 6), TraceLimits::standard(256))
                     .unwrap();
-                let entry = exec.add_entry(exe, &graph).unwrap();
+                let entry = exec
+                    .add_entry(exe, &graph, "encode (rows 1, tokens 6)")
+                    .unwrap();
                 let ids = [2, 40, 41, 42, 43, 3];
                 let mut inputs = StepInputs::new();
                 inputs.set_i32(Slot::Token, &ids);
@@ -226,21 +238,29 @@ fn every_fixture_family_matches_the_oracle_on_wgpu() {
     }
 }
 
-#[test]
-fn smollm2_generates_the_oracles_greedy_tokens_on_wgpu() {
+/// A packaged checkpoint in the model cache, or `None` after a skip line.
+fn real_checkpoint(file: &str) -> Option<PathBuf> {
     let cache = std::env::var_os("POOT_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/poot")
         });
-    let path = cache.join("models/smollm2-135m-instruct-q4_1.gguf");
+    let path = cache.join("models").join(file);
     if !path.exists() {
         eprintln!(
             "SKIP: {} not found (run scripts/fetch-models.sh)",
             path.display()
         );
-        return;
+        return None;
     }
+    Some(path)
+}
+
+#[test]
+fn smollm2_generates_the_oracles_greedy_tokens_on_wgpu() {
+    let Some(path) = real_checkpoint("smollm2-135m-instruct-q4_1.gguf") else {
+        return;
+    };
     let Some(mut exec) = executor() else { return };
     let handle = Arc::new(
         ModelHandle::load(
@@ -262,4 +282,60 @@ fn smollm2_generates_the_oracles_greedy_tokens_on_wgpu() {
         .map(|t| t as i32)
         .collect();
     check_greedy(exec.as_mut(), exe, &handle, &prompt, 3, "smollm2");
+}
+
+#[derive(serde::Deserialize)]
+struct GreedyCase {
+    prompt_ids: Vec<i32>,
+    greedy_ids: Vec<i32>,
+}
+
+#[derive(serde::Deserialize)]
+struct GreedyReference {
+    cases: Vec<GreedyCase>,
+}
+
+/// Gemma 3 270M's tied 262144 x 640 Q8_0 embedding and head (178 MB) exceed lavapipe's 128 MiB
+/// binding: the planner splits the table into row chunks and the engine uploads each from its
+/// byte range. The device matches the oracle step by step and generates `transformers`' greedy
+/// tokens (tests/fixtures/real/gemma3.json) for the committed prompt.
+#[test]
+fn gemma3_generates_the_reference_greedy_tokens_on_wgpu() {
+    let Some(path) = real_checkpoint("gemma3-270m-q4_k_m.gguf") else {
+        return;
+    };
+    let Some(mut exec) = executor() else { return };
+    let reference = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../poot-models/tests/fixtures/real/gemma3.json");
+    let r: GreedyReference =
+        serde_json::from_str(&std::fs::read_to_string(reference).unwrap()).unwrap();
+    let case = &r.cases[0];
+    let handle = Arc::new(
+        ModelHandle::load(
+            &path,
+            &Registry::builtin().unwrap(),
+            &LoadOptions::default(),
+        )
+        .unwrap(),
+    );
+    // The committed prompt is what the tokenizer makes of the reference's text.
+    let encoded: Vec<i32> = handle
+        .text()
+        .unwrap()
+        .encode("The capital of France is")
+        .unwrap()
+        .into_iter()
+        .map(|t| t as i32)
+        .collect();
+    assert_eq!(encoded, case.prompt_ids);
+    let exe = exec
+        .load_weights(Box::new(HandleWeights::new(Arc::clone(&handle))))
+        .unwrap();
+    let limit = exec.target().limits.max_buffer_bytes;
+    let tokens = check_greedy(exec.as_mut(), exe, &handle, &case.prompt_ids, 2, "gemma3");
+    println!(
+        "gemma3 on a {limit} B buffer limit: {tokens:?}, reference {:?}",
+        &case.greedy_ids[..tokens.len()]
+    );
+    assert_eq!(tokens, case.greedy_ids[..tokens.len()]);
 }

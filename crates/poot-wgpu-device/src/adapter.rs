@@ -86,6 +86,27 @@ pub(crate) fn request_device(
     })
 }
 
+/// The device-local memory the Vulkan driver reports (the sum of its device-local heaps; host
+/// memory on lavapipe), or `None` when the adapter is not a Vulkan one or reports none.
+pub(crate) fn memory_bytes(adapter: &wgpu::Adapter) -> Option<u64> {
+    // SAFETY: the hal adapter is only read, while `adapter` (which owns it) lives.
+    let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
+    let instance = hal.shared_instance().raw_instance();
+    // SAFETY: the physical device was enumerated from this instance, which is alive.
+    let props =
+        unsafe { instance.get_physical_device_memory_properties(hal.raw_physical_device()) };
+    // VK_MEMORY_HEAP_DEVICE_LOCAL_BIT
+    const DEVICE_LOCAL: u32 = 1;
+    let local: u64 = props
+        .memory_heaps
+        .iter()
+        .take(props.memory_heap_count as usize)
+        .filter(|h| h.flags.as_raw() & DEVICE_LOCAL != 0)
+        .map(|h| h.size)
+        .sum();
+    (local > 0).then_some(local)
+}
+
 /// The limits the planner plans against. A kernel binds whole buffers, so the largest buffer
 /// is also capped by the largest storage binding; one storage binding per kernel is kept for
 /// the fault word.
@@ -95,6 +116,7 @@ pub(crate) fn device_limits(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> 
         max_buffer_bytes: limits
             .max_buffer_size
             .min(limits.max_storage_buffer_binding_size),
+        // Read apart from the wgpu limits (see `memory_bytes`).
         memory_bytes: None,
         max_groups_x: limits.max_compute_workgroups_per_dimension,
         max_groups_yz: limits.max_compute_workgroups_per_dimension,

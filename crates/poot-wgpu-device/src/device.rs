@@ -70,7 +70,8 @@ impl WgpuDevice {
         let (device, queue) = adapter::request_device(&adapter)?;
         let info = adapter.get_info();
         let wgpu_limits = device.limits();
-        let limits = adapter::device_limits(&info, &wgpu_limits);
+        let mut limits = adapter::device_limits(&info, &wgpu_limits);
+        limits.memory_bytes = adapter::memory_bytes(&adapter);
 
         let health = Health::default();
         let lost = health.clone();

@@ -252,8 +252,10 @@ fn run_family(exec: &mut Engine<WgpuDevice>, family: &str, fixture: &Arc<Fixture
         .load_weights(Box::new(Weights(Arc::clone(fixture))))
         .unwrap();
     let (prefill_graph, decode_graph) = (graph(fixture, 1, PROMPT_WIDTH), graph(fixture, 2, 1));
-    let prefill = exec.add_entry(exe, &prefill_graph).unwrap();
-    let decode = exec.add_entry(exe, &decode_graph).unwrap();
+    let prefill = exec
+        .add_entry(exe, &prefill_graph, "paged prefill")
+        .unwrap();
+    let decode = exec.add_entry(exe, &decode_graph, "paged decode").unwrap();
     exec.reset_state(prefill).unwrap();
     let mut oracle = Oracle {
         fixture,
@@ -345,7 +347,9 @@ fn a_block_outside_the_pool_is_a_typed_kernel_fault() {
     let exe = exec
         .load_weights(Box::new(Weights(Arc::clone(&fixture))))
         .unwrap();
-    let entry = exec.add_entry(exe, &graph(&fixture, 2, 1)).unwrap();
+    let entry = exec
+        .add_entry(exe, &graph(&fixture, 2, 1), "paged decode")
+        .unwrap();
     exec.reset_state(entry).unwrap();
     let mut bad = row(&[5], 0, 1, &TABLE_A);
     bad.table[3] = BLOCKS as i32;

@@ -36,3 +36,31 @@ fn device_suite_matches_the_oracle() {
         failed.join("\n")
     );
 }
+
+/// Tables over a lowered single-buffer limit, split into row chunks by the planner and uploaded
+/// by the engine from byte ranges of the stored bytes, match the oracle.
+#[test]
+fn split_tables_match_the_oracle() {
+    let device = match WgpuDevice::open(WgpuOptions::default()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("SKIP: no Vulkan adapter ({e})");
+            return;
+        }
+    };
+    let mut target = device.limits().target(Backend::Wgpu);
+    target.limits.max_buffer_bytes = suite::SPLIT_LIMIT_BYTES;
+    let mut engine = Engine::new(device, target);
+    let outcomes = suite::run_split(&mut engine);
+    let failed: Vec<_> = outcomes
+        .iter()
+        .filter(|o| !o.passed)
+        .map(|o| format!("{}: {}", o.name, o.detail))
+        .collect();
+    println!(
+        "{} passed, {} failed",
+        outcomes.len() - failed.len(),
+        failed.len()
+    );
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}

@@ -127,6 +127,9 @@ fn reports_limits() {
         );
     }
     assert!(l.max_buffer_bytes >= 128 << 20);
+    println!("device memory: {:?} B", l.memory_bytes);
+    // Every Vulkan device has a device-local heap.
+    assert!(l.memory_bytes.is_some_and(|m| m >= l.max_buffer_bytes));
     assert!(l.max_buffer_bytes <= d.wgpu_limits().max_storage_buffer_binding_size);
     assert!(l.max_workgroup_threads >= 256);
     assert!(l.max_groups_x >= 65535);

@@ -7,6 +7,7 @@ mod classify;
 mod context;
 pub mod dequant;
 mod emit;
+mod fan_in;
 
 use std::collections::HashMap;
 
@@ -80,7 +81,8 @@ pub(crate) struct PlannedDispatch {
 
 /// Lowers `g` for `target`.
 pub fn lower(g: &Graph, target: &Target) -> Result<Plan, PlanError> {
-    let cls = classify(g);
+    let mut cls = classify(g);
+    fan_in::limit(g, &mut cls, target.limits.max_bindings);
     let mut l = Lowering {
         g,
         target,

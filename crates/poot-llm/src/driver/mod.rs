@@ -343,6 +343,23 @@ impl<S> Driver<S> {
     }
 }
 
+/// How an entry is named in a refusal: its program, step shape and head.
+pub fn entry_label(spec: &StepSpec, head: Option<Head>) -> String {
+    let s = &spec.shape;
+    let head = match head {
+        Some(h) => format!(", {} head", format!("{h:?}").to_lowercase()),
+        None => String::new(),
+    };
+    let layout = match s.kv {
+        KvLayout::Contiguous => String::new(),
+        KvLayout::Paged { block_tokens, .. } => format!(", paged by {block_tokens}"),
+    };
+    format!(
+        "{} (rows {}, tokens {}, capacity {}{layout}{head})",
+        spec.program, s.rows, s.tokens, s.capacity
+    )
+}
+
 impl Driver<Unprepared> {
     /// Binds `handle` to `exec`, loading its weights once.
     pub fn new(
@@ -461,12 +478,12 @@ impl Driver<Unprepared> {
                 blocks,
             });
         }
-        let graph = self
-            .handle
-            .model()
-            .trace(&StepSpec::step(shape), self.options.trace)?;
+        let spec = StepSpec::step(shape);
+        let graph = self.handle.model().trace(&spec, self.options.trace)?;
         let graph = append_head(graph, key.head, self.options.trace)?;
-        let entry = self.exec.add_entry(self.exe, &graph)?;
+        let entry = self
+            .exec
+            .add_entry(self.exe, &graph, &entry_label(&spec, Some(key.head)))?;
         self.entries.insert(key, entry);
         if key.tokens == 1 && self.options.chain > 1 {
             let mut counters = vec![ChainCounter {
