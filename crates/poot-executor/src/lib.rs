@@ -13,6 +13,7 @@ pub use device::{Device, Launch};
 pub use engine::Engine;
 pub use error::{DeviceError, ExecError};
 pub use executor::{
-    ConstBytes, ConstSource, EntryId, ExecStats, ExecutableId, Executor, StepInputs, StepOutputs,
+    ConstBytes, ConstSource, CopyBandwidth, EntryId, ExecStats, ExecutableId, Executor, StepInputs,
+    StepOutputs,
 };
 pub use limits::DeviceLimits;
