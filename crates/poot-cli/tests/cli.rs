@@ -551,8 +551,53 @@ fn synthetic_models_generate_llama_cpps_greedy_tokens() {
         assert_eq!(summary["prompt_ids"], want["prompt_ids"], "{kind}");
         assert_eq!(summary["tokens"], want["tokens"], "{kind}");
     }
+    // An untied head: a decode token reads every tensor but one row of the embedding table.
+    let model = dir.join("tiny-q4_0.gguf");
+    let o = Command::new(&python)
+        .args(["-c", SUM_WITHOUT_EMBEDDING])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want: f64 = stdout(&o).trim().parse().unwrap();
+    let o = poot(&[
+        "bench",
+        model.to_str().unwrap(),
+        "--backend",
+        "wgpu",
+        "--prompt-tokens",
+        "3",
+        "--gen-tokens",
+        "2",
+        "--repeats",
+        "1",
+        "--probe-mib",
+        "4",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: Json = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let got = r["weight_bytes_per_token"].as_f64().unwrap();
+    // Plus the rotary tables' gathered rows and nothing else.
+    assert!(got >= want && got < want + 4096.0, "{got} vs {want}");
+    // The tiny shape: 2 layers, 2 KV heads of 64.
+    assert_eq!(r["kv_elems_per_position"], 2 * 2 * 2 * 64);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// The stored bytes of every tensor of a GGUF, with one row of `token_embd.weight` in place of
+/// the whole table (gguf's own reader).
+const SUM_WITHOUT_EMBEDDING: &str = "
+import sys, gguf
+r = gguf.GGUFReader(sys.argv[1])
+total = 0
+for t in r.tensors:
+    n = int(t.n_bytes)
+    if t.name == 'token_embd.weight':
+        n //= int(t.shape[-1])
+    total += n
+print(total)
+";
 
 #[test]
 fn progress_bars_show_on_a_terminal_only() {
