@@ -30,8 +30,16 @@ def llama_rate(tests, n_prompt: int, n_gen: int, n_depth: int):
     return None
 
 
-def fmt(v, spec: str, suffix: str = "") -> str:
-    return "n/a" if v is None else format(v, spec) + suffix
+def fmt(v, suffix: str = "") -> str:
+    """A rate or percentage with the digits that matter: whole above 100, one decimal above 1,
+    three significant digits below."""
+    if v is None:
+        return "n/a"
+    if abs(v) >= 100:
+        return f"{v:.0f}{suffix}"
+    if abs(v) >= 1:
+        return f"{v:.1f}{suffix}"
+    return f"{v:.3g}{suffix}"
 
 
 def row(results: Path, name: str):
@@ -51,11 +59,10 @@ def row(results: Path, name: str):
     llama_fraction = llama_bytes * llama_decode / bw if llama_decode and bw else None
     ratio = poot["decode_tok_s"] / llama_decode if llama_decode else None
     line = (
-        f"| {name} | {poot['bytes_per_token'] / 1e6:.1f} MB | {poot['decode_tok_s']:.1f} | "
-        f"{fmt(llama_decode, '.1f')} | {fmt(ratio, '.2f')} | "
-        f"{100 * poot['bandwidth_fraction']:.1f}% | "
-        f"{fmt(None if llama_fraction is None else 100 * llama_fraction, '.1f', '%')} | "
-        f"{poot['dispatches_per_token']} | {poot['prefill_tok_s']:.0f} | {fmt(llama_prefill, '.0f')} |"
+        f"| {name} | {poot['bytes_per_token'] / 1e6:.1f} MB | {fmt(poot['decode_tok_s'])} | "
+        f"{fmt(llama_decode)} | {fmt(ratio)} | {fmt(100 * poot['bandwidth_fraction'], '%')} | "
+        f"{fmt(None if llama_fraction is None else 100 * llama_fraction, '%')} | "
+        f"{poot['dispatches_per_token']} | {fmt(poot['prefill_tok_s'])} | {fmt(llama_prefill)} |"
     )
     return line, (poot, llama_decode_d0)
 
@@ -83,7 +90,7 @@ def main() -> None:
                 f"- {name}: {poot['device']} ({poot['backend']}), copy bandwidth "
                 f"{poot['bandwidth_bytes_per_s'] / 1e9:.0f} GB/s; prompt {poot['prompt_tokens']}, "
                 f"{poot['gen_tokens']} new tokens, {poot['repeats']} repeats; poot prefill chunk "
-                f"{poot['prefill_chunk']}; llama.cpp decode at depth 0: {fmt(d0, '.1f')} tok/s"
+                f"{poot['prefill_chunk']}; llama.cpp decode at depth 0: {fmt(d0)} tok/s"
             )
     print()
     print("\n".join(notes))
