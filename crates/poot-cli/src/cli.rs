@@ -13,6 +13,8 @@ Start with a packaged checkpoint (fetched into the cache on first use):
   poot run smollm2 \"The capital of France is\"
   poot run smollm2 --chat \"Write a haiku about the sea.\"
   poot run gemma3                      # interactive chat: one line per turn, /exit ends
+  poot bench smollm2                   # prefill and decode speed, bandwidth fraction
+  poot embed minilm \"a small cat\" \"a kitten\"
 
 Any local checkpoint works too: a GGUF file, or a Hugging Face directory (config.json,
 tokenizer.json, *.safetensors).
@@ -39,6 +41,106 @@ pub enum Command {
     /// List the packaged checkpoints and whether each is in the cache; with names, fetch them.
     #[command(long_about = MODELS_LONG_ABOUT)]
     Models(ModelsArgs),
+    /// Measure prefill and decode speed, dispatches per token and the fraction of the
+    /// device's measured memory bandwidth a decode token reaches.
+    #[command(long_about = BENCH_LONG_ABOUT)]
+    Bench(BenchArgs),
+    /// Print sentence embeddings of texts with an embedding model (minilm).
+    #[command(long_about = EMBED_LONG_ABOUT)]
+    Embed(EmbedArgs),
+}
+
+const BENCH_LONG_ABOUT: &str = "\
+Measure prefill and decode speed, dispatches per token and the fraction of the device's
+measured memory bandwidth a decode token reaches.
+
+The model is loaded and compiled once. Each repeat prefills --prompt-tokens fixed token ids
+(a deterministic sequence inside the vocabulary), then decodes --gen-tokens tokens greedily,
+ignoring end-of-text tokens; one untimed run warms up first. The medians over the repeats are
+reported: prefill and decode tokens per second, milliseconds per decode token.
+
+The bandwidth is measured on the same device first: device-to-device copies of two
+--probe-mib buffers, best of several rounds, counting bytes read plus bytes written. A decode
+token must read the weights its step uses (only the gathered rows of the token embedding) and
+the KV cache at the mean context of the decode (prompt plus half the new tokens); that many
+bytes at the measured bandwidth is the floor, and the fraction reported is that floor over the
+measured time per token.";
+
+const EMBED_LONG_ABOUT: &str = "\
+Print sentence embeddings of texts with an embedding model (the packaged minilm, or a
+sentence-transformers checkpoint directory).
+
+Each text is tokenized, encoded on the device and mean-pooled over its tokens. By default the
+vectors are L2-normalized when the checkpoint's modules.json has a Normalize module, as
+sentence-transformers does; --normalize true or false overrides that. Texts longer than the
+checkpoint's max_seq_length (sentence_bert_config.json) are truncated to it.
+
+Prints one JSON array per text, one per line; with --json, one object holding them all.";
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// A GGUF file, a Hugging Face checkpoint directory, or a packaged name (smollm2, gemma3).
+    #[arg(value_name = "MODEL")]
+    pub model: String,
+
+    /// Which GPU backend runs the model: auto tries ptx (CUDA), then wgpu (Vulkan).
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+
+    /// Prompt tokens prefilled per repeat.
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
+    pub prompt_tokens: u32,
+
+    /// Tokens generated per repeat (the first comes with the prefill, so at least 2).
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(2..), allow_negative_numbers = true)]
+    pub gen_tokens: u32,
+
+    /// Timed repeats; medians are reported.
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
+    pub repeats: u32,
+
+    /// KV cache positions. Default: exactly --prompt-tokens plus --gen-tokens.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
+    pub capacity: Option<u32>,
+
+    /// Prompt tokens per prefill step. Default: at most 64, sized to prefill the prompt in
+    /// the fewest steps (as `poot run` does).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
+    pub prefill_chunk: Option<u32>,
+
+    /// Size of each of the two buffers the bandwidth probe copies between, in MiB (capped at
+    /// the device's largest buffer).
+    #[arg(long, value_name = "MIB", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
+    pub probe_mib: u32,
+
+    /// Print one JSON object with every figure (and each repeat's) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct EmbedArgs {
+    /// A sentence-transformers checkpoint directory, or a packaged name (minilm).
+    #[arg(value_name = "MODEL")]
+    pub model: String,
+
+    /// The texts to embed.
+    #[arg(value_name = "TEXT", required = true)]
+    pub texts: Vec<String>,
+
+    /// L2-normalize the vectors (true or false). Default: as the checkpoint's
+    /// sentence-transformers modules say (a Normalize module), else false.
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    pub normalize: Option<bool>,
+
+    /// Which GPU backend runs the model: auto tries ptx (CUDA), then wgpu (Vulkan).
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+
+    /// Print one JSON object (model, backend, device, dim, normalized, embeddings) instead of
+    /// one array per line.
+    #[arg(long)]
+    pub json: bool,
 }
 
 const RUN_LONG_ABOUT: &str = "\
@@ -160,6 +262,17 @@ pub enum BackendArg {
     Ptx,
     /// Any Vulkan device through wgpu.
     Wgpu,
+}
+
+impl BackendArg {
+    /// The driver's backend choice.
+    pub fn choice(self) -> poot_llm::BackendChoice {
+        match self {
+            BackendArg::Auto => poot_llm::BackendChoice::Auto,
+            BackendArg::Ptx => poot_llm::BackendChoice::Ptx,
+            BackendArg::Wgpu => poot_llm::BackendChoice::Wgpu,
+        }
+    }
 }
 
 fn finite(s: &str) -> Result<f32, String> {

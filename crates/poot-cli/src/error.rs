@@ -3,7 +3,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use poot_llm::{BackendError, DriverError, HandleError};
+use poot_llm::{BackendError, DriverError, EncoderError, HandleError};
 use poot_models::ModelError;
 use poot_text::{ChatError, TokenizerError};
 
@@ -106,6 +106,31 @@ pub enum CliError {
     /// Reading the conversation from stdin failed.
     #[error("reading stdin: {0}")]
     Stdin(io::Error),
+    /// `poot bench`'s prompt plus new tokens do not fit the model or the capacity.
+    #[error(
+        "--prompt-tokens {prompt} plus --gen-tokens {generate} need {} positions, more than {limit} ({what})",
+        prompt + generate
+    )]
+    BenchSize {
+        prompt: usize,
+        generate: usize,
+        limit: usize,
+        what: &'static str,
+    },
+    /// A benchmark run ended before its tokens (it ignores end-of-text, so this is a bug).
+    #[error("a benchmark run generated {got} of {want} tokens")]
+    BenchShort { got: usize, want: usize },
+    /// MODEL names a text-generation model where an embedding model is needed.
+    #[error(
+        "`{name}` is a text-generation model; `poot embed` needs a sentence-embedding model (packaged: {known})"
+    )]
+    NotAnEncoder { name: String, known: String },
+    /// The embedding model could not be loaded or run.
+    #[error("{0}")]
+    Encoder(#[from] EncoderError),
+    /// A checkpoint's sentence-transformers file is not valid JSON.
+    #[error("{}: {reason}", path.display())]
+    SentenceConfig { path: PathBuf, reason: String },
 }
 
 /// "cannot load PATH: why", naming the path once (most load errors name it already).

@@ -1,15 +1,19 @@
 //! `poot`: run a checkpoint from the terminal. See `poot --help`.
 
+mod bench;
 mod catalog;
 mod cli;
+mod embed;
 mod error;
 mod fetch;
 mod models;
 mod output;
+mod progress;
 mod resolve;
 mod run;
 mod sizing;
 mod status;
+mod traffic;
 
 use std::process::ExitCode;
 
@@ -28,6 +32,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args, status),
         Command::Models(args) => models::models(args, status),
+        Command::Bench(args) => bench::bench(args, status),
+        Command::Embed(args) => embed::embed(args, status),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

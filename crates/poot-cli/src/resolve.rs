@@ -10,6 +10,12 @@ use crate::status::Status;
 
 /// The checkpoint path `model` names, fetching a packaged one that is not cached yet.
 pub fn model_path(model: &str, status: &Status) -> Result<PathBuf, CliError> {
+    model_path_for(model, Purpose::Generate, status)
+}
+
+/// [`model_path`] for a command that needs a model for `purpose`: a packaged name of another
+/// purpose is refused before anything is fetched.
+pub fn model_path_for(model: &str, purpose: Purpose, status: &Status) -> Result<PathBuf, CliError> {
     let path = Path::new(model);
     if path.exists() {
         return Ok(path.to_owned());
@@ -23,15 +29,24 @@ pub fn model_path(model: &str, status: &Status) -> Result<PathBuf, CliError> {
     let Some(packaged) = catalog::find(model) else {
         return Err(CliError::UnknownModel {
             name: model.to_owned(),
-            known: catalog::names(Some(Purpose::Generate)),
+            known: catalog::names(Some(purpose)),
         });
     };
-    if packaged.purpose != Purpose::Generate {
-        return Err(CliError::NotAGenerator {
-            name: model.to_owned(),
-            kind: "sentence-embedding",
-            known: catalog::names(Some(Purpose::Generate)),
-        });
+    match (purpose, packaged.purpose) {
+        (Purpose::Generate, Purpose::Embed) => {
+            return Err(CliError::NotAGenerator {
+                name: model.to_owned(),
+                kind: "sentence-embedding",
+                known: catalog::names(Some(Purpose::Generate)),
+            });
+        }
+        (Purpose::Embed, Purpose::Generate) => {
+            return Err(CliError::NotAnEncoder {
+                name: model.to_owned(),
+                known: catalog::names(Some(Purpose::Embed)),
+            });
+        }
+        _ => {}
     }
     let cache = Cache::from_env()?;
     if cache.has(packaged) {

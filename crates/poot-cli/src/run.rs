@@ -18,6 +18,7 @@ use crate::catalog::{self, Purpose};
 use crate::cli::{BackendArg, RunArgs};
 use crate::error::CliError;
 use crate::output::{self, Answer, Format, Placement, TokenSink};
+use crate::progress::{self, Progress};
 use crate::resolve;
 use crate::sizing::{self, Sizing};
 use crate::status::Status;
@@ -109,16 +110,19 @@ pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
 }
 
 /// Loads the checkpoint at `path`.
-fn load(path: &Path, status: &Status) -> Result<Arc<ModelHandle>, CliError> {
+pub(crate) fn load(path: &Path, status: &Status) -> Result<Arc<ModelHandle>, CliError> {
     status.line(format!("loading {}", path.display()));
     let started = Instant::now();
     let registry = Registry::builtin().map_err(CliError::Registry)?;
+    let progress = Progress::new(status);
+    progress.spinner(format!("reading {}", path.display()));
     let handle = ModelHandle::load(path, &registry, &LoadOptions::default()).map_err(|source| {
         CliError::Load {
             path: PathBuf::from(path),
             source: Box::new(source),
         }
     })?;
+    progress.clear();
     let config = handle.config();
     status.line(format!(
         "loaded {} ({} layers, {} positions) in {:.1} s",
@@ -208,7 +212,8 @@ impl Session {
         };
         let started = Instant::now();
         let options = DriverOptions::new(sizing.capacity, sizing.prefill_chunk);
-        let driver = Driver::new(Arc::clone(handle), opened.executor, options)?;
+        let executor = progress::reporting(opened.executor, &status, sizing.prefill_chunk);
+        let driver = Driver::new(Arc::clone(handle), executor, options)?;
         let uploaded = started.elapsed().as_secs_f64();
         let started = Instant::now();
         let driver = driver.serve(Layout::Contiguous).map_err(|refused| {

@@ -257,3 +257,373 @@ fn json_emits_one_object_per_token_then_a_summary() {
     }
     assert!(summary["device"].is_string());
 }
+
+fn minilm() -> Option<PathBuf> {
+    let path = cache().join("models/all-minilm-l6-v2");
+    if path.is_dir() {
+        Some(path)
+    } else {
+        eprintln!(
+            "SKIP: {} not found (run `poot models minilm`)",
+            path.display()
+        );
+        None
+    }
+}
+
+/// The reference Python (scripts/pyenv.sh) when it has gguf, numpy and llama-cpp-python.
+fn reference_python() -> Option<PathBuf> {
+    let python = cache().join("venv/bin/python");
+    let ok = Command::new(&python)
+        .args(["-c", "import gguf, numpy, llama_cpp"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        Some(python)
+    } else {
+        eprintln!(
+            "SKIP: {} with gguf, numpy and llama-cpp-python not found (scripts/pyenv.sh)",
+            python.display()
+        );
+        None
+    }
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[test]
+fn help_names_bench_and_embed_with_their_flags() {
+    let help = stdout(&poot(&["--help"]));
+    assert!(help.contains("bench") && help.contains("embed"), "{help}");
+    let help = stdout(&poot(&["bench", "--help"]));
+    for flag in [
+        "--prompt-tokens",
+        "--gen-tokens",
+        "--repeats",
+        "--capacity",
+        "--backend",
+        "--json",
+        "--probe-mib",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from {help}");
+    }
+    let help = stdout(&poot(&["embed", "--help"]));
+    assert!(
+        help.contains("--normalize") && help.contains("--json"),
+        "{help}"
+    );
+}
+
+#[test]
+fn bad_bench_and_embed_arguments_are_refused_before_loading() {
+    for (flag, value) in [
+        ("--gen-tokens", "1"),
+        ("--prompt-tokens", "0"),
+        ("--repeats", "0"),
+        ("--probe-mib", "0"),
+        ("--capacity", "-4"),
+        ("--backend", "cuda"),
+    ] {
+        let o = poot(&["bench", "smollm2", flag, value]);
+        assert_one_error(&o, flag);
+        assert!(!stderr(&o).contains("loading"), "{}", stderr(&o));
+    }
+    let o = poot(&["embed", "minilm", "hi", "--normalize", "maybe"]);
+    assert_one_error(&o, "--normalize");
+    let o = poot(&["embed", "minilm"]);
+    assert_one_error(&o, "required arguments");
+    assert!(stderr(&o).contains("<TEXT>"), "{}", stderr(&o));
+    let o = poot(&["embed", "smollm2", "hi"]);
+    assert_one_error(&o, "needs a sentence-embedding model");
+    assert!(stderr(&o).contains("minilm"), "{}", stderr(&o));
+    let o = poot(&["bench", "minilm"]);
+    assert_one_error(&o, "cannot generate text");
+}
+
+#[test]
+fn a_benchmark_over_the_model_or_capacity_is_refused_before_the_backend_opens() {
+    let Some(path) = smollm2() else { return };
+    let path = path.to_str().unwrap();
+    let o = poot(&[
+        "bench",
+        path,
+        "--prompt-tokens",
+        "8100",
+        "--gen-tokens",
+        "128",
+    ]);
+    assert_one_error(&o, "more than 8192 (the model's positions)");
+    assert!(!stderr(&o).contains("backend"), "{}", stderr(&o));
+    let o = poot(&["bench", path, "--prompt-tokens", "8", "--capacity", "100"]);
+    assert_one_error(&o, "more than 100 (--capacity)");
+}
+
+#[test]
+fn bench_reports_speeds_dispatches_and_the_bandwidth_fraction() {
+    let Some(path) = smollm2() else { return };
+    if !vulkan() {
+        return;
+    }
+    let o = poot(&[
+        "bench",
+        path.to_str().unwrap(),
+        "--backend",
+        "wgpu",
+        "--prompt-tokens",
+        "2",
+        "--gen-tokens",
+        "2",
+        "--repeats",
+        "1",
+        "--probe-mib",
+        "8",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // stderr is not a terminal here: status lines, no progress bars.
+    assert!(
+        stderr(&o).contains("compiled for 4 positions"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains('\r') && !stderr(&o).contains('\x1b'));
+    let r: Json = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {r}"));
+    assert_eq!(r["backend"], "wgpu");
+    assert_eq!(r["capacity"], 4, "default capacity is prompt + new tokens");
+    assert_eq!(r["decode_tok_s_runs"].as_array().unwrap().len(), 1);
+    for k in [
+        "prefill_tok_s",
+        "decode_tok_s",
+        "bandwidth_bytes_per_s",
+        "floor_ms_per_token",
+    ] {
+        assert!(f(k) > 0.0 && f(k).is_finite(), "{k}: {r}");
+    }
+    assert!((f("decode_ms_per_token") * f("decode_tok_s") - 1e3).abs() < 1e-6);
+    assert!(
+        f("dispatches_per_token") >= 30.0,
+        "at least one per layer: {r}"
+    );
+    // Every weight is read once per token (the tied embedding is the head), except the
+    // embedding rows it gathers: nearly the whole file, and never more.
+    let file = std::fs::metadata(&path).unwrap().len() as f64;
+    let weights = f("weight_bytes_per_token");
+    assert!(
+        weights > 0.9 * file && weights < file,
+        "{weights} of {file}"
+    );
+    // SmolLM2-135M: 30 layers, 3 KV heads of 64, a key and a value per position.
+    assert_eq!(r["kv_elems_per_position"], 30 * 2 * 3 * 64);
+    let kv = f("kv_bytes_per_position");
+    assert!(kv == 30.0 * 2.0 * 3.0 * 64.0 * 4.0 || kv == 30.0 * 2.0 * 3.0 * 64.0 * 2.0);
+    assert_eq!(f("mean_context"), 3.0);
+    assert!((f("bytes_per_token") - (weights + 3.0 * kv)).abs() < 1.0);
+    let fraction = f("bandwidth_fraction");
+    let expected = f("floor_ms_per_token") / f("decode_ms_per_token");
+    assert!(fraction > 0.0 && fraction < 1.0, "{r}");
+    assert!(
+        (fraction - expected).abs() < 1e-9 * expected.max(1.0),
+        "{r}"
+    );
+}
+
+#[derive(serde::Deserialize)]
+struct MiniLmReference {
+    sentences: Vec<String>,
+    embeddings: Vec<Vec<f64>>,
+}
+
+fn minilm_reference() -> MiniLmReference {
+    let path = repo().join("crates/poot-models/tests/fixtures/real/minilm.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn cosine(a: &[f64], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f64 = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+#[test]
+fn embed_prints_sentence_transformers_embeddings() {
+    let Some(_) = minilm() else { return };
+    if !vulkan() {
+        return;
+    }
+    let reference = minilm_reference();
+    let texts: Vec<&str> = reference.sentences[..3]
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let mut args = vec!["embed", "minilm", "--backend", "wgpu"];
+    args.extend(&texts);
+    let o = poot(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<Vec<f64>> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    for (i, (got, want)) in lines.iter().zip(&reference.embeddings).enumerate() {
+        assert_eq!(got.len(), 384);
+        let norm: f64 = got.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "text {i}: norm {norm}");
+        // The same tolerance as the library's own test against sentence-transformers.
+        assert!(1.0 - cosine(got, want) <= 1e-4, "text {i}");
+    }
+}
+
+#[test]
+fn embed_without_normalization_keeps_the_mean_pooled_length() {
+    let Some(_) = minilm() else { return };
+    if !vulkan() {
+        return;
+    }
+    let reference = minilm_reference();
+    let o = poot(&[
+        "embed",
+        "minilm",
+        &reference.sentences[0],
+        "--backend",
+        "wgpu",
+        "--normalize",
+        "false",
+        "--json",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "", "--quiet prints no status lines");
+    let r: Json = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(r["normalized"], false);
+    assert_eq!(r["dim"], 384);
+    assert_eq!(r["backend"], "wgpu");
+    let got: Vec<f64> = serde_json::from_value(r["embeddings"][0].clone()).unwrap();
+    let norm: f64 = got.iter().map(|x| x * x).sum::<f64>().sqrt();
+    // MiniLM's mean-pooled hidden states are several units long; normalized they are the
+    // reference direction.
+    assert!(norm > 1.5, "norm {norm}");
+    assert!(1.0 - cosine(&got, &reference.embeddings[0]) <= 1e-4);
+}
+
+#[test]
+fn synthetic_models_generate_llama_cpps_greedy_tokens() {
+    let Some(python) = reference_python() else {
+        return;
+    };
+    if !vulkan() {
+        return;
+    }
+    let dir = temp_dir("synthetic");
+    for kind in ["q4_k_m", "q4_0", "f16"] {
+        let model = dir.join(format!("tiny-{kind}.gguf"));
+        let model = model.to_str().unwrap();
+        let o = Command::new(&python)
+            .arg(repo().join("scripts/bench/synthetic_gguf.py"))
+            .args(["--shape", "tiny", "--type", kind, "-q", "-o", model])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let o = Command::new(&python)
+            .arg(repo().join("scripts/bench/llama_cpp_greedy.py"))
+            .args([model, "tok to", "6"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let want: Json = serde_json::from_str(stdout(&o).trim()).unwrap();
+        let o = poot(&[
+            "run",
+            model,
+            "tok to",
+            "--max-new",
+            "6",
+            "--ignore-eos",
+            "--backend",
+            "wgpu",
+            "--json",
+            "--quiet",
+        ]);
+        assert!(o.status.success(), "{kind}: {}", stderr(&o));
+        let summary: Json = serde_json::from_str(stdout(&o).lines().last().unwrap()).unwrap();
+        assert_eq!(summary["prompt_ids"], want["prompt_ids"], "{kind}");
+        assert_eq!(summary["tokens"], want["tokens"], "{kind}");
+    }
+    // An untied head: a decode token reads every tensor but one row of the embedding table.
+    let model = dir.join("tiny-q4_0.gguf");
+    let o = Command::new(&python)
+        .args(["-c", SUM_WITHOUT_EMBEDDING])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want: f64 = stdout(&o).trim().parse().unwrap();
+    let o = poot(&[
+        "bench",
+        model.to_str().unwrap(),
+        "--backend",
+        "wgpu",
+        "--prompt-tokens",
+        "3",
+        "--gen-tokens",
+        "2",
+        "--repeats",
+        "1",
+        "--probe-mib",
+        "4",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: Json = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let got = r["weight_bytes_per_token"].as_f64().unwrap();
+    // Plus the rotary tables' gathered rows and nothing else.
+    assert!(got >= want && got < want + 4096.0, "{got} vs {want}");
+    // The tiny shape: 2 layers, 2 KV heads of 64.
+    assert_eq!(r["kv_elems_per_position"], 2 * 2 * 2 * 64);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The stored bytes of every tensor of a GGUF, with one row of `token_embd.weight` in place of
+/// the whole table (gguf's own reader).
+const SUM_WITHOUT_EMBEDDING: &str = "
+import sys, gguf
+r = gguf.GGUFReader(sys.argv[1])
+total = 0
+for t in r.tensors:
+    n = int(t.n_bytes)
+    if t.name == 'token_embd.weight':
+        n //= int(t.shape[-1])
+    total += n
+print(total)
+";
+
+#[test]
+fn progress_bars_show_on_a_terminal_only() {
+    let Some(_) = minilm() else { return };
+    if !vulkan() {
+        return;
+    }
+    // `script` runs the command on a pseudo-terminal and logs what it draws.
+    let dir = temp_dir("tty");
+    let log = dir.join("tty.log");
+    let command = format!(
+        "{} embed minilm hello --backend wgpu",
+        env!("CARGO_BIN_EXE_poot")
+    );
+    let Ok(o) = Command::new("script")
+        .args(["-qfec", &command])
+        .arg(&log)
+        .env("XDG_RUNTIME_DIR", "/tmp")
+        .output()
+    else {
+        eprintln!("SKIP: no `script` command to run poot on a terminal");
+        return;
+    };
+    assert!(o.status.success(), "{}", stderr(&o));
+    let drawn = std::fs::read_to_string(&log).unwrap();
+    assert!(drawn.contains("compiling entries ["), "{drawn}");
+    assert!(drawn.contains("texts embedded"), "{drawn}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

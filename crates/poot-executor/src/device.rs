@@ -72,4 +72,14 @@ pub trait Device {
     ) -> Result<Option<f64>, DeviceError> {
         Ok(None)
     }
+
+    /// Queues a device-to-device copy of the first `bytes` of `src` over the start of `dst`,
+    /// ordered after earlier work (the bandwidth probe times these). `bytes` is a whole number
+    /// of 4-byte words; another count is refused as [`DeviceError::BadLaunch`].
+    fn copy(
+        &mut self,
+        src: &Self::Buffer,
+        dst: &Self::Buffer,
+        bytes: u64,
+    ) -> Result<(), DeviceError>;
 }

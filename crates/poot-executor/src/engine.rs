@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::time::Instant;
 
 use poot_graph_ir::{Graph, Slot};
 use poot_graph_plan::{BufferRole, Plan, Target, compile_entry};
@@ -12,9 +13,15 @@ use crate::chain::{ChainFeed, feed_grid, layout};
 use crate::device::{Device, Launch};
 use crate::error::ExecError;
 use crate::executor::{
-    ChainId, ConstBytes, ConstSource, EntryId, ExecStats, ExecutableId, Executor, KernelTime,
-    StepInputs, StepOutputs,
+    ChainId, ConstBytes, ConstSource, CopyBandwidth, EntryId, ExecStats, ExecutableId, Executor,
+    KernelTime, StepInputs, StepOutputs,
 };
+
+/// Copies queued per timed round of the bandwidth probe: enough that one wait's latency is
+/// small against the round.
+const PROBE_COPIES_PER_ROUND: u32 = 8;
+/// The host pattern written over the probe's source buffer, piece by piece.
+const PROBE_PATTERN_BYTES: usize = 4 << 20;
 
 /// Where an entry's plan buffer lives.
 enum Home {
@@ -559,6 +566,52 @@ impl<D: Device> Executor for Engine<D> {
 
     fn stats(&self) -> &ExecStats {
         &self.stats
+    }
+
+    fn copy_bandwidth(
+        &mut self,
+        buffer_bytes: u64,
+        rounds: u32,
+    ) -> Result<CopyBandwidth, ExecError> {
+        self.check_poison()?;
+        let rounds = rounds.max(1);
+        let bytes = buffer_bytes.min(self.device.limits().max_buffer_bytes) / 4 * 4;
+        let bytes = bytes.max(4);
+        let a = self.device.alloc(bytes).map_err(|e| self.fail(e))?;
+        let b = self.device.alloc(bytes).map_err(|e| self.fail(e))?;
+        // Not zeros: the copy must move real data.
+        let pattern: Vec<u8> = (0..PROBE_PATTERN_BYTES / 4)
+            .flat_map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes())
+            .collect();
+        let mut at = 0u64;
+        while at < bytes {
+            let n = (bytes - at).min(pattern.len() as u64) as usize;
+            self.device
+                .write(&a, at, &pattern[..n])
+                .map_err(|e| self.fail(e))?;
+            at += n as u64;
+        }
+        let mut best = f64::INFINITY;
+        for round in 0..=rounds {
+            let started = Instant::now();
+            for k in 0..PROBE_COPIES_PER_ROUND {
+                let (src, dst) = if k % 2 == 0 { (&a, &b) } else { (&b, &a) };
+                self.device
+                    .copy(src, dst, bytes)
+                    .map_err(|e| self.fail(e))?;
+            }
+            self.device.synchronize().map_err(|e| self.fail(e))?;
+            // Round 0 warms up (first-touch costs, clocks ramping).
+            if round > 0 {
+                best = best.min(started.elapsed().as_secs_f64());
+            }
+        }
+        Ok(CopyBandwidth {
+            buffer_bytes: bytes,
+            copies_per_round: PROBE_COPIES_PER_ROUND,
+            rounds,
+            best_seconds: best,
+        })
     }
 
     fn unload(&mut self, id: ExecutableId) {

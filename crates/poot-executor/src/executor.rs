@@ -114,6 +114,31 @@ pub struct KernelTime {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ChainId(pub usize);
 
+/// A device-to-device copy probe: the device's attainable memory bandwidth, the ceiling a
+/// memory-bound decode step is measured against.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CopyBandwidth {
+    /// Bytes each copy reads (and writes).
+    pub buffer_bytes: u64,
+    /// Copies queued back to back per timed round.
+    pub copies_per_round: u32,
+    /// Timed rounds (after one untimed warm-up round).
+    pub rounds: u32,
+    /// The fastest round, submission to completion.
+    pub best_seconds: f64,
+}
+
+impl CopyBandwidth {
+    /// Bytes read plus bytes written per second in the fastest round.
+    pub fn bytes_per_second(&self) -> f64 {
+        if self.best_seconds > 0.0 {
+            2.0 * self.buffer_bytes as f64 * f64::from(self.copies_per_round) / self.best_seconds
+        } else {
+            0.0
+        }
+    }
+}
+
 /// The backend-neutral contract: the driver above it never branches on a backend.
 pub trait Executor {
     /// The target entries are planned for.
@@ -161,4 +186,12 @@ pub trait Executor {
     fn remove_entry(&mut self, entry: EntryId);
     fn stats(&self) -> &ExecStats;
     fn unload(&mut self, executable: ExecutableId);
+    /// Measures copy bandwidth with two device buffers of `buffer_bytes` (capped at the
+    /// device's single-buffer limit): one warm-up round, then `rounds` timed rounds of copies
+    /// back and forth; the best round counts. The buffers are freed before it returns.
+    fn copy_bandwidth(
+        &mut self,
+        buffer_bytes: u64,
+        rounds: u32,
+    ) -> Result<CopyBandwidth, ExecError>;
 }

@@ -15,7 +15,7 @@ pub use device::{Device, Launch};
 pub use engine::Engine;
 pub use error::{DeviceError, ExecError};
 pub use executor::{
-    ChainId, ConstBytes, ConstSource, EntryId, ExecStats, ExecutableId, Executor, KernelTime,
-    StepInputs, StepOutputs,
+    ChainId, ConstBytes, ConstSource, CopyBandwidth, EntryId, ExecStats, ExecutableId, Executor,
+    KernelTime, StepInputs, StepOutputs,
 };
 pub use limits::DeviceLimits;

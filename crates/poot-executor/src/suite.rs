@@ -855,3 +855,86 @@ pub fn run(exec: &mut dyn Executor) -> Vec<Outcome> {
     }
     outcomes
 }
+
+/// Checks [`Device::copy`](crate::Device::copy): the copied words land at the start of the
+/// destination and nothing past them changes; a count that is not whole words, and a copy onto
+/// its own buffer, are refused without poisoning.
+pub fn check_copy<D: crate::Device>(device: &mut D) -> Outcome {
+    let outcome = |r: Result<String, String>| {
+        let passed = r.is_ok();
+        Outcome {
+            name: "device_copy".to_owned(),
+            passed,
+            detail: r.unwrap_or_else(|e| e),
+        }
+    };
+    outcome(copy_round_trip(device))
+}
+
+fn copy_round_trip<D: crate::Device>(device: &mut D) -> Result<String, String> {
+    let n = 8192u64;
+    let copied = 4096u64;
+    let src = device.alloc(n).map_err(|e| format!("alloc: {e}"))?;
+    let dst = device.alloc(n).map_err(|e| format!("alloc: {e}"))?;
+    let pattern: Vec<u8> = (0..n as u32)
+        .map(|i| (i.wrapping_mul(31) ^ (i >> 3)) as u8 | 1)
+        .collect();
+    device
+        .write(&src, 0, &pattern)
+        .map_err(|e| format!("write: {e}"))?;
+    device
+        .copy(&src, &dst, copied)
+        .map_err(|e| format!("copy: {e}"))?;
+    device
+        .synchronize()
+        .map_err(|e| format!("synchronize: {e}"))?;
+    let mut back = vec![0xAAu8; n as usize];
+    device
+        .read(&dst, 0, &mut back)
+        .map_err(|e| format!("read: {e}"))?;
+    let split = copied as usize;
+    if back[..split] != pattern[..split] {
+        return Err("the copied bytes differ from the source".into());
+    }
+    if back[split..].iter().any(|&b| b != 0) {
+        return Err("bytes past the copied range changed".into());
+    }
+    for (what, result) in [
+        ("a copy of 4098 B", device.copy(&src, &dst, 4098)),
+        ("a copy onto its own buffer", device.copy(&src, &src, 4096)),
+    ] {
+        match result {
+            Err(e @ crate::DeviceError::BadLaunch { .. }) if !e.poisons() => {}
+            other => return Err(format!("{what} was not refused as a bad launch: {other:?}")),
+        }
+    }
+    device
+        .synchronize()
+        .map_err(|e| format!("the device is unusable after a refused copy: {e}"))?;
+    Ok(format!(
+        "{copied} of {n} B copied exactly; bad copies refused"
+    ))
+}
+
+/// Runs the executor's bandwidth probe on small buffers: it must report a finite, positive
+/// rate over the rounds asked for.
+pub fn check_copy_bandwidth(exec: &mut dyn Executor) -> Outcome {
+    let r = exec.copy_bandwidth(1 << 20, 2);
+    let (passed, detail) = match r {
+        Ok(b)
+            if b.rounds == 2
+                && b.buffer_bytes == 1 << 20
+                && b.best_seconds > 0.0
+                && b.bytes_per_second().is_finite() =>
+        {
+            (true, format!("{:.2} GB/s", b.bytes_per_second() / 1e9))
+        }
+        Ok(b) => (false, format!("implausible probe: {b:?}")),
+        Err(e) => (false, e.to_string()),
+    };
+    Outcome {
+        name: "copy_bandwidth".to_owned(),
+        passed,
+        detail,
+    }
+}

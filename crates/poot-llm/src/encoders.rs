@@ -130,6 +130,16 @@ impl SentenceEncoder {
     /// L2-normalized mean-pooled embeddings of `texts`, one per text. Texts longer than the
     /// longest prepared length are truncated to it (keeping the final separator token).
     pub fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncoderError> {
+        self.embed_with(texts, true)
+    }
+
+    /// Mean-pooled embeddings of `texts`, L2-normalized when `normalize` (a model whose
+    /// sentence-transformers pipeline has no Normalize module is used without it).
+    pub fn embed_with(
+        &mut self,
+        texts: &[&str],
+        normalize: bool,
+    ) -> Result<Vec<Vec<f32>>, EncoderError> {
         if texts.len() > self.rows {
             return Err(EncoderError::TooManyTexts {
                 texts: texts.len(),
@@ -183,12 +193,15 @@ impl SentenceEncoder {
                 }
             }
             let n = row.len().max(1) as f64;
-            let norm = acc
-                .iter()
-                .map(|x| (x / n) * (x / n))
-                .sum::<f64>()
-                .sqrt()
-                .max(1e-12);
+            let norm = if normalize {
+                acc.iter()
+                    .map(|x| (x / n) * (x / n))
+                    .sum::<f64>()
+                    .sqrt()
+                    .max(1e-12)
+            } else {
+                1.0
+            };
             vectors.push(acc.iter().map(|x| (x / n / norm) as f32).collect());
         }
         Ok(vectors)

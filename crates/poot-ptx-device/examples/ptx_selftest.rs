@@ -958,6 +958,14 @@ fn main() -> ExitCode {
         check_replay_equals_eager(&mut dev)
     });
     tally.run("replay_cost", || check_replay_cost(&mut dev));
+    tally.run("device_copy", || {
+        let o = poot_executor::suite::check_copy(&mut dev);
+        if o.passed {
+            Ok(o.detail)
+        } else {
+            Err(o.detail)
+        }
+    });
     tally.run("healthy_device_unpoisoned", || match dev.poisoned() {
         None => Ok("no check above poisoned the shared device".into()),
         Some(e) => Err(e.to_string()),

@@ -958,6 +958,38 @@ impl Device for PtxDevice {
         };
         elapsed.map(|()| Some(f64::from(ms) / 1000.0 / f64::from(reps.max(1))))
     }
+
+    /// One `cuMemcpyDtoDAsync` on the device's stream.
+    fn copy(&mut self, src: &PtxBuffer, dst: &PtxBuffer, bytes: u64) -> Result<(), DeviceError> {
+        self.enter()?;
+        if !bytes.is_multiple_of(4) {
+            return Err(bad_launch(
+                "copy",
+                format!("{bytes} B is not a whole number of 4-byte words"),
+            ));
+        }
+        if Arc::ptr_eq(&src.alloc, &dst.alloc) {
+            return Err(bad_launch(
+                "copy",
+                "source and destination are one buffer".to_string(),
+            ));
+        }
+        let len = usize::try_from(bytes).map_err(|_| DeviceError::OutOfBounds {
+            offset: 0,
+            len: bytes,
+            size: src.alloc.bytes,
+        })?;
+        let (from, len) = self.range(src, 0, len)?;
+        let (to, len) = self.range(dst, 0, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: both ranges are inside their allocations (checked), in this context.
+        cu(unsafe { sys::cuMemcpyDtoDAsync_v2(to, from, len, self.ctx.stream) })
+            .map_err(|e| self.cuda_failure("cuMemcpyDtoDAsync", e))?;
+        self.in_flight.push(Arc::from("device-to-device copy"));
+        Ok(())
+    }
 }
 
 impl Drop for PtxDevice {

@@ -504,4 +504,35 @@ impl Device for WgpuDevice {
     fn synchronize(&mut self) -> Result<(), DeviceError> {
         self.guarded(|d| d.fetch(&[], true, |_| ()))
     }
+
+    /// One `copy_buffer_to_buffer` in its own submission.
+    fn copy(&mut self, src: &WgpuBuffer, dst: &WgpuBuffer, bytes: u64) -> Result<(), DeviceError> {
+        self.guarded(|d| {
+            if !bytes.is_multiple_of(WORD_BYTES) {
+                return Err(DeviceError::BadLaunch {
+                    kernel: "copy".to_owned(),
+                    reason: format!("{bytes} B is not a whole number of 4-byte words"),
+                });
+            }
+            if src.buffer == dst.buffer {
+                return Err(DeviceError::BadLaunch {
+                    kernel: "copy".to_owned(),
+                    reason: "source and destination are one buffer".to_owned(),
+                });
+            }
+            src.check_range(0, bytes)?;
+            dst.check_range(0, bytes)?;
+            if bytes == 0 {
+                return Ok(());
+            }
+            let mut encoder = d
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("poot copy"),
+                });
+            encoder.copy_buffer_to_buffer(&src.buffer, 0, &dst.buffer, 0, bytes);
+            d.submit(encoder);
+            Ok(())
+        })
+    }
 }

@@ -17,7 +17,17 @@ fn device_suite_matches_the_oracle() {
     };
     let target = device.limits().target(Backend::Wgpu);
     let mut engine = Engine::new(device, target);
-    let outcomes = suite::run(&mut engine);
+    let mut outcomes = suite::run(&mut engine);
+    outcomes.push(suite::check_copy(engine.device()));
+    outcomes.push(suite::check_copy_bandwidth(&mut engine));
+    for o in &outcomes[outcomes.len() - 2..] {
+        println!(
+            "{} {}: {}",
+            if o.passed { "PASS" } else { "FAIL" },
+            o.name,
+            o.detail
+        );
+    }
     let failed: Vec<_> = outcomes
         .iter()
         .filter(|o| !o.passed)
