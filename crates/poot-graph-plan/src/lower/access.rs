@@ -88,6 +88,7 @@ impl Lowering<'_> {
     ) -> Result<Expr, PlanError> {
         match self.cls.placement[v.index()] {
             Placement::Inline => self.compute(cx, v, idx),
+            Placement::RowReduce => self.row_reduce_at(cx, v, idx),
             Placement::Input | Placement::Materialized | Placement::View => {
                 self.load_value(cx, v, idx)
             }
@@ -95,7 +96,7 @@ impl Lowering<'_> {
     }
 
     /// Loads element `idx` of a buffered value in its storage layout.
-    fn load_value(
+    pub(super) fn load_value(
         &mut self,
         cx: &mut KernelCtx,
         v: ValueId,

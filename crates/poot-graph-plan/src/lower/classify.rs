@@ -14,6 +14,10 @@ pub enum Placement {
     Materialized,
     /// A reshape of a buffered value: the same buffer, no kernel.
     View,
+    /// A reduction each reader computes for the rows it needs, once per row, before it reads
+    /// them (a norm's sum of squares inside the projection that consumes the norm). A reader
+    /// that cannot (its index is not known before its loop) materializes it instead.
+    RowReduce,
 }
 
 /// Ops computed one output element at a time from a few input elements.
@@ -55,6 +59,19 @@ pub struct Classification {
     pub uses: Vec<u32>,
     pub producer: Vec<Option<usize>>,
     pub placement: Vec<Placement>,
+    /// Whether computing the value in place reads a row reduction (it is one, or inlines one).
+    pub reads_row_reduce: Vec<bool>,
+}
+
+impl Classification {
+    /// Whether the kernel computing `eqn`'s output reads a row reduction through its inputs, so
+    /// it should run one workgroup per row.
+    pub fn eqn_reads_row_reduce(&self, g: &Graph, eqn: usize) -> bool {
+        g.eqns()[eqn]
+            .inputs
+            .iter()
+            .any(|v| self.reads_row_reduce[v.index()])
+    }
 }
 
 pub fn classify(g: &Graph) -> Classification {
@@ -112,16 +129,26 @@ pub fn classify(g: &Graph) -> Classification {
                 {
                     Placement::View
                 }
-                _ => Placement::Inline,
+                Placement::Input
+                | Placement::Materialized
+                | Placement::View
+                | Placement::Inline
+                | Placement::RowReduce => Placement::Inline,
             }
         } else if let OpKind::Reshape { .. } = op {
             match placement[e.inputs[0].index()] {
                 Placement::Input | Placement::Materialized | Placement::View => Placement::View,
-                Placement::Inline if pinned[out] || uses[out] != 1 => Placement::Materialized,
-                Placement::Inline => inline_if_reader_allows(g, &consumer, out),
+                Placement::Inline | Placement::RowReduce if pinned[out] || uses[out] != 1 => {
+                    Placement::Materialized
+                }
+                Placement::Inline | Placement::RowReduce => {
+                    inline_if_reader_allows(g, &consumer, out)
+                }
             }
         } else if matches!(op, OpKind::Literal(_) | OpKind::Iota { .. }) && !pinned[out] {
             Placement::Inline
+        } else if matches!(op, OpKind::Reduce { .. }) && !pinned[out] {
+            Placement::RowReduce
         } else if is_elementwise_like(op) && !pinned[out] && uses[out] == 1 {
             inline_if_reader_allows(g, &consumer, out)
         } else {
@@ -130,12 +157,23 @@ pub fn classify(g: &Graph) -> Classification {
         movement_only[out] = match placement[out] {
             Placement::Materialized | Placement::View | Placement::Input => true,
             Placement::Inline => moves && movement_only[e.inputs[0].index()],
+            Placement::RowReduce => false,
+        };
+    }
+    let mut reads_row_reduce = vec![false; n];
+    for e in g.eqns() {
+        let out = e.out.index();
+        reads_row_reduce[out] = match placement[out] {
+            Placement::RowReduce => true,
+            Placement::Inline => e.inputs.iter().any(|v| reads_row_reduce[v.index()]),
+            Placement::Input | Placement::Materialized | Placement::View => false,
         };
     }
     Classification {
         uses,
         producer,
         placement,
+        reads_row_reduce,
     }
 }
 

@@ -26,7 +26,7 @@ const NONE: u32 = u32::MAX;
 
 /// Threads of a row kernel (one workgroup per row): a power of two between 32 and 256 that
 /// covers `len` when it can.
-fn row_threads(len: usize) -> u32 {
+pub(super) fn row_threads(len: usize) -> u32 {
     (len.next_power_of_two().min(256) as u32).max(32)
 }
 
@@ -96,12 +96,12 @@ impl Lowering<'_> {
     }
 
     /// Opens `for row in group..rows step groups`; returns `row`.
-    fn begin_rows(cx: &mut KernelCtx, rows: u32) -> Expr {
+    pub(super) fn begin_rows(cx: &mut KernelCtx, rows: u32) -> Expr {
         cx.kb.begin_for(group_id(0), u32c(rows), group_count_x())
     }
 
     /// The whole workgroup's combination of each thread's `acc`, left in `shared[0]`.
-    fn tree_reduce(cx: &mut KernelCtx, arrays: &[SharedId], combine: &Combine<'_>) {
+    pub(super) fn tree_reduce(cx: &mut KernelCtx, arrays: &[SharedId], combine: &Combine<'_>) {
         let wg = cx.kb.workgroup();
         cx.kb.barrier();
         let mut s = wg / 2;
@@ -142,6 +142,7 @@ impl Lowering<'_> {
         cx.kb.store(outp, o, load_shared(sv, u32c(0)));
         cx.kb.end();
         cx.kb.barrier();
+        cx.close_prologue();
         cx.kb.end();
     }
 
@@ -151,6 +152,17 @@ impl Lowering<'_> {
         let dims = self.g.values()[v.index()].ty.dims().to_vec();
         let dtype = self.g.values()[v.index()].ty.dtype;
         let out = self.scratch_for(v)?;
+        if self.cls.eqn_reads_row_reduce(self.g, i) && !dims.is_empty() {
+            let wg = row_threads(dims[dims.len() - 1]);
+            let mut cx = KernelCtx::labelled("row_map", self.label(v), wg);
+            let outp = cx.param(out, device_word(dtype), true);
+            let (idx, flat, rows) = Self::begin_row_loops(&mut cx, &dims);
+            let value = self.compute(&mut cx, v, &idx)?;
+            cx.kb.store(outp, flat, to_word(value, dtype));
+            Self::end_row_loops(&mut cx);
+            let grid = self.groups_for(rows, 1);
+            return self.push_kernel(cx, grid);
+        }
         let mut cx = KernelCtx::labelled("map", self.label(v), ELEMENTWISE_THREADS);
         let outp = cx.param(out, device_word(dtype), true);
         let flat = Self::begin_grid_stride(&mut cx, n);
@@ -209,10 +221,10 @@ impl Lowering<'_> {
         };
         let row = Self::begin_rows(&mut cx, rows);
         let oidx = unflatten(&mut cx, row.clone(), &out_dims);
+        cx.open_prologue();
         let init = match reduce {
-            Some(ReduceOp::Sum) => zero(ty),
-            Some(ReduceOp::Max) | None => lowest(ty),
-            Some(ReduceOp::Min) => highest(ty),
+            Some(op) => reduce_init(op, ty),
+            None => lowest(ty),
         };
         let acc = cx.kb.var(ty, init);
         let acc_i = cx.kb.var(Ty::U32, u32c(NONE));
@@ -264,6 +276,7 @@ impl Lowering<'_> {
             (None, None) => {}
         }
         cx.kb.barrier();
+        cx.close_prologue();
         cx.kb.end();
         let grid = self.groups_for(rows, 1);
         self.push_kernel(cx, grid)
@@ -284,6 +297,7 @@ impl Lowering<'_> {
         let sv = cx.kb.shared("sv", Ty::F32, wg);
         let o = Self::begin_rows(&mut cx, total);
         let oidx = unflatten(&mut cx, o.clone(), &out_dims);
+        cx.open_prologue();
         let r = oidx.len();
         let (batch, m, n) = (
             oidx[..r - 2].to_vec(),
@@ -323,6 +337,7 @@ impl Lowering<'_> {
         let sv = cx.kb.shared("sv", Ty::F32, wg);
         let o = Self::begin_rows(&mut cx, total);
         let oidx = unflatten(&mut cx, o.clone(), &out_dims);
+        cx.open_prologue();
         let (t, n) = (oidx[0].clone(), oidx[1].clone());
         let expert = self.value_at(&mut cx, ids, std::slice::from_ref(&t))?;
         let expert = self.checked_index(&mut cx, expert, experts, fault::EXPERT_INDEX);
@@ -366,7 +381,12 @@ impl Lowering<'_> {
         let dtype = self.g.values()[v.index()].ty.dtype;
         let n = self.n_elems(update)?;
         let out = self.update_target(operand, v)?;
-        let mut cx = KernelCtx::labelled("update_slice", self.label(v), ELEMENTWISE_THREADS);
+        let wg = if self.cls.reads_row_reduce[update.index()] && !upd_dims.is_empty() {
+            row_threads(upd_dims[upd_dims.len() - 1])
+        } else {
+            ELEMENTWISE_THREADS
+        };
+        let mut cx = KernelCtx::labelled("update_slice", self.label(v), wg);
         let outp = cx.param(out, device_word(dtype), true);
         let mut starts = Vec::with_capacity(op_dims.len());
         for (j, (&d, &u)) in op_dims.iter().zip(&upd_dims).enumerate() {
@@ -374,8 +394,15 @@ impl Lowering<'_> {
             let s = self.checked_index(&mut cx, s, d - u + 1, fault::UPDATE_SLICE_START);
             starts.push(cx.kb.let_(Ty::U32, s));
         }
-        let flat = Self::begin_grid_stride(&mut cx, n);
-        let uidx = unflatten(&mut cx, flat, &upd_dims);
+        let rows = self.cls.reads_row_reduce[update.index()] && !upd_dims.is_empty();
+        let (uidx, grid) = if rows {
+            let (uidx, _, rows) = Self::begin_row_loops(&mut cx, &upd_dims);
+            (uidx, self.groups_for(rows, 1))
+        } else {
+            let flat = Self::begin_grid_stride(&mut cx, n);
+            let uidx = unflatten(&mut cx, flat, &upd_dims);
+            (uidx, self.groups_for(n, ELEMENTWISE_THREADS))
+        };
         let oidx: Vec<Expr> = uidx
             .iter()
             .zip(&starts)
@@ -384,8 +411,11 @@ impl Lowering<'_> {
         let value = self.value_at(&mut cx, update, &uidx)?;
         cx.kb
             .store(outp, flatten(&oidx, &op_dims), to_word(value, dtype));
-        cx.kb.end();
-        let grid = self.groups_for(n, ELEMENTWISE_THREADS);
+        if rows {
+            Self::end_row_loops(&mut cx);
+        } else {
+            cx.kb.end();
+        }
         self.push_kernel(cx, grid)
     }
 
@@ -429,6 +459,7 @@ impl Lowering<'_> {
         let si = cx.kb.shared("si", Ty::U32, wg);
         let row = Self::begin_rows(&mut cx, rows);
         let ridx = unflatten(&mut cx, row.clone(), &dims[..dims.len() - 1]);
+        cx.open_prologue();
         let prev_v = cx.kb.var(ty, lowest(ty));
         let prev_i = cx.kb.var(Ty::U32, u32c(NONE));
         let j = cx.kb.begin_for(u32c(0), u32c(k as u32), u32c(1));
@@ -482,9 +513,19 @@ impl Lowering<'_> {
         cx.kb.end();
         cx.kb.barrier();
         cx.kb.end();
+        cx.close_prologue();
         cx.kb.end();
         let grid = self.groups_for(rows, 1);
         self.push_kernel(cx, grid)
+    }
+}
+
+/// The identity of reduction `op` over `ty`.
+pub(super) fn reduce_init(op: ReduceOp, ty: Ty) -> Expr {
+    match op {
+        ReduceOp::Sum => zero(ty),
+        ReduceOp::Max => lowest(ty),
+        ReduceOp::Min => highest(ty),
     }
 }
 
@@ -512,7 +553,7 @@ fn highest(ty: Ty) -> Expr {
     }
 }
 
-fn combine(op: ReduceOp, a: Expr, b: Expr) -> Expr {
+pub(super) fn combine(op: ReduceOp, a: Expr, b: Expr) -> Expr {
     match op {
         ReduceOp::Sum => a + b,
         ReduceOp::Max => bin(BinOp::Max, a, b),
