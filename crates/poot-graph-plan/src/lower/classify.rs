@@ -48,10 +48,85 @@ pub fn is_elementwise_like(op: &OpKind) -> bool {
     }
 }
 
-/// Readers that consume each input element once per output element they compute, so an inlined
-/// producer is not recomputed more than an element-wise kernel would.
-fn reads_elementwise(op: &OpKind) -> bool {
-    is_elementwise_like(op) || matches!(op, OpKind::Reduce { .. } | OpKind::ArgMax { .. })
+/// How a reader reads one operand, which decides whether a producer may be computed inside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Read {
+    /// Each operand element once per output element (or once in all): inlining a producer
+    /// costs what a kernel of its own would.
+    Elementwise,
+    /// The left side of a contraction: each element once per output column.
+    ContractionLhs,
+    /// Anything else (the operand updated in place, a contraction's weights, top-k's passes).
+    Other,
+}
+
+fn read_kind(op: &OpKind, operand: usize) -> Read {
+    match op {
+        OpKind::Literal(_)
+        | OpKind::Iota { .. }
+        | OpKind::Unary(_)
+        | OpKind::Binary(_)
+        | OpKind::Compare(_)
+        | OpKind::Select
+        | OpKind::Cast { .. }
+        | OpKind::Reshape { .. }
+        | OpKind::Broadcast { .. }
+        | OpKind::Transpose { .. }
+        | OpKind::Slice { .. }
+        | OpKind::Concat { .. }
+        | OpKind::Gather { .. }
+        | OpKind::TakeAlong { .. }
+        | OpKind::DynamicSlice { .. }
+        | OpKind::Reduce { .. }
+        | OpKind::ArgMax { .. } => Read::Elementwise,
+        // The new values and their positions are read once each; the operand is updated.
+        OpKind::DynamicUpdateSlice | OpKind::ScatterUpdate { .. } if operand > 0 => {
+            Read::Elementwise
+        }
+        OpKind::MatMul { .. } | OpKind::IndexedMatMul if operand == 0 => Read::ContractionLhs,
+        OpKind::DynamicUpdateSlice
+        | OpKind::ScatterUpdate { .. }
+        | OpKind::MatMul { .. }
+        | OpKind::IndexedMatMul
+        | OpKind::ArgTopK { .. } => Read::Other,
+    }
+}
+
+/// The most arithmetic a value with several readers may cost to be recomputed in each of them
+/// rather than stored once (a rotary embedding, a norm's scaling, a residual sum): every reader
+/// computes it per element it needs, which at batch 1 is far cheaper than a launch.
+const RECOMPUTE_MAX: u32 = 64;
+
+/// The same bound when a contraction reads the value (a norm feeding projections): each of its
+/// output columns recomputes the whole row, so only a norm-sized chain is worth it.
+const RECOMPUTE_IN_CONTRACTION_MAX: u32 = 24;
+
+/// Arithmetic `op` costs per element when computed in place; movement is index arithmetic.
+fn op_cost(op: &OpKind) -> u32 {
+    match op {
+        OpKind::Literal(_)
+        | OpKind::Iota { .. }
+        | OpKind::Reshape { .. }
+        | OpKind::Broadcast { .. }
+        | OpKind::Transpose { .. }
+        | OpKind::Slice { .. }
+        | OpKind::Cast { .. } => 0,
+        OpKind::Unary(_)
+        | OpKind::Binary(_)
+        | OpKind::Compare(_)
+        | OpKind::Select
+        | OpKind::Concat { .. }
+        | OpKind::Gather { .. }
+        | OpKind::TakeAlong { .. }
+        | OpKind::DynamicSlice { .. }
+        | OpKind::DynamicUpdateSlice
+        | OpKind::ScatterUpdate { .. }
+        | OpKind::Reduce { .. }
+        | OpKind::ArgMax { .. }
+        | OpKind::ArgTopK { .. }
+        | OpKind::MatMul { .. }
+        | OpKind::IndexedMatMul => 1,
+    }
 }
 
 /// Use counts, producers and placements of every value.
@@ -79,11 +154,14 @@ pub fn classify(g: &Graph) -> Classification {
     let mut uses = vec![0u32; n];
     let mut producer = vec![None; n];
     let mut consumer: Vec<Option<usize>> = vec![None; n];
+    // Every (reader, operand) of each value.
+    let mut readers: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
     for (i, e) in g.eqns().iter().enumerate() {
         producer[e.out.index()] = Some(i);
-        for &v in &e.inputs {
+        for (j, &v) in e.inputs.iter().enumerate() {
             uses[v.index()] += 1;
             consumer[v.index()] = Some(i);
+            readers[v.index()].push((i, j));
         }
     }
     let mut pinned = vec![false; n];
@@ -92,6 +170,19 @@ pub fn classify(g: &Graph) -> Classification {
     }
     for &(_, so) in &g.outputs().state {
         pinned[so.index()] = true;
+    }
+    // Whether a value reaches a reduction through element-wise ops.
+    let mut feeds_reduce = vec![false; n];
+    for e in g.eqns().iter().rev() {
+        let through = match &e.op {
+            OpKind::Reduce { .. } | OpKind::ArgMax { .. } => true,
+            op => is_elementwise_like(op) && feeds_reduce[e.out.index()],
+        };
+        if through {
+            for v in &e.inputs {
+                feeds_reduce[v.index()] = true;
+            }
+        }
     }
     let mut placement = vec![Placement::Materialized; n];
     for (i, v) in g.values().iter().enumerate() {
@@ -102,6 +193,9 @@ pub fn classify(g: &Graph) -> Classification {
     // Values computed by index arithmetic alone from buffered values (views and movement ops):
     // cheap enough to inline even into readers that read each element many times.
     let mut movement_only: Vec<bool> = placement.iter().map(|p| *p == Placement::Input).collect();
+    // What reading each value costs per element: a load when it has a buffer, its arithmetic
+    // when it is computed in place.
+    let mut cost = vec![1u32; n];
     for e in g.eqns() {
         let out = e.out.index();
         let op = &e.op;
@@ -116,6 +210,27 @@ pub fn classify(g: &Graph) -> Classification {
             consumer[out].map(|c| &g.eqns()[c].op),
             Some(OpKind::MatMul { .. } | OpKind::IndexedMatMul)
         );
+        let own_cost = e
+            .inputs
+            .iter()
+            .fold(op_cost(op), |c, v| c.saturating_add(cost[v.index()]));
+        // Computed in place by each of its readers, when each reads it element by element (or
+        // as a contraction's left side) and recomputing it is cheap enough.
+        // A value with several readers that also feeds a reduction (a residual sum feeding a
+        // norm) is stored once: recomputed, it would be recomputed again inside every later
+        // value built on it, and once per element inside every pass over the row.
+        let recompute = || {
+            let single = uses[out] == 1;
+            (single || !feeds_reduce[out])
+                && !readers[out].is_empty()
+                && readers[out]
+                    .iter()
+                    .all(|&(r, j)| match read_kind(&g.eqns()[r].op, j) {
+                        Read::Elementwise => single || own_cost <= RECOMPUTE_MAX,
+                        Read::ContractionLhs => own_cost <= RECOMPUTE_IN_CONTRACTION_MAX,
+                        Read::Other => false,
+                    })
+        };
         placement[out] = if moves
             && movement_only[e.inputs[0].index()]
             && into_contraction
@@ -135,22 +250,19 @@ pub fn classify(g: &Graph) -> Classification {
                 | Placement::Inline
                 | Placement::RowReduce => Placement::Inline,
             }
-        } else if let OpKind::Reshape { .. } = op {
-            match placement[e.inputs[0].index()] {
-                Placement::Input | Placement::Materialized | Placement::View => Placement::View,
-                Placement::Inline | Placement::RowReduce if pinned[out] || uses[out] != 1 => {
-                    Placement::Materialized
-                }
-                Placement::Inline | Placement::RowReduce => {
-                    inline_if_reader_allows(g, &consumer, out)
-                }
-            }
+        } else if matches!(op, OpKind::Reshape { .. })
+            && matches!(
+                placement[e.inputs[0].index()],
+                Placement::Input | Placement::Materialized | Placement::View
+            )
+        {
+            Placement::View
         } else if matches!(op, OpKind::Literal(_) | OpKind::Iota { .. }) && !pinned[out] {
             Placement::Inline
         } else if matches!(op, OpKind::Reduce { .. }) && !pinned[out] {
             Placement::RowReduce
-        } else if is_elementwise_like(op) && !pinned[out] && uses[out] == 1 {
-            inline_if_reader_allows(g, &consumer, out)
+        } else if is_elementwise_like(op) && !pinned[out] && recompute() {
+            Placement::Inline
         } else {
             Placement::Materialized
         };
@@ -158,6 +270,12 @@ pub fn classify(g: &Graph) -> Classification {
             Placement::Materialized | Placement::View | Placement::Input => true,
             Placement::Inline => moves && movement_only[e.inputs[0].index()],
             Placement::RowReduce => false,
+        };
+        cost[out] = match placement[out] {
+            Placement::Inline => own_cost,
+            // Computed once per row before the reader's loop: a variable, plus the pass.
+            Placement::RowReduce => own_cost.saturating_add(1),
+            Placement::Materialized | Placement::View | Placement::Input => 1,
         };
     }
     let mut reads_row_reduce = vec![false; n];
@@ -174,12 +292,5 @@ pub fn classify(g: &Graph) -> Classification {
         producer,
         placement,
         reads_row_reduce,
-    }
-}
-
-fn inline_if_reader_allows(g: &Graph, consumer: &[Option<usize>], v: usize) -> Placement {
-    match consumer[v] {
-        Some(c) if reads_elementwise(&g.eqns()[c].op) => Placement::Inline,
-        _ => Placement::Materialized,
     }
 }
