@@ -962,6 +962,30 @@ fn fusion_cases() -> Vec<Case> {
         ));
     }
 
+    let mut c = CaseBuilder::new(78);
+    let x = c.f32("x", &[2, 3, 40]);
+    let y = c.f32("y", &[2, 3, 70]);
+    let wg = c.f32("wg", &[24, 40]);
+    let wu = c.half("wu", &[24, 40], DType::BF16);
+    let wo = c.packed("wo", GgmlType::Q8_0, 24, 64);
+    let y64 = c.b.slice(y, vec![0, 0, 3], vec![2, 3, 67]).expect("slice");
+    let g = ops::linear(&c.b, x, wg, None).expect("gate");
+    let u = ops::linear(&c.b, x, wu, None).expect("up");
+    let o = ops::linear(&c.b, y64, wo, None).expect("other");
+    let z =
+        c.b.add(ops::geglu(&c.b, g, u).expect("geglu"), o)
+            .expect("add");
+    let a = c.f32("a", &[2, 5, 6]);
+    let bm = c.f32("bm", &[2, 6, 4]);
+    let r = c.f32("r", &[2, 5, 4]);
+    let batched = c.b.matmul(a, bm, false).expect("mm");
+    let res = c.b.sub(r, c.b.tanh(batched).expect("tanh")).expect("sub");
+    cases.push(c.finish(
+        "contractions in their consumer's epilogue (shared and separate left sides, batched)",
+        Outputs::new(z).and(res),
+        SUMS,
+    ));
+
     let base = LayerShape {
         hidden: 64,
         heads: 4,

@@ -89,6 +89,10 @@ impl Lowering<'_> {
         match self.cls.placement[v.index()] {
             Placement::Inline => self.compute(cx, v, idx),
             Placement::RowReduce => self.row_reduce_at(cx, v, idx),
+            // Only the kernel that absorbed the contraction reads it, at its own index.
+            Placement::Absorbed => cx.known(v, idx).ok_or_else(|| PlanError::Unplaced {
+                label: self.label(v),
+            }),
             Placement::Input | Placement::Materialized | Placement::View => {
                 self.load_value(cx, v, idx)
             }

@@ -1,7 +1,9 @@
 //! Which values get a buffer. An elementwise-like equation whose only reader computes element by
 //! element is inlined into that reader's kernel; everything else is materialized once.
 
-use poot_graph_ir::{Graph, OpKind, Storage};
+use std::collections::HashMap;
+
+use poot_graph_ir::{Graph, OpKind, Storage, ValueId};
 
 /// How a value is produced in the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,6 +20,9 @@ pub enum Placement {
     /// them (a norm's sum of squares inside the projection that consumes the norm). A reader
     /// that cannot (its index is not known before its loop) materializes it instead.
     RowReduce,
+    /// A contraction computed by the kernel of the value its sums flow into element by element
+    /// (a residual add, a gated activation): its epilogue, see [`Classification::epilogues`].
+    Absorbed,
 }
 
 /// Ops computed one output element at a time from a few input elements.
@@ -136,6 +141,8 @@ pub struct Classification {
     pub placement: Vec<Placement>,
     /// Whether computing the value in place reads a row reduction (it is one, or inlines one).
     pub reads_row_reduce: Vec<bool>,
+    /// The contractions each materialized value's kernel computes itself, by value index.
+    pub epilogues: HashMap<usize, Vec<ValueId>>,
 }
 
 impl Classification {
@@ -196,6 +203,8 @@ pub fn classify(g: &Graph) -> Classification {
     // What reading each value costs per element: a load when it has a buffer, its arithmetic
     // when it is computed in place.
     let mut cost = vec![1u32; n];
+    // Whether a contraction's sums reach the value through same-shape element-wise ops.
+    let mut reaches_contraction = vec![false; n];
     for e in g.eqns() {
         let out = e.out.index();
         let op = &e.op;
@@ -214,22 +223,36 @@ pub fn classify(g: &Graph) -> Classification {
             .inputs
             .iter()
             .fold(op_cost(op), |c, v| c.saturating_add(cost[v.index()]));
+        reaches_contraction[out] = is_identity_elementwise(op)
+            && e.inputs.iter().any(|v| {
+                let i = v.index();
+                g.values()[i].ty.shape == g.values()[out].ty.shape
+                    && (plain_contraction(g, producer[i], placement[i], pinned[i])
+                        || (placement[i] == Placement::Inline && reaches_contraction[i]))
+            });
         // Computed in place by each of its readers, when each reads it element by element (or
-        // as a contraction's left side) and recomputing it is cheap enough.
-        // A value with several readers that also feeds a reduction (a residual sum feeding a
-        // norm) is stored once: recomputed, it would be recomputed again inside every later
-        // value built on it, and once per element inside every pass over the row.
+        // as a contraction's left side) and recomputing it is cheap enough. A value with several
+        // readers is stored once instead when it also feeds a reduction (a residual sum feeding
+        // a norm: recomputed, it would be recomputed again inside every later value built on
+        // it, and per element in every pass over the row), or when a contraction's sums flow
+        // into it (stored, its kernel computes them: see `epilogues`).
         let recompute = || {
             let single = uses[out] == 1;
-            (single || !feeds_reduce[out])
-                && !readers[out].is_empty()
+            let single_elementwise = single
                 && readers[out]
                     .iter()
-                    .all(|&(r, j)| match read_kind(&g.eqns()[r].op, j) {
-                        Read::Elementwise => single || own_cost <= RECOMPUTE_MAX,
-                        Read::ContractionLhs => own_cost <= RECOMPUTE_IN_CONTRACTION_MAX,
-                        Read::Other => false,
-                    })
+                    .all(|&(r, j)| read_kind(&g.eqns()[r].op, j) == Read::Elementwise);
+            single_elementwise
+                || (!feeds_reduce[out]
+                    && !reaches_contraction[out]
+                    && !readers[out].is_empty()
+                    && readers[out]
+                        .iter()
+                        .all(|&(r, j)| match read_kind(&g.eqns()[r].op, j) {
+                            Read::Elementwise => own_cost <= RECOMPUTE_MAX,
+                            Read::ContractionLhs => own_cost <= RECOMPUTE_IN_CONTRACTION_MAX,
+                            Read::Other => false,
+                        }))
         };
         placement[out] = if moves
             && movement_only[e.inputs[0].index()]
@@ -248,7 +271,8 @@ pub fn classify(g: &Graph) -> Classification {
                 | Placement::Materialized
                 | Placement::View
                 | Placement::Inline
-                | Placement::RowReduce => Placement::Inline,
+                | Placement::RowReduce
+                | Placement::Absorbed => Placement::Inline,
             }
         } else if matches!(op, OpKind::Reshape { .. })
             && matches!(
@@ -269,13 +293,13 @@ pub fn classify(g: &Graph) -> Classification {
         movement_only[out] = match placement[out] {
             Placement::Materialized | Placement::View | Placement::Input => true,
             Placement::Inline => moves && movement_only[e.inputs[0].index()],
-            Placement::RowReduce => false,
+            Placement::RowReduce | Placement::Absorbed => false,
         };
         cost[out] = match placement[out] {
             Placement::Inline => own_cost,
             // Computed once per row before the reader's loop: a variable, plus the pass.
             Placement::RowReduce => own_cost.saturating_add(1),
-            Placement::Materialized | Placement::View | Placement::Input => 1,
+            Placement::Materialized | Placement::View | Placement::Input | Placement::Absorbed => 1,
         };
     }
     let mut reads_row_reduce = vec![false; n];
@@ -284,13 +308,106 @@ pub fn classify(g: &Graph) -> Classification {
         reads_row_reduce[out] = match placement[out] {
             Placement::RowReduce => true,
             Placement::Inline => e.inputs.iter().any(|v| reads_row_reduce[v.index()]),
-            Placement::Input | Placement::Materialized | Placement::View => false,
+            Placement::Input | Placement::Materialized | Placement::View | Placement::Absorbed => {
+                false
+            }
         };
+    }
+    let mut sinks = Sinks {
+        g,
+        readers: &readers,
+        placement: &placement,
+        memo: HashMap::new(),
+    };
+    let mut epilogues: HashMap<usize, Vec<ValueId>> = HashMap::new();
+    for (i, e) in g.eqns().iter().enumerate() {
+        let out = e.out.index();
+        if plain_contraction(g, Some(i), placement[out], pinned[out])
+            && let Some(sink) = sinks.sink(out)
+        {
+            epilogues.entry(sink).or_default().push(e.out);
+        }
+    }
+    for mms in epilogues.values() {
+        for v in mms {
+            placement[v.index()] = Placement::Absorbed;
+        }
     }
     Classification {
         uses,
         producer,
         placement,
         reads_row_reduce,
+        epilogues,
+    }
+}
+
+/// Ops that compute each output element from the same index of same-shape inputs.
+fn is_identity_elementwise(op: &OpKind) -> bool {
+    matches!(
+        op,
+        OpKind::Unary(_)
+            | OpKind::Binary(_)
+            | OpKind::Compare(_)
+            | OpKind::Select
+            | OpKind::Cast { .. }
+    )
+}
+
+/// Whether the value `eqn` produces is a materialized plain contraction (`MatMul`) that another
+/// kernel may compute instead.
+fn plain_contraction(g: &Graph, eqn: Option<usize>, p: Placement, pinned: bool) -> bool {
+    let Some(i) = eqn else { return false };
+    p == Placement::Materialized
+        && !pinned
+        && matches!(g.eqns()[i].op, OpKind::MatMul { .. })
+        && g.values()[g.eqns()[i].out.index()].ty.rank() >= 2
+}
+
+/// Where a value's every use flows, element by element.
+struct Sinks<'a> {
+    g: &'a Graph,
+    readers: &'a [Vec<(usize, usize)>],
+    placement: &'a [Placement],
+    memo: HashMap<usize, Option<usize>>,
+}
+
+impl Sinks<'_> {
+    /// The one materialized value every use of `v` reaches through same-shape element-wise ops
+    /// computed in place (so it reads `v` at its own index only), if there is one.
+    fn sink(&mut self, v: usize) -> Option<usize> {
+        if let Some(&s) = self.memo.get(&v) {
+            return s;
+        }
+        let mut found = None;
+        let mut ok = !self.readers[v].is_empty();
+        for &(r, _) in &self.readers[v] {
+            let e = &self.g.eqns()[r];
+            let w = e.out.index();
+            if !is_identity_elementwise(&e.op)
+                || self.g.values()[w].ty.shape != self.g.values()[v].ty.shape
+            {
+                ok = false;
+                break;
+            }
+            let s = match self.placement[w] {
+                Placement::Materialized => Some(w),
+                Placement::Inline => self.sink(w),
+                Placement::Input | Placement::View | Placement::RowReduce | Placement::Absorbed => {
+                    None
+                }
+            };
+            match (s, found) {
+                (None, _) => ok = false,
+                (Some(s), Some(f)) if s != f => ok = false,
+                (Some(s), _) => found = Some(s),
+            }
+            if !ok {
+                break;
+            }
+        }
+        let result = if ok { found } else { None };
+        self.memo.insert(v, result);
+        result
     }
 }

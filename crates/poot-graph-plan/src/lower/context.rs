@@ -28,6 +28,8 @@ pub struct KernelCtx {
     pub label: String,
     args: Vec<(LBuf, ParamId)>,
     prologue: Option<Prologue>,
+    /// Values this kernel computed itself (a contraction's sum in an epilogue), by index.
+    known: Vec<(ValueId, Vec<Expr>, Expr)>,
     /// Shared arrays for prologue reductions, one per element type.
     reduce_shared: Vec<(Ty, SharedId)>,
 }
@@ -40,6 +42,7 @@ impl KernelCtx {
             label,
             args: Vec::new(),
             prologue: None,
+            known: Vec::new(),
             reduce_shared: Vec::new(),
         }
     }
@@ -110,6 +113,24 @@ impl KernelCtx {
             self.kb.insert_detached(&mut p.mark);
             p.done.push((v, idx.to_vec(), result));
         }
+    }
+
+    /// Records that `e` holds `v` at `idx` in this kernel.
+    pub fn set_known(&mut self, v: ValueId, idx: &[Expr], e: Expr) {
+        self.known.push((v, idx.to_vec(), e));
+    }
+
+    /// What this kernel computed for `v` at `idx`, if it did.
+    pub fn known(&self, v: ValueId, idx: &[Expr]) -> Option<Expr> {
+        self.known
+            .iter()
+            .find(|(w, i, _)| *w == v && i.as_slice() == idx)
+            .map(|(_, _, e)| e.clone())
+    }
+
+    /// The buffers bound so far.
+    pub fn binding_count(&self) -> usize {
+        self.args.len()
     }
 
     /// The workgroup-wide shared array prologue reductions of type `ty` use.

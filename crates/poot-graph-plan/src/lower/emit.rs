@@ -77,7 +77,7 @@ fn ranks_before(ty: Ty, va: Expr, ia: Expr, vb: Expr, ib: Expr) -> Expr {
 impl Lowering<'_> {
     /// Workgroups for `items` independent items, each handled by `per_group` threads in
     /// grid-stride loops.
-    fn groups_for(&self, items: u32, per_group: u32) -> [u32; 3] {
+    pub(super) fn groups_for(&self, items: u32, per_group: u32) -> [u32; 3] {
         [
             items
                 .div_ceil(per_group)
@@ -129,7 +129,7 @@ impl Lowering<'_> {
 
     /// Ends a one-workgroup-per-output contraction: sums every thread's `acc` and stores it at
     /// `out[o]`, then closes the output loop.
-    fn finish_row_sum(
+    pub(super) fn finish_row_sum(
         cx: &mut KernelCtx,
         sv: SharedId,
         acc: crate::kernel::Var,
@@ -148,10 +148,16 @@ impl Lowering<'_> {
 
     pub(super) fn emit_elementwise(&mut self, i: usize) -> Result<(), PlanError> {
         let v = self.g.eqns()[i].out;
+        if let Some(mms) = self.cls.epilogues.get(&v.index()).cloned() {
+            return self.emit_epilogue(i, &mms);
+        }
         let n = self.n_elems(v)?;
         let dims = self.g.values()[v.index()].ty.dims().to_vec();
         let dtype = self.g.values()[v.index()].ty.dtype;
-        let out = self.scratch_for(v)?;
+        let out = match self.lbuf[v.index()] {
+            Some(b) => b,
+            None => self.scratch_for(v)?,
+        };
         if self.cls.eqn_reads_row_reduce(self.g, i) && !dims.is_empty() {
             let wg = row_threads(dims[dims.len() - 1]);
             let mut cx = KernelCtx::labelled("row_map", self.label(v), wg);

@@ -7,6 +7,7 @@ mod classify;
 mod context;
 pub mod dequant;
 mod emit;
+mod epilogue;
 mod rows;
 
 use std::collections::HashMap;
@@ -96,7 +97,7 @@ pub fn lower(g: &Graph, target: &Target) -> Result<Plan, PlanError> {
     l.bind_inputs()?;
     for (i, e) in g.eqns().iter().enumerate() {
         match l.cls.placement[e.out.index()] {
-            Placement::Inline | Placement::Input | Placement::RowReduce => {}
+            Placement::Inline | Placement::Input | Placement::RowReduce | Placement::Absorbed => {}
             Placement::View => {
                 let src = l.buffer_of(e.inputs[0])?;
                 l.lbuf[e.out.index()] = Some(src);
