@@ -986,6 +986,110 @@ fn fusion_cases() -> Vec<Case> {
         SUMS,
     ));
 
+    // Attention shapes the rewrite takes: (name, heads, kv heads, tokens, positions, qk dim,
+    // v dim, masked rows). Positions past 256 with few rows split into partitions.
+    let attention_shapes = [
+        (
+            "attention, unsplit, rows with nothing visible",
+            2,
+            1,
+            3,
+            12,
+            16,
+            16,
+            true,
+        ),
+        (
+            "attention, split, rows with nothing visible",
+            2,
+            1,
+            3,
+            600,
+            16,
+            16,
+            true,
+        ),
+        (
+            "attention, unmasked (encoder), GQA 3",
+            6,
+            2,
+            4,
+            9,
+            8,
+            8,
+            false,
+        ),
+        (
+            "attention, qk dim 24, v dim 40, split",
+            2,
+            2,
+            1,
+            700,
+            24,
+            40,
+            false,
+        ),
+        (
+            "attention, head dim 320 (two features per thread)",
+            2,
+            1,
+            2,
+            20,
+            320,
+            320,
+            true,
+        ),
+    ];
+    for (i, (name, hq, hkv, t, len, dqk, dv, masked)) in attention_shapes.into_iter().enumerate() {
+        let mut c = CaseBuilder::new(90 + i as u64);
+        let q = c.f32("q", &[1, hq, t, dqk]);
+        let k = c.f32("k", &[1, hkv, len, dqk]);
+        // Positive values, so a wrong weight total shows against the largest output.
+        let v = c.positive("v", &[1, hkv, len, dv]);
+        // Row 1 sees nothing (position -1); the others see a causal prefix.
+        let pos: Vec<i32> = (0..t as i32)
+            .map(|r| if r == 1 { -1 } else { 5 + 3 * r })
+            .collect();
+        let pos = c.slot_i32(Slot::Pos, pos, &[1, t]);
+        let mask = if masked {
+            ops::causal_mask(&c.b, pos, len, None).expect("mask")
+        } else {
+            c.b.broadcast(
+                c.b.literal(poot_graph_ir::Scalar::Bool(true)).expect("l"),
+                [1, 1, t, len],
+            )
+            .expect("mask")
+        };
+        let o = ops::attention_masked(
+            &c.b,
+            q,
+            k,
+            v,
+            mask,
+            AttentionOptions {
+                n_rep: hq / hkv,
+                scale: 1.0 / (dqk as f32).sqrt(),
+                softcap: None,
+            },
+        )
+        .expect("attention");
+        cases.push(c.finish(name, Outputs::new(o), reassociated(len)));
+    }
+
+    // The probabilities are an output too: not rewritten, planned unfused.
+    let mut c = CaseBuilder::new(96);
+    let q = c.f32("q", &[1, 2, 2, 8]);
+    let k = c.f32("k", &[1, 2, 10, 8]);
+    let v = c.f32("v", &[1, 2, 10, 8]);
+    let scores = c.b.matmul(q, k, true).expect("scores");
+    let p = ops::softmax(&c.b, scores, 3).expect("softmax");
+    let o = c.b.matmul(p, v, false).expect("pv");
+    cases.push(c.finish(
+        "attention whose probabilities are returned (unfused)",
+        Outputs::new(o).and(p),
+        reassociated(10),
+    ));
+
     let base = LayerShape {
         hidden: 64,
         heads: 4,

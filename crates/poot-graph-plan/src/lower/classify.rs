@@ -5,6 +5,8 @@ use std::collections::HashMap;
 
 use poot_graph_ir::{Graph, OpKind, Storage, ValueId};
 
+use super::attention::{self, Attention};
+
 /// How a value is produced in the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
@@ -143,6 +145,8 @@ pub struct Classification {
     pub reads_row_reduce: Vec<bool>,
     /// The contractions each materialized value's kernel computes itself, by value index.
     pub epilogues: HashMap<usize, Vec<ValueId>>,
+    /// Recognised attentions, by the equation of their output contraction.
+    pub attention: HashMap<usize, Attention>,
 }
 
 impl Classification {
@@ -156,7 +160,8 @@ impl Classification {
     }
 }
 
-pub fn classify(g: &Graph) -> Classification {
+/// How values are placed; `rewrite_attention` takes the flash-attention rewrite where it applies.
+pub fn classify(g: &Graph, rewrite_attention: bool) -> Classification {
     let n = g.values().len();
     let mut uses = vec![0u32; n];
     let mut producer = vec![None; n];
@@ -178,6 +183,20 @@ pub fn classify(g: &Graph) -> Classification {
     for &(_, so) in &g.outputs().state {
         pinned[so.index()] = true;
     }
+    let attention = if rewrite_attention {
+        attention::find_all(g, &uses, &pinned, &producer)
+    } else {
+        HashMap::new()
+    };
+    // The rewrite reads each query element once per workgroup, not once per score.
+    let query_reads: Vec<usize> = attention.values().map(|a| a.scores_eqn).collect();
+    let read_kind = |r: usize, j: usize| {
+        if j == 0 && query_reads.contains(&r) {
+            Read::Elementwise
+        } else {
+            read_kind(&g.eqns()[r].op, j)
+        }
+    };
     // Whether a value reaches a reduction through element-wise ops.
     let mut feeds_reduce = vec![false; n];
     for e in g.eqns().iter().rev() {
@@ -241,18 +260,16 @@ pub fn classify(g: &Graph) -> Classification {
             let single_elementwise = single
                 && readers[out]
                     .iter()
-                    .all(|&(r, j)| read_kind(&g.eqns()[r].op, j) == Read::Elementwise);
+                    .all(|&(r, j)| read_kind(r, j) == Read::Elementwise);
             single_elementwise
                 || (!feeds_reduce[out]
                     && !reaches_contraction[out]
                     && !readers[out].is_empty()
-                    && readers[out]
-                        .iter()
-                        .all(|&(r, j)| match read_kind(&g.eqns()[r].op, j) {
-                            Read::Elementwise => own_cost <= RECOMPUTE_MAX,
-                            Read::ContractionLhs => own_cost <= RECOMPUTE_IN_CONTRACTION_MAX,
-                            Read::Other => false,
-                        }))
+                    && readers[out].iter().all(|&(r, j)| match read_kind(r, j) {
+                        Read::Elementwise => own_cost <= RECOMPUTE_MAX,
+                        Read::ContractionLhs => own_cost <= RECOMPUTE_IN_CONTRACTION_MAX,
+                        Read::Other => false,
+                    }))
         };
         placement[out] = if moves
             && movement_only[e.inputs[0].index()]
@@ -302,6 +319,11 @@ pub fn classify(g: &Graph) -> Classification {
             Placement::Materialized | Placement::View | Placement::Input | Placement::Absorbed => 1,
         };
     }
+    for a in attention.values() {
+        for v in &a.internal {
+            placement[v.index()] = Placement::Absorbed;
+        }
+    }
     let mut reads_row_reduce = vec![false; n];
     for e in g.eqns() {
         let out = e.out.index();
@@ -339,6 +361,7 @@ pub fn classify(g: &Graph) -> Classification {
         placement,
         reads_row_reduce,
         epilogues,
+        attention,
     }
 }
 

@@ -2,6 +2,7 @@
 //! value (with its inlined producers), pack intermediates into reused buffers.
 
 mod access;
+mod attention;
 mod buffers;
 mod classify;
 mod context;
@@ -80,9 +81,17 @@ pub(crate) struct PlannedDispatch {
     label: String,
 }
 
-/// Lowers `g` for `target`.
+/// Lowers `g` for `target`. A graph whose fused attention kernel would bind more buffers than
+/// the target allows is planned again without the attention rewrite.
 pub fn lower(g: &Graph, target: &Target) -> Result<Plan, PlanError> {
-    let cls = classify(g);
+    match lower_with(g, target, true) {
+        Err(PlanError::TooManyBindings { .. }) => lower_with(g, target, false),
+        planned => planned,
+    }
+}
+
+fn lower_with(g: &Graph, target: &Target, rewrite_attention: bool) -> Result<Plan, PlanError> {
+    let cls = classify(g, rewrite_attention);
     let mut l = Lowering {
         g,
         target,
@@ -150,7 +159,7 @@ impl<'g> Lowering<'g> {
         }
     }
 
-    fn new_buffer(&mut self, role: BufferRole, size_bytes: u64) -> LBuf {
+    pub(super) fn new_buffer(&mut self, role: BufferRole, size_bytes: u64) -> LBuf {
         self.bufs.push(LBufInfo { role, size_bytes });
         LBuf(self.bufs.len() as u32 - 1)
     }
@@ -180,7 +189,7 @@ impl<'g> Lowering<'g> {
     }
 
     /// A buffer of `size_bytes` for a value, refused when it exceeds the target's limit.
-    fn check_size(&self, v: ValueId, size_bytes: u64) -> Result<(), PlanError> {
+    pub(super) fn check_size(&self, v: ValueId, size_bytes: u64) -> Result<(), PlanError> {
         let limit = self.target.limits.max_buffer_bytes;
         if size_bytes <= limit {
             return Ok(());
@@ -384,7 +393,10 @@ impl<'g> Lowering<'g> {
             OpKind::ScatterUpdate { axis } => self.emit_scatter(i, *axis),
             OpKind::Reduce { .. } | OpKind::ArgMax { .. } => self.emit_reduce(i),
             OpKind::ArgTopK { k } => self.emit_top_k(i, *k),
-            OpKind::MatMul { transpose_rhs } => self.emit_matmul(i, *transpose_rhs),
+            OpKind::MatMul { transpose_rhs } => match self.cls.attention.get(&i).cloned() {
+                Some(a) => self.emit_attention(&a),
+                None => self.emit_matmul(i, *transpose_rhs),
+            },
             OpKind::IndexedMatMul => self.emit_indexed_matmul(i),
             OpKind::Literal(_)
             | OpKind::Iota { .. }
