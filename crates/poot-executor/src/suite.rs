@@ -1090,6 +1090,56 @@ fn fusion_cases() -> Vec<Case> {
         reassociated(10),
     ));
 
+    // Sibling contractions (same left side) and cache writes sharing kernels, with the cases
+    // that must stay apart: a write of a value read from another write's result, two writes
+    // into one cache, a weight computed after the first sibling.
+    let mut c = CaseBuilder::new(97);
+    let x = c.f32("x", &[2, 3, 48]);
+    let wa = c.f32("wa", &[20, 48]);
+    let wb = c.packed("wb", GgmlType::Q8_0, 7, 64);
+    let wc = c.half("wc", &[33, 48], DType::F16);
+    let x64 = c.b.slice(x, vec![0, 0, 0], vec![2, 3, 48]).expect("slice");
+    let ya = ops::linear(&c.b, x64, wa, None).expect("a");
+    let yc = ops::linear(&c.b, x64, wc, None).expect("c");
+    let late = c.f32("late", &[5, 48]);
+    let late = c.b.tanh(late).expect("tanh");
+    let yl = ops::linear(&c.b, x64, late, None).expect("late");
+    let pad = c.f32("pad", &[2, 3, 16]);
+    let xb = c.b.concat(&[x, pad], 2).expect("concat");
+    let yb = ops::linear(&c.b, xb, wb, None).expect("b");
+    let cache = c.f32("cache", &[2, 9, 5]);
+    let cache2 = c.f32("cache2", &[3, 9, 5]);
+    let pos = c.slot_i32(Slot::Pos, vec![4], &[]);
+    let zero = c.b.lit_i32(0).expect("0");
+    let upd = c.b.slice(yb, vec![0, 0, 0], vec![2, 3, 5]).expect("slice");
+    let w1 =
+        c.b.dynamic_update_slice(cache, upd, &[zero, pos, zero])
+            .expect("dus");
+    let again = c.b.slice(w1, vec![0, 4, 0], vec![1, 7, 5]).expect("slice");
+    let w2 =
+        c.b.dynamic_update_slice(cache2, again, &[zero, zero, zero])
+            .expect("dus");
+    let w3 =
+        c.b.dynamic_update_slice(w1, c.b.neg(upd).expect("neg"), &[zero, zero, zero])
+            .expect("dus");
+    let ycs = c.b.slice(yc, vec![0, 0, 0], vec![1, 3, 5]).expect("slice");
+    let w4 =
+        c.b.dynamic_update_slice(cache2, ycs, &[c.b.lit_i32(2).expect("2"), pos, zero])
+            .expect("dus");
+    cases.push(
+        c.finish(
+            "sibling contractions and grouped cache writes",
+            Outputs::new(ya)
+                .and(yc)
+                .and(yl)
+                .and(yb)
+                .and(w2)
+                .and(w3)
+                .and(w4),
+            SUMS,
+        ),
+    );
+
     let base = LayerShape {
         hidden: 64,
         heads: 4,

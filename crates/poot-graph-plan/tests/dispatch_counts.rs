@@ -15,6 +15,18 @@ use poot_models::{StepShape, StepSpec};
 /// The cache the driver's decode entry attends over (`poot run`'s default capacity).
 const CAPACITY: usize = 2048;
 
+/// The kernel kinds layer `l` launches, in order, but for the `map` kernels that build the
+/// attention masks (in the first layer that reads each).
+fn layer_kinds(plan: &Plan, l: usize) -> Vec<&str> {
+    let prefix = format!("l{l}.");
+    plan.dispatches
+        .iter()
+        .filter(|d| d.label.starts_with(&prefix))
+        .map(|d| plan.kernels[d.kernel].kind())
+        .filter(|k| *k != "map")
+        .collect()
+}
+
 /// Plans `r`'s decode step and prints its dispatch counts; returns the plan and layer count.
 fn decode_plan(r: &Reference) -> (Plan, usize) {
     let model = build(r);
@@ -72,11 +84,44 @@ fn decode_plan(r: &Reference) -> (Plan, usize) {
 #[test]
 fn smollm2_135m_decode_dispatches() {
     let (plan, layers) = decode_plan(&smollm2_135m());
-    assert!(plan.dispatches.len() <= 10 * layers + 10);
+    // Norm and Q/K/V projections; both cache writes with the keys' rotary embedding; attention
+    // and its combine; output projection + residual; gate/up + SiLU product; down + residual.
+    let layer = [
+        "matmul",
+        "update_slice",
+        "attention",
+        "attention_combine",
+        "matmul_epilogue",
+        "matmul_epilogue",
+        "matmul_epilogue",
+    ];
+    for l in 0..layers {
+        assert_eq!(layer_kinds(&plan, l), layer, "layer {l}");
+    }
+    // The mask, and the head with the final norm (two kernels).
+    assert_eq!(plan.dispatches.len(), layer.len() * layers + 3);
 }
 
 #[test]
 fn gemma3_270m_decode_dispatches() {
     let (plan, layers) = decode_plan(&gemma3_270m());
-    assert!(plan.dispatches.len() <= 12 * layers + 10);
+    // As SmolLM2's, but the sandwich norms after attention and feed-forward each need the
+    // whole projection output: the output and down projections stay plain, and each residual
+    // add with its norm is a row kernel.
+    let layer = [
+        "matmul",
+        "update_slice",
+        "attention",
+        "attention_combine",
+        "matmul",
+        "row_map",
+        "matmul_epilogue",
+        "matmul",
+        "row_map",
+    ];
+    for l in 0..layers {
+        assert_eq!(layer_kinds(&plan, l), layer, "layer {l}");
+    }
+    // Two masks (sliding and global, three kernels), and the head with the final norm.
+    assert_eq!(plan.dispatches.len(), layer.len() * layers + 5);
 }

@@ -44,7 +44,9 @@ fn a_norm_runs_inside_the_projections_that_read_it() {
     let q = ops::linear(&b, h, input(&b, "wq", &[96, 64]), None).unwrap();
     let k = ops::linear(&b, h, input(&b, "wk", &[32, 64]), None).unwrap();
     let p = plan(&b.finish(Outputs::new(q).and(k)).unwrap());
-    assert!(kinds(&p).iter().all(|k| *k == "matmul"), "{:?}", kinds(&p));
+    // Both projections in one kernel (siblings), the norm in its prologue.
+    assert_eq!(kinds(&p), ["matmul"]);
+    assert_eq!(p.dispatches[0].grid[0], 96 + 32);
 }
 
 #[test]

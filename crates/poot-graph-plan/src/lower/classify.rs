@@ -147,6 +147,8 @@ pub struct Classification {
     pub epilogues: HashMap<usize, Vec<ValueId>>,
     /// Recognised attentions, by the equation of their output contraction.
     pub attention: HashMap<usize, Attention>,
+    /// Every (equation, operand) reading each value.
+    pub readers: Vec<Vec<(usize, usize)>>,
 }
 
 impl Classification {
@@ -362,6 +364,7 @@ pub fn classify(g: &Graph, rewrite_attention: bool) -> Classification {
         reads_row_reduce,
         epilogues,
         attention,
+        readers,
     }
 }
 

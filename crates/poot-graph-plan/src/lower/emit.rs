@@ -88,7 +88,7 @@ impl Lowering<'_> {
     }
 
     /// Opens `for i in thread..n step threads` over the whole grid; returns `i`.
-    fn begin_grid_stride(cx: &mut KernelCtx, n: u32) -> Expr {
+    pub(super) fn begin_grid_stride(cx: &mut KernelCtx, n: u32) -> Expr {
         let wg = cx.kb.workgroup();
         let start = group_id(0) * u32c(wg) + local_id();
         let step = group_count_x() * u32c(wg);
@@ -380,6 +380,31 @@ impl Lowering<'_> {
     }
 
     pub(super) fn emit_update_slice(&mut self, i: usize) -> Result<(), PlanError> {
+        let v = self.g.eqns()[i].out;
+        let wg = self.update_slice_threads(i);
+        let mut cx = KernelCtx::labelled("update_slice", self.label(v), wg);
+        let grid = self.update_slice_body(&mut cx, i)?;
+        self.push_kernel(cx, grid)
+    }
+
+    /// The workgroup width update `i`'s body wants: a row of its new values when they read a
+    /// row reduction, else the element-wise width.
+    pub(super) fn update_slice_threads(&self, i: usize) -> u32 {
+        let update = self.g.eqns()[i].inputs[1];
+        let upd_dims = self.g.values()[update.index()].ty.dims();
+        match upd_dims.last() {
+            Some(&len) if self.cls.reads_row_reduce[update.index()] => row_threads(len),
+            _ => ELEMENTWISE_THREADS,
+        }
+    }
+
+    /// Appends the body of update `i` (`DynamicUpdateSlice`) to `cx`; returns the workgroups it
+    /// wants.
+    pub(super) fn update_slice_body(
+        &mut self,
+        cx: &mut KernelCtx,
+        i: usize,
+    ) -> Result<[u32; 3], PlanError> {
         let e = self.g.eqns()[i].clone();
         let (v, operand, update) = (e.out, e.inputs[0], e.inputs[1]);
         let op_dims = self.g.values()[operand.index()].ty.dims().to_vec();
@@ -387,42 +412,36 @@ impl Lowering<'_> {
         let dtype = self.g.values()[v.index()].ty.dtype;
         let n = self.n_elems(update)?;
         let out = self.update_target(operand, v)?;
-        let wg = if self.cls.reads_row_reduce[update.index()] && !upd_dims.is_empty() {
-            row_threads(upd_dims[upd_dims.len() - 1])
-        } else {
-            ELEMENTWISE_THREADS
-        };
-        let mut cx = KernelCtx::labelled("update_slice", self.label(v), wg);
         let outp = cx.param(out, device_word(dtype), true);
         let mut starts = Vec::with_capacity(op_dims.len());
         for (j, (&d, &u)) in op_dims.iter().zip(&upd_dims).enumerate() {
-            let s = self.value_at(&mut cx, e.inputs[2 + j], &[])?;
-            let s = self.checked_index(&mut cx, s, d - u + 1, fault::UPDATE_SLICE_START);
+            let s = self.value_at(cx, e.inputs[2 + j], &[])?;
+            let s = self.checked_index(cx, s, d - u + 1, fault::UPDATE_SLICE_START);
             starts.push(cx.kb.let_(Ty::U32, s));
         }
         let rows = self.cls.reads_row_reduce[update.index()] && !upd_dims.is_empty();
         let (uidx, grid) = if rows {
-            let (uidx, _, rows) = Self::begin_row_loops(&mut cx, &upd_dims);
+            let (uidx, _, rows) = Self::begin_row_loops(cx, &upd_dims);
             (uidx, self.groups_for(rows, 1))
         } else {
-            let flat = Self::begin_grid_stride(&mut cx, n);
-            let uidx = unflatten(&mut cx, flat, &upd_dims);
-            (uidx, self.groups_for(n, ELEMENTWISE_THREADS))
+            let flat = Self::begin_grid_stride(cx, n);
+            let uidx = unflatten(cx, flat, &upd_dims);
+            (uidx, self.groups_for(n, cx.kb.workgroup()))
         };
         let oidx: Vec<Expr> = uidx
             .iter()
             .zip(&starts)
             .map(|(u, s)| u.clone() + s.clone())
             .collect();
-        let value = self.value_at(&mut cx, update, &uidx)?;
+        let value = self.value_at(cx, update, &uidx)?;
         cx.kb
             .store(outp, flatten(&oidx, &op_dims), to_word(value, dtype));
         if rows {
-            Self::end_row_loops(&mut cx);
+            Self::end_row_loops(cx);
         } else {
             cx.kb.end();
         }
-        self.push_kernel(cx, grid)
+        Ok(grid)
     }
 
     pub(super) fn emit_scatter(&mut self, i: usize, axis: usize) -> Result<(), PlanError> {

@@ -9,6 +9,7 @@ mod context;
 pub mod dequant;
 mod emit;
 mod epilogue;
+mod horizontal;
 mod rows;
 
 use std::collections::HashMap;
@@ -71,6 +72,8 @@ pub(crate) struct Lowering<'g> {
     /// Each distinct kernel's index, by its text.
     kernel_index: HashMap<String, usize>,
     dispatches: Vec<PlannedDispatch>,
+    /// Equations already computed by an earlier equation's kernel (horizontal fusion).
+    done: std::collections::HashSet<usize>,
 }
 
 /// A dispatch before physical buffer assignment.
@@ -102,9 +105,13 @@ fn lower_with(g: &Graph, target: &Target, rewrite_attention: bool) -> Result<Pla
         kernels: Vec::new(),
         kernel_index: HashMap::new(),
         dispatches: Vec::new(),
+        done: std::collections::HashSet::new(),
     };
     l.bind_inputs()?;
     for (i, e) in g.eqns().iter().enumerate() {
+        if l.done.contains(&i) {
+            continue;
+        }
         match l.cls.placement[e.out.index()] {
             Placement::Inline | Placement::Input | Placement::RowReduce | Placement::Absorbed => {}
             Placement::View => {
@@ -242,8 +249,11 @@ impl<'g> Lowering<'g> {
         Ok(())
     }
 
-    /// A fresh scratch buffer for the computed value `v`.
+    /// The scratch buffer of the computed value `v` (a fresh one on first call).
     fn scratch_for(&mut self, v: ValueId) -> Result<LBuf, PlanError> {
+        if let Some(b) = self.lbuf[v.index()] {
+            return Ok(b);
+        }
         let size = 4 * self.n_elems(v)? as u64;
         self.check_size(v, size)?;
         let b = self.new_buffer(BufferRole::Scratch, size.max(4));
@@ -389,13 +399,13 @@ impl<'g> Lowering<'g> {
     fn emit(&mut self, i: usize) -> Result<(), PlanError> {
         let e = &self.g.eqns()[i];
         match &e.op {
-            OpKind::DynamicUpdateSlice => self.emit_update_slice(i),
+            OpKind::DynamicUpdateSlice => self.emit_update_group(i),
             OpKind::ScatterUpdate { axis } => self.emit_scatter(i, *axis),
             OpKind::Reduce { .. } | OpKind::ArgMax { .. } => self.emit_reduce(i),
             OpKind::ArgTopK { k } => self.emit_top_k(i, *k),
             OpKind::MatMul { transpose_rhs } => match self.cls.attention.get(&i).cloned() {
                 Some(a) => self.emit_attention(&a),
-                None => self.emit_matmul(i, *transpose_rhs),
+                None => self.emit_sibling_matmuls(i, *transpose_rhs),
             },
             OpKind::IndexedMatMul => self.emit_indexed_matmul(i),
             OpKind::Literal(_)
