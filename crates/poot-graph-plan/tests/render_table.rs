@@ -458,8 +458,8 @@ fn planned_kernels() -> Vec<Kernel> {
         for tokens in [1, 16] {
             let spec = StepSpec::step(StepShape::new(1, tokens, 512));
             let graph = model.trace(&spec, TraceLimits::standard(64)).unwrap();
-            let plan = poot_graph_plan::compile(&graph, &poot_graph_plan::Target::ptx_preset())
-                .unwrap();
+            let plan =
+                poot_graph_plan::compile(&graph, &poot_graph_plan::Target::ptx_preset()).unwrap();
             for mut k in plan.kernels {
                 k.name = format!("{}_{}_{tokens}_{}", r.name, k.name, out.len()).replace('-', "_");
                 k.name.retain(|c| c.is_ascii_alphanumeric() || c == '_');

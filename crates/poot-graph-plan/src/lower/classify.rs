@@ -108,6 +108,26 @@ const RECOMPUTE_MAX: u32 = 64;
 /// output columns recomputes the whole row, so only a norm-sized chain is worth it.
 const RECOMPUTE_IN_CONTRACTION_MAX: u32 = 24;
 
+/// The most output columns a contraction may have to recompute its left side: a wider one (a
+/// vocabulary head) would redo the whole row's work in each of very many workgroups, which
+/// costs more than storing the row once.
+const RECOMPUTE_COLUMNS_MAX: usize = 16384;
+
+/// Output columns of the contraction `eqn`.
+fn columns(g: &Graph, eqn: usize) -> usize {
+    let out = g.eqns()[eqn].out;
+    g.values()[out.index()]
+        .ty
+        .dims()
+        .last()
+        .copied()
+        .unwrap_or(1)
+}
+
+/// The same bound for a value that also feeds a reduction: only what is little more than a load
+/// (a mask from the positions, an embedding row), so chains of recomputation stay short.
+const RECOMPUTE_UNDER_REDUCTION_MAX: u32 = 6;
+
 /// Arithmetic `op` costs per element when computed in place; movement is index arithmetic.
 fn op_cost(op: &OpKind) -> u32 {
     match op {
@@ -199,17 +219,23 @@ pub fn classify(g: &Graph, rewrite_attention: bool) -> Classification {
             read_kind(&g.eqns()[r].op, j)
         }
     };
-    // Whether a value reaches a reduction through element-wise ops.
+    // Whether a value reaches a reduction through element-wise ops; and through ops whose
+    // results have no other reader (so the reduction reads the value itself, not a stored
+    // result built on it).
     let mut feeds_reduce = vec![false; n];
+    let mut feeds_reduce_alone = vec![false; n];
     for e in g.eqns().iter().rev() {
-        let through = match &e.op {
-            OpKind::Reduce { .. } | OpKind::ArgMax { .. } => true,
-            op => is_elementwise_like(op) && feeds_reduce[e.out.index()],
-        };
-        if through {
-            for v in &e.inputs {
-                feeds_reduce[v.index()] = true;
+        let out = e.out.index();
+        let (through, alone) = match &e.op {
+            OpKind::Reduce { .. } | OpKind::ArgMax { .. } => (true, true),
+            op if is_elementwise_like(op) => {
+                (feeds_reduce[out], feeds_reduce_alone[out] && uses[out] == 1)
             }
+            _ => (false, false),
+        };
+        for v in &e.inputs {
+            feeds_reduce[v.index()] |= through;
+            feeds_reduce_alone[v.index()] |= alone;
         }
     }
     let mut placement = vec![Placement::Materialized; n];
@@ -248,15 +274,17 @@ pub fn classify(g: &Graph, rewrite_attention: bool) -> Classification {
             && e.inputs.iter().any(|v| {
                 let i = v.index();
                 g.values()[i].ty.shape == g.values()[out].ty.shape
-                    && (plain_contraction(g, producer[i], placement[i], pinned[i])
+                    && ((plain_contraction(g, producer[i], placement[i], pinned[i])
+                        && !feeds_reduce_alone[i])
                         || (placement[i] == Placement::Inline && reaches_contraction[i]))
             });
         // Computed in place by each of its readers, when each reads it element by element (or
         // as a contraction's left side) and recomputing it is cheap enough. A value with several
-        // readers is stored once instead when it also feeds a reduction (a residual sum feeding
-        // a norm: recomputed, it would be recomputed again inside every later value built on
-        // it, and per element in every pass over the row), or when a contraction's sums flow
-        // into it (stored, its kernel computes them: see `epilogues`).
+        // readers is stored once instead when a contraction's sums flow into it (stored, its
+        // kernel computes them: see `epilogues`), or when it feeds a reduction (a residual sum
+        // feeding a norm: recomputed, it would be recomputed again inside every later value
+        // built on it, and per element in every pass over the row) and is more than a load or
+        // two (a mask, an embedding row).
         let recompute = || {
             let single = uses[out] == 1;
             let single_elementwise = single
@@ -264,12 +292,15 @@ pub fn classify(g: &Graph, rewrite_attention: bool) -> Classification {
                     .iter()
                     .all(|&(r, j)| read_kind(r, j) == Read::Elementwise);
             single_elementwise
-                || (!feeds_reduce[out]
+                || ((!feeds_reduce[out] || own_cost <= RECOMPUTE_UNDER_REDUCTION_MAX)
                     && !reaches_contraction[out]
                     && !readers[out].is_empty()
                     && readers[out].iter().all(|&(r, j)| match read_kind(r, j) {
                         Read::Elementwise => own_cost <= RECOMPUTE_MAX,
-                        Read::ContractionLhs => own_cost <= RECOMPUTE_IN_CONTRACTION_MAX,
+                        Read::ContractionLhs => {
+                            own_cost <= RECOMPUTE_IN_CONTRACTION_MAX
+                                && columns(g, r) <= RECOMPUTE_COLUMNS_MAX
+                        }
                         Read::Other => false,
                     }))
         };
