@@ -30,6 +30,9 @@ pub struct Case {
     pub consts: Vec<(String, HostTensor<'static>)>,
     pub slots: Vec<(Slot, HostTensor<'static>)>,
     pub tolerance: Tolerance,
+    /// The slots of further steps of the same entry. Carried state starts at zero on both
+    /// sides and is carried from step to step; every step's outputs are compared.
+    pub later_steps: Vec<Vec<(Slot, HostTensor<'static>)>>,
 }
 
 /// The result of one case.
@@ -70,24 +73,33 @@ fn device_bytes(t: &HostTensor<'_>) -> Vec<u8> {
     }
 }
 
-/// Runs one case: the oracle, then the executor, then the comparison.
+/// A zero tensor of a state's type (states start at zero on the device).
+fn zero_state(ty: &TensorType) -> Result<HostTensor<'static>, String> {
+    let n = ty.shape.n_elems().ok_or("state too large")?;
+    let dims = ty.dims().to_vec();
+    match ty.dtype {
+        DType::F32 => HostTensor::f32(dims, vec![0f32; n]),
+        DType::I32 => HostTensor::i32(dims, vec![0i32; n]),
+        DType::U32 => HostTensor::u32(dims, vec![0u32; n]),
+        other => return Err(format!("no zero state of {other}")),
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// Runs one case: for each step, the oracle, then the executor, then the comparison.
 pub fn run_case(exec: &mut dyn Executor, case: &Case) -> Outcome {
     let outcome = |passed: bool, detail: String| Outcome {
         name: case.name.clone(),
         passed,
         detail,
     };
-    let mut inputs = Inputs::new();
-    for (n, t) in &case.consts {
-        inputs.set_const(n.clone(), t.view());
+    let mut states = Vec::new();
+    for (_, name, ty) in case.graph.states() {
+        match zero_state(ty) {
+            Ok(t) => states.push((name.to_string(), t)),
+            Err(e) => return outcome(false, e),
+        }
     }
-    for (s, t) in &case.slots {
-        inputs.set_slot(s.clone(), t.view());
-    }
-    let oracle = match eval(&case.graph, &inputs, EvalOptions::default()) {
-        Ok(o) => o,
-        Err(e) => return outcome(false, format!("oracle: {e}")),
-    };
     let consts = Consts(
         case.consts
             .iter()
@@ -98,35 +110,67 @@ pub fn run_case(exec: &mut dyn Executor, case: &Case) -> Outcome {
         Ok(e) => e,
         Err(e) => return outcome(false, format!("load_weights: {e}")),
     };
-    let run = (|| {
-        let entry = exec
-            .add_entry(exe, &case.graph, &case.name)
-            .map_err(|e| format!("add_entry: {e}"))?;
+    let entry = match exec.add_entry(exe, &case.graph, &case.name) {
+        Ok(e) => e,
+        Err(e) => {
+            exec.unload(exe);
+            return outcome(false, format!("add_entry: {e}"));
+        }
+    };
+    let steps = std::iter::once(&case.slots).chain(&case.later_steps);
+    let mut result = outcome(true, String::new());
+    for (n, slots) in steps.enumerate() {
+        let at = if case.later_steps.is_empty() {
+            String::new()
+        } else {
+            format!("step {n}: ")
+        };
+        let mut inputs = Inputs::new();
+        for (name, t) in &case.consts {
+            inputs.set_const(name.clone(), t.view());
+        }
+        for (s, t) in slots {
+            inputs.set_slot(s.clone(), t.view());
+        }
+        for (name, t) in &states {
+            inputs.set_state(name.clone(), t.view());
+        }
+        let oracle = match eval(&case.graph, &inputs, EvalOptions::default()) {
+            Ok(o) => o,
+            Err(e) => {
+                result = outcome(false, format!("{at}oracle: {e}"));
+                break;
+            }
+        };
         let mut step_inputs = StepInputs::new();
-        for (s, t) in &case.slots {
+        for (s, t) in slots {
             step_inputs.set(s.clone(), device_bytes(t));
         }
         let mut out = StepOutputs::default();
-        exec.step(entry, &step_inputs, &mut out)
-            .map_err(|e| format!("step: {e}"))?;
-        exec.remove_entry(entry);
-        Ok(out)
-    })();
-    exec.unload(exe);
-    let out = match run {
-        Ok(o) => o,
-        Err(e) => return outcome(false, e),
-    };
-    for (i, want) in oracle.outputs.iter().enumerate() {
-        let got = match out.values.get(i) {
-            Some(g) => g,
-            None => return outcome(false, format!("output {i} missing")),
-        };
-        if let Err(why) = compare(want, got, case.tolerance) {
-            return outcome(false, format!("output {i}: {why}"));
+        if let Err(e) = exec.step(entry, &step_inputs, &mut out) {
+            result = outcome(false, format!("{at}step: {e}"));
+            break;
         }
+        let mut failed = None;
+        for (i, want) in oracle.outputs.iter().enumerate() {
+            let Some(got) = out.values.get(i) else {
+                failed = Some(format!("{at}output {i} missing"));
+                break;
+            };
+            if let Err(why) = compare(want, got, case.tolerance) {
+                failed = Some(format!("{at}output {i}: {why}"));
+                break;
+            }
+        }
+        if let Some(why) = failed {
+            result = outcome(false, why);
+            break;
+        }
+        states = oracle.state;
     }
-    outcome(true, String::new())
+    exec.remove_entry(entry);
+    exec.unload(exe);
+    result
 }
 
 fn words(bytes: &[u8]) -> impl Iterator<Item = [u8; 4]> + '_ {
@@ -385,6 +429,7 @@ impl CaseBuilder {
             consts: self.consts,
             slots: self.slots,
             tolerance,
+            later_steps: Vec::new(),
         }
     }
 }
@@ -791,6 +836,446 @@ pub fn run_split(exec: &mut dyn Executor) -> Vec<Outcome> {
     outcomes
 }
 
+/// A sum of `terms` f32 values reassociated (the device sums in another order than the oracle):
+/// each order is within `terms` roundings of the exact sum, so two orders differ by at most
+/// twice that, relative to the sum of magnitudes, which for these cases' outputs stays within a
+/// small multiple of the largest output. Never below a few ulps of libm error.
+pub fn reassociated(terms: usize) -> Tolerance {
+    Tolerance::Relative((4.0 * terms as f32 * f32::EPSILON).max(1e-5))
+}
+
+/// The parts of a decoder layer's attention a fused case varies.
+#[derive(Clone, Copy)]
+struct LayerShape {
+    hidden: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    capacity: usize,
+    /// New tokens per step.
+    tokens: usize,
+    window: Option<usize>,
+    softcap: Option<f32>,
+    qk_norm: bool,
+    /// Gemma's norms after each block.
+    sandwich: bool,
+    packed: Option<GgmlType>,
+}
+
+/// One pre-norm decoder layer (attention over a KV cache carried as state, then a gated
+/// feed-forward, each with a residual add) embedded from the token slot, as the model families
+/// trace it, run for several steps at increasing positions so the cache fills up.
+fn decoder_layer_case(name: &str, seed: u64, s: LayerShape, steps: usize) -> Case {
+    let mut c = CaseBuilder::new(seed);
+    let (d, hq, hkv, dh, t) = (s.hidden, s.heads, s.kv_heads, s.head_dim, s.tokens);
+    let vocab = 11;
+    let table = c.f32("embed", &[vocab, d]);
+    let tokens = c.slot_i32(Slot::Token, vec![0; t], &[1, t]);
+    let pos = c.slot_i32(Slot::Pos, (0..t as i32).collect(), &[1, t]);
+    let b = &c.b;
+    let x = ops::embed(b, table, tokens).expect("embed");
+    let norm_w = |c: &mut CaseBuilder, n: &str, len: usize| c.positive(n, &[len]);
+    let proj = |c: &mut CaseBuilder, n: &str, rows: usize, k: usize| match s.packed {
+        Some(f) => c.packed(n, f, rows, k),
+        None => c.f32(n, &[rows, k]),
+    };
+    let rms = |c: &CaseBuilder, x: Traced, w: Traced| ops::rmsnorm(&c.b, x, w, 1e-5).expect("norm");
+    let w_attn_norm = norm_w(&mut c, "attn_norm", d);
+    let wq = proj(&mut c, "wq", hq * dh, d);
+    let wk = proj(&mut c, "wk", hkv * dh, d);
+    let wv = proj(&mut c, "wv", hkv * dh, d);
+    let wo = proj(&mut c, "wo", d, hq * dh);
+    let cos = c.f32("cos", &[s.capacity, dh / 2]);
+    let sin = c.f32("sin", &[s.capacity, dh / 2]);
+    let qn = norm_w(&mut c, "q_norm", dh);
+    let kn = norm_w(&mut c, "k_norm", dh);
+    let post_attn = norm_w(&mut c, "post_attn_norm", d);
+    let w_ffn_norm = norm_w(&mut c, "ffn_norm", d);
+    let ff = 2 * d;
+    let wg = proj(&mut c, "w_gate", ff, d);
+    let wu = proj(&mut c, "w_up", ff, d);
+    let wd = proj(&mut c, "w_down", d, ff);
+    let post_ffn = norm_w(&mut c, "post_ffn_norm", d);
+    let cache_ty = TensorType::new(DType::F32, vec![1, hkv, s.capacity, dh]);
+    let k_in = c.b.state_input("k", cache_ty.clone()).expect("state");
+    let v_in = c.b.state_input("v", cache_ty).expect("state");
+    let b = &c.b;
+    let h = rms(&c, x, w_attn_norm);
+    let heads = |p: Traced, n: usize, norm: Option<Traced>| {
+        let p = b.reshape(p, [1, t, n, dh]).expect("heads");
+        let p = match norm {
+            Some(w) if s.qk_norm => rms(&c, p, w),
+            _ => p,
+        };
+        b.transpose(p, vec![0, 2, 1, 3]).expect("heads")
+    };
+    let q = heads(ops::linear(b, h, wq, None).expect("q"), hq, Some(qn));
+    let k = heads(ops::linear(b, h, wk, None).expect("k"), hkv, Some(kn));
+    let v = heads(ops::linear(b, h, wv, None).expect("v"), hkv, None);
+    let q = ops::rope(b, q, cos, sin, pos, RopeStyle::HalfSplit).expect("rope");
+    let k = ops::rope(b, k, cos, sin, pos, RopeStyle::HalfSplit).expect("rope");
+    let start = b
+        .reshape(
+            b.slice(pos, vec![0, 0], vec![1, 1]).expect("slice"),
+            Vec::<usize>::new(),
+        )
+        .expect("start");
+    let zero = b.lit_i32(0).expect("0");
+    let kc = b
+        .dynamic_update_slice(k_in, k, &[zero, zero, start, zero])
+        .expect("k write");
+    let vc = b
+        .dynamic_update_slice(v_in, v, &[zero, zero, start, zero])
+        .expect("v write");
+    let mask = ops::causal_mask(b, pos, s.capacity, s.window).expect("mask");
+    let o = ops::attention_masked(
+        b,
+        q,
+        kc,
+        vc,
+        mask,
+        AttentionOptions {
+            n_rep: hq / hkv,
+            scale: 1.0 / (dh as f32).sqrt(),
+            softcap: s.softcap,
+        },
+    )
+    .expect("attention");
+    let o = b.transpose(o, vec![0, 2, 1, 3]).expect("t");
+    let o = b.reshape(o, [1, t, hq * dh]).expect("r");
+    let mut a = ops::linear(b, o, wo, None).expect("o");
+    if s.sandwich {
+        a = rms(&c, a, post_attn);
+    }
+    let x = b.add(x, a).expect("residual");
+    let g = ops::linear(b, rms(&c, x, w_ffn_norm), wg, None).expect("gate");
+    let u = ops::linear(b, rms(&c, x, w_ffn_norm), wu, None).expect("up");
+    let mut f = ops::linear(b, ops::swiglu(b, g, u).expect("swiglu"), wd, None).expect("down");
+    if s.sandwich {
+        f = rms(&c, f, post_ffn);
+    }
+    let out = b.add(x, f).expect("residual");
+    let outputs = Outputs::new(out).with_state(&[(k_in, kc), (v_in, vc)]);
+    let mut case = c.finish(name, outputs, SUMS);
+    let mut rng = Rng(seed ^ 0x5eed);
+    let step_slots = |n: usize, rng: &mut Rng| {
+        let toks: Vec<i32> = (0..t).map(|_| rng.below(vocab as u64) as i32).collect();
+        let p: Vec<i32> = (0..t).map(|i| (n * t + i) as i32).collect();
+        vec![
+            (
+                Slot::Token,
+                HostTensor::i32(vec![1, t], toks).expect("sized"),
+            ),
+            (Slot::Pos, HostTensor::i32(vec![1, t], p).expect("sized")),
+        ]
+    };
+    case.slots = step_slots(0, &mut rng);
+    case.later_steps = (1..steps).map(|n| step_slots(n, &mut rng)).collect();
+    case
+}
+
+/// Cases for the planner's fused kernels: row reductions inside their readers (norms, softmax,
+/// a norm inside a projection and inside a cache write), at several shapes, and whole decoder
+/// layers stepped through a filling cache (GQA, MQA, softcap, sliding window, qk-norm).
+fn fusion_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (i, dims) in [vec![3, 700], vec![1, 1, 64], vec![2, 5, 33]]
+        .into_iter()
+        .enumerate()
+    {
+        let mut c = CaseBuilder::new(70 + i as u64);
+        let len = dims[dims.len() - 1];
+        let x = c.f32("x", &dims);
+        let w = c.f32("w", &[len]);
+        let y = ops::rmsnorm(&c.b, x, w, 1e-6).expect("rmsnorm");
+        cases.push(c.finish(
+            &format!("rmsnorm as one row kernel {dims:?}"),
+            Outputs::new(y),
+            reassociated(len),
+        ));
+    }
+
+    let mut c = CaseBuilder::new(74);
+    let x = c.f32("x", &[4, 300]);
+    let g = c.f32("g", &[300]);
+    let bb = c.f32("bias", &[300]);
+    let y = ops::layernorm(&c.b, x, g, bb, 1e-5).expect("layernorm");
+    cases.push(c.finish(
+        "layernorm (a row reduction inside another)",
+        Outputs::new(y),
+        reassociated(300),
+    ));
+
+    let mut c = CaseBuilder::new(75);
+    let x = c.f32("x", &[2, 3, 1000]);
+    let y = ops::softmax(&c.b, x, 2).expect("softmax");
+    let z = ops::softmax(&c.b, x, 1).expect("softmax");
+    cases.push(c.finish(
+        "softmax over a long last axis and a short middle one",
+        Outputs::new(y).and(z),
+        reassociated(1000),
+    ));
+
+    for (i, format) in [None, Some(GgmlType::Q4_1)].into_iter().enumerate() {
+        let mut c = CaseBuilder::new(76 + i as u64);
+        let x = c.f32("x", &[2, 96]);
+        let w = c.positive("w", &[96]);
+        let p = match format {
+            Some(f) => c.packed("p", f, 40, 96),
+            None => c.f32("p", &[40, 96]),
+        };
+        let y = ops::linear(
+            &c.b,
+            ops::rmsnorm(&c.b, x, w, 1e-6).expect("rmsnorm"),
+            p,
+            None,
+        )
+        .expect("linear");
+        cases.push(c.finish(
+            &format!(
+                "rmsnorm into a projection ({})",
+                format.map_or("f32", |f| f.name())
+            ),
+            Outputs::new(y),
+            SUMS,
+        ));
+    }
+
+    let mut c = CaseBuilder::new(78);
+    let x = c.f32("x", &[2, 3, 40]);
+    let y = c.f32("y", &[2, 3, 70]);
+    let wg = c.f32("wg", &[24, 40]);
+    let wu = c.half("wu", &[24, 40], DType::BF16);
+    let wo = c.packed("wo", GgmlType::Q8_0, 24, 64);
+    let y64 = c.b.slice(y, vec![0, 0, 3], vec![2, 3, 67]).expect("slice");
+    let g = ops::linear(&c.b, x, wg, None).expect("gate");
+    let u = ops::linear(&c.b, x, wu, None).expect("up");
+    let o = ops::linear(&c.b, y64, wo, None).expect("other");
+    let z =
+        c.b.add(ops::geglu(&c.b, g, u).expect("geglu"), o)
+            .expect("add");
+    let a = c.f32("a", &[2, 5, 6]);
+    let bm = c.f32("bm", &[2, 6, 4]);
+    let r = c.f32("r", &[2, 5, 4]);
+    let batched = c.b.matmul(a, bm, false).expect("mm");
+    let res = c.b.sub(r, c.b.tanh(batched).expect("tanh")).expect("sub");
+    cases.push(c.finish(
+        "contractions in their consumer's epilogue (shared and separate left sides, batched)",
+        Outputs::new(z).and(res),
+        SUMS,
+    ));
+
+    // Attention shapes the rewrite takes: (name, heads, kv heads, tokens, positions, qk dim,
+    // v dim, masked rows). Positions past 256 with few rows split into partitions.
+    let attention_shapes = [
+        (
+            "attention, unsplit, rows with nothing visible",
+            2,
+            1,
+            3,
+            12,
+            16,
+            16,
+            true,
+        ),
+        (
+            "attention, split, rows with nothing visible",
+            2,
+            1,
+            3,
+            600,
+            16,
+            16,
+            true,
+        ),
+        (
+            "attention, unmasked (encoder), GQA 3",
+            6,
+            2,
+            4,
+            9,
+            8,
+            8,
+            false,
+        ),
+        (
+            "attention, qk dim 24, v dim 40, split",
+            2,
+            2,
+            1,
+            700,
+            24,
+            40,
+            false,
+        ),
+        (
+            "attention, head dim 320 (two features per thread)",
+            2,
+            1,
+            2,
+            20,
+            320,
+            320,
+            true,
+        ),
+    ];
+    for (i, (name, hq, hkv, t, len, dqk, dv, masked)) in attention_shapes.into_iter().enumerate() {
+        let mut c = CaseBuilder::new(90 + i as u64);
+        let q = c.f32("q", &[1, hq, t, dqk]);
+        let k = c.f32("k", &[1, hkv, len, dqk]);
+        // Positive values, so a wrong weight total shows against the largest output.
+        let v = c.positive("v", &[1, hkv, len, dv]);
+        // Row 1 sees nothing (position -1); the others see a causal prefix.
+        let pos: Vec<i32> = (0..t as i32)
+            .map(|r| if r == 1 { -1 } else { 5 + 3 * r })
+            .collect();
+        let pos = c.slot_i32(Slot::Pos, pos, &[1, t]);
+        let mask = if masked {
+            ops::causal_mask(&c.b, pos, len, None).expect("mask")
+        } else {
+            c.b.broadcast(
+                c.b.literal(poot_graph_ir::Scalar::Bool(true)).expect("l"),
+                [1, 1, t, len],
+            )
+            .expect("mask")
+        };
+        let o = ops::attention_masked(
+            &c.b,
+            q,
+            k,
+            v,
+            mask,
+            AttentionOptions {
+                n_rep: hq / hkv,
+                scale: 1.0 / (dqk as f32).sqrt(),
+                softcap: None,
+            },
+        )
+        .expect("attention");
+        cases.push(c.finish(name, Outputs::new(o), reassociated(len)));
+    }
+
+    // The probabilities are an output too: not rewritten, planned unfused.
+    let mut c = CaseBuilder::new(96);
+    let q = c.f32("q", &[1, 2, 2, 8]);
+    let k = c.f32("k", &[1, 2, 10, 8]);
+    let v = c.f32("v", &[1, 2, 10, 8]);
+    let scores = c.b.matmul(q, k, true).expect("scores");
+    let p = ops::softmax(&c.b, scores, 3).expect("softmax");
+    let o = c.b.matmul(p, v, false).expect("pv");
+    cases.push(c.finish(
+        "attention whose probabilities are returned (unfused)",
+        Outputs::new(o).and(p),
+        reassociated(10),
+    ));
+
+    // Sibling contractions (same left side) and cache writes sharing kernels, with the cases
+    // that must stay apart: a write of a value read from another write's result, two writes
+    // into one cache, a weight computed after the first sibling.
+    let mut c = CaseBuilder::new(97);
+    let x = c.f32("x", &[2, 3, 48]);
+    let wa = c.f32("wa", &[20, 48]);
+    let wb = c.packed("wb", GgmlType::Q8_0, 7, 64);
+    let wc = c.half("wc", &[33, 48], DType::F16);
+    let x64 = c.b.slice(x, vec![0, 0, 0], vec![2, 3, 48]).expect("slice");
+    let ya = ops::linear(&c.b, x64, wa, None).expect("a");
+    let yc = ops::linear(&c.b, x64, wc, None).expect("c");
+    let late = c.f32("late", &[5, 48]);
+    let late = c.b.tanh(late).expect("tanh");
+    let yl = ops::linear(&c.b, x64, late, None).expect("late");
+    let pad = c.f32("pad", &[2, 3, 16]);
+    let xb = c.b.concat(&[x, pad], 2).expect("concat");
+    let yb = ops::linear(&c.b, xb, wb, None).expect("b");
+    let cache = c.f32("cache", &[2, 9, 5]);
+    let cache2 = c.f32("cache2", &[3, 9, 5]);
+    let pos = c.slot_i32(Slot::Pos, vec![4], &[]);
+    let zero = c.b.lit_i32(0).expect("0");
+    let upd = c.b.slice(yb, vec![0, 0, 0], vec![2, 3, 5]).expect("slice");
+    let w1 =
+        c.b.dynamic_update_slice(cache, upd, &[zero, pos, zero])
+            .expect("dus");
+    let again = c.b.slice(w1, vec![0, 4, 0], vec![1, 7, 5]).expect("slice");
+    let w2 =
+        c.b.dynamic_update_slice(cache2, again, &[zero, zero, zero])
+            .expect("dus");
+    let w3 =
+        c.b.dynamic_update_slice(w1, c.b.neg(upd).expect("neg"), &[zero, zero, zero])
+            .expect("dus");
+    let ycs = c.b.slice(yc, vec![0, 0, 0], vec![1, 3, 5]).expect("slice");
+    let w4 =
+        c.b.dynamic_update_slice(cache2, ycs, &[c.b.lit_i32(2).expect("2"), pos, zero])
+            .expect("dus");
+    cases.push(
+        c.finish(
+            "sibling contractions and grouped cache writes",
+            Outputs::new(ya)
+                .and(yc)
+                .and(yl)
+                .and(yb)
+                .and(w2)
+                .and(w3)
+                .and(w4),
+            SUMS,
+        ),
+    );
+
+    let base = LayerShape {
+        hidden: 64,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 16,
+        capacity: 12,
+        tokens: 1,
+        window: None,
+        softcap: None,
+        qk_norm: false,
+        sandwich: false,
+        packed: None,
+    };
+    let layers = [
+        ("decoder layer decode (GQA)", base, 7),
+        (
+            "decoder layer decode (MQA, qk-norm, sandwich norms, window 4, softcap)",
+            LayerShape {
+                kv_heads: 1,
+                qk_norm: true,
+                sandwich: true,
+                window: Some(4),
+                softcap: Some(20.0),
+                ..base
+            },
+            9,
+        ),
+        (
+            "decoder layer prefill chunks of 3 (MHA, Q8_0 projections)",
+            LayerShape {
+                kv_heads: 4,
+                tokens: 3,
+                packed: Some(GgmlType::Q8_0),
+                ..base
+            },
+            4,
+        ),
+        (
+            "decoder layer decode (head dim 64, long cache, window 40)",
+            LayerShape {
+                hidden: 128,
+                heads: 2,
+                kv_heads: 1,
+                head_dim: 64,
+                capacity: 300,
+                window: Some(40),
+                ..base
+            },
+            3,
+        ),
+    ];
+    for (i, (name, shape, steps)) in layers.into_iter().enumerate() {
+        cases.push(decoder_layer_case(name, 80 + i as u64, shape, steps));
+    }
+    cases
+}
+
 /// Every case of the suite.
 pub fn cases() -> Vec<Case> {
     let mut all = Vec::new();
@@ -833,6 +1318,7 @@ pub fn cases() -> Vec<Case> {
     all.extend(reduction_cases());
     all.extend(contraction_cases());
     all.extend(composite_cases());
+    all.extend(fusion_cases());
     all
 }
 

@@ -144,4 +144,15 @@ impl Plan {
         }
         m
     }
+
+    /// Dispatches per kernel kind (`matmul`, `reduce`, `map`, ...), sorted by kind: what one
+    /// step launches, for counting against the launch floor.
+    pub fn dispatches_by_kind(&self) -> Vec<(String, usize)> {
+        let mut counts = std::collections::BTreeMap::new();
+        for d in &self.dispatches {
+            let kind = self.kernels[d.kernel].kind();
+            *counts.entry(kind.to_string()).or_insert(0) += 1;
+        }
+        counts.into_iter().collect()
+    }
 }

@@ -141,8 +141,9 @@ fn paged_plans_at_real_dimensions(r: Reference) {
                     assert_eq!(plan.states.len(), 2 * model.config().n_layers);
                     let (_, state_bytes, scratch_bytes) = buffer_bytes(plan);
                     let contiguous_scratch = buffer_bytes(contiguous).2;
+                    // No gathered copy of the cache: at most a few index words more.
                     assert!(
-                        scratch_bytes <= contiguous_scratch,
+                        scratch_bytes <= contiguous_scratch + (64 << 10),
                         "{} paged {what} on {}: scratch {scratch_bytes} B, contiguous \
                          {contiguous_scratch} B",
                         r.name,

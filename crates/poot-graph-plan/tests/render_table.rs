@@ -5,7 +5,12 @@
 //! operator at every operand type the validator accepts (with run-time operands and with
 //! all-literal ones, whose values are picked to overflow, divide by zero or be non-finite),
 //! every cast, both half formats, and three realistic kernels: an elementwise grid-stride
-//! loop, a shared-memory tree reduction and a byte-unpacking dequantization loop.
+//! loop, a shared-memory tree reduction and a byte-unpacking dequantization loop; then every
+//! kernel the planner makes for SmolLM2 and Gemma 3 steps (the fused ones included).
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -428,14 +433,41 @@ fn dequant_kernel() -> Kernel {
 }
 
 fn table() -> Vec<Kernel> {
-    vec![
+    let mut kernels = vec![
         operators_kernel(false).0,
         operators_kernel(true).0,
         statements_kernel(),
         elementwise_kernel(),
         reduction_kernel(),
         dequant_kernel(),
-    ]
+    ];
+    kernels.extend(planned_kernels());
+    kernels
+}
+
+/// Every distinct kernel the planner makes for SmolLM2 and Gemma 3 decode and prefill steps
+/// (fused norms, projections with prologues and epilogues, attention and its combine, grouped
+/// cache writes), renamed apart.
+fn planned_kernels() -> Vec<Kernel> {
+    use common::reference_models::{build, gemma3_270m, smollm2_135m};
+    use poot_graph_ir::TraceLimits;
+    use poot_models::{StepShape, StepSpec};
+    let mut out: Vec<Kernel> = Vec::new();
+    for r in [smollm2_135m(), gemma3_270m()] {
+        let model = build(&r);
+        for tokens in [1, 16] {
+            let spec = StepSpec::step(StepShape::new(1, tokens, 512));
+            let graph = model.trace(&spec, TraceLimits::standard(64)).unwrap();
+            let plan =
+                poot_graph_plan::compile(&graph, &poot_graph_plan::Target::ptx_preset()).unwrap();
+            for mut k in plan.kernels {
+                k.name = format!("{}_{}_{tokens}_{}", r.name, k.name, out.len()).replace('-', "_");
+                k.name.retain(|c| c.is_ascii_alphanumeric() || c == '_');
+                out.push(k);
+            }
+        }
+    }
+    out
 }
 
 #[test]
@@ -723,6 +755,8 @@ fn every_kernel_renders_to_cuda_clang_compiles() {
                 "-Wall",
                 "-Werror",
                 "-Wno-unused-function",
+                // Planned kernels keep index variables some paths do not read.
+                "-Wno-unused-variable",
             ])
             .arg("-include")
             .arg(dir.join("prelude.h"))

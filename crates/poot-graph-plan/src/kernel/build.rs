@@ -23,6 +23,16 @@ enum Open {
         cond: Expr,
         then: Vec<Stmt>,
     },
+    /// Statements built apart, to be inserted at a [`Mark`].
+    Detached,
+}
+
+/// A position in an open block where statements built later can be inserted (a reduction a
+/// loop body turns out to need, computed before the loop).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mark {
+    depth: usize,
+    index: usize,
 }
 
 /// Builds one [`Kernel`].
@@ -212,6 +222,43 @@ impl KernelBuilder {
         }
     }
 
+    /// The current position: statements inserted at it run after everything built so far in
+    /// the current block and before everything built after.
+    pub fn mark(&self) -> Mark {
+        Mark {
+            depth: self.blocks.len().saturating_sub(1),
+            index: self.blocks.last().map_or(0, Vec::len),
+        }
+    }
+
+    /// Variables declared so far; a variable numbered below it was declared before now.
+    pub fn var_count(&self) -> u32 {
+        self.vars.len() as u32
+    }
+
+    /// Starts building statements apart from the current block; [`KernelBuilder::insert_detached`]
+    /// places them at a mark.
+    pub fn begin_detached(&mut self) {
+        self.open.push(Open::Detached);
+        self.blocks.push(Vec::new());
+    }
+
+    /// Ends the innermost detached block and inserts its statements at `mark`, which then
+    /// points past them (so later insertions at it run after these).
+    pub fn insert_detached(&mut self, mark: &mut Mark) {
+        if !matches!(self.open.last(), Some(Open::Detached)) {
+            return;
+        }
+        self.open.pop();
+        let body = self.blocks.pop().unwrap_or_default();
+        let n = body.len();
+        if let Some(block) = self.blocks.get_mut(mark.depth) {
+            let at = mark.index.min(block.len());
+            block.splice(at..at, body);
+            mark.index = at + n;
+        }
+    }
+
     /// Closes the innermost open block.
     pub fn end(&mut self) {
         let body = self.blocks.pop().unwrap_or_default();
@@ -238,6 +285,13 @@ impl KernelBuilder {
                 then,
                 otherwise: body,
             },
+            Some(Open::Detached) => {
+                // A detached block never inserted: keep its statements in place.
+                for s in body {
+                    self.push(s);
+                }
+                return;
+            }
             None => {
                 self.blocks.push(body);
                 return;

@@ -266,6 +266,14 @@ pub enum KernelError {
 }
 
 impl Kernel {
+    /// The kind of kernel (`matmul`, `reduce`): its name without the plan's index suffix.
+    pub fn kind(&self) -> &str {
+        match self.name.rsplit_once('_') {
+            Some((kind, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => kind,
+            _ => &self.name,
+        }
+    }
+
     /// The type of `e`, checking it.
     pub fn type_of(&self, e: &Expr) -> Result<Ty, KernelError> {
         let bad = |what: String| KernelError::Type {

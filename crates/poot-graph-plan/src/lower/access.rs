@@ -60,6 +60,39 @@ pub fn flatten(idx: &[Expr], dims: &[usize]) -> Expr {
     flat.unwrap_or(u32c(0))
 }
 
+/// The index into a reshape's input of `idx` into its output. Leading and trailing axes the
+/// two shapes share pass through unchanged (a head split keeps the feature axis, so a loop over
+/// it does no division); only the axes between are flattened and split again.
+pub fn reshape_index(
+    cx: &mut KernelCtx,
+    idx: &[Expr],
+    out_dims: &[usize],
+    in_dims: &[usize],
+) -> Vec<Expr> {
+    let common = out_dims.len().min(in_dims.len());
+    let mut prefix = 0;
+    while prefix < common && out_dims[prefix] == in_dims[prefix] {
+        prefix += 1;
+    }
+    let mut suffix = 0;
+    while suffix < common - prefix
+        && out_dims[out_dims.len() - 1 - suffix] == in_dims[in_dims.len() - 1 - suffix]
+    {
+        suffix += 1;
+    }
+    let (out_mid, in_mid) = (
+        &out_dims[prefix..out_dims.len() - suffix],
+        &in_dims[prefix..in_dims.len() - suffix],
+    );
+    let mut in_idx = idx[..prefix].to_vec();
+    if !in_mid.is_empty() {
+        let flat = flatten(&idx[prefix..idx.len() - suffix], out_mid);
+        in_idx.extend(unflatten(cx, flat, in_mid));
+    }
+    in_idx.extend_from_slice(&idx[idx.len() - suffix..]);
+    in_idx
+}
+
 /// The multi-index of flat index `flat` in `dims`, as variables.
 pub fn unflatten(cx: &mut KernelCtx, flat: Expr, dims: &[usize]) -> Vec<Expr> {
     let mut out = vec![u32c(0); dims.len()];
@@ -88,6 +121,11 @@ impl Lowering<'_> {
     ) -> Result<Expr, PlanError> {
         match self.cls.placement[v.index()] {
             Placement::Inline => self.compute(cx, v, idx),
+            Placement::RowReduce => self.row_reduce_at(cx, v, idx),
+            // Only the kernel that absorbed the contraction reads it, at its own index.
+            Placement::Absorbed => cx.known(v, idx).ok_or_else(|| PlanError::Unplaced {
+                label: self.label(v),
+            }),
             Placement::Input | Placement::Materialized | Placement::View => {
                 self.load_value(cx, v, idx)
             }
@@ -95,7 +133,7 @@ impl Lowering<'_> {
     }
 
     /// Loads element `idx` of a buffered value in its storage layout.
-    fn load_value(
+    pub(super) fn load_value(
         &mut self,
         cx: &mut KernelCtx,
         v: ValueId,
@@ -231,9 +269,8 @@ impl Lowering<'_> {
                 convert(x, from, to)
             }
             OpKind::Reshape { .. } => {
-                let flat = flatten(idx, out_ty.dims());
                 let in_dims = in_ty(0).dims().to_vec();
-                let in_idx = unflatten(cx, flat, &in_dims);
+                let in_idx = reshape_index(cx, idx, out_ty.dims(), &in_dims);
                 self.value_at(cx, inputs[0], &in_idx)?
             }
             OpKind::Broadcast { .. } => {

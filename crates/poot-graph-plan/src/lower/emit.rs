@@ -26,7 +26,7 @@ const NONE: u32 = u32::MAX;
 
 /// Threads of a row kernel (one workgroup per row): a power of two between 32 and 256 that
 /// covers `len` when it can.
-fn row_threads(len: usize) -> u32 {
+pub(super) fn row_threads(len: usize) -> u32 {
     (len.next_power_of_two().min(256) as u32).max(32)
 }
 
@@ -77,7 +77,7 @@ fn ranks_before(ty: Ty, va: Expr, ia: Expr, vb: Expr, ib: Expr) -> Expr {
 impl Lowering<'_> {
     /// Workgroups for `items` independent items, each handled by `per_group` threads in
     /// grid-stride loops.
-    fn groups_for(&self, items: u32, per_group: u32) -> [u32; 3] {
+    pub(super) fn groups_for(&self, items: u32, per_group: u32) -> [u32; 3] {
         [
             items
                 .div_ceil(per_group)
@@ -88,7 +88,7 @@ impl Lowering<'_> {
     }
 
     /// Opens `for i in thread..n step threads` over the whole grid; returns `i`.
-    fn begin_grid_stride(cx: &mut KernelCtx, n: u32) -> Expr {
+    pub(super) fn begin_grid_stride(cx: &mut KernelCtx, n: u32) -> Expr {
         let wg = cx.kb.workgroup();
         let start = group_id(0) * u32c(wg) + local_id();
         let step = group_count_x() * u32c(wg);
@@ -96,12 +96,12 @@ impl Lowering<'_> {
     }
 
     /// Opens `for row in group..rows step groups`; returns `row`.
-    fn begin_rows(cx: &mut KernelCtx, rows: u32) -> Expr {
+    pub(super) fn begin_rows(cx: &mut KernelCtx, rows: u32) -> Expr {
         cx.kb.begin_for(group_id(0), u32c(rows), group_count_x())
     }
 
     /// The whole workgroup's combination of each thread's `acc`, left in `shared[0]`.
-    fn tree_reduce(cx: &mut KernelCtx, arrays: &[SharedId], combine: &Combine<'_>) {
+    pub(super) fn tree_reduce(cx: &mut KernelCtx, arrays: &[SharedId], combine: &Combine<'_>) {
         let wg = cx.kb.workgroup();
         cx.kb.barrier();
         let mut s = wg / 2;
@@ -129,7 +129,7 @@ impl Lowering<'_> {
 
     /// Ends a one-workgroup-per-output contraction: sums every thread's `acc` and stores it at
     /// `out[o]`, then closes the output loop.
-    fn finish_row_sum(
+    pub(super) fn finish_row_sum(
         cx: &mut KernelCtx,
         sv: SharedId,
         acc: crate::kernel::Var,
@@ -142,15 +142,33 @@ impl Lowering<'_> {
         cx.kb.store(outp, o, load_shared(sv, u32c(0)));
         cx.kb.end();
         cx.kb.barrier();
+        cx.close_prologue();
         cx.kb.end();
     }
 
     pub(super) fn emit_elementwise(&mut self, i: usize) -> Result<(), PlanError> {
         let v = self.g.eqns()[i].out;
+        if let Some(mms) = self.cls.epilogues.get(&v.index()).cloned() {
+            return self.emit_epilogue(i, &mms);
+        }
         let n = self.n_elems(v)?;
         let dims = self.g.values()[v.index()].ty.dims().to_vec();
         let dtype = self.g.values()[v.index()].ty.dtype;
-        let out = self.scratch_for(v)?;
+        let out = match self.lbuf[v.index()] {
+            Some(b) => b,
+            None => self.scratch_for(v)?,
+        };
+        if self.cls.eqn_reads_row_reduce(self.g, i) && !dims.is_empty() {
+            let wg = row_threads(dims[dims.len() - 1]);
+            let mut cx = KernelCtx::labelled("row_map", self.label(v), wg);
+            let outp = cx.param(out, device_word(dtype), true);
+            let (idx, flat, rows) = Self::begin_row_loops(&mut cx, &dims);
+            let value = self.compute(&mut cx, v, &idx)?;
+            cx.kb.store(outp, flat, to_word(value, dtype));
+            Self::end_row_loops(&mut cx);
+            let grid = self.groups_for(rows, 1);
+            return self.push_kernel(cx, grid);
+        }
         let mut cx = KernelCtx::labelled("map", self.label(v), ELEMENTWISE_THREADS);
         let outp = cx.param(out, device_word(dtype), true);
         let flat = Self::begin_grid_stride(&mut cx, n);
@@ -209,10 +227,10 @@ impl Lowering<'_> {
         };
         let row = Self::begin_rows(&mut cx, rows);
         let oidx = unflatten(&mut cx, row.clone(), &out_dims);
+        cx.open_prologue();
         let init = match reduce {
-            Some(ReduceOp::Sum) => zero(ty),
-            Some(ReduceOp::Max) | None => lowest(ty),
-            Some(ReduceOp::Min) => highest(ty),
+            Some(op) => reduce_init(op, ty),
+            None => lowest(ty),
         };
         let acc = cx.kb.var(ty, init);
         let acc_i = cx.kb.var(Ty::U32, u32c(NONE));
@@ -264,6 +282,7 @@ impl Lowering<'_> {
             (None, None) => {}
         }
         cx.kb.barrier();
+        cx.close_prologue();
         cx.kb.end();
         let grid = self.groups_for(rows, 1);
         self.push_kernel(cx, grid)
@@ -284,6 +303,7 @@ impl Lowering<'_> {
         let sv = cx.kb.shared("sv", Ty::F32, wg);
         let o = Self::begin_rows(&mut cx, total);
         let oidx = unflatten(&mut cx, o.clone(), &out_dims);
+        cx.open_prologue();
         let r = oidx.len();
         let (batch, m, n) = (
             oidx[..r - 2].to_vec(),
@@ -323,6 +343,7 @@ impl Lowering<'_> {
         let sv = cx.kb.shared("sv", Ty::F32, wg);
         let o = Self::begin_rows(&mut cx, total);
         let oidx = unflatten(&mut cx, o.clone(), &out_dims);
+        cx.open_prologue();
         let (t, n) = (oidx[0].clone(), oidx[1].clone());
         let expert = self.value_at(&mut cx, ids, std::slice::from_ref(&t))?;
         let expert = self.checked_index(&mut cx, expert, experts, fault::EXPERT_INDEX);
@@ -359,6 +380,31 @@ impl Lowering<'_> {
     }
 
     pub(super) fn emit_update_slice(&mut self, i: usize) -> Result<(), PlanError> {
+        let v = self.g.eqns()[i].out;
+        let wg = self.update_slice_threads(i);
+        let mut cx = KernelCtx::labelled("update_slice", self.label(v), wg);
+        let grid = self.update_slice_body(&mut cx, i)?;
+        self.push_kernel(cx, grid)
+    }
+
+    /// The workgroup width update `i`'s body wants: a row of its new values when they read a
+    /// row reduction, else the element-wise width.
+    pub(super) fn update_slice_threads(&self, i: usize) -> u32 {
+        let update = self.g.eqns()[i].inputs[1];
+        let upd_dims = self.g.values()[update.index()].ty.dims();
+        match upd_dims.last() {
+            Some(&len) if self.cls.reads_row_reduce[update.index()] => row_threads(len),
+            _ => ELEMENTWISE_THREADS,
+        }
+    }
+
+    /// Appends the body of update `i` (`DynamicUpdateSlice`) to `cx`; returns the workgroups it
+    /// wants.
+    pub(super) fn update_slice_body(
+        &mut self,
+        cx: &mut KernelCtx,
+        i: usize,
+    ) -> Result<[u32; 3], PlanError> {
         let e = self.g.eqns()[i].clone();
         let (v, operand, update) = (e.out, e.inputs[0], e.inputs[1]);
         let op_dims = self.g.values()[operand.index()].ty.dims().to_vec();
@@ -366,27 +412,36 @@ impl Lowering<'_> {
         let dtype = self.g.values()[v.index()].ty.dtype;
         let n = self.n_elems(update)?;
         let out = self.update_target(operand, v)?;
-        let mut cx = KernelCtx::labelled("update_slice", self.label(v), ELEMENTWISE_THREADS);
         let outp = cx.param(out, device_word(dtype), true);
         let mut starts = Vec::with_capacity(op_dims.len());
         for (j, (&d, &u)) in op_dims.iter().zip(&upd_dims).enumerate() {
-            let s = self.value_at(&mut cx, e.inputs[2 + j], &[])?;
-            let s = self.checked_index(&mut cx, s, d - u + 1, fault::UPDATE_SLICE_START);
+            let s = self.value_at(cx, e.inputs[2 + j], &[])?;
+            let s = self.checked_index(cx, s, d - u + 1, fault::UPDATE_SLICE_START);
             starts.push(cx.kb.let_(Ty::U32, s));
         }
-        let flat = Self::begin_grid_stride(&mut cx, n);
-        let uidx = unflatten(&mut cx, flat, &upd_dims);
+        let rows = self.cls.reads_row_reduce[update.index()] && !upd_dims.is_empty();
+        let (uidx, grid) = if rows {
+            let (uidx, _, rows) = Self::begin_row_loops(cx, &upd_dims);
+            (uidx, self.groups_for(rows, 1))
+        } else {
+            let flat = Self::begin_grid_stride(cx, n);
+            let uidx = unflatten(cx, flat, &upd_dims);
+            (uidx, self.groups_for(n, cx.kb.workgroup()))
+        };
         let oidx: Vec<Expr> = uidx
             .iter()
             .zip(&starts)
             .map(|(u, s)| u.clone() + s.clone())
             .collect();
-        let value = self.value_at(&mut cx, update, &uidx)?;
+        let value = self.value_at(cx, update, &uidx)?;
         cx.kb
             .store(outp, flatten(&oidx, &op_dims), to_word(value, dtype));
-        cx.kb.end();
-        let grid = self.groups_for(n, ELEMENTWISE_THREADS);
-        self.push_kernel(cx, grid)
+        if rows {
+            Self::end_row_loops(cx);
+        } else {
+            cx.kb.end();
+        }
+        Ok(grid)
     }
 
     pub(super) fn emit_scatter(&mut self, i: usize, axis: usize) -> Result<(), PlanError> {
@@ -429,6 +484,7 @@ impl Lowering<'_> {
         let si = cx.kb.shared("si", Ty::U32, wg);
         let row = Self::begin_rows(&mut cx, rows);
         let ridx = unflatten(&mut cx, row.clone(), &dims[..dims.len() - 1]);
+        cx.open_prologue();
         let prev_v = cx.kb.var(ty, lowest(ty));
         let prev_i = cx.kb.var(Ty::U32, u32c(NONE));
         let j = cx.kb.begin_for(u32c(0), u32c(k as u32), u32c(1));
@@ -482,9 +538,19 @@ impl Lowering<'_> {
         cx.kb.end();
         cx.kb.barrier();
         cx.kb.end();
+        cx.close_prologue();
         cx.kb.end();
         let grid = self.groups_for(rows, 1);
         self.push_kernel(cx, grid)
+    }
+}
+
+/// The identity of reduction `op` over `ty`.
+pub(super) fn reduce_init(op: ReduceOp, ty: Ty) -> Expr {
+    match op {
+        ReduceOp::Sum => zero(ty),
+        ReduceOp::Max => lowest(ty),
+        ReduceOp::Min => highest(ty),
     }
 }
 
@@ -512,7 +578,7 @@ fn highest(ty: Ty) -> Expr {
     }
 }
 
-fn combine(op: ReduceOp, a: Expr, b: Expr) -> Expr {
+pub(super) fn combine(op: ReduceOp, a: Expr, b: Expr) -> Expr {
     match op {
         ReduceOp::Sum => a + b,
         ReduceOp::Max => bin(BinOp::Max, a, b),

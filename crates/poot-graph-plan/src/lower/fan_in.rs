@@ -69,6 +69,13 @@ fn reads(
                     stack.extend(&g.eqns()[i].inputs);
                 }
             }
+            // Computed inside the reader from its own inputs, which the reader then binds; not
+            // candidates for computing apart (their fusion is set up around them).
+            Placement::RowReduce | Placement::Absorbed => {
+                if let Some(i) = cls.producer[v.index()] {
+                    stack.extend(&g.eqns()[i].inputs);
+                }
+            }
             Placement::Input | Placement::Materialized | Placement::View => {
                 leaves.insert(v);
             }

@@ -2,12 +2,16 @@
 //! value (with its inlined producers), pack intermediates into reused buffers.
 
 mod access;
+mod attention;
 mod buffers;
 mod classify;
 mod context;
 pub mod dequant;
 mod emit;
+mod epilogue;
 mod fan_in;
+mod horizontal;
+mod rows;
 
 use std::collections::HashMap;
 
@@ -69,6 +73,8 @@ pub(crate) struct Lowering<'g> {
     /// Each distinct kernel's index, by its text.
     kernel_index: HashMap<String, usize>,
     dispatches: Vec<PlannedDispatch>,
+    /// Equations already computed by an earlier equation's kernel (horizontal fusion).
+    done: std::collections::HashSet<usize>,
 }
 
 /// A dispatch before physical buffer assignment.
@@ -79,9 +85,17 @@ pub(crate) struct PlannedDispatch {
     label: String,
 }
 
-/// Lowers `g` for `target`.
+/// Lowers `g` for `target`. A graph whose fused attention kernel would bind more buffers than
+/// the target allows is planned again without the attention rewrite.
 pub fn lower(g: &Graph, target: &Target) -> Result<Plan, PlanError> {
-    let mut cls = classify(g);
+    match lower_with(g, target, true) {
+        Err(PlanError::TooManyBindings { .. }) => lower_with(g, target, false),
+        planned => planned,
+    }
+}
+
+fn lower_with(g: &Graph, target: &Target, rewrite_attention: bool) -> Result<Plan, PlanError> {
+    let mut cls = classify(g, rewrite_attention);
     fan_in::limit(g, &mut cls, target.limits.max_bindings);
     let mut l = Lowering {
         g,
@@ -93,11 +107,15 @@ pub fn lower(g: &Graph, target: &Target) -> Result<Plan, PlanError> {
         kernels: Vec::new(),
         kernel_index: HashMap::new(),
         dispatches: Vec::new(),
+        done: std::collections::HashSet::new(),
     };
     l.bind_inputs()?;
     for (i, e) in g.eqns().iter().enumerate() {
+        if l.done.contains(&i) {
+            continue;
+        }
         match l.cls.placement[e.out.index()] {
-            Placement::Inline | Placement::Input => {}
+            Placement::Inline | Placement::Input | Placement::RowReduce | Placement::Absorbed => {}
             Placement::View => {
                 let src = l.buffer_of(e.inputs[0])?;
                 l.lbuf[e.out.index()] = Some(src);
@@ -150,7 +168,7 @@ impl<'g> Lowering<'g> {
         }
     }
 
-    fn new_buffer(&mut self, role: BufferRole, size_bytes: u64) -> LBuf {
+    pub(super) fn new_buffer(&mut self, role: BufferRole, size_bytes: u64) -> LBuf {
         self.bufs.push(LBufInfo { role, size_bytes });
         LBuf(self.bufs.len() as u32 - 1)
     }
@@ -180,7 +198,7 @@ impl<'g> Lowering<'g> {
     }
 
     /// A buffer of `size_bytes` for a value, refused when it exceeds the target's limit.
-    fn check_size(&self, v: ValueId, size_bytes: u64) -> Result<(), PlanError> {
+    pub(super) fn check_size(&self, v: ValueId, size_bytes: u64) -> Result<(), PlanError> {
         let limit = self.target.limits.max_buffer_bytes;
         if size_bytes <= limit {
             return Ok(());
@@ -233,8 +251,11 @@ impl<'g> Lowering<'g> {
         Ok(())
     }
 
-    /// A fresh scratch buffer for the computed value `v`.
+    /// The scratch buffer of the computed value `v` (a fresh one on first call).
     fn scratch_for(&mut self, v: ValueId) -> Result<LBuf, PlanError> {
+        if let Some(b) = self.lbuf[v.index()] {
+            return Ok(b);
+        }
         let size = 4 * self.n_elems(v)? as u64;
         self.check_size(v, size)?;
         let b = self.new_buffer(BufferRole::Scratch, size.max(4));
@@ -380,11 +401,14 @@ impl<'g> Lowering<'g> {
     fn emit(&mut self, i: usize) -> Result<(), PlanError> {
         let e = &self.g.eqns()[i];
         match &e.op {
-            OpKind::DynamicUpdateSlice => self.emit_update_slice(i),
+            OpKind::DynamicUpdateSlice => self.emit_update_group(i),
             OpKind::ScatterUpdate { axis } => self.emit_scatter(i, *axis),
             OpKind::Reduce { .. } | OpKind::ArgMax { .. } => self.emit_reduce(i),
             OpKind::ArgTopK { k } => self.emit_top_k(i, *k),
-            OpKind::MatMul { transpose_rhs } => self.emit_matmul(i, *transpose_rhs),
+            OpKind::MatMul { transpose_rhs } => match self.cls.attention.get(&i).cloned() {
+                Some(a) => self.emit_attention(&a),
+                None => self.emit_sibling_matmuls(i, *transpose_rhs),
+            },
             OpKind::IndexedMatMul => self.emit_indexed_matmul(i),
             OpKind::Literal(_)
             | OpKind::Iota { .. }

@@ -178,6 +178,71 @@ pub fn qwen3_0_6b() -> Reference {
     }
 }
 
+pub const Q4_1: StoredType = StoredType::Ggml(GgmlType::Q4_1);
+pub const Q5_0: StoredType = StoredType::Ggml(GgmlType::Q5_0);
+
+/// SmolLM2-135M with its projections in Q4_1, as the packaged GGUF stores them.
+pub fn smollm2_135m() -> Reference {
+    Reference {
+        name: "SmolLM2-135M",
+        config_json: r#"{
+            "model_type": "llama", "hidden_size": 576, "num_hidden_layers": 30,
+            "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536,
+            "vocab_size": 49152, "tie_word_embeddings": true, "max_position_embeddings": 8192,
+            "rope_theta": 100000.0, "rms_norm_eps": 1e-05, "hidden_act": "silu",
+            "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"
+        }"#
+        .into(),
+        shape: DecoderShape {
+            hidden: 576,
+            layers: 30,
+            n_heads: 9,
+            n_kv_heads: 3,
+            head_dim: 64,
+            intermediate: 1536,
+            vocab: 49152,
+            tied: true,
+            qkv_bias: false,
+            qk_norm: false,
+            sandwich_norms: false,
+        },
+        projections: Q4_1,
+    }
+}
+
+/// Gemma 3 270M with its projections in Q5_0 (most of the packaged Q4_K_M GGUF's projections:
+/// its 640-wide rows are not a multiple of the K-quants' 256-element blocks).
+pub fn gemma3_270m() -> Reference {
+    Reference {
+        name: "Gemma-3-270M",
+        config_json: r#"{
+            "model_type": "gemma3_text", "hidden_size": 640, "num_hidden_layers": 18,
+            "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+            "intermediate_size": 2048, "vocab_size": 262144, "max_position_embeddings": 32768,
+            "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+            "sliding_window": 512, "sliding_window_pattern": 6, "query_pre_attn_scalar": 256,
+            "rms_norm_eps": 1e-06, "hidden_activation": "gelu_pytorch_tanh",
+            "attn_logit_softcapping": null, "final_logit_softcapping": null,
+            "bos_token_id": 2, "eos_token_id": [1, 106], "torch_dtype": "bfloat16"
+        }"#
+        .into(),
+        shape: DecoderShape {
+            hidden: 640,
+            layers: 18,
+            n_heads: 4,
+            n_kv_heads: 1,
+            head_dim: 256,
+            intermediate: 2048,
+            vocab: 262144,
+            tied: true,
+            qkv_bias: false,
+            qk_norm: true,
+            sandwich_norms: true,
+        },
+        projections: Q5_0,
+    }
+}
+
 pub const LLAMA_3_1_8B_CONFIG: &str = r#"{
     "model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
     "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,

@@ -1,0 +1,543 @@
+//! The flash-attention rewrite. `ops::attention_masked` traces attention as primitives:
+//!
+//! ```text
+//! scores = q @ k^T                     [B, H, T, S]  (k read through repeat_kv)
+//! logits = f(scores)                   scale, optional softcap: same-shape element-wise ops
+//! x      = select(mask, logits, MIN)   (absent when nothing is masked)
+//! p      = exp(x - max(x)) / sum(exp(x - max(x)))
+//! out    = p @ v                       [B, H, T, Dv]
+//! ```
+//!
+//! [`find`] recognises exactly that shape (every intermediate read only inside it, the floor
+//! the literal `f32::MIN`) and anything else is planned unfused. The rewrite computes `out` with
+//! one workgroup per (row, head, token) and partition of the cache positions: it stages the
+//! query in shared memory (computing its rotary embedding and norm there), then walks the
+//! positions a tile at a time with an online softmax, reading keys and values of the shared
+//! KV head directly (GQA costs no copy). A masked position costs its mask test only: no key or
+//! value is read for it. With few rows the positions are split across partitions whose partial
+//! results (running max, sum, weighted values) a second kernel combines (flash decoding).
+//!
+//! What it reassociates, against the oracle: each score's dot product is summed in the oracle's
+//! order; the softmax sum and the weighted sum of values are formed per thread and tile with
+//! running rescaling, then across threads, then across partitions, and divided once at the end
+//! (the oracle divides each weight first). Masked positions contribute exactly zero whenever a
+//! visible logit of the row exceeds `f32::MIN + 104` (the oracle's `exp(MIN - max)` underflows
+//! to zero there, for any realistic scores); a row with no visible position is the mean of the
+//! values, as in the oracle.
+
+use std::collections::HashMap;
+
+use poot_graph_ir::{BinaryOp, Eqn, Graph, OpKind, ReduceOp, Scalar, UnaryOp, ValueId};
+
+use super::access::unflatten;
+use super::context::KernelCtx;
+use super::emit::row_threads;
+use super::{Lowering, PlanError};
+use crate::kernel::build::{cmp, eq, load, load_shared, local_id, lt, max, min, select, u32c, un};
+use crate::kernel::{BinOp, CmpOp, Expr, Ty, UnOp, Word};
+use crate::plan::BufferRole;
+
+/// Cache positions one partition walks when the rows alone do not fill the device.
+const PARTITION_POSITIONS: usize = 256;
+/// Rows (batch x heads x tokens) at which the positions are not split.
+const ROWS_WITHOUT_SPLIT: usize = 128;
+/// The most partitions of one row (their weights sit in shared memory while combining).
+const MAX_PARTITIONS: usize = 1024;
+
+/// One recognised attention.
+#[derive(Clone, Debug)]
+pub struct Attention {
+    /// The output `p @ v`, `[B, H, T, Dv]`.
+    pub out: ValueId,
+    /// `[B, H, T, Dqk]`.
+    pub q: ValueId,
+    /// `[B, H, S, Dqk]`, as the scores contraction reads it (through repeat_kv).
+    pub k: ValueId,
+    /// `[B, H, S, Dv]`.
+    pub v: ValueId,
+    /// `q @ k^T`.
+    pub scores: ValueId,
+    /// The score after the element-wise chain, before masking.
+    pub logits: ValueId,
+    /// Where positions are visible, `[B, H, T, S]` (bool).
+    pub mask: Option<ValueId>,
+    /// The equation computing the scores (its query operand is read once per workgroup).
+    pub scores_eqn: usize,
+    /// Values only the rewrite computes (the scores, the softmax, the masked logits).
+    pub internal: Vec<ValueId>,
+}
+
+/// The attention whose output contraction is equation `pv`, if the graph has exactly the
+/// traced shape there.
+pub fn find(
+    g: &Graph,
+    pv: usize,
+    uses: &[u32],
+    pinned: &[bool],
+    producer: &[Option<usize>],
+) -> Option<Attention> {
+    let eqn = |v: ValueId| producer[v.index()].map(|i| &g.eqns()[i]);
+    let dims = |v: ValueId| g.values()[v.index()].ty.dims().to_vec();
+    let only_here = |v: ValueId, n: u32| uses[v.index()] == n && !pinned[v.index()];
+    let e = &g.eqns()[pv];
+    if !matches!(
+        e.op,
+        OpKind::MatMul {
+            transpose_rhs: false
+        }
+    ) {
+        return None;
+    }
+    let (p, v, out) = (e.inputs[0], e.inputs[1], e.out);
+    let (pd, vd, od) = (dims(p), dims(v), dims(out));
+    if pd.len() != 4 || vd.len() != 4 || od.len() != 4 || vd[..2] != pd[..2] {
+        return None;
+    }
+    // p = e / broadcast(sum(e))
+    let (e_val, sb) = binary(eqn(p)?, BinaryOp::Div)?;
+    let ssum = broadcast_of(eqn(sb)?, &pd)?;
+    let (ss_in, ss_op) = reduce_last(eqn(ssum)?)?;
+    if ss_in != e_val || ss_op != ReduceOp::Sum {
+        return None;
+    }
+    // e = exp(x - broadcast(max(x)))
+    let dm = unary(eqn(e_val)?, UnaryOp::Exp)?;
+    let (x, mb) = binary(eqn(dm)?, BinaryOp::Sub)?;
+    let m = broadcast_of(eqn(mb)?, &pd)?;
+    let (m_in, m_op) = reduce_last(eqn(m)?)?;
+    if m_in != x || m_op != ReduceOp::Max || dims(x) != pd {
+        return None;
+    }
+    let single = [p, sb, ssum, dm, mb, m];
+    if !single.iter().all(|&w| only_here(w, 1)) || !only_here(e_val, 2) || !only_here(x, 2) {
+        return None;
+    }
+    // x = select(mask, logits, MIN), or the logits themselves.
+    let x_eqn = eqn(x)?;
+    let (logits, mask) = match x_eqn.op {
+        OpKind::Select => {
+            let (c, t, f) = (x_eqn.inputs[0], x_eqn.inputs[1], x_eqn.inputs[2]);
+            if !is_floor(g, producer, f) || !only_here(t, 1) || dims(c) != pd {
+                return None;
+            }
+            (t, Some(c))
+        }
+        _ => (x, None),
+    };
+    let scores = find_scores(g, producer, uses, pinned, logits, &pd, 16)?;
+    let se = eqn(scores)?;
+    if !matches!(
+        se.op,
+        OpKind::MatMul {
+            transpose_rhs: true
+        }
+    ) || !only_here(scores, 1)
+    {
+        return None;
+    }
+    let (q, k) = (se.inputs[0], se.inputs[1]);
+    let (qd, kd) = (dims(q), dims(k));
+    if qd.len() != 4 || kd.len() != 4 || qd[..3] != pd[..3] || kd[..2] != pd[..2] {
+        return None;
+    }
+    if kd[2] != pd[3] || vd[2] != pd[3] || qd[3] != kd[3] || od[..3] != pd[..3] {
+        return None;
+    }
+    let mut internal = vec![scores, x, m, mb, dm, e_val, ssum, sb, p];
+    if logits != x {
+        internal.push(logits);
+    }
+    Some(Attention {
+        out,
+        q,
+        k,
+        v,
+        scores,
+        logits,
+        mask,
+        scores_eqn: producer[scores.index()]?,
+        internal,
+    })
+}
+
+fn binary(e: &Eqn, op: BinaryOp) -> Option<(ValueId, ValueId)> {
+    match e.op {
+        OpKind::Binary(b) if b == op => Some((e.inputs[0], e.inputs[1])),
+        _ => None,
+    }
+}
+
+fn unary(e: &Eqn, op: UnaryOp) -> Option<ValueId> {
+    match e.op {
+        OpKind::Unary(u) if u == op => Some(e.inputs[0]),
+        _ => None,
+    }
+}
+
+/// The input of a broadcast to `to` along the last axis only.
+fn broadcast_of(e: &Eqn, to: &[usize]) -> Option<ValueId> {
+    match &e.op {
+        OpKind::Broadcast { shape } if shape.dims() == to => Some(e.inputs[0]),
+        _ => None,
+    }
+}
+
+/// The input and operator of a reduction over the last of four axes.
+fn reduce_last(e: &Eqn) -> Option<(ValueId, ReduceOp)> {
+    match e.op {
+        OpKind::Reduce { op, axis: 3 } => Some((e.inputs[0], op)),
+        _ => None,
+    }
+}
+
+/// Whether `v` is the literal `f32::MIN`, broadcast or not.
+fn is_floor(g: &Graph, producer: &[Option<usize>], v: ValueId) -> bool {
+    let Some(e) = producer[v.index()].map(|i| &g.eqns()[i]) else {
+        return false;
+    };
+    match &e.op {
+        OpKind::Literal(Scalar::F32(x)) => *x == f32::MIN,
+        OpKind::Broadcast { .. } => is_floor(g, producer, e.inputs[0]),
+        _ => false,
+    }
+}
+
+/// The scores contraction under `v`: `v` itself, or reached through same-shape element-wise
+/// ops read only on this path (the scale, the softcap).
+fn find_scores(
+    g: &Graph,
+    producer: &[Option<usize>],
+    uses: &[u32],
+    pinned: &[bool],
+    v: ValueId,
+    shape: &[usize],
+    depth: usize,
+) -> Option<ValueId> {
+    let e = &g.eqns()[producer[v.index()]?];
+    if matches!(e.op, OpKind::MatMul { .. }) {
+        return Some(v);
+    }
+    let elementwise = matches!(
+        e.op,
+        OpKind::Unary(_) | OpKind::Binary(_) | OpKind::Select | OpKind::Cast { .. }
+    );
+    if depth == 0 || !elementwise {
+        return None;
+    }
+    let mut found = None;
+    for &w in &e.inputs {
+        let wt = &g.values()[w.index()].ty;
+        if wt.dims() != shape || uses[w.index()] != 1 || pinned[w.index()] {
+            continue;
+        }
+        if let Some(s) = find_scores(g, producer, uses, pinned, w, shape, depth - 1) {
+            if found.is_some() {
+                return None;
+            }
+            found = Some(s);
+        }
+    }
+    found
+}
+
+/// Every attention of `g` the rewrite takes, by the equation of its output contraction.
+pub fn find_all(
+    g: &Graph,
+    uses: &[u32],
+    pinned: &[bool],
+    producer: &[Option<usize>],
+) -> HashMap<usize, Attention> {
+    (0..g.eqns().len())
+        .filter_map(|i| find(g, i, uses, pinned, producer).map(|a| (i, a)))
+        .collect()
+}
+
+/// How the positions of each row are split: (partitions, positions per partition).
+fn partitions(rows: usize, positions: usize, tile: usize) -> (usize, usize) {
+    if rows >= ROWS_WITHOUT_SPLIT || positions <= PARTITION_POSITIONS {
+        return (1, positions);
+    }
+    let chunk = PARTITION_POSITIONS.max(positions.div_ceil(MAX_PARTITIONS));
+    let chunk = chunk.div_ceil(tile) * tile;
+    (positions.div_ceil(chunk), chunk)
+}
+
+fn neg_inf() -> Expr {
+    Expr::F32(f32::NEG_INFINITY)
+}
+
+fn exp(x: Expr) -> Expr {
+    un(UnOp::Exp, x)
+}
+
+fn and(a: Expr, b: Expr) -> Expr {
+    crate::kernel::build::bin(BinOp::And, a, b)
+}
+
+impl Lowering<'_> {
+    /// The kernels computing recognised attention `a` (one, or a partition kernel and its
+    /// combine).
+    pub(super) fn emit_attention(&mut self, a: &Attention) -> Result<(), PlanError> {
+        let od = self.g.values()[a.out.index()].ty.dims().to_vec();
+        let (bsz, heads, tokens, dv) = (od[0], od[1], od[2], od[3]);
+        let s_len = self.g.values()[a.scores.index()].ty.dims()[3];
+        let dqk = self.g.values()[a.q.index()].ty.dims()[3];
+        let rows = bsz * heads * tokens;
+        let wg = row_threads(dv);
+        let (parts, chunk) = partitions(rows, s_len, wg as usize);
+        let out = self.scratch_for(a.out)?;
+        let target = if parts == 1 {
+            out
+        } else {
+            let size = 4 * (rows * parts * (dv + 2)) as u64;
+            self.check_size(a.out, size)?;
+            self.new_buffer(BufferRole::Scratch, size)
+        };
+        let mut cx = KernelCtx::labelled("attention", self.label(a.out), wg);
+        let outp = cx.param(target, Word::F32, true);
+        let q_sh = cx.kb.shared("q", Ty::F32, dqk as u32);
+        let p_sh = cx.kb.shared("p", Ty::F32, wg);
+        let red = cx.kb.shared("red", Ty::F32, wg);
+        let item = Self::begin_rows(&mut cx, (rows * parts) as u32);
+        let row = cx.kb.let_(Ty::U32, item.clone() / u32c(parts as u32));
+        let part = cx.kb.let_(Ty::U32, item.clone() % u32c(parts as u32));
+        let bht = unflatten(&mut cx, row.clone(), &[bsz, heads, tokens]);
+        let at = |x: Expr| {
+            let mut i = bht.clone();
+            i.push(x);
+            i
+        };
+        cx.open_prologue();
+        let d = cx.kb.begin_for(local_id(), u32c(dqk as u32), u32c(wg));
+        let qv = self.value_at(&mut cx, a.q, &at(d.clone()))?;
+        cx.kb.store_shared(q_sh, d, qv);
+        cx.kb.end();
+        cx.kb.barrier();
+        let m = cx.kb.var(Ty::F32, neg_inf());
+        let l = cx.kb.var(Ty::F32, Expr::F32(0.0));
+        let per_thread = dv.div_ceil(wg as usize);
+        let accs: Vec<_> = (0..per_thread)
+            .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
+            .collect();
+        let start = cx.kb.let_(Ty::U32, part * u32c(chunk as u32));
+        let end = cx.kb.let_(
+            Ty::U32,
+            min(start.clone() + u32c(chunk as u32), u32c(s_len as u32)),
+        );
+        let tile = cx.kb.begin_for(start, end.clone(), u32c(wg));
+        let s = cx.kb.let_(Ty::U32, tile.clone() + local_id());
+        let valid = lt(s.clone(), end.clone());
+        let vis = match a.mask {
+            Some(mask) => {
+                let clamped = min(s.clone(), u32c(s_len as u32 - 1));
+                let seen = self.value_at(&mut cx, mask, &at(clamped))?;
+                and(valid, seen)
+            }
+            None => valid,
+        };
+        let vis = cx.kb.let_(Ty::Bool, vis);
+        let score = cx.kb.var(Ty::F32, neg_inf());
+        cx.kb.begin_if(vis.clone());
+        let dot = cx.kb.var(Ty::F32, Expr::F32(0.0));
+        let dd = cx.kb.begin_for(u32c(0), u32c(dqk as u32), u32c(1));
+        let kv = self.value_at(&mut cx, a.k, &at_s(&bht, s.clone(), dd.clone()))?;
+        cx.kb.set(dot, Expr::Var(dot) + load_shared(q_sh, dd) * kv);
+        cx.kb.end();
+        let sidx = at(s.clone());
+        cx.set_known(a.scores, &sidx, Expr::Var(dot));
+        let logit = self.compute(&mut cx, a.logits, &sidx)?;
+        cx.kb.set(score, logit);
+        cx.kb.end();
+        cx.kb.store_shared(red, local_id(), Expr::Var(score));
+        Self::tree_reduce(&mut cx, &[red], &|x, y| {
+            vec![max(x[0].clone(), y[0].clone())]
+        });
+        let m_new = cx
+            .kb
+            .let_(Ty::F32, max(Expr::Var(m), load_shared(red, u32c(0))));
+        cx.kb.barrier();
+        // While nothing is visible the running maximum stays -inf: the tile adds nothing (the
+        // guard keeps -inf - -inf out; barriers stay in uniform control flow).
+        let live = cx
+            .kb
+            .let_(Ty::Bool, cmp(CmpOp::Ne, m_new.clone(), neg_inf()));
+        let alpha = cx.kb.let_(
+            Ty::F32,
+            select(
+                live.clone(),
+                exp(Expr::Var(m) - m_new.clone()),
+                Expr::F32(1.0),
+            ),
+        );
+        let p = cx.kb.let_(
+            Ty::F32,
+            select(
+                and(live, vis),
+                exp(Expr::Var(score) - m_new.clone()),
+                Expr::F32(0.0),
+            ),
+        );
+        cx.kb.set(l, Expr::Var(l) * alpha.clone() + p.clone());
+        cx.kb.store_shared(p_sh, local_id(), p);
+        cx.kb.barrier();
+        for (j, &acc) in accs.iter().enumerate() {
+            let dj = cx.kb.let_(Ty::U32, local_id() + u32c(j as u32 * wg));
+            cx.kb.begin_if(lt(dj.clone(), u32c(dv as u32)));
+            cx.kb.set(acc, Expr::Var(acc) * alpha.clone());
+            let i = cx.kb.begin_for(u32c(0), u32c(wg), u32c(1));
+            let si = cx.kb.let_(Ty::U32, tile.clone() + i.clone());
+            let pi = cx.kb.let_(Ty::F32, load_shared(p_sh, i));
+            // A zero weight adds nothing: its value row is not read.
+            cx.kb.begin_if(and(
+                lt(si.clone(), end.clone()),
+                cmp(CmpOp::Ne, pi.clone(), Expr::F32(0.0)),
+            ));
+            let vv = self.value_at(&mut cx, a.v, &at_s(&bht, si, dj.clone()))?;
+            cx.kb.set(acc, Expr::Var(acc) + pi * vv);
+            cx.kb.end();
+            cx.kb.end();
+            cx.kb.end();
+        }
+        cx.kb.barrier();
+        cx.kb.set(m, m_new);
+        cx.kb.end();
+        cx.kb.store_shared(red, local_id(), Expr::Var(l));
+        Self::tree_reduce(&mut cx, &[red], &|x, y| vec![x[0].clone() + y[0].clone()]);
+        let l_total = cx.kb.let_(Ty::F32, load_shared(red, u32c(0)));
+        cx.kb.barrier();
+        if parts == 1 {
+            for (j, &acc) in accs.iter().enumerate() {
+                let dj = cx.kb.let_(Ty::U32, local_id() + u32c(j as u32 * wg));
+                cx.kb.begin_if(lt(dj.clone(), u32c(dv as u32)));
+                let o = crate::kernel::build::bin(
+                    BinOp::Add,
+                    row.clone() * u32c(dv as u32),
+                    dj.clone(),
+                );
+                cx.kb.begin_if(eq(Expr::Var(m), neg_inf()));
+                let mean = self.mean_of_values(&mut cx, a, &bht, dj, s_len)?;
+                cx.kb.store(outp, o.clone(), mean);
+                cx.kb.otherwise();
+                cx.kb.store(outp, o, Expr::Var(acc) / l_total.clone());
+                cx.kb.end();
+                cx.kb.end();
+            }
+        } else {
+            let base = cx.kb.let_(Ty::U32, item * u32c((dv + 2) as u32));
+            cx.kb.begin_if(eq(local_id(), u32c(0)));
+            cx.kb.store(outp, base.clone(), Expr::Var(m));
+            cx.kb.store(outp, base.clone() + u32c(1), l_total);
+            cx.kb.end();
+            for (j, &acc) in accs.iter().enumerate() {
+                let dj = cx.kb.let_(Ty::U32, local_id() + u32c(j as u32 * wg));
+                cx.kb.begin_if(lt(dj.clone(), u32c(dv as u32)));
+                cx.kb
+                    .store(outp, base.clone() + u32c(2) + dj, Expr::Var(acc));
+                cx.kb.end();
+            }
+        }
+        cx.close_prologue();
+        cx.kb.end();
+        let grid = self.groups_for((rows * parts) as u32, 1);
+        self.push_kernel(cx, grid)?;
+        if parts > 1 {
+            self.emit_attention_combine(a, target, out, parts, s_len)?;
+        }
+        Ok(())
+    }
+
+    /// The mean of the values over every position for output feature `dj` of row `bht`: the
+    /// oracle's result for a row with no visible position (every weight equal).
+    fn mean_of_values(
+        &mut self,
+        cx: &mut KernelCtx,
+        a: &Attention,
+        bht: &[Expr],
+        dj: Expr,
+        s_len: usize,
+    ) -> Result<Expr, PlanError> {
+        let sum = cx.kb.var(Ty::F32, Expr::F32(0.0));
+        let s = cx.kb.begin_for(u32c(0), u32c(s_len as u32), u32c(1));
+        let vv = self.value_at(cx, a.v, &at_s(bht, s, dj))?;
+        cx.kb.set(sum, Expr::Var(sum) + vv);
+        cx.kb.end();
+        Ok(Expr::Var(sum) / Expr::F32(s_len as f32))
+    }
+
+    /// Combines each row's partition results `(max, sum, weighted values)` into the output.
+    fn emit_attention_combine(
+        &mut self,
+        a: &Attention,
+        partials: super::context::LBuf,
+        out: super::context::LBuf,
+        parts: usize,
+        s_len: usize,
+    ) -> Result<(), PlanError> {
+        let od = self.g.values()[a.out.index()].ty.dims().to_vec();
+        let (bsz, heads, tokens, dv) = (od[0], od[1], od[2], od[3]);
+        let rows = bsz * heads * tokens;
+        let wg = row_threads(dv.max(parts.min(256)));
+        let stride = (dv + 2) as u32;
+        let mut cx = KernelCtx::labelled("attention_combine", self.label(a.out), wg);
+        let outp = cx.param(out, Word::F32, true);
+        let pp = cx.param(partials, Word::F32, false);
+        let red = cx.kb.shared("red", Ty::F32, wg);
+        let w_sh = cx.kb.shared("w", Ty::F32, parts as u32);
+        let row = Self::begin_rows(&mut cx, rows as u32);
+        let bht = unflatten(&mut cx, row.clone(), &[bsz, heads, tokens]);
+        let first = cx.kb.let_(Ty::U32, row.clone() * u32c(parts as u32));
+        let mx = cx.kb.var(Ty::F32, neg_inf());
+        let p = cx.kb.begin_for(local_id(), u32c(parts as u32), u32c(wg));
+        let mp = load(pp, (first.clone() + p) * u32c(stride));
+        cx.kb.set(mx, max(Expr::Var(mx), mp));
+        cx.kb.end();
+        cx.kb.store_shared(red, local_id(), Expr::Var(mx));
+        Self::tree_reduce(&mut cx, &[red], &|x, y| {
+            vec![max(x[0].clone(), y[0].clone())]
+        });
+        let big_m = cx.kb.let_(Ty::F32, load_shared(red, u32c(0)));
+        cx.kb.barrier();
+        // Each partition's weight, and the total of the sums under it.
+        let lsum = cx.kb.var(Ty::F32, Expr::F32(0.0));
+        let p = cx.kb.begin_for(local_id(), u32c(parts as u32), u32c(wg));
+        let at_p = cx
+            .kb
+            .let_(Ty::U32, (first.clone() + p.clone()) * u32c(stride));
+        let w = cx
+            .kb
+            .let_(Ty::F32, exp(load(pp, at_p.clone()) - big_m.clone()));
+        cx.kb.store_shared(w_sh, p, w.clone());
+        cx.kb
+            .set(lsum, Expr::Var(lsum) + load(pp, at_p + u32c(1)) * w);
+        cx.kb.end();
+        cx.kb.store_shared(red, local_id(), Expr::Var(lsum));
+        Self::tree_reduce(&mut cx, &[red], &|x, y| vec![x[0].clone() + y[0].clone()]);
+        let big_l = cx.kb.let_(Ty::F32, load_shared(red, u32c(0)));
+        cx.kb.barrier();
+        let dj = cx.kb.begin_for(local_id(), u32c(dv as u32), u32c(wg));
+        let o = row.clone() * u32c(dv as u32) + dj.clone();
+        cx.kb.begin_if(eq(big_m, neg_inf()));
+        let mean = self.mean_of_values(&mut cx, a, &bht, dj.clone(), s_len)?;
+        cx.kb.store(outp, o.clone(), mean);
+        cx.kb.otherwise();
+        let acc = cx.kb.var(Ty::F32, Expr::F32(0.0));
+        let p = cx.kb.begin_for(u32c(0), u32c(parts as u32), u32c(1));
+        let at_p = (first.clone() + p.clone()) * u32c(stride) + u32c(2) + dj;
+        cx.kb
+            .set(acc, Expr::Var(acc) + load(pp, at_p) * load_shared(w_sh, p));
+        cx.kb.end();
+        cx.kb.store(outp, o, Expr::Var(acc) / big_l);
+        cx.kb.end();
+        cx.kb.end();
+        // The weights are rewritten for the next row only after everyone read them.
+        cx.kb.barrier();
+        cx.kb.end();
+        let grid = self.groups_for(rows as u32, 1);
+        self.push_kernel(cx, grid)
+    }
+}
+
+/// `[b, h, t]` with the token replaced by position `s`, then feature `d`: a key or value index.
+fn at_s(bht: &[Expr], s: Expr, d: Expr) -> Vec<Expr> {
+    vec![bht[0].clone(), bht[1].clone(), s, d]
+}

@@ -1,0 +1,111 @@
+//! Row reductions computed by their readers. A reduction placed [`Placement::RowReduce`] has no
+//! kernel of its own: a kernel that reads it at an index known before its inner loop (one
+//! output of a projection, one row of a norm) computes it there, once per row, with the whole
+//! workgroup, and keeps it in a variable. So `x * rsqrt(mean(x^2) + eps) * w` is one row kernel,
+//! and inside a projection it costs one extra pass over the row per output rather than a
+//! launch. A read the kernel cannot serve that way materializes the reduction on the spot.
+//!
+//! The reduction runs in the order the standalone reduction kernel uses (each thread sums a
+//! stride of the axis, then a tree over the workgroup), so a fused norm reassociates its sum of
+//! squares exactly as the unfused one does, up to the workgroup width.
+
+use poot_graph_ir::{OpKind, ValueId};
+
+use super::access::{kty, unflatten};
+use super::classify::Placement;
+use super::context::KernelCtx;
+use super::emit::{combine, reduce_init};
+use super::{Lowering, PlanError};
+use crate::kernel::Expr;
+use crate::kernel::build::{load_shared, local_id, u32c};
+
+impl Lowering<'_> {
+    /// Row reduction `v` at `idx`: from the kernel's prologue when `idx` is known there, else
+    /// from its own kernel's buffer (emitted now, before the reader).
+    pub(super) fn row_reduce_at(
+        &mut self,
+        cx: &mut KernelCtx,
+        v: ValueId,
+        idx: &[Expr],
+    ) -> Result<Expr, PlanError> {
+        if let Some(e) = cx.prologue_value(v, idx) {
+            return Ok(e);
+        }
+        if !cx.known_at_prologue(idx) {
+            return self.materialize_row_reduce(cx, v, idx);
+        }
+        let e = self.producer_of(v)?;
+        let (op, axis, x) = match e.op {
+            OpKind::Reduce { op, axis } => (op, axis, e.inputs[0]),
+            _ => {
+                return Err(PlanError::Unplaced {
+                    label: self.label(v),
+                });
+            }
+        };
+        let xt = &self.g.values()[x.index()].ty;
+        let ty = kty(xt.dtype);
+        let len = xt.dims()[axis];
+        let wg = cx.kb.workgroup();
+        cx.begin_prologue_item();
+        let acc = cx.kb.var(ty, reduce_init(op, ty));
+        let k = cx.kb.begin_for(local_id(), u32c(len as u32), u32c(wg));
+        let mut xi = idx.to_vec();
+        xi[axis] = k;
+        let xv = self.value_at(cx, x, &xi)?;
+        cx.kb.set(acc, combine(op, Expr::Var(acc), xv));
+        cx.kb.end();
+        let sr = cx.reduce_array(ty);
+        cx.kb.store_shared(sr, local_id(), Expr::Var(acc));
+        Self::tree_reduce(cx, &[sr], &|a, b| {
+            vec![combine(op, a[0].clone(), b[0].clone())]
+        });
+        let result = cx.kb.let_(ty, load_shared(sr, u32c(0)));
+        // Every thread has read the total before the array is reused.
+        cx.kb.barrier();
+        cx.end_prologue_item(v, idx, result.clone());
+        Ok(result)
+    }
+
+    /// Gives `v` its own kernel and buffer (for this and every later reader) and loads it.
+    fn materialize_row_reduce(
+        &mut self,
+        cx: &mut KernelCtx,
+        v: ValueId,
+        idx: &[Expr],
+    ) -> Result<Expr, PlanError> {
+        let eqn = self.cls.producer[v.index()].ok_or_else(|| PlanError::Unplaced {
+            label: self.label(v),
+        })?;
+        self.cls.placement[v.index()] = Placement::Materialized;
+        self.emit_reduce(eqn)?;
+        self.load_value(cx, v, idx)
+    }
+
+    /// Opens the loops of a row kernel over a value of shape `dims`: one workgroup per row of
+    /// the last axis (grid-strided), the row's prologue, then the row's elements across the
+    /// workgroup's threads. Returns the element's index, its flat index and the row count;
+    /// close with [`Lowering::end_row_loops`].
+    pub(super) fn begin_row_loops(cx: &mut KernelCtx, dims: &[usize]) -> (Vec<Expr>, Expr, u32) {
+        let (lead, len) = match dims.split_last() {
+            Some((&len, lead)) => (lead.to_vec(), len),
+            None => (Vec::new(), 1),
+        };
+        let rows = lead.iter().product::<usize>() as u32;
+        let wg = cx.kb.workgroup();
+        let row = Self::begin_rows(cx, rows);
+        let mut idx = unflatten(cx, row.clone(), &lead);
+        cx.open_prologue();
+        let k = cx.kb.begin_for(local_id(), u32c(len as u32), u32c(wg));
+        idx.push(k.clone());
+        let flat = row * u32c(len as u32) + k;
+        (idx, flat, rows)
+    }
+
+    /// Closes [`Lowering::begin_row_loops`].
+    pub(super) fn end_row_loops(cx: &mut KernelCtx) {
+        cx.kb.end();
+        cx.close_prologue();
+        cx.kb.end();
+    }
+}

@@ -1,0 +1,125 @@
+//! Dispatches per decode token at real dimensions (SmolLM2-135M, Gemma 3 270M), by kernel kind
+//! and per layer: the launch count that sets a small model's decode speed. The models are planned
+//! over zero weights for the PTX preset; each count is printed (run with `--nocapture`) and held
+//! under a ceiling so a change that adds launches fails here.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::reference_models::*;
+use poot_graph_ir::TraceLimits;
+use poot_graph_plan::{Plan, Target, compile};
+use poot_models::{StepShape, StepSpec};
+
+/// The cache the driver's decode entry attends over (`poot run`'s default capacity).
+const CAPACITY: usize = 2048;
+
+/// The kernel kinds layer `l` launches, in order.
+fn layer_kinds(plan: &Plan, l: usize) -> Vec<&str> {
+    let prefix = format!("l{l}.");
+    plan.dispatches
+        .iter()
+        .filter(|d| d.label.starts_with(&prefix))
+        .map(|d| plan.kernels[d.kernel].kind())
+        .collect()
+}
+
+/// Plans `r`'s decode step and prints its dispatch counts; returns the plan and layer count.
+fn decode_plan(r: &Reference) -> (Plan, usize) {
+    let model = build(r);
+    let layers = model.config().n_layers;
+    let spec = StepSpec::step(StepShape::new(1, 1, CAPACITY));
+    let graph = model
+        .trace(&spec, TraceLimits::standard(MAX_STEP_TOKENS))
+        .unwrap();
+    let plan = compile(&graph, &Target::ptx_preset()).unwrap();
+    let in_layer = |l: usize| {
+        let prefix = format!("l{l}.");
+        plan.dispatches
+            .iter()
+            .filter(|d| d.label.starts_with(&prefix))
+            .count()
+    };
+    let per_layer: Vec<usize> = (0..layers).map(in_layer).collect();
+    println!(
+        "{} decode (capacity {CAPACITY}): {} dispatches per token, {} kernels; per layer {:?}; \
+         outside layers {}",
+        r.name,
+        plan.dispatches.len(),
+        plan.kernels.len(),
+        per_layer.iter().min()..=per_layer.iter().max(),
+        plan.dispatches.len() - per_layer.iter().sum::<usize>(),
+    );
+    for (kind, n) in plan.dispatches_by_kind() {
+        println!("  {kind:>16}: {n}");
+    }
+    let layer0: Vec<&str> = plan
+        .dispatches
+        .iter()
+        .filter(|d| d.label.starts_with("l0."))
+        .map(|d| plan.kernels[d.kernel].kind())
+        .collect();
+    println!("  layer 0: {}", layer0.join(" "));
+    if std::env::var_os("POOT_COUNT_LABELS").is_some() {
+        for d in plan
+            .dispatches
+            .iter()
+            .filter(|d| ["l0.", "l1.", "l2."].iter().any(|p| d.label.starts_with(p)))
+        {
+            println!(
+                "    {:>12} {:?} {} {}",
+                plan.kernels[d.kernel].kind(),
+                d.grid,
+                d.label,
+                plan.kernels[d.kernel].name,
+            );
+        }
+    }
+    (plan, layers)
+}
+
+#[test]
+fn smollm2_135m_decode_dispatches() {
+    let (plan, layers) = decode_plan(&smollm2_135m());
+    // Norm and Q/K/V projections; both cache writes with the keys' rotary embedding; attention
+    // and its combine; output projection + residual; gate/up + SiLU product; down + residual.
+    let layer = [
+        "matmul",
+        "update_slice",
+        "attention",
+        "attention_combine",
+        "matmul_epilogue",
+        "matmul_epilogue",
+        "matmul_epilogue",
+    ];
+    for l in 0..layers {
+        assert_eq!(layer_kinds(&plan, l), layer, "layer {l}");
+    }
+    // The final norm and the head (the mask and the embedding rows are computed in place).
+    assert_eq!(plan.dispatches.len(), layer.len() * layers + 2);
+}
+
+#[test]
+fn gemma3_270m_decode_dispatches() {
+    let (plan, layers) = decode_plan(&gemma3_270m());
+    // As SmolLM2's, but the sandwich norms after attention and feed-forward each need the
+    // whole projection output: the output and down projections stay plain, and each residual
+    // add with its norm is a row kernel.
+    let layer = [
+        "matmul",
+        "update_slice",
+        "attention",
+        "attention_combine",
+        "matmul",
+        "row_map",
+        "matmul_epilogue",
+        "matmul",
+        "row_map",
+    ];
+    for l in 0..layers {
+        assert_eq!(layer_kinds(&plan, l), layer, "layer {l}");
+    }
+    // The final norm and the head.
+    assert_eq!(plan.dispatches.len(), layer.len() * layers + 2);
+}

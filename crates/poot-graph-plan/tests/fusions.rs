@@ -1,0 +1,113 @@
+//! Which fusions fire: small graphs planned for the PTX preset, checked by the kinds of kernel
+//! their plans launch. The device suite checks what the fused kernels compute.
+
+#![allow(clippy::unwrap_used)]
+
+use poot_graph_ir::ops::{self, AttentionOptions};
+use poot_graph_ir::{Builder, DType, Graph, Outputs, Slot, TensorType, TraceLimits, Traced};
+use poot_graph_plan::{Plan, Target, compile};
+
+fn input(b: &Builder, name: &str, dims: &[usize]) -> Traced {
+    b.constant(name, TensorType::new(DType::F32, dims.to_vec()))
+        .unwrap()
+}
+
+fn plan(g: &Graph) -> Plan {
+    compile(g, &Target::ptx_preset()).unwrap()
+}
+
+/// The plan's dispatches as kernel kinds, in order.
+fn kinds(p: &Plan) -> Vec<&str> {
+    p.dispatches
+        .iter()
+        .map(|d| p.kernels[d.kernel].kind())
+        .collect()
+}
+
+#[test]
+fn a_norm_is_one_row_kernel() {
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[3, 700]);
+    let w = input(&b, "w", &[700]);
+    let y = ops::rmsnorm(&b, x, w, 1e-6).unwrap();
+    let p = plan(&b.finish(Outputs::new(y)).unwrap());
+    assert_eq!(kinds(&p), ["row_map"]);
+    assert_eq!(p.dispatches[0].grid[0], 3);
+}
+
+#[test]
+fn a_norm_runs_inside_the_projections_that_read_it() {
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[1, 1, 64]);
+    let w = input(&b, "w", &[64]);
+    let h = ops::rmsnorm(&b, x, w, 1e-6).unwrap();
+    let q = ops::linear(&b, h, input(&b, "wq", &[96, 64]), None).unwrap();
+    let k = ops::linear(&b, h, input(&b, "wk", &[32, 64]), None).unwrap();
+    let p = plan(&b.finish(Outputs::new(q).and(k)).unwrap());
+    // Both projections in one kernel (siblings), the norm in its prologue.
+    assert_eq!(kinds(&p), ["matmul"]);
+    assert_eq!(p.dispatches[0].grid[0], 96 + 32);
+}
+
+#[test]
+fn a_residual_add_and_a_gated_activation_are_epilogues() {
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[1, 1, 64]);
+    let g = ops::linear(&b, x, input(&b, "wg", &[128, 64]), None).unwrap();
+    let u = ops::linear(&b, x, input(&b, "wu", &[128, 64]), None).unwrap();
+    let h = ops::swiglu(&b, g, u).unwrap();
+    let d = ops::linear(&b, h, input(&b, "wd", &[64, 128]), None).unwrap();
+    let y = b.add(x, d).unwrap();
+    let p = plan(&b.finish(Outputs::new(y)).unwrap());
+    assert_eq!(kinds(&p), ["matmul_epilogue", "matmul_epilogue"]);
+}
+
+/// `attention_masked` over a cache of `len` positions for `tokens` new tokens.
+fn attention_graph(tokens: usize, len: usize, return_probabilities: bool) -> Graph {
+    let b = Builder::new(TraceLimits::standard(4096));
+    let q = input(&b, "q", &[1, 4, tokens, 16]);
+    let k = input(&b, "k", &[1, 2, len, 16]);
+    let v = input(&b, "v", &[1, 2, len, 16]);
+    let pos = b
+        .slot(Slot::Pos, TensorType::new(DType::I32, vec![1, tokens]))
+        .unwrap();
+    let mask = ops::causal_mask(&b, pos, len, Some(64)).unwrap();
+    let opts = AttentionOptions {
+        n_rep: 2,
+        scale: 0.25,
+        softcap: Some(30.0),
+    };
+    if return_probabilities {
+        let k = ops::repeat_kv(&b, k, 2).unwrap();
+        let v = ops::repeat_kv(&b, v, 2).unwrap();
+        let s = b.matmul(q, k, true).unwrap();
+        let p = ops::softmax(&b, s, 3).unwrap();
+        let o = b.matmul(p, v, false).unwrap();
+        return b.finish(Outputs::new(o).and(p)).unwrap();
+    }
+    let o = ops::attention_masked(&b, q, k, v, mask, opts).unwrap();
+    b.finish(Outputs::new(o)).unwrap()
+}
+
+#[test]
+fn decode_attention_splits_a_long_cache_and_combines() {
+    let p = plan(&attention_graph(1, 2048, false));
+    let k = kinds(&p);
+    assert_eq!(&k[k.len() - 2..], ["attention", "attention_combine"]);
+    // Four heads, 2048 positions in partitions of 256.
+    assert_eq!(p.dispatches[k.len() - 2].grid[0], 4 * 8);
+}
+
+#[test]
+fn prefill_attention_is_one_kernel() {
+    let p = plan(&attention_graph(64, 512, false));
+    let k = kinds(&p);
+    assert_eq!(k.last(), Some(&"attention"));
+    assert!(!k.contains(&"attention_combine"));
+}
+
+#[test]
+fn attention_whose_probabilities_are_read_elsewhere_is_not_rewritten() {
+    let p = plan(&attention_graph(1, 64, true));
+    assert!(!kinds(&p).contains(&"attention"), "{:?}", kinds(&p));
+}
