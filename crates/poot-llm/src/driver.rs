@@ -1,7 +1,8 @@
 //! The driver: one model on one executor. It loads the weights once as one executable, prepares
 //! a finite set of entries (step shape x head) up front, and generates with prefill in chunks and
 //! decode replayed per token. Every step ends in the sampling suffix, so the host reads back a
-//! token id and a non-finite flag, never the logits.
+//! token id and a non-finite flag (and the log-probability record when asked), never the
+//! logits.
 //!
 //! This first driver serves one sequence at a time over a contiguous cache; the serving surface
 //! (open, step, commit, release over many sequences) joins with the server.
@@ -18,7 +19,8 @@ use poot_models::{StepShape, StepSpec, TraceError};
 
 use crate::handle::{HandleError, ModelHandle};
 use crate::sampling::{
-    Head, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS, SAMPLER_SLOT, SEED_SLOT, Sampler, append_head,
+    Head, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS, Pick, RowSampling, Sampler, ShortReadback, append_head,
+    bind_slots, read_picks,
 };
 use crate::weights::HandleWeights;
 
@@ -175,6 +177,9 @@ pub enum DriverError {
     /// A feature the request asks for that this driver does not run yet.
     #[error("{0} is not supported by this driver yet")]
     Unsupported(&'static str),
+    /// The step's outputs were shorter than the sampling suffix writes.
+    #[error(transparent)]
+    Readback(#[from] ShortReadback),
     /// A token id outside the vocabulary came back from the device.
     #[error("the device returned token {token}, outside the vocabulary of {vocab}")]
     BadToken { token: i32, vocab: usize },
@@ -255,8 +260,8 @@ impl Driver<Unprepared> {
     }
 
     /// Prepares every entry generation needs (prefill chunks and single-token steps, with the
-    /// greedy and the sampling heads), so generating compiles nothing. A refusal hands the
-    /// unprepared driver back.
+    /// greedy, sampling, adjusted and log-probability heads), so generating compiles nothing. A
+    /// refusal hands the unprepared driver back.
     pub fn serve(mut self, layout: Layout) -> Result<Driver<Serving>, Refused> {
         let Layout::Contiguous = layout;
         let chunks = if self.options.prefill_chunk > 1 {
@@ -265,7 +270,7 @@ impl Driver<Unprepared> {
             vec![1]
         };
         for tokens in chunks {
-            for head in [Head::Greedy, Head::Sample] {
+            for head in [Head::Greedy, Head::Sample, Head::Adjusted, Head::Logprobs] {
                 if let Err(e) = self.prepare(tokens, head) {
                     return Err(Box::new((self, e)));
                 }
@@ -303,7 +308,8 @@ impl Driver<Unprepared> {
 }
 
 impl Driver<Serving> {
-    /// Runs one step of `tokens` at positions `start..`, returning the sampled token.
+    /// Runs one step of `tokens` at positions `start..` (the sequence's own draws when
+    /// `generated`, else prompt), returning the pick.
     fn step(
         &mut self,
         tokens: &[u32],
@@ -311,7 +317,8 @@ impl Driver<Serving> {
         head: Head,
         sampler: &Sampler,
         draw: u32,
-    ) -> Result<(i32, bool), DriverError> {
+        generated: bool,
+    ) -> Result<Pick, DriverError> {
         let entry = *self
             .entries
             .get(&(tokens.len(), head))
@@ -324,28 +331,22 @@ impl Driver<Serving> {
         inputs.set_i32(Slot::Token, &ids);
         let pos: Vec<i32> = (start..start + tokens.len()).map(|p| p as i32).collect();
         inputs.set_i32(Slot::Pos, &pos);
-        if head == Head::Sample {
-            let params: Vec<u8> = sampler
-                .slot_values()
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect();
-            inputs.set(Slot::Named(SAMPLER_SLOT.to_string()), params);
-            let seed: Vec<u8> = sampler
-                .seed_values(draw)
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect();
-            inputs.set(Slot::Named(SEED_SLOT.to_string()), seed);
-        }
+        let row = RowSampling {
+            sampler,
+            draw,
+            fed: tokens,
+            generated,
+        };
+        bind_slots(&mut inputs, head, &[row], tokens.len());
         let mut out = StepOutputs::default();
         self.exec.step(entry, &inputs, &mut out)?;
-        let words = out.i32(0).unwrap_or_default();
-        let (token, bad) = (
-            words.first().copied().unwrap_or(-1),
-            words.get(1).copied().unwrap_or(1),
-        );
-        Ok((token, bad != 0))
+        let vocab = self.handle.config().vocab_size;
+        let pick = read_picks(&out, head, 1, vocab)?.into_iter().next();
+        Ok(pick.unwrap_or(Pick {
+            token: -1,
+            non_finite: true,
+            logprobs: None,
+        }))
     }
 
     /// Generates for one prompt, calling `sink` with each token and its text as it comes.
@@ -367,7 +368,7 @@ impl Driver<Serving> {
         }
         let vocab = self.handle.config().vocab_size;
         check_request(&req, vocab)?;
-        let head = req.sampler.head();
+        let head = req.sampler.head(req.top_logprobs.is_some());
         let handle = Arc::clone(&self.handle);
         let text_services = handle.text()?;
         let eog: Vec<u32> = {
@@ -383,33 +384,45 @@ impl Driver<Serving> {
         let t0 = Instant::now();
         let chunk = self.options.prefill_chunk;
         let mut pos = 0;
-        let mut last = (0, false);
+        let mut last = None;
         let mut draw = 0u32;
         while pos < n {
             let take = if n - pos >= chunk { chunk } else { 1 };
-            last = self.step(&req.prompt[pos..pos + take], pos, head, &req.sampler, draw)?;
+            let fed = &req.prompt[pos..pos + take];
+            last = Some(self.step(fed, pos, head, &req.sampler, draw, false)?);
             pos += take;
         }
         let prefill_seconds = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
         let mut decoder = text_services.tokenizer().stream_decoder(true);
         let mut tokens = Vec::new();
+        let mut logprobs = Vec::new();
         let mut text = String::new();
         let mut finish = FinishReason::Length;
-        while tokens.len() < req.max_new {
-            let (token, bad) = last;
-            if bad {
+        while let Some(pick) = last.take()
+            && tokens.len() < req.max_new
+        {
+            if pick.non_finite {
                 return Err(DriverError::NonFinite { step: tokens.len() });
             }
-            let id = u32::try_from(token)
-                .ok()
-                .filter(|&t| (t as usize) < vocab)
-                .ok_or(DriverError::BadToken { token, vocab })?;
+            let id = checked_token(pick.token, vocab)?;
+            let logprob = match (pick.logprobs, req.top_logprobs) {
+                (Some((logprob, top)), Some(n)) => Some(TokenLogprob {
+                    logprob,
+                    top: top
+                        .into_iter()
+                        .take(n)
+                        .map(|(t, lp)| Ok((checked_token(t, vocab)?, lp)))
+                        .collect::<Result<_, DriverError>>()?,
+                }),
+                _ => None,
+            };
             if !req.ignore_eos && eog.contains(&id) {
                 finish = FinishReason::Eos;
                 break;
             }
             tokens.push(id);
+            logprobs.extend(logprob);
             let piece = decoder.push(id)?;
             text.push_str(&piece);
             if let Some(at) = req.stops.iter().filter_map(|s| text.find(s.as_str())).min() {
@@ -420,7 +433,7 @@ impl Driver<Serving> {
             let token = GeneratedToken {
                 id,
                 text: &piece,
-                logprob: None,
+                logprob: req.top_logprobs.and(logprobs.last()),
             };
             if sink(&token).is_break() {
                 finish = FinishReason::Cancelled;
@@ -430,7 +443,7 @@ impl Driver<Serving> {
                 break;
             }
             draw += 1;
-            last = self.step(&[id], pos, head, &req.sampler, draw)?;
+            last = Some(self.step(&[id], pos, head, &req.sampler, draw, true)?);
             pos += 1;
         }
         if finish != FinishReason::Stop {
@@ -438,7 +451,7 @@ impl Driver<Serving> {
         }
         Ok(Generation {
             tokens,
-            logprobs: Vec::new(),
+            logprobs,
             text,
             finish,
             prompt_tokens: n,
@@ -494,14 +507,13 @@ fn check_request(req: &GenerateRequest, vocab: usize) -> Result<(), DriverError>
     {
         return bad(format!("top_logprobs {n} (at most {MAX_TOP_LOGPROBS})"));
     }
-    if !p.is_none() {
-        return Err(DriverError::Unsupported("penalties"));
-    }
-    if !s.logit_bias.is_empty() {
-        return Err(DriverError::Unsupported("logit bias"));
-    }
-    if req.top_logprobs.is_some() {
-        return Err(DriverError::Unsupported("log-probabilities"));
-    }
     Ok(())
+}
+
+/// A token id the device returned, checked against the vocabulary.
+fn checked_token(token: i32, vocab: usize) -> Result<u32, DriverError> {
+    u32::try_from(token)
+        .ok()
+        .filter(|&t| (t as usize) < vocab)
+        .ok_or(DriverError::BadToken { token, vocab })
 }
