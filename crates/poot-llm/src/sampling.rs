@@ -395,7 +395,8 @@ pub fn append_head(graph: Graph, head: Head, limits: TraceLimits) -> Result<Grap
     let bad = b.reduce_max(bad_at, 1)?;
     let (token, draw) = if head.samples() {
         // A row with a non-finite logit is flagged and its pick discarded; the draw reads the
-        // lowest finite value there instead, so top-k and the gathers after it stay in range.
+        // lowest finite value there instead, so top-k and the gathers after it stay in range
+        // whatever a backend's compiler makes of NaN comparisons.
         let zero = b.broadcast(b.lit_i32(0)?, dims.clone())?;
         let logits = b.select(
             b.compare(CompareOp::Eq, bad_at, zero)?,
@@ -432,7 +433,8 @@ pub fn append_head(graph: Graph, head: Head, limits: TraceLimits) -> Result<Grap
 /// shader compiler that assumes finite floats folds it (lavapipe does); this reads the answer
 /// from the conversion to i32 instead, whose NaN and saturation rules every backend implements
 /// on the bits: `max(|x| * 2^-126, 1)` is in [1, 4) for a finite `x` and converts to 1..=3,
-/// NaN (kept by max) converts to 0, and infinity saturates.
+/// NaN (kept by max) converts to 0, and infinity saturates. One comparison on `n - 1` as u32
+/// keeps the chain inline in its reader.
 fn non_finite(b: &Builder, x: Traced) -> Result<Traced, BuilderError> {
     let scaled = b.mul(
         b.unary(UnaryOp::Abs, x)?,
@@ -440,13 +442,12 @@ fn non_finite(b: &Builder, x: Traced) -> Result<Traced, BuilderError> {
     )?;
     let n = b.cast(b.max(scaled, scalar_like(b, 1.0, x)?)?, DType::I32)?;
     let dims = b.dims(x)?;
-    let int = |v: i32| -> Result<Traced, BuilderError> { b.broadcast(b.lit_i32(v)?, dims.clone()) };
-    let finite = b.binary(
-        BinaryOp::And,
-        b.compare(CompareOp::Ge, n, int(1)?)?,
-        b.compare(CompareOp::Le, n, int(3)?)?,
+    let from_one = b.cast(
+        b.sub(n, b.broadcast(b.lit_i32(1)?, dims.clone())?)?,
+        DType::U32,
     )?;
-    b.select(finite, int(0)?, int(1)?)
+    let two = b.broadcast(b.literal(poot_graph_ir::Scalar::U32(2))?, dims)?;
+    b.cast(b.compare(CompareOp::Gt, from_one, two)?, DType::I32)
 }
 
 /// Logit bias, then the repetition penalty over the row's whole history, then presence and
