@@ -422,6 +422,7 @@ impl Driver<Serving> {
                 break;
             }
             tokens.push(id);
+            let reported = logprob.is_some();
             logprobs.extend(logprob);
             let piece = decoder.push(id)?;
             text.push_str(&piece);
@@ -433,7 +434,7 @@ impl Driver<Serving> {
             let token = GeneratedToken {
                 id,
                 text: &piece,
-                logprob: req.top_logprobs.and(logprobs.last()),
+                logprob: if reported { logprobs.last() } else { None },
             };
             if sink(&token).is_break() {
                 finish = FinishReason::Cancelled;
