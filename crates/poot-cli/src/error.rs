@@ -97,6 +97,12 @@ pub enum CliError {
     /// `--prefill-chunk` is larger than the capacity.
     #[error("--prefill-chunk {chunk} is larger than the capacity of {capacity}")]
     ChunkOverCapacity { chunk: usize, capacity: usize },
+    /// `--logit-bias` was given more often than the driver takes.
+    #[error("--logit-bias given {given} times; at most {max} tokens can be biased")]
+    TooManyLogitBiases { given: usize, max: usize },
+    /// `--logit-bias` names a token outside the model's vocabulary.
+    #[error("--logit-bias names token {id}, but the model's token ids are below {vocab}")]
+    LogitBiasToken { id: u32, vocab: usize },
     /// No executor could be opened on the chosen backend.
     #[error("{0}")]
     Backend(#[from] BackendError),

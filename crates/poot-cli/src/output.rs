@@ -8,7 +8,7 @@
 use std::io::{self, Write};
 use std::ops::ControlFlow;
 
-use poot_llm::{FinishReason, Generation, GenerationControl};
+use poot_llm::{FinishReason, GeneratedToken, Generation, GenerationControl};
 use serde_json::json;
 
 /// Text or JSON lines.
@@ -64,15 +64,31 @@ impl<'a> TokenSink<'a> {
         }
     }
 
-    /// Called by the driver with each token and its text.
-    pub fn token(&mut self, id: u32, piece: &str) -> GenerationControl {
+    /// Called by the driver with each token; `text_of` spells a log-probability alternative.
+    pub fn token(
+        &mut self,
+        token: &GeneratedToken<'_>,
+        text_of: &dyn Fn(u32) -> String,
+    ) -> GenerationControl {
+        let (id, piece) = (token.id, token.text);
         if self.stop_ids.contains(&id) {
             self.stopped_by_id = true;
             return ControlFlow::Break(());
         }
         self.streamed.push_str(piece);
         let written = match self.format {
-            Format::Json => write_line(&json!({ "id": id, "text": piece })),
+            Format::Json => {
+                let mut object = json!({ "id": id, "text": piece });
+                if let Some(lp) = token.logprob {
+                    object["logprob"] = json!(lp.logprob);
+                    object["top_logprobs"] = lp
+                        .top
+                        .iter()
+                        .map(|&(id, logprob)| json!({ "id": id, "text": text_of(id), "logprob": logprob }))
+                        .collect();
+                }
+                write_line(&object)
+            }
             Format::Text => {
                 let safe = self.streamed.len() - held_back(&self.streamed, self.stops);
                 let result = self

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use poot_llm::{
-    BackendChoice, Driver, DriverOptions, GenerateRequest, Layout, LoadOptions, ModelHandle,
-    Sampler, Serving, open_executor,
+    BackendChoice, Driver, DriverError, DriverOptions, GenerateRequest, Layout, LoadOptions,
+    MAX_LOGIT_BIAS, ModelHandle, Penalties, Sampler, Serving, open_executor,
 };
 use poot_models::{ModelKind, Registry};
 use poot_text::TextServices;
@@ -39,13 +39,25 @@ struct Session {
     sampler: Sampler,
     max_new: usize,
     ignore_eos: bool,
+    /// Alternatives per token when the JSON output reports log-probabilities.
+    top_logprobs: Option<usize>,
     format: Format,
     status: Status,
 }
 
 pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
+    if args.logit_bias.len() > MAX_LOGIT_BIAS {
+        return Err(CliError::TooManyLogitBiases {
+            given: args.logit_bias.len(),
+            max: MAX_LOGIT_BIAS,
+        });
+    }
     let path = resolve::model_path(&args.model, &status)?;
     let handle = load(&path, &status)?;
+    let vocab = handle.config().vocab_size;
+    if let Some(&(id, _)) = args.logit_bias.iter().find(|(id, _)| *id as usize >= vocab) {
+        return Err(CliError::LogitBiasToken { id, vocab });
+    }
     if handle.config().kind == ModelKind::Encoder {
         return Err(CliError::NotAGenerator {
             name: args.model.clone(),
@@ -136,13 +148,22 @@ pub(crate) fn load(path: &Path, status: &Status) -> Result<Arc<ModelHandle>, Cli
 
 /// The sampler the flags ask for.
 fn sampler(args: &RunArgs, status: &Status) -> Sampler {
+    let adjusted = Sampler {
+        penalties: Penalties {
+            repetition: args.repeat_penalty,
+            presence: args.presence_penalty,
+            frequency: args.frequency_penalty,
+        },
+        logit_bias: args.logit_bias.clone(),
+        ..Sampler::greedy()
+    };
     if args.temperature == 0.0 {
         if args.top_k != 0 || args.top_p < 1.0 || args.min_p > 0.0 || args.seed.is_some() {
             status.line(
                 "note: --top-k, --top-p, --min-p and --seed have no effect at --temperature 0 (greedy)",
             );
         }
-        return Sampler::greedy();
+        return adjusted;
     }
     let seed = args.seed.unwrap_or_else(|| {
         let seed = fresh_seed();
@@ -155,7 +176,7 @@ fn sampler(args: &RunArgs, status: &Status) -> Sampler {
         top_p: args.top_p,
         min_p: args.min_p,
         seed,
-        ..Sampler::greedy()
+        ..adjusted
     }
 }
 
@@ -210,6 +231,10 @@ impl Session {
             backend: opened.backend.to_string(),
             device: opened.device_name,
         };
+        let top_logprobs = args.top_logprobs.map(usize::from);
+        if top_logprobs.is_some() && format != Format::Json {
+            status.line("note: --top-logprobs shows in the --json output only");
+        }
         let started = Instant::now();
         let options = DriverOptions::new(sizing.capacity, sizing.prefill_chunk);
         let executor = progress::reporting(opened.executor, &status, sizing.prefill_chunk);
@@ -232,6 +257,7 @@ impl Session {
             sampler,
             max_new: args.max_new as usize,
             ignore_eos: args.ignore_eos,
+            top_logprobs: top_logprobs.filter(|_| format == Format::Json),
             format,
             status,
         })
@@ -246,12 +272,20 @@ impl Session {
         let request = GenerateRequest {
             stops: prompt.stops.clone(),
             ignore_eos: self.ignore_eos,
+            top_logprobs: self.top_logprobs,
             ..GenerateRequest::new(prompt.ids.clone(), self.max_new, self.sampler.clone())
+        };
+        let handle = Arc::clone(self.driver.handle());
+        let tokenizer = handle.text().map_err(DriverError::from)?.tokenizer();
+        // The text one alternative token stands for; the driver checked its id.
+        let piece = |id: u32| {
+            let bytes = tokenizer.token_to_piece(id, false).unwrap_or_default();
+            String::from_utf8_lossy(&bytes).into_owned()
         };
         let mut sink = TokenSink::new(self.format, &prompt.stops, &prompt.stop_ids);
         let generation = self
             .driver
-            .generate(request, &mut |t| sink.token(t.id, t.text))?;
+            .generate(request, &mut |t| sink.token(t, &piece))?;
         let mut answer = sink.finish(&generation);
         if self.format == Format::Json && !answer.closed {
             answer.closed =

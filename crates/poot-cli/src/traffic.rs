@@ -46,7 +46,7 @@ pub fn decode_traffic(
         .model()
         .trace(&StepSpec::step(StepShape::new(1, 1, capacity)), trace)
         .map_err(|e| CliError::Driver(e.into()))?;
-    let graph = append_head(graph, Head::Greedy, trace)
+    let graph = append_head(graph, Head::Greedy, trace, 1)
         .map_err(|e| CliError::Driver(poot_llm::DriverError::Suffix(e)))?;
     let plan = compile(&graph, target)
         .map_err(|e| CliError::Driver(poot_llm::DriverError::Exec(e.into())))?;

@@ -78,7 +78,7 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 #[test]
-fn help_names_the_commands_and_what_is_not_supported() {
+fn help_names_the_commands_and_the_sampling_flags() {
     let o = poot(&["--help"]);
     assert!(o.status.success());
     let help = stdout(&o);
@@ -92,11 +92,15 @@ fn help_names_the_commands_and_what_is_not_supported() {
         "--temperature",
         "--backend",
         "--json",
+        "--repeat-penalty",
+        "--presence-penalty",
+        "--frequency-penalty",
+        "--logit-bias",
+        "--top-logprobs",
     ] {
         assert!(help.contains(flag), "{flag} missing from {help}");
     }
-    assert!(help.contains("not supported"), "{help}");
-    assert!(!help.contains("--top-logprobs"), "{help}");
+    assert!(!help.contains("not supported"), "{help}");
 }
 
 #[test]
@@ -139,11 +143,109 @@ fn bad_flag_values_are_refused_before_loading() {
         ("--max-new", "-5"),
         ("--seed", "-1"),
         ("--backend", "cuda"),
+        ("--repeat-penalty", "0"),
+        ("--repeat-penalty", "-1.1"),
+        ("--repeat-penalty", "nan"),
+        ("--presence-penalty", "inf"),
+        ("--presence-penalty", "much"),
+        ("--frequency-penalty", "-5e40"),
+        ("--logit-bias", "7042"),
+        ("--logit-bias", "x=1"),
+        ("--logit-bias", "5=nan"),
+        ("--logit-bias", "5="),
+        ("--top-logprobs", "21"),
+        ("--top-logprobs", "-1"),
     ] {
         let o = poot(&["run", "smollm2", "hello", flag, value]);
         assert_one_error(&o, flag);
         assert!(!stderr(&o).contains("loading"), "{}", stderr(&o));
     }
+}
+
+#[test]
+fn logit_bias_beyond_the_limit_or_the_vocabulary_is_refused_early() {
+    let mut args = vec!["run", "smollm2", "hello"];
+    let biases: Vec<String> = (0..65).map(|i| format!("{i}=1")).collect();
+    for b in &biases {
+        args.extend(["--logit-bias", b.as_str()]);
+    }
+    let o = poot(&args);
+    assert_one_error(&o, "--logit-bias given 65 times; at most 64");
+    assert!(!stderr(&o).contains("loading"), "{}", stderr(&o));
+    // Negative penalties are allowed (OpenAI's range includes them).
+    let Some(path) = smollm2() else { return };
+    let o = poot(&[
+        "run",
+        path.to_str().unwrap(),
+        "hi",
+        "--logit-bias",
+        "49152=2",
+        "--presence-penalty",
+        "-0.5",
+    ]);
+    assert_one_error(&o, "--logit-bias names token 49152");
+    assert!(stderr(&o).contains("below 49152"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("backend"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_banned_token_moves_the_answer_and_json_reports_log_probabilities() {
+    let Some(_) = smollm2() else { return };
+    if !vulkan() {
+        return;
+    }
+    let o = poot(&[
+        "run",
+        "smollm2",
+        "The capital of France is",
+        "--max-new",
+        "2",
+        "--backend",
+        "wgpu",
+        "--prefill-chunk",
+        "4",
+        "--capacity",
+        "64",
+        "--logit-bias",
+        "7042=-100",
+        "--top-logprobs",
+        "3",
+        "--json",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<Json> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for token in &lines[..2] {
+        let top = token["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3, "{token}");
+        // Greedy: the token is the most likely, and its log-probability is the first listed.
+        assert_eq!(top[0]["id"], token["id"], "{token}");
+        assert_eq!(top[0]["logprob"], token["logprob"], "{token}");
+        assert!(top.iter().all(|t| t["text"].is_string()), "{token}");
+        let lps: Vec<f64> = top.iter().map(|t| t["logprob"].as_f64().unwrap()).collect();
+        assert!(
+            lps.windows(2).all(|w| w[0] >= w[1]) && lps[0] <= 0.0,
+            "{token}"
+        );
+    }
+    // transformers ranks 7042 (" Paris", log-prob -0.2580711) first and 260 (-2.740749)
+    // second; with 7042 banned, 260 leads with -2.740749 - ln(1 - e^-0.2580711).
+    let first = &lines[0];
+    assert_eq!(first["id"], 260, "{first}");
+    let want = -2.740749 - (1.0 - (-0.2580711f64).exp()).ln();
+    let got = first["logprob"].as_f64().unwrap();
+    assert!((got - want).abs() <= 2e-3, "{got} against {want}");
+    let ids: Vec<u64> = first["top_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, [260, 4528, 2250]);
 }
 
 #[test]

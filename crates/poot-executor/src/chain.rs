@@ -15,8 +15,9 @@ use crate::error::ExecError;
 pub struct ChainFeed {
     /// The output holding each row's pick: i32 `[rows, width]`, the token in column 0.
     pub pick_output: usize,
-    /// The slot the picks feed: i32 `[rows, 1]`.
-    pub token_slot: Slot,
+    /// The slots the picks feed, each i32 `[rows, 1]` (the model's tokens, and any other reader
+    /// of the fed tokens such as a sampling history).
+    pub token_slots: Vec<Slot>,
     /// Slots whose word `offset` of each row (rows of `stride` words) grows by one per step:
     /// the positions (which must come first) and the draw counter.
     pub counters: Vec<ChainCounter>,
@@ -44,7 +45,7 @@ pub(crate) struct ChainLayout {
     pub kernel: Kernel,
     pub rows: usize,
     pub width: usize,
-    /// Plan buffer ids: pick output, token slot, counters..., (table, write map).
+    /// Plan buffer ids: pick output, token slots..., counters..., (table, write map).
     pub plan_buffers: Vec<usize>,
     /// The slot whose initial values the record indexes steps from (the first counter).
     pub base_slot: Slot,
@@ -89,7 +90,9 @@ pub(crate) fn layout(plan: &Plan, feed: &ChainFeed) -> Result<ChainLayout, ExecE
         }
         Ok((hv.buffer.0 as usize, word))
     };
-    let (token_buf, _) = slot(&feed.token_slot, DType::I32, 1)?;
+    if feed.token_slots.is_empty() {
+        return Err(bad("a chain feeds at least one token slot".into()));
+    }
     let first = feed
         .counters
         .first()
@@ -99,8 +102,13 @@ pub(crate) fn layout(plan: &Plan, feed: &ChainFeed) -> Result<ChainLayout, ExecE
     }
     let mut kb = KernelBuilder::new("chain_feed", FEED_THREADS);
     let out_p = kb.param("pick", Word::I32, Access::Read);
-    let tok_p = kb.param("token", Word::I32, Access::ReadWrite);
-    let mut plan_buffers = vec![out.buffer.0 as usize, token_buf];
+    let mut plan_buffers = vec![out.buffer.0 as usize];
+    let mut token_params = Vec::new();
+    for s in &feed.token_slots {
+        let (buf, _) = slot(s, DType::I32, 1)?;
+        plan_buffers.push(buf);
+        token_params.push(kb.param(s.name(), Word::I32, Access::ReadWrite));
+    }
     let mut counters = Vec::new();
     for c in &feed.counters {
         if c.offset >= c.stride {
@@ -154,11 +162,9 @@ pub(crate) fn layout(plan: &Plan, feed: &ChainFeed) -> Result<ChainLayout, ExecE
         );
     }
     kb.end();
-    kb.store(
-        tok_p,
-        r.clone(),
-        load(out_p, r.clone() * u32c(width as u32)),
-    );
+    for p in &token_params {
+        kb.store(*p, r.clone(), load(out_p, r.clone() * u32c(width as u32)));
+    }
     for (p, word, c) in &counters {
         let at = r.clone() * u32c(c.stride as u32) + u32c(c.offset as u32);
         let one = match word {

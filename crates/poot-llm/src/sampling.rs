@@ -1,20 +1,39 @@
 //! The sampling suffix: the equations appended to a step's graph so the device picks each row's
-//! next token and the host reads back a token id and a non-finite flag, never the logits.
+//! next token and the host reads back a token id and a non-finite flag (plus the log-probability
+//! record when asked), never the logits.
 //!
-//! Sampler parameters are slot values, so one entry serves every temperature, top-k, top-p,
-//! min-p and seed. Rules, per row:
-//! - temperature 0: the arg-max of the logits (ties to the lower id);
-//! - otherwise `logits / temperature` sampled by the Gumbel-max trick, with uniform draws from a
-//!   counter-based hash of (seed, step, index), so a seed reproduces a run exactly;
-//! - with top-k, top-p or min-p, the draw is among the `CANDIDATES` most likely tokens: ranks past
-//!   top-k, tokens after the cumulative probability (of the full distribution) reaches top-p, and
-//!   tokens below min-p times the most likely one's probability are excluded. A top-k above
-//!   `CANDIDATES` acts as `CANDIDATES`, and a nucleus wider than the candidates is cut there.
+//! Sampler parameters are slot values and the token history is device state, so one entry serves
+//! every request. Rules, per row, in order:
+//! 1. logit bias: each listed token's bias is added to its logit (an id listed twice gets the
+//!    sum);
+//! 2. repetition penalty (llama.cpp, vLLM), over every token the sequence holds, prompt and
+//!    output: a positive logit is divided by it, a negative one multiplied;
+//! 3. presence and frequency penalties (OpenAI), over output tokens only:
+//!    `logit - count * frequency - (count > 0) * presence`;
+//! 4. temperature 0: the arg-max of the adjusted logits (ties to the lower id);
+//! 5. otherwise `adjusted / temperature` sampled by the Gumbel-max trick, with uniform draws from
+//!    a counter-based hash of (seed, step, index), so a seed reproduces a run exactly;
+//! 6. with top-k, top-p or min-p, the draw is among the `CANDIDATES` most likely tokens: ranks
+//!    past top-k, tokens after the cumulative probability (of the full distribution) reaches
+//!    top-p, and tokens below min-p times the most likely one's probability are excluded. A
+//!    top-k above `CANDIDATES` acts as `CANDIDATES`, and a nucleus wider than the candidates is
+//!    cut there.
+//!
+//! Log-probabilities are the log-softmax of `adjusted / temperature` (temperature 1 for a greedy
+//! row): the chosen token's and the [`MAX_TOP_LOGPROBS`] most likely tokens' (ties to the lower
+//! id), before top-k, top-p and min-p; the host keeps as many as the request asked for.
+//!
+//! The token history is two carried states of `[rows, vocab]` counts: every token a row's
+//! sequence holds, and its output tokens alone. Each step adds the tokens the host names in the
+//! history slot (the tokens the step feeds, so a prefill chunk's thrown-away draw is never
+//! counted) to its row, as prompt or as output by the row's flag, before the penalties read the
+//! counts. `reset_state` zeroes them for a new sequence.
 
+use poot_executor::{StepInputs, StepOutputs};
 use poot_graph_ir::ops::{binary_bcast, scalar_like};
 use poot_graph_ir::{
-    BinaryOp, Builder, BuilderError, CompareOp, DType, Graph, Outputs, TensorType, TraceLimits,
-    Traced, UnaryOp,
+    BinaryOp, Builder, BuilderError, CompareOp, DType, Graph, Outputs, Slot, Storage, TensorType,
+    TraceLimits, Traced, UnaryOp,
 };
 
 /// Candidates a restricted draw chooses among.
@@ -24,6 +43,23 @@ pub const CANDIDATES: usize = 32;
 pub const SAMPLER_SLOT: &str = "sampler";
 /// The slot of each row's draw counter, u32 `[rows, 2]`: the seed's hash and the step number.
 pub const SEED_SLOT: &str = "sample_seed";
+/// The slot of each row's penalties, f32 `[rows, 4]`: repetition, presence, frequency, and 1
+/// when the row's history tokens this step are its own earlier draws (0: prompt tokens).
+pub const PENALTY_SLOT: &str = "sample_penalties";
+/// The slot of the tokens each row adds to its history this step, i32 `[rows, tokens]` (the
+/// step's tokens per row); -1 adds nothing.
+pub const HISTORY_SLOT: &str = "sample_history";
+/// The slot of each row's logit-bias token ids, i32 `[rows, MAX_LOGIT_BIAS]`.
+pub const BIAS_IDS_SLOT: &str = "sample_bias_ids";
+/// The slot of each row's logit biases, f32 `[rows, MAX_LOGIT_BIAS]`, one per id.
+pub const BIAS_SLOT: &str = "sample_bias";
+/// The state counting every token of each row's sequence, f32 `[rows, vocab]`.
+pub const SEEN_STATE: &str = "sample.seen";
+/// The slot naming each row's history row and whether the row starts a sequence, i32
+/// `[rows, 2]`: the history states have one row per driver row, shared by every entry.
+pub const HISTORY_ROWS_SLOT: &str = "sample_rows";
+/// The state counting each row's output tokens, f32 `[rows, vocab]`.
+pub const OUTPUT_STATE: &str = "sample.output";
 
 /// How a step ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -34,6 +70,22 @@ pub enum Head {
     Greedy,
     /// Temperature, top-k, top-p and min-p sampling.
     Sample,
+    /// Logit bias and penalties from the device's token history, then a greedy or sampled pick.
+    Adjusted,
+    /// [`Head::Adjusted`] plus the log-probability record.
+    Logprobs,
+}
+
+impl Head {
+    /// Whether the head reads and updates the token history.
+    pub fn adjusts(self) -> bool {
+        matches!(self, Head::Adjusted | Head::Logprobs)
+    }
+
+    /// Whether the head reads the sampler and seed slots.
+    pub fn samples(self) -> bool {
+        matches!(self, Head::Sample | Head::Adjusted | Head::Logprobs)
+    }
 }
 
 /// Most logit-bias entries one request may carry.
@@ -86,7 +138,8 @@ pub struct Sampler {
     pub min_p: f32,
     pub seed: u64,
     pub penalties: Penalties,
-    /// Added to the logits of these tokens before anything else (at most [`MAX_LOGIT_BIAS`]).
+    /// Added to the logits of these tokens before anything else (at most [`MAX_LOGIT_BIAS`]; an
+    /// id listed twice gets the sum).
     pub logit_bias: Vec<(u32, f32)>,
 }
 
@@ -115,9 +168,14 @@ impl Sampler {
         }
     }
 
-    /// The narrowest head that serves this sampler.
-    pub fn head(&self) -> Head {
-        if self.temperature <= 0.0 {
+    /// The narrowest head that serves this sampler, with the log-probability record when
+    /// `logprobs`.
+    pub fn head(&self, logprobs: bool) -> Head {
+        if logprobs {
+            Head::Logprobs
+        } else if !self.penalties.is_none() || !self.logit_bias.is_empty() {
+            Head::Adjusted
+        } else if self.temperature <= 0.0 {
             Head::Greedy
         } else {
             Head::Sample
@@ -141,43 +199,364 @@ impl Sampler {
             step,
         ]
     }
+
+    /// The row's penalty slot values; `generated` says the step's history tokens are output.
+    pub fn penalty_values(&self, generated: bool) -> [f32; 4] {
+        let p = self.penalties;
+        [
+            p.repetition,
+            p.presence,
+            p.frequency,
+            if generated { 1.0 } else { 0.0 },
+        ]
+    }
+
+    /// The row's bias slot values: distinct ids with summed biases, padded to
+    /// [`MAX_LOGIT_BIAS`] by repeating the first entry (the device writes each biased logit
+    /// by a scatter, and a repeated entry writes the same value), or token 0 with no bias.
+    /// Entries past [`MAX_LOGIT_BIAS`] distinct ids are dropped (the driver refuses them).
+    pub fn bias_values(&self) -> ([i32; MAX_LOGIT_BIAS], [f32; MAX_LOGIT_BIAS]) {
+        let mut merged: Vec<(u32, f32)> = Vec::with_capacity(self.logit_bias.len());
+        for &(id, bias) in &self.logit_bias {
+            match merged.iter_mut().find(|(m, _)| *m == id) {
+                Some((_, b)) => *b += bias,
+                None => merged.push((id, bias)),
+            }
+        }
+        merged.truncate(MAX_LOGIT_BIAS);
+        let pad = merged.first().copied().unwrap_or((0, 0.0));
+        let mut ids = [pad.0 as i32; MAX_LOGIT_BIAS];
+        let mut biases = [pad.1; MAX_LOGIT_BIAS];
+        for (i, &(id, bias)) in merged.iter().enumerate() {
+            ids[i] = id as i32;
+            biases[i] = bias;
+        }
+        (ids, biases)
+    }
+}
+
+/// One row of a step as the sampling suffix reads it.
+#[derive(Clone, Copy, Debug)]
+pub struct RowSampling<'a> {
+    pub sampler: &'a Sampler,
+    /// The row's draw number: each draw gets fresh uniforms.
+    pub draw: u32,
+    /// The tokens the step feeds the row: they join its history.
+    pub fed: &'a [u32],
+    /// `fed` are the row's own earlier draws (output), not prompt tokens.
+    pub generated: bool,
+    /// The row of the history states the row's sequence owns.
+    pub history_row: usize,
+    /// The step starts the sequence: its history row is cleared first.
+    pub fresh: bool,
+}
+
+/// Writes the slots `head`'s suffix reads, one row each, for a step of `tokens` tokens per row.
+pub fn bind_slots(inputs: &mut StepInputs, head: Head, rows: &[RowSampling<'_>], tokens: usize) {
+    fn words<T: Copy, const N: usize>(
+        rows: &[RowSampling<'_>],
+        f: impl Fn(&RowSampling<'_>) -> [T; N],
+        bytes: fn(T) -> [u8; 4],
+    ) -> Vec<u8> {
+        rows.iter().flat_map(f).flat_map(bytes).collect()
+    }
+    if head.samples() {
+        let params = words(rows, |r| r.sampler.slot_values(), f32::to_le_bytes);
+        inputs.set(Slot::Named(SAMPLER_SLOT.to_string()), params);
+        let seeds = words(rows, |r| r.sampler.seed_values(r.draw), u32::to_le_bytes);
+        inputs.set(Slot::Named(SEED_SLOT.to_string()), seeds);
+    }
+    if head.adjusts() {
+        let pen = words(
+            rows,
+            |r| r.sampler.penalty_values(r.generated),
+            f32::to_le_bytes,
+        );
+        inputs.set(Slot::Named(PENALTY_SLOT.to_string()), pen);
+        let history: Vec<i32> = rows
+            .iter()
+            .flat_map(|r| (0..tokens).map(|i| r.fed.get(i).map_or(-1, |&t| t as i32)))
+            .collect();
+        inputs.set_i32(Slot::Named(HISTORY_SLOT.to_string()), &history);
+        let at: Vec<i32> = rows
+            .iter()
+            .flat_map(|r| [r.history_row as i32, i32::from(r.fresh)])
+            .collect();
+        inputs.set_i32(Slot::Named(HISTORY_ROWS_SLOT.to_string()), &at);
+        let ids = words(rows, |r| r.sampler.bias_values().0, i32::to_le_bytes);
+        inputs.set(Slot::Named(BIAS_IDS_SLOT.to_string()), ids);
+        let biases = words(rows, |r| r.sampler.bias_values().1, f32::to_le_bytes);
+        inputs.set(Slot::Named(BIAS_SLOT.to_string()), biases);
+    }
+}
+
+/// What the suffix returned for one row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pick {
+    /// The chosen token as the device wrote it (the caller checks it against the vocabulary).
+    pub token: i32,
+    /// Some logit was not finite: the pick is not trustworthy.
+    pub non_finite: bool,
+    /// With [`Head::Logprobs`]: the chosen token's log-probability and the most likely tokens
+    /// with theirs, most likely first.
+    pub logprobs: Option<(f32, Vec<(i32, f32)>)>,
+}
+
+/// The suffix's output was shorter than its head writes (an executor that broke its contract).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the sampling suffix's output {output} holds {got_bytes} B, its head writes {want_bytes} B"
+)]
+pub struct ShortReadback {
+    pub output: usize,
+    pub want_bytes: usize,
+    pub got_bytes: usize,
+}
+
+/// Reads each row's pick from a step of `head` over `rows` rows and a vocabulary of `vocab`.
+pub fn read_picks(
+    out: &StepOutputs,
+    head: Head,
+    rows: usize,
+    vocab: usize,
+) -> Result<Vec<Pick>, ShortReadback> {
+    let n = if head == Head::Logprobs {
+        top_logprobs_width(vocab)
+    } else {
+        0
+    };
+    let ints = checked(0, out.i32(0), rows * (2 + n))?;
+    let floats = if n > 0 {
+        checked(1, out.f32(1), rows * (1 + n))?
+    } else {
+        Vec::new()
+    };
+    Ok((0..rows)
+        .map(|r| {
+            let row = &ints[r * (2 + n)..(r + 1) * (2 + n)];
+            let logprobs = (n > 0).then(|| {
+                let lp = &floats[r * (1 + n)..(r + 1) * (1 + n)];
+                (
+                    lp[0],
+                    row[2..]
+                        .iter()
+                        .copied()
+                        .zip(lp[1..].iter().copied())
+                        .collect(),
+                )
+            });
+            Pick {
+                token: row[0],
+                non_finite: row[1] != 0,
+                logprobs,
+            }
+        })
+        .collect())
+}
+
+/// Output `output`'s words, when it holds at least `want` of them.
+fn checked<T>(output: usize, words: Option<Vec<T>>, want: usize) -> Result<Vec<T>, ShortReadback> {
+    let words = words.unwrap_or_default();
+    if words.len() < want {
+        return Err(ShortReadback {
+            output,
+            want_bytes: 4 * want,
+            got_bytes: 4 * words.len(),
+        });
+    }
+    Ok(words)
+}
+
+/// Alternatives the log-probability record holds for a vocabulary of `vocab`.
+pub fn top_logprobs_width(vocab: usize) -> usize {
+    MAX_TOP_LOGPROBS.min(vocab)
 }
 
 /// Appends `head`'s suffix to a step graph whose first output is `[rows, vocab]` logits. The
-/// new first output is i32 `[rows, 2]`: the chosen token and 1 when any logit was not finite.
-pub fn append_head(graph: Graph, head: Head, limits: TraceLimits) -> Result<Graph, BuilderError> {
+/// new first output is i32 `[rows, 2]`: the chosen token and 1 when any (adjusted) logit was not
+/// finite. [`Head::Logprobs`] widens it to `[rows, 2 + n]` with the `n` most likely token ids
+/// and adds an f32 `[rows, 1 + n]` second output: the chosen token's log-probability, then the
+/// alternatives' (`n` is [`top_logprobs_width`]). The graph's other outputs follow.
+///
+/// The history slot holds as many tokens per row as the graph's token slot (one when the graph
+/// has none, as a suffix over fixed logits in a test).
+///
+/// The adjusting heads carry the token history in states of `history_rows` rows (one per
+/// sequence the driver can hold), read and written at the rows [`HISTORY_ROWS_SLOT`] names, so
+/// entries of any row count share them.
+pub fn append_head(
+    graph: Graph,
+    head: Head,
+    limits: TraceLimits,
+    history_rows: usize,
+) -> Result<Graph, BuilderError> {
     if head == Head::Logits {
         return Ok(graph);
     }
+    let fed = graph
+        .values()
+        .iter()
+        .find(|v| v.storage == Storage::Slot(Slot::Token))
+        .and_then(|v| v.ty.dims().get(1).copied())
+        .unwrap_or(1);
     let ext = Builder::extend(graph, limits)?;
     let b = &ext.builder;
-    let logits = ext.outputs[0];
-    let dims = b.dims(logits)?;
-    let rows = dims[0];
-    let greedy = b.argmax(logits, 1)?;
-    let token = match head {
-        Head::Greedy | Head::Logits => greedy,
-        Head::Sample => sample(b, logits, greedy, rows, dims[1])?,
+    let raw = ext.outputs[0];
+    let dims = b.dims(raw)?;
+    let (rows, vocab) = (dims[0], dims[1]);
+    let mut state = ext.state.clone();
+    let logits = if head.adjusts() {
+        let (adjusted, pairs) = adjust(b, raw, rows, vocab, fed, history_rows.max(rows))?;
+        state.extend(pairs);
+        adjusted
+    } else {
+        raw
     };
-    // x - x is 0 exactly when x is finite.
-    let diff = b.sub(logits, logits)?;
-    let finite = b.compare(CompareOp::Eq, diff, scalar_like(b, 0.0, diff)?)?;
-    let bad = b.select(
-        finite,
-        b.broadcast(b.lit_i32(0)?, dims.clone())?,
-        b.broadcast(b.lit_i32(1)?, dims.clone())?,
-    )?;
-    let bad = b.reduce_max(bad, 1)?;
-    let out = b.name(b.concat(&[token, bad], 1)?, "sample")?;
-    let mut outputs = Outputs::new(out);
+    let bad_at = non_finite(b, logits)?;
+    let bad = b.reduce_max(bad_at, 1)?;
+    let (token, draw) = if head.samples() {
+        // A row with a non-finite logit is flagged and its pick discarded; the draw reads the
+        // lowest finite value there instead, so top-k and the gathers after it stay in range
+        // whatever a backend's compiler makes of NaN comparisons.
+        let zero = b.broadcast(b.lit_i32(0)?, dims.clone())?;
+        let logits = b.select(
+            b.compare(CompareOp::Eq, bad_at, zero)?,
+            logits,
+            scalar_like(b, f32::MIN, logits)?,
+        )?;
+        let greedy = b.argmax(logits, 1)?;
+        let draw = sample(b, logits, greedy, rows, vocab)?;
+        (draw.token, Some(draw))
+    } else {
+        (b.argmax(logits, 1)?, None)
+    };
+    let mut outputs = match (head, &draw) {
+        (Head::Logprobs, Some(d)) => {
+            let n = top_logprobs_width(vocab);
+            let top = b.slice(d.candidates, vec![0, 0], vec![rows, n])?;
+            let lse = d.log_sum_exp;
+            let at = |ids: Traced| -> Result<Traced, BuilderError> {
+                binary_bcast(b, BinaryOp::Sub, b.take_along(d.scaled, ids, 1)?, lse)
+            };
+            let ints = b.name(b.concat(&[token, bad, top], 1)?, "sample")?;
+            let record = b.concat(&[at(token)?, at(top)?], 1)?;
+            Outputs::new(ints).and(b.name(record, "sample.logprobs")?)
+        }
+        _ => Outputs::new(b.name(b.concat(&[token, bad], 1)?, "sample")?),
+    };
     for &o in &ext.outputs[1..] {
         outputs = outputs.and(o);
     }
-    let state = ext.state.clone();
     ext.builder.finish(outputs.with_state(&state))
 }
 
-/// One column of a `[rows, 4]` slot, as `[rows, 1]`.
+/// i32 1 where `x` is NaN or infinite, else 0. `x - x != 0` would do in IEEE arithmetic, but a
+/// shader compiler that assumes finite floats folds it (lavapipe does); this reads the answer
+/// from the conversion to i32 instead, whose NaN and saturation rules every backend implements
+/// on the bits: `max(|x| * 2^-126, 1)` is in [1, 4) for a finite `x` and converts to 1..=3,
+/// NaN (kept by max) converts to 0, and infinity saturates. One comparison on `n - 1` as u32
+/// keeps the chain inline in its reader.
+fn non_finite(b: &Builder, x: Traced) -> Result<Traced, BuilderError> {
+    let scaled = b.mul(
+        b.unary(UnaryOp::Abs, x)?,
+        scalar_like(b, 2f32.powi(-126), x)?,
+    )?;
+    let n = b.cast(b.max(scaled, scalar_like(b, 1.0, x)?)?, DType::I32)?;
+    let dims = b.dims(x)?;
+    let from_one = b.cast(
+        b.sub(n, b.broadcast(b.lit_i32(1)?, dims.clone())?)?,
+        DType::U32,
+    )?;
+    let two = b.broadcast(b.literal(poot_graph_ir::Scalar::U32(2))?, dims)?;
+    b.cast(b.compare(CompareOp::Gt, from_one, two)?, DType::I32)
+}
+
+/// Logit bias, then the repetition penalty over the row's whole history, then presence and
+/// frequency over its output, after adding this step's `fed` history tokens per row. Returns
+/// the adjusted logits and the history's state pairs (`history_rows` rows, read and written at
+/// the rows the history-rows slot names).
+fn adjust(
+    b: &Builder,
+    raw: Traced,
+    rows: usize,
+    vocab: usize,
+    fed: usize,
+    history_rows: usize,
+) -> Result<(Traced, Vec<(Traced, Traced)>), BuilderError> {
+    let f32_ty = |cols: usize| TensorType::new(DType::F32, vec![rows, cols]);
+    let i32_ty = |cols: usize| TensorType::new(DType::I32, vec![rows, cols]);
+    let params = b.slot_named(PENALTY_SLOT, f32_ty(4))?;
+    let history = b.slot_named(HISTORY_SLOT, i32_ty(fed))?;
+    let bias_ids = b.slot_named(BIAS_IDS_SLOT, i32_ty(MAX_LOGIT_BIAS))?;
+    let bias = b.slot_named(BIAS_SLOT, f32_ty(MAX_LOGIT_BIAS))?;
+    let all_ty = TensorType::new(DType::F32, vec![history_rows, vocab]);
+    let seen_all = b.state_input(SEEN_STATE, all_ty.clone())?;
+    let output_all = b.state_input(OUTPUT_STATE, all_ty)?;
+    let at = b.slot_named(HISTORY_ROWS_SLOT, i32_ty(2))?;
+    let which = b.reshape(column(b, at, rows, 0)?, [rows])?;
+    let fresh = b.broadcast(
+        b.compare(
+            CompareOp::Ne,
+            column(b, at, rows, 1)?,
+            b.broadcast(b.lit_i32(0)?, [rows, 1])?,
+        )?,
+        [rows, vocab],
+    )?;
+    // A sequence's first step starts from an empty history.
+    let mine = |all: Traced| -> Result<Traced, BuilderError> {
+        let rows_of = b.gather(all, which, 0)?;
+        b.select(fresh, scalar_like(b, 0.0, rows_of)?, rows_of)
+    };
+    let (seen, output) = (mine(seen_all)?, mine(output_all)?);
+
+    // This step's history tokens, counted per (row, token): a sum of one-hot rows, so repeated
+    // tokens in a prefill chunk each count.
+    let per_token = [rows, vocab, fed];
+    let ids = b.broadcast(b.reshape(history, [rows, 1, fed])?, per_token)?;
+    let hit = b.compare(CompareOp::Eq, b.iota(per_token, 1, DType::I32)?, ids)?;
+    let hits = b.reshape(b.reduce_sum(b.cast(hit, DType::F32)?, 2)?, [rows, vocab])?;
+    let seen = b.add(seen, hits)?;
+    let generated = column(b, params, rows, 3)?;
+    let output = b.add(output, binary_bcast(b, BinaryOp::Mul, hits, generated)?)?;
+    let seen_pair = (seen_all, b.scatter_update(seen_all, which, seen, 0)?);
+    let output_pair = (output_all, b.scatter_update(output_all, which, output, 0)?);
+
+    // Bias: gather the listed logits of the flattened [rows * vocab] table, add, scatter back.
+    let flat = b.reshape(raw, [rows * vocab])?;
+    let row_start = b.mul(
+        b.iota([rows, MAX_LOGIT_BIAS], 0, DType::I32)?,
+        b.broadcast(b.lit_i32(vocab as i32)?, [rows, MAX_LOGIT_BIAS])?,
+    )?;
+    let at = b.reshape(b.add(bias_ids, row_start)?, [rows * MAX_LOGIT_BIAS])?;
+    let biased = b.add(
+        b.gather(flat, at, 0)?,
+        b.reshape(bias, [rows * MAX_LOGIT_BIAS])?,
+    )?;
+    let logits = b.reshape(b.scatter_update(flat, at, biased, 0)?, [rows, vocab])?;
+
+    let wide = |j: usize| -> Result<Traced, BuilderError> {
+        b.broadcast(column(b, params, rows, j)?, [rows, vocab])
+    };
+    let zero = || scalar_like(b, 0.0, logits);
+    let repetition = wide(0)?;
+    let penalized = b.select(
+        b.compare(CompareOp::Gt, logits, zero()?)?,
+        b.div(logits, repetition)?,
+        b.mul(logits, repetition)?,
+    )?;
+    let logits = b.select(b.compare(CompareOp::Gt, seen, zero()?)?, penalized, logits)?;
+    let present = b.cast(b.compare(CompareOp::Gt, output, zero()?)?, DType::F32)?;
+    let logits = b.sub(
+        b.sub(logits, b.mul(output, wide(2)?)?)?,
+        b.mul(present, wide(1)?)?,
+    )?;
+    Ok((
+        b.name(logits, "sample.adjusted")?,
+        vec![seen_pair, output_pair],
+    ))
+}
+
+/// One column of a `[rows, n]` slot, as `[rows, 1]`.
 fn column(b: &Builder, x: Traced, rows: usize, j: usize) -> Result<Traced, BuilderError> {
     b.slice(x, vec![0, j], vec![rows, j + 1])
 }
@@ -225,20 +604,42 @@ fn gumbel(b: &Builder, u: Traced) -> Result<Traced, BuilderError> {
     b.neg(b.unary(UnaryOp::Log, inner)?)
 }
 
+/// A sampled pick and what the log-probability record reuses.
+struct Draw {
+    /// i32 `[rows, 1]`.
+    token: Traced,
+    /// `logits / temperature` (temperature 1 for a greedy row), `[rows, vocab]`.
+    scaled: Traced,
+    /// `log(sum(exp(scaled)))`, `[rows, 1]`.
+    log_sum_exp: Traced,
+    /// The `CANDIDATES` most likely token ids, most likely first (ties to the lower id).
+    candidates: Traced,
+}
+
 fn sample(
     b: &Builder,
     logits: Traced,
     greedy: Traced,
     rows: usize,
     vocab: usize,
-) -> Result<Traced, BuilderError> {
+) -> Result<Draw, BuilderError> {
     let params = b.slot_named(SAMPLER_SLOT, TensorType::new(DType::F32, vec![rows, 4]))?;
     let seed = b.slot_named(SEED_SLOT, TensorType::new(DType::U32, vec![rows, 2]))?;
     let temperature = column(b, params, rows, 0)?;
     let top_p = column(b, params, rows, 1)?;
     let min_p = column(b, params, rows, 2)?;
     let top_k = column(b, params, rows, 3)?;
-    let t_safe = b.max(temperature, scalar_like(b, 1e-6, temperature)?)?;
+    let is_greedy = b.compare(
+        CompareOp::Le,
+        temperature,
+        scalar_like(b, 0.0, temperature)?,
+    )?;
+    // A greedy row's draw is discarded, but its log-probabilities are at temperature 1.
+    let t_safe = b.select(
+        is_greedy,
+        scalar_like(b, 1.0, temperature)?,
+        b.max(temperature, scalar_like(b, 1e-6, temperature)?)?,
+    )?;
     let scaled = binary_bcast(b, BinaryOp::Div, logits, t_safe)?;
 
     // Unrestricted: Gumbel-max over the whole vocabulary.
@@ -299,10 +700,10 @@ fn sample(
         min_off,
     )?;
     let drawn = b.select(unrestricted, full, restricted)?;
-    let is_greedy = b.compare(
-        CompareOp::Le,
-        temperature,
-        scalar_like(b, 0.0, temperature)?,
-    )?;
-    b.select(is_greedy, greedy, drawn)
+    Ok(Draw {
+        token: b.select(is_greedy, greedy, drawn)?,
+        scaled,
+        log_sum_exp: lse,
+        candidates: cand_idx,
+    })
 }

@@ -1,5 +1,6 @@
 //! The driver on the wgpu backend (lavapipe in CI): greedy generation equals the transformers
-//! reference with only token ids crossing the bus; seeded sampling is reproducible; the
+//! reference with only token ids crossing the bus; log-probabilities match transformers' and
+//! move with the penalties as the output history says; seeded sampling is reproducible; the
 //! sampling suffix's draws follow the host's distribution for each rule.
 
 #![allow(clippy::unwrap_used)]
@@ -14,7 +15,8 @@ use poot_graph_ir::{Builder, DType, Outputs, Slot, TensorType, TraceLimits};
 use poot_llm::sampling::{Head, SAMPLER_SLOT, SEED_SLOT, append_head};
 use poot_llm::{
     BackendChoice, Driver, DriverError, DriverOptions, FinishReason, GenerateRequest, Layout,
-    LoadOptions, ModelHandle, Sampler, SeqId, open_executor,
+    LoadOptions, MAX_TOP_LOGPROBS, ModelHandle, Penalties, Sampler, SeqId, TokenLogprob,
+    open_executor,
 };
 use poot_models::Registry;
 
@@ -274,6 +276,142 @@ fn seeded_sampling_reproduces_its_tokens() {
     assert_eq!(unchained.executor().stats().last_read_bytes, 8);
 }
 
+/// transformers' reference for SmolLM2 (crates/poot-models/tests/fixtures/real/smollm2.json):
+/// greedy ids after "The capital of France is", each one's log-probability, and the first
+/// step's five most likely tokens.
+fn smollm2_reference() -> (Vec<u32>, Vec<f32>, Vec<(u32, f32)>) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../poot-models/tests/fixtures/real/smollm2.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let case = &json["cases"][0];
+    assert_eq!(case["prompt_text"], "The capital of France is");
+    let ids = |v: &serde_json::Value| v.as_u64().unwrap() as u32;
+    let greedy = case["greedy_ids"].as_array().unwrap().iter().map(ids);
+    let logprobs = case["logprobs"].as_array().unwrap().iter();
+    let top5 = case["first_top5"].as_array().unwrap().iter();
+    (
+        greedy.collect(),
+        logprobs.map(|v| v.as_f64().unwrap() as f32).collect(),
+        top5.map(|p| (ids(&p[0]), p[1].as_f64().unwrap() as f32))
+            .collect(),
+    )
+}
+
+#[test]
+fn logprobs_match_transformers_and_penalties_shift_them_by_the_output_history() {
+    let Some((handle, mut driver)) = smollm2_driver() else {
+        return;
+    };
+    let prompt = handle
+        .text()
+        .unwrap()
+        .encode("The capital of France is")
+        .unwrap();
+    let (greedy, want_logprobs, want_top5) = smollm2_reference();
+    let n = 6;
+    let run = |driver: &mut Driver, sampler: Sampler, top: usize| {
+        let req = GenerateRequest {
+            top_logprobs: Some(top),
+            ..GenerateRequest::new(prompt.clone(), n, sampler)
+        };
+        let mut streamed = Vec::new();
+        let generation = driver
+            .generate(req, &mut |t| {
+                streamed.push(t.logprob.cloned());
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        // The sink saw each token's record as the generation reports it.
+        let streamed: Vec<TokenLogprob> = streamed.into_iter().map(Option::unwrap).collect();
+        assert_eq!(streamed, generation.logprobs);
+        generation
+    };
+
+    // Greedy with log-probabilities: the plain greedy tokens, transformers' log-probabilities
+    // (within 1e-3, the oracle's tolerance against the same reference), the chosen token first.
+    let plain = run(&mut driver, Sampler::greedy(), 5);
+    assert_eq!(plain.tokens, greedy[..n]);
+    assert_eq!(plain.logprobs.len(), n);
+    let mut worst = 0f32;
+    for (k, (record, &want)) in plain.logprobs.iter().zip(&want_logprobs).enumerate() {
+        worst = worst.max((record.logprob - want).abs());
+        assert!(
+            (record.logprob - want).abs() <= 1e-3,
+            "step {k}: {} against {want}",
+            record.logprob
+        );
+        assert_eq!(record.top.len(), 5);
+        assert_eq!(record.top[0], (plain.tokens[k], record.logprob));
+        assert!(record.top.windows(2).all(|w| w[0].1 >= w[1].1));
+    }
+    for (&(id, lp), &(want_id, want)) in plain.logprobs[0].top.iter().zip(&want_top5) {
+        assert_eq!(id, want_id);
+        worst = worst.max((lp - want).abs());
+        assert!(
+            (lp - want).abs() <= 1e-3,
+            "first step, token {id}: {lp} against {want}"
+        );
+    }
+    eprintln!("log-probabilities against transformers: largest difference {worst:.2e}");
+    // A step read back the token, the flag, 20 ids and 21 log-probabilities: not the logits.
+    assert_eq!(
+        driver.executor().stats().last_read_bytes,
+        4 * (2 + MAX_TOP_LOGPROBS + 1 + MAX_TOP_LOGPROBS) as u64
+    );
+
+    // Presence, frequency and bias: while the picks agree the raw logits do too, so between two
+    // listed tokens the log-probabilities differ from the plain run's by exactly the difference
+    // of their penalties, counted over the output so far (the prompt never counts).
+    let reference = run(&mut driver, Sampler::greedy(), MAX_TOP_LOGPROBS);
+    let bias = (260u32, 1.0f32);
+    let penalized = Sampler {
+        penalties: Penalties {
+            repetition: 1.0,
+            presence: 0.7,
+            frequency: 0.4,
+        },
+        logit_bias: vec![bias],
+        ..Sampler::greedy()
+    };
+    let adjusted = run(&mut driver, penalized, MAX_TOP_LOGPROBS);
+    let penalty = |token: u32, output: &[u32]| {
+        let count = output.iter().filter(|&&t| t == token).count() as f32;
+        let presence = if count > 0.0 { 0.7 } else { 0.0 };
+        count * 0.4 + presence - if token == bias.0 { bias.1 } else { 0.0 }
+    };
+    let mut compared = 0;
+    let mut penalized_pairs = 0;
+    for k in 0..n {
+        if adjusted.tokens[..k] != reference.tokens[..k] {
+            break;
+        }
+        let output = &reference.tokens[..k];
+        let (a, b) = (&reference.logprobs[k].top, &adjusted.logprobs[k].top);
+        let both: Vec<(u32, f32, f32)> = a
+            .iter()
+            .filter_map(|&(t, la)| b.iter().find(|p| p.0 == t).map(|&(_, lb)| (t, la, lb)))
+            .collect();
+        let (t0, a0, b0) = both[0];
+        for &(t, la, lb) in &both[1..] {
+            let want = (la - a0) - (penalty(t, output) - penalty(t0, output));
+            assert!(
+                (lb - b0 - want).abs() <= 1e-4,
+                "step {k}: tokens {t0} and {t}: {} against {want}",
+                lb - b0
+            );
+            compared += 1;
+            if penalty(t, output) != penalty(t0, output) {
+                penalized_pairs += 1;
+            }
+        }
+    }
+    assert!(
+        compared > 20 && penalized_pairs > 3,
+        "{compared} {penalized_pairs}"
+    );
+}
+
 /// SmolLM2 served on wgpu, or `None` (with a SKIP line) without the checkpoint or an adapter.
 fn smollm2_driver() -> Option<(Arc<ModelHandle>, Driver)> {
     let path = real("smollm2-135m-instruct-q4_1.gguf")?;
@@ -377,6 +515,7 @@ fn draws(exec: &mut dyn Executor, logits: &[f32], sampler: Sampler, n: u32) -> V
         b.finish(Outputs::new(out)).unwrap(),
         Head::Sample,
         TraceLimits::standard(16),
+        1,
     )
     .unwrap();
     let exe = exec

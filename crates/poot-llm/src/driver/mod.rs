@@ -21,7 +21,10 @@ use poot_graph_ir::{Slot, TraceLimits};
 use poot_models::{KvLayout, StepShape, StepSpec, TraceError};
 
 use crate::handle::{HandleError, ModelHandle};
-use crate::sampling::{Head, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS, SEED_SLOT, Sampler, append_head};
+use crate::sampling::{
+    HISTORY_SLOT, Head, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS, SEED_SLOT, Sampler, ShortReadback,
+    append_head,
+};
 use crate::weights::HandleWeights;
 
 pub use compat::{Feature, Incompatible, check_compatible};
@@ -261,6 +264,9 @@ pub enum DriverError {
     /// The call needs a driver with no open sequences.
     #[error("{open} sequences are open")]
     Busy { open: usize },
+    /// The step's outputs were shorter than the sampling suffix writes.
+    #[error(transparent)]
+    Readback(#[from] ShortReadback),
     /// A sequence id this driver does not hold.
     #[error("no open sequence {0:?}")]
     UnknownSequence(SeqId),
@@ -395,8 +401,8 @@ impl Driver<Unprepared> {
     }
 
     /// Prepares every entry serving needs under `layout` (prefill chunks and single-token steps
-    /// over all rows, with the greedy and the sampling heads), so a serving step compiles
-    /// nothing. A refusal hands the unprepared driver back.
+    /// over all rows, with the greedy, sampling, adjusted and log-probability heads), so a
+    /// serving step compiles nothing. A refusal hands the unprepared driver back.
     pub fn serve(mut self, layout: Layout) -> Result<Driver<Serving>, Refused> {
         if let Err(e) = self.prepare_all(layout) {
             return Err(Box::new((self, e)));
@@ -439,7 +445,7 @@ impl Driver<Unprepared> {
         if chunk > 1 {
             shapes.insert(0, (1, chunk));
         }
-        let heads = [Head::Greedy, Head::Sample];
+        let heads = [Head::Greedy, Head::Sample, Head::Adjusted, Head::Logprobs];
         let count = (shapes.len() * heads.len()) as u64;
         let limits = self.options.prepared;
         if count > limits.max_entries as u64 {
@@ -480,18 +486,24 @@ impl Driver<Unprepared> {
         }
         let spec = StepSpec::step(shape);
         let graph = self.handle.model().trace(&spec, self.options.trace)?;
-        let graph = append_head(graph, key.head, self.options.trace)?;
+        let graph = append_head(graph, key.head, self.options.trace, self.options.rows)?;
         let entry = self
             .exec
             .add_entry(self.exe, &graph, &entry_label(&spec, Some(key.head)))?;
         self.entries.insert(key, entry);
-        if key.tokens == 1 && self.options.chain > 1 {
+        // The log-probability record is a second output a chain does not keep: those steps
+        // wait on the host.
+        if key.tokens == 1 && self.options.chain > 1 && key.head != Head::Logprobs {
             let mut counters = vec![ChainCounter {
                 slot: Slot::Pos,
                 stride: 1,
                 offset: 0,
             }];
-            if key.head == Head::Sample {
+            let mut token_slots = vec![Slot::Token];
+            if key.head.adjusts() {
+                token_slots.push(Slot::Named(HISTORY_SLOT.to_string()));
+            }
+            if key.head.samples() {
                 counters.push(ChainCounter {
                     slot: Slot::Named(SEED_SLOT.to_string()),
                     stride: 2,
@@ -506,7 +518,7 @@ impl Driver<Unprepared> {
             };
             let feed = ChainFeed {
                 pick_output: 0,
-                token_slot: Slot::Token,
+                token_slots,
                 counters,
                 paged,
                 max_steps: self.options.chain,
@@ -563,15 +575,6 @@ fn check_request(req: &GenerateRequest, vocab: usize) -> Result<(), DriverError>
         && n > MAX_TOP_LOGPROBS
     {
         return bad(format!("top_logprobs {n} (at most {MAX_TOP_LOGPROBS})"));
-    }
-    if !p.is_none() {
-        return Err(DriverError::Unsupported("penalties"));
-    }
-    if !s.logit_bias.is_empty() {
-        return Err(DriverError::Unsupported("logit bias"));
-    }
-    if req.top_logprobs.is_some() {
-        return Err(DriverError::Unsupported("log-probabilities"));
     }
     Ok(())
 }

@@ -15,7 +15,7 @@ use super::{
     Driver, DriverError, EntryKey, FinishReason, GenerateRequest, GeneratedToken, Generation,
     Serving, TokenLogprob, check_request,
 };
-use crate::sampling::{Head, SAMPLER_SLOT, SEED_SLOT};
+use crate::sampling::{Head, RowSampling, Sampler, bind_slots, read_picks};
 
 /// An open sequence, from `open` until `release`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -68,6 +68,8 @@ struct Pick {
     seq: SeqId,
     token: i32,
     non_finite: bool,
+    /// The chosen token's log-probability and the alternatives', when the head wrote them.
+    logprobs: Option<(f32, Vec<(i32, f32)>)>,
 }
 
 /// An open sequence's state.
@@ -83,6 +85,8 @@ struct Sequence {
     logprobs: Vec<TokenLogprob>,
     /// A step's pick for this sequence is not committed yet.
     awaiting: bool,
+    /// A step has run for the sequence (its first one clears its history row).
+    stepped: bool,
     decoder: Option<DecoderState>,
     text: String,
     released: usize,
@@ -184,7 +188,9 @@ impl Driver<Serving> {
         let Some(row) = seqs.rows.iter().position(Option::is_none) else {
             return Err(no_room(seqs));
         };
-        let Some(reservation) = seqs.pool.reserve(&req.prompt, n + req.max_new, true) else {
+        // The repetition penalty counts every prompt token, so its sequences compute them all.
+        let share = req.sampler.penalties.repetition == 1.0;
+        let Some(reservation) = seqs.pool.reserve(&req.prompt, n + req.max_new, share) else {
             return Err(no_room(seqs));
         };
         if !seqs.pool.paged() {
@@ -207,6 +213,7 @@ impl Driver<Serving> {
                 generated: Vec::new(),
                 logprobs: Vec::new(),
                 awaiting: false,
+                stepped: false,
                 decoder: Some(decoder),
                 text: String::new(),
                 released: 0,
@@ -309,14 +316,20 @@ impl Driver<Serving> {
             .max()
             .unwrap_or(1);
         let open = &self.seqs.open;
-        let head = if feeds.iter().flatten().all(|f| {
-            open.get(&f.seq)
-                .is_none_or(|s| s.req.sampler.head() == Head::Greedy)
-        }) {
-            Head::Greedy
-        } else {
-            Head::Sample
+        // The narrowest head serving every row: each head does what the ones before it do.
+        let rank = |h: Head| {
+            [Head::Greedy, Head::Sample, Head::Adjusted, Head::Logprobs]
+                .iter()
+                .position(|&x| x == h)
+                .unwrap_or(0)
         };
+        let head = feeds
+            .iter()
+            .flatten()
+            .filter_map(|f| open.get(&f.seq))
+            .map(|s| s.req.sampler.head(s.req.top_logprobs.is_some()))
+            .max_by_key(|&h| rank(h))
+            .unwrap_or(Head::Greedy);
         let key = EntryKey { rows, tokens, head };
         let entry =
             *self
@@ -324,16 +337,32 @@ impl Driver<Serving> {
                 .get(&key)
                 .ok_or(DriverError::Unprepared { rows, tokens, head })?;
         let inputs = self.inputs(tokens, head, &feeds);
-        let width = 2;
-        let words = match self.chains.get(&key) {
-            Some(&chain) if steps > 1 => self.exec.step_chain(chain, &inputs, steps)?,
-            _ => {
+        // Each step's picks, row by row.
+        let chained = match self.chains.get(&key) {
+            Some(&chain) if steps > 1 => Some(self.exec.step_chain(chain, &inputs, steps)?),
+            _ => None,
+        };
+        let per_step: Vec<Vec<crate::sampling::Pick>> = match chained {
+            Some(words) => words
+                .chunks_exact(2 * rows)
+                .map(|step| {
+                    step.chunks_exact(2)
+                        .map(|w| crate::sampling::Pick {
+                            token: w[0],
+                            non_finite: w[1] != 0,
+                            logprobs: None,
+                        })
+                        .collect()
+                })
+                .collect(),
+            None => {
                 let mut out = StepOutputs::default();
                 self.exec.step(entry, &inputs, &mut out)?;
-                out.i32(0).unwrap_or_default()
+                let vocab = self.handle.config().vocab_size;
+                vec![read_picks(&out, head, rows, vocab)?]
             }
         };
-        let steps = words.len() / (rows * width).max(1);
+        let steps = per_step.len();
         let now = Instant::now();
         for (r, feed) in feeds.into_iter().enumerate() {
             let Some(feed) = feed else { continue };
@@ -341,18 +370,20 @@ impl Driver<Serving> {
                 continue;
             };
             seq.fed = feed.start + tokens + steps - 1;
+            seq.stepped = true;
             if seq.fed > seq.req.prompt.len() {
                 seq.pending = None;
             }
             if feed.picks {
                 seq.awaiting = true;
                 seq.first_pick.get_or_insert(now);
-                for s in 0..steps {
-                    let at = (s * rows + r) * width;
+                for step in &per_step {
+                    let p = step.get(r);
                     picks.picks.push(Pick {
                         seq: feed.seq,
-                        token: words.get(at).copied().unwrap_or(-1),
-                        non_finite: words.get(at + 1).copied().unwrap_or(1) != 0,
+                        token: p.map_or(-1, |p| p.token),
+                        non_finite: p.is_none_or(|p| p.non_finite),
+                        logprobs: p.and_then(|p| p.logprobs.clone()),
                     });
                 }
             }
@@ -368,9 +399,9 @@ impl Driver<Serving> {
         let mut pos = Vec::with_capacity(rows * tokens);
         let mut table = Vec::new();
         let mut writes = Vec::new();
-        let mut params = Vec::new();
-        let mut seeds = Vec::new();
-        for feed in feeds {
+        let idle = Sampler::greedy();
+        let mut sampling = Vec::with_capacity(rows);
+        for (r, feed) in feeds.iter().enumerate() {
             let seq = feed.as_ref().and_then(|f| open.get(&f.seq).map(|s| (f, s)));
             match seq {
                 Some((f, s)) => {
@@ -378,16 +409,29 @@ impl Driver<Serving> {
                     pos.extend((f.start..f.start + tokens).map(|p| p as i32));
                     table.extend(pool.table(&s.blocks));
                     writes.extend((f.start..f.start + tokens).map(|p| pool.slot(&s.blocks, p)));
-                    params.extend(s.req.sampler.slot_values());
-                    seeds.extend(s.req.sampler.seed_values(s.generated.len() as u32));
+                    sampling.push(RowSampling {
+                        sampler: &s.req.sampler,
+                        draw: s.generated.len() as u32,
+                        fed: &f.tokens,
+                        generated: f.start >= s.req.prompt.len(),
+                        history_row: s.row,
+                        fresh: !s.stepped,
+                    });
                 }
                 None => {
                     ids.extend(std::iter::repeat_n(0, tokens));
                     pos.extend(std::iter::repeat_n(0, tokens));
                     table.extend(pool.scratch_table());
                     writes.extend(std::iter::repeat_n(pool.scratch_slot(), tokens));
-                    params.extend([0.0, 1.0, 0.0, 0.0]);
-                    seeds.extend([0, 0]);
+                    // A padding row is a free row: its history row is its own and stays clear.
+                    sampling.push(RowSampling {
+                        sampler: &idle,
+                        draw: 0,
+                        fed: &[],
+                        generated: false,
+                        history_row: r,
+                        fresh: true,
+                    });
                 }
             }
         }
@@ -398,12 +442,7 @@ impl Driver<Serving> {
             inputs.set_i32(Slot::SlotMap, &table);
             inputs.set_i32(Slot::WriteMap, &writes);
         }
-        if head == Head::Sample {
-            let bytes = params.iter().flat_map(|v: &f32| v.to_le_bytes()).collect();
-            inputs.set(Slot::Named(SAMPLER_SLOT.to_string()), bytes);
-            let bytes = seeds.iter().flat_map(|v: &u32| v.to_le_bytes()).collect();
-            inputs.set(Slot::Named(SEED_SLOT.to_string()), bytes);
-        }
+        bind_slots(&mut inputs, head, &sampling, tokens);
         inputs
     }
 
@@ -496,6 +535,23 @@ impl Driver<Serving> {
                 if !seq.req.ignore_eos && eog.contains(&id) {
                     seq.finish = Some(FinishReason::Eos);
                 } else {
+                    let logprob = match (pick.logprobs, seq.req.top_logprobs) {
+                        (Some((logprob, top)), Some(n)) => Some(TokenLogprob {
+                            logprob,
+                            top: top
+                                .into_iter()
+                                .take(n)
+                                .filter_map(|(t, lp)| {
+                                    u32::try_from(t)
+                                        .ok()
+                                        .filter(|&t| (t as usize) < vocab)
+                                        .map(|t| (t, lp))
+                                })
+                                .collect(),
+                        }),
+                        _ => None,
+                    };
+                    seq.logprobs.extend(logprob.clone());
                     seq.generated.push(id);
                     seq.text.push_str(&decoder.push(id)?);
                     if let Some(at) = seq
@@ -521,7 +577,7 @@ impl Driver<Serving> {
                     event.tokens.push(SeqToken {
                         id,
                         text: piece.to_string(),
-                        logprob: None,
+                        logprob,
                     });
                     seq.released = shown.max(seq.released);
                 }
