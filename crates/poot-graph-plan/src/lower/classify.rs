@@ -113,6 +113,19 @@ const RECOMPUTE_IN_CONTRACTION_MAX: u32 = 24;
 /// costs more than storing the row once.
 const RECOMPUTE_COLUMNS_MAX: usize = 16384;
 
+/// The most rows a contraction may have to recompute its left side. With few rows (a decode
+/// step) a contraction is bound by reading its weights and recomputing a norm per column is
+/// free; with many (a prefill chunk, an encoder batch) it is bound by arithmetic, which the
+/// recomputation would multiply.
+const RECOMPUTE_ROWS_MAX: usize = 16;
+
+/// Output rows of the contraction `eqn` (every axis but the last).
+fn rows(g: &Graph, eqn: usize) -> usize {
+    let out = g.eqns()[eqn].out;
+    let dims = g.values()[out.index()].ty.dims();
+    dims[..dims.len().saturating_sub(1)].iter().product()
+}
+
 /// Output columns of the contraction `eqn`.
 fn columns(g: &Graph, eqn: usize) -> usize {
     let out = g.eqns()[eqn].out;
@@ -300,6 +313,7 @@ pub fn classify(g: &Graph, rewrite_attention: bool) -> Classification {
                         Read::ContractionLhs => {
                             own_cost <= RECOMPUTE_IN_CONTRACTION_MAX
                                 && columns(g, r) <= RECOMPUTE_COLUMNS_MAX
+                                && rows(g, r) <= RECOMPUTE_ROWS_MAX
                         }
                         Read::Other => false,
                     }))
