@@ -1,5 +1,9 @@
-//! Which values get a buffer. An elementwise-like equation whose only reader computes element by
-//! element is inlined into that reader's kernel; everything else is materialized once.
+//! Which values get a buffer, and which kernel computes each. An element-wise equation is
+//! computed inside its readers' kernels (recomputed in each when it has several and is cheap); a
+//! reduction by the readers that need its rows ([`Placement::RowReduce`]); a contraction whose
+//! sums flow element by element into one stored value by that value's kernel
+//! ([`Placement::Absorbed`]); a recognised attention by its rewrite. Everything else is
+//! materialized once.
 
 use std::collections::HashMap;
 
@@ -100,7 +104,7 @@ fn read_kind(op: &OpKind, operand: usize) -> Read {
 }
 
 /// The most arithmetic a value with several readers may cost to be recomputed in each of them
-/// rather than stored once (a rotary embedding, a norm's scaling, a residual sum): every reader
+/// rather than stored once (a rotary embedding, a norm's scaling): every reader
 /// computes it per element it needs, which at batch 1 is far cheaper than a launch.
 const RECOMPUTE_MAX: u32 = 64;
 
