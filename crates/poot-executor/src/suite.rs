@@ -1016,9 +1016,13 @@ fn fusion_cases() -> Vec<Case> {
         reassociated(1000),
     ));
 
-    for (i, format) in [None, Some(GgmlType::Q4_1)].into_iter().enumerate() {
+    // Two rows: the norm runs in the projection's prologue; forty: it is stored first.
+    for (i, (format, rows)) in [(None, 2), (Some(GgmlType::Q4_1), 2), (None, 40)]
+        .into_iter()
+        .enumerate()
+    {
         let mut c = CaseBuilder::new(76 + i as u64);
-        let x = c.f32("x", &[2, 96]);
+        let x = c.f32("x", &[rows, 96]);
         let w = c.positive("w", &[96]);
         let p = match format {
             Some(f) => c.packed("p", f, 40, 96),
@@ -1033,7 +1037,7 @@ fn fusion_cases() -> Vec<Case> {
         .expect("linear");
         cases.push(c.finish(
             &format!(
-                "rmsnorm into a projection ({})",
+                "rmsnorm into a projection ({}, {rows} rows)",
                 format.map_or("f32", |f| f.name())
             ),
             Outputs::new(y),

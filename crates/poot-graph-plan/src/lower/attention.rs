@@ -352,9 +352,8 @@ impl Lowering<'_> {
         Self::tree_reduce(&mut cx, &[red], &|x, y| {
             vec![max(x[0].clone(), y[0].clone())]
         });
-        let m_new = cx
-            .kb
-            .let_(Ty::F32, max(Expr::Var(m), load_shared(red, u32c(0))));
+        let tile_max = cx.kb.let_(Ty::F32, load_shared(red, u32c(0)));
+        let m_new = cx.kb.let_(Ty::F32, max(Expr::Var(m), tile_max.clone()));
         cx.kb.barrier();
         // While nothing is visible the running maximum stays -inf: the tile adds nothing (the
         // guard keeps -inf - -inf out; barriers stay in uniform control flow).
@@ -380,6 +379,9 @@ impl Lowering<'_> {
         cx.kb.set(l, Expr::Var(l) * alpha.clone() + p.clone());
         cx.kb.store_shared(p_sh, local_id(), p);
         cx.kb.barrier();
+        // A tile with nothing visible adds nothing and leaves the maximum (so the rescaling is
+        // exactly 1): skip the pass over its weights (the same branch for the whole workgroup).
+        cx.kb.begin_if(cmp(CmpOp::Ne, tile_max, neg_inf()));
         for (j, &acc) in accs.iter().enumerate() {
             let dj = cx.kb.let_(Ty::U32, local_id() + u32c(j as u32 * wg));
             cx.kb.begin_if(lt(dj.clone(), u32c(dv as u32)));
@@ -398,6 +400,7 @@ impl Lowering<'_> {
             cx.kb.end();
             cx.kb.end();
         }
+        cx.kb.end();
         cx.kb.barrier();
         cx.kb.set(m, m_new);
         cx.kb.end();

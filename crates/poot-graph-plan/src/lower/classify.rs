@@ -1,5 +1,9 @@
-//! Which values get a buffer. An elementwise-like equation whose only reader computes element by
-//! element is inlined into that reader's kernel; everything else is materialized once.
+//! Which values get a buffer, and which kernel computes each. An element-wise equation is
+//! computed inside its readers' kernels (recomputed in each when it has several and is cheap); a
+//! reduction by the readers that need its rows ([`Placement::RowReduce`]); a contraction whose
+//! sums flow element by element into one stored value by that value's kernel
+//! ([`Placement::Absorbed`]); a recognised attention by its rewrite. Everything else is
+//! materialized once.
 
 use std::collections::HashMap;
 
@@ -100,7 +104,7 @@ fn read_kind(op: &OpKind, operand: usize) -> Read {
 }
 
 /// The most arithmetic a value with several readers may cost to be recomputed in each of them
-/// rather than stored once (a rotary embedding, a norm's scaling, a residual sum): every reader
+/// rather than stored once (a rotary embedding, a norm's scaling): every reader
 /// computes it per element it needs, which at batch 1 is far cheaper than a launch.
 const RECOMPUTE_MAX: u32 = 64;
 
@@ -112,6 +116,19 @@ const RECOMPUTE_IN_CONTRACTION_MAX: u32 = 24;
 /// vocabulary head) would redo the whole row's work in each of very many workgroups, which
 /// costs more than storing the row once.
 const RECOMPUTE_COLUMNS_MAX: usize = 16384;
+
+/// The most rows a contraction may have to recompute its left side. With few rows (a decode
+/// step) a contraction is bound by reading its weights and recomputing a norm per column is
+/// free; with many (a prefill chunk, an encoder batch) it is bound by arithmetic, which the
+/// recomputation would multiply.
+const RECOMPUTE_ROWS_MAX: usize = 16;
+
+/// Output rows of the contraction `eqn` (every axis but the last).
+fn rows(g: &Graph, eqn: usize) -> usize {
+    let out = g.eqns()[eqn].out;
+    let dims = g.values()[out.index()].ty.dims();
+    dims[..dims.len().saturating_sub(1)].iter().product()
+}
 
 /// Output columns of the contraction `eqn`.
 fn columns(g: &Graph, eqn: usize) -> usize {
@@ -307,6 +324,7 @@ pub fn classify(g: &Graph, rewrite_attention: bool) -> Classification {
                         Read::ContractionLhs => {
                             own_cost <= RECOMPUTE_IN_CONTRACTION_MAX
                                 && columns(g, r) <= RECOMPUTE_COLUMNS_MAX
+                                && rows(g, r) <= RECOMPUTE_ROWS_MAX
                         }
                         Read::Other => false,
                     }))

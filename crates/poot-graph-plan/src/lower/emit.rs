@@ -154,10 +154,7 @@ impl Lowering<'_> {
         let n = self.n_elems(v)?;
         let dims = self.g.values()[v.index()].ty.dims().to_vec();
         let dtype = self.g.values()[v.index()].ty.dtype;
-        let out = match self.lbuf[v.index()] {
-            Some(b) => b,
-            None => self.scratch_for(v)?,
-        };
+        let out = self.scratch_for(v)?;
         if self.cls.eqn_reads_row_reduce(self.g, i) && !dims.is_empty() {
             let wg = row_threads(dims[dims.len() - 1]);
             let mut cx = KernelCtx::labelled("row_map", self.label(v), wg);

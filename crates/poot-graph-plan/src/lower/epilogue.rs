@@ -54,10 +54,7 @@ impl Lowering<'_> {
         let dtype = self.g.values()[v.index()].ty.dtype;
         let total = self.n_elems(v)?;
         let wg = row_threads(sums.iter().map(|s| s.k_len).max().unwrap_or(1));
-        let out = match self.lbuf[v.index()] {
-            Some(b) => b,
-            None => self.scratch_for(v)?,
-        };
+        let out = self.scratch_for(v)?;
         let mut cx = KernelCtx::labelled("matmul_epilogue", self.label(v), wg);
         let outp = cx.param(out, device_word(dtype), true);
         let o = Self::begin_rows(&mut cx, total);
