@@ -25,7 +25,7 @@ use poot_llm::{
     BackendChoice, Driver, DriverOptions, Layout, LoadOptions, ModelHandle, OpenedExecutor,
     open_executor,
 };
-use poot_models::{ModelKind, Registry};
+use poot_models::{ModelKind, Program, Registry};
 
 use crate::cli::{BackendArg, ServeArgs};
 use crate::embeddings::Embedder;
@@ -75,7 +75,12 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
         None => DEFAULT_PREFILL_CHUNK.min(context),
     };
     let rows = args.parallel as usize;
-    let layout = layout(rows, context, args.block_size as usize, args.kv_blocks)?;
+    let block_tokens = args.block_size as usize;
+    let kv_blocks = args.kv_blocks;
+    // Checked here so a bad flag fails before the device opens; sized again once it has.
+    layout(rows, context, block_tokens, kv_blocks, None)?;
+    let per_block = kv_bytes_per_position(&handle).saturating_mul(block_tokens as u64);
+    let weight_bytes = handle.store().total_bytes();
     let options = DriverOptions::new(context, prefill_chunk)
         .with_rows(rows)
         .with_chain(args.decode_chain as usize);
@@ -86,6 +91,15 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
         move || {
             let opened = open(backend)?;
             eprintln!("backend {} on {}", opened.backend, opened.device_name);
+            // A device that reports no memory size is not capped.
+            let fit = opened
+                .executor
+                .target()
+                .limits
+                .memory_bytes
+                .map(|memory| blocks_that_fit(memory, weight_bytes, per_block));
+            let layout = layout(rows, context, block_tokens, kv_blocks, fit)?;
+            eprintln!("KV {layout:?} (blocks of {per_block} B; {fit:?} fit the device's memory)");
             Driver::new(engine_handle, opened.executor, options)?
                 .serve(layout)
                 .map_err(|refused| ServeError::Driver(refused.1))
@@ -94,7 +108,7 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
         Arc::clone(&metrics),
     )?;
     eprintln!(
-        "engine ready: {model_id}, {rows} rows of {context} positions, KV {layout:?}, prefill chunk {prefill_chunk}, in {:.1} s",
+        "engine ready: {model_id}, {rows} rows of {context} positions, prefill chunk {prefill_chunk}, in {:.1} s",
         started.elapsed().as_secs_f64()
     );
     let embedder = match &args.embedding_model {
@@ -168,13 +182,38 @@ async fn listen(app: Arc<App>, host: &str, port: u16) -> Result<(), ServeError> 
         })
 }
 
+/// Bytes of keys and values one position of one sequence takes (f32, every layer).
+fn kv_bytes_per_position(handle: &ModelHandle) -> u64 {
+    handle
+        .model()
+        .schema()
+        .program(Program::Step)
+        .map_or(0, |p| {
+            p.states
+                .iter()
+                .map(|s| (s.heads * s.head_dim * 4) as u64)
+                .sum()
+        })
+}
+
+/// KV blocks of `per_block` bytes that fit the device beside the weights: 90% of its memory,
+/// less the weights and 1 GiB for the steps' scratch.
+fn blocks_that_fit(memory_bytes: u64, weight_bytes: u64, per_block: u64) -> usize {
+    let budget = (memory_bytes / 10 * 9)
+        .saturating_sub(weight_bytes)
+        .saturating_sub(1 << 30);
+    usize::try_from(budget / per_block.max(1)).unwrap_or(usize::MAX)
+}
+
 /// One row needs no block tables; several share a paged pool, by default with enough blocks
-/// for every row at full context (plus the pool's scratch block).
+/// for every row at full context, or as many as `fit` the device when that is fewer (plus the
+/// pool's scratch block); a request then waits for blocks.
 fn layout(
     rows: usize,
     context: usize,
     block_tokens: usize,
     kv_blocks: Option<u32>,
+    fit: Option<usize>,
 ) -> Result<Layout, ServeError> {
     if rows == 1 && kv_blocks.is_none() {
         return Ok(Layout::Contiguous);
@@ -185,10 +224,17 @@ fn layout(
         )));
     }
     let per_row = context / block_tokens;
-    let blocks = kv_blocks.map_or(rows * per_row, |b| b as usize);
+    let blocks = match kv_blocks {
+        Some(b) => b as usize,
+        None => (rows * per_row).min(fit.unwrap_or(usize::MAX).saturating_sub(1)),
+    };
     if blocks < per_row {
+        let why = match kv_blocks {
+            Some(_) => format!("--kv-blocks {blocks}"),
+            None => format!("the device's memory ({blocks} blocks after the weights)"),
+        };
         return Err(ServeError::Options(format!(
-            "--kv-blocks {blocks} cannot hold one sequence of {context} positions ({per_row} blocks of {block_tokens})"
+            "{why} cannot hold one sequence of {context} positions ({per_row} blocks of {block_tokens})"
         )));
     }
     Ok(Layout::Paged {
@@ -271,4 +317,44 @@ fn model_name(path: &Path) -> String {
         path.file_stem()
     };
     name.map_or_else(|| "model".to_owned(), |n| n.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_holds_every_row_unless_the_device_memory_caps_it() {
+        let paged = |blocks| Layout::Paged {
+            block_tokens: 16,
+            blocks,
+        };
+        // 4 rows of 256 positions: 64 blocks and the scratch block.
+        assert_eq!(layout(4, 256, 16, None, None).unwrap(), paged(65));
+        assert_eq!(layout(4, 256, 16, None, Some(1000)).unwrap(), paged(65));
+        // Room for 41 blocks: 40 and the scratch block; requests wait for blocks.
+        assert_eq!(layout(4, 256, 16, None, Some(41)).unwrap(), paged(41));
+        // Not even one sequence fits: refused, naming the memory.
+        let e = layout(4, 256, 16, None, Some(10)).unwrap_err();
+        assert!(e.to_string().contains("memory"), "{e}");
+        // An explicit --kv-blocks wins over the estimate.
+        assert_eq!(layout(4, 256, 16, Some(20), Some(5)).unwrap(), paged(21));
+        assert_eq!(
+            layout(1, 256, 16, None, Some(5)).unwrap(),
+            Layout::Contiguous
+        );
+    }
+
+    #[test]
+    fn blocks_fit_in_ninety_percent_of_memory_beside_the_weights_and_scratch() {
+        let gib = 1u64 << 30;
+        // 10 GiB: 9 GiB usable, less 2 GiB of weights and 1 GiB of scratch = 6 GiB.
+        assert_eq!(blocks_that_fit(10 * gib, 2 * gib, gib / 4), 24);
+        assert_eq!(blocks_that_fit(gib, 2 * gib, 1024), 0);
+        // A zero block size counts as one byte; 9 GiB usable less 1 GiB of scratch.
+        assert_eq!(
+            blocks_that_fit(10 * gib, 0, 0) as u64,
+            10 * gib / 10 * 9 - gib
+        );
+    }
 }
