@@ -38,7 +38,7 @@ use crate::kernel::{BinOp, CmpOp, Expr, Ty, UnOp, Word};
 use crate::plan::BufferRole;
 
 /// Cache positions one partition walks when the rows alone do not fill the device.
-const PARTITION_POSITIONS: usize = 256;
+const PARTITION_POSITIONS: usize = 64;
 /// Rows (batch x heads x tokens) at which the positions are not split.
 const ROWS_WITHOUT_SPLIT: usize = 128;
 /// The most partitions of one row (their weights sit in shared memory while combining).
