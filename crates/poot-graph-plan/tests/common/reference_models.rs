@@ -322,9 +322,12 @@ pub fn gemma3_27b() -> Reference {
 /// Builds the reference's model through the registry, from its config (read back from a
 /// `config.json` on disk, as a checkpoint directory holds it) and its synthetic index.
 pub fn build(r: &Reference) -> Box<dyn Model> {
+    // One directory per build: tests run in parallel and may build the same reference.
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join("real_dimensions")
-        .join(r.name);
+        .join(format!("{}-{}-{n}", r.name, std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join(poot_load::CONFIG_FILE), &r.config_json).unwrap();
     let config = poot_load::peek_config(&dir).unwrap();
