@@ -94,8 +94,8 @@ fn decode_attention_splits_a_long_cache_and_combines() {
     let p = plan(&attention_graph(1, 2048, false));
     let k = kinds(&p);
     assert_eq!(&k[k.len() - 2..], ["attention", "attention_combine"]);
-    // Four heads, 2048 positions in partitions of 256.
-    assert_eq!(p.dispatches[k.len() - 2].grid[0], 4 * 8);
+    // Four heads, 2048 positions in partitions of 64.
+    assert_eq!(p.dispatches[k.len() - 2].grid[0], 4 * 32);
 }
 
 #[test]
