@@ -429,16 +429,7 @@ impl<D: Device> Executor for Engine<D> {
             .ok_or(ExecError::Chain {
                 why: format!("no chain {}", chain.0),
             })?;
-        let entry = entries
-            .get(id.0)
-            .and_then(|e| e.as_ref())
-            .ok_or(ExecError::UnknownEntry { id: id.0 })?;
-        let exe = executables
-            .get(entry.executable.0)
-            .and_then(|e| e.as_ref())
-            .ok_or(ExecError::UnknownExecutable {
-                id: entry.executable.0,
-            })?;
+        let (entry, exe) = entry_and_executable(entries, executables, id)?;
         let base = inputs.slot(&c.base_slot).unwrap_or_default();
         let mut args = Vec::with_capacity(c.plan_buffers.len() + 2);
         for &b in &c.plan_buffers {
@@ -483,16 +474,7 @@ impl<D: Device> Executor for Engine<D> {
             executables,
             ..
         } = self;
-        let entry = entries
-            .get(id.0)
-            .and_then(|e| e.as_ref())
-            .ok_or(ExecError::UnknownEntry { id: id.0 })?;
-        let exe = executables
-            .get(entry.executable.0)
-            .and_then(|e| e.as_ref())
-            .ok_or(ExecError::UnknownExecutable {
-                id: entry.executable.0,
-            })?;
+        let (entry, exe) = entry_and_executable(entries, executables, id)?;
         let mut times = Vec::with_capacity(entry.plan.dispatches.len());
         let mut failed = None;
         for d in &entry.plan.dispatches {
@@ -873,4 +855,24 @@ fn const_bytes<'a>(data: &'a ConstBytes<'_>) -> (&'a [u8], bool) {
 /// A buffer's size for `bytes`: whole words, at least one.
 fn word_bytes(bytes: u64) -> u64 {
     bytes.div_ceil(4).max(1) * 4
+}
+
+/// An entry and the executable it belongs to (free of `self`, so callers can borrow the device
+/// mutably beside them).
+fn entry_and_executable<'a, D: Device>(
+    entries: &'a [Option<Entry<D>>],
+    executables: &'a [Option<Executable<D>>],
+    id: EntryId,
+) -> Result<(&'a Entry<D>, &'a Executable<D>), ExecError> {
+    let entry = entries
+        .get(id.0)
+        .and_then(|e| e.as_ref())
+        .ok_or(ExecError::UnknownEntry { id: id.0 })?;
+    let exe = executables
+        .get(entry.executable.0)
+        .and_then(|e| e.as_ref())
+        .ok_or(ExecError::UnknownExecutable {
+            id: entry.executable.0,
+        })?;
+    Ok((entry, exe))
 }
