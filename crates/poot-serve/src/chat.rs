@@ -16,11 +16,11 @@ use crate::engine::{Finish, SeqSpec};
 use crate::error::ApiError;
 use crate::http::{App, parse, unix_now};
 use crate::openai::{
-    ChatChoice, ChatChunk, ChatChunkChoice, ChatLogprobs, ChatMessage, ChatRequest, ChatResponse,
-    ChatTokenLogprob, Delta, Usage,
+    ChatChoice, ChatChunkChoice, ChatLogprobs, ChatMessage, ChatRequest, ChatTokenLogprob, Delta,
+    Usage,
 };
 use crate::params::{self, choice_sampler};
-use crate::reply::{self, ChoiceOut, Chunks, alternatives, token_text};
+use crate::reply::{self, ChoiceOut, Chunks, Heading, alternatives, token_text};
 
 const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
@@ -118,17 +118,18 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         })
         .collect();
     let rx = app.engine.submit(seqs)?;
-    let id = format!("chatcmpl-{:016x}", params::fresh_seed());
-    let created = unix_now();
+    let heading = Heading {
+        id: format!("chatcmpl-{:016x}", params::fresh_seed()),
+        created: unix_now(),
+        model: app.model_id.clone(),
+        include_usage: g.include_usage,
+    };
     if g.stream {
         let chunks = ChatChunks {
             handle: Arc::clone(&app.handle),
-            id,
-            created,
-            model: app.model_id.clone(),
+            heading,
             n: g.n,
             logprobs: top_logprobs.is_some(),
-            include_usage: g.include_usage,
         };
         return Ok(reply::stream(rx, chunks, g.n, prompt.len(), g.include_usage).await);
     }
@@ -140,15 +141,7 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         .enumerate()
         .map(|(index, out)| choice(&app.handle, index, out, top_logprobs.is_some()))
         .collect();
-    Ok(axum::Json(ChatResponse {
-        id,
-        object: "chat.completion",
-        created,
-        model: app.model_id.clone(),
-        choices,
-        usage,
-    })
-    .into_response())
+    Ok(heading.whole("chat.completion", choices, usage))
 }
 
 /// Checks each message's role and content, and flattens content parts to text (the template
@@ -250,25 +243,14 @@ fn choice(handle: &ModelHandle, index: usize, out: ChoiceOut, logprobs: bool) ->
 
 struct ChatChunks {
     handle: Arc<ModelHandle>,
-    id: String,
-    created: u64,
-    model: String,
+    heading: Heading,
     n: usize,
     logprobs: bool,
-    include_usage: bool,
 }
 
 impl ChatChunks {
     fn chunk(&self, choices: Vec<ChatChunkChoice>, usage: Option<Usage>) -> Value {
-        let body = ChatChunk {
-            id: self.id.clone(),
-            object: "chat.completion.chunk",
-            created: self.created,
-            model: self.model.clone(),
-            choices,
-            usage: self.include_usage.then_some(usage),
-        };
-        serde_json::to_value(body).unwrap_or(Value::Null)
+        self.heading.chunk("chat.completion.chunk", choices, usage)
     }
 }
 

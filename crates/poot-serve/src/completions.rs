@@ -16,11 +16,9 @@ use serde_json::Value;
 use crate::engine::{Finish, SeqSpec};
 use crate::error::ApiError;
 use crate::http::{App, parse, unix_now};
-use crate::openai::{
-    CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Prompt, Usage,
-};
+use crate::openai::{CompletionChoice, CompletionLogprobs, CompletionRequest, Prompt, Usage};
 use crate::params::{self, choice_sampler};
-use crate::reply::{self, ChoiceOut, Chunks, token_text};
+use crate::reply::{self, ChoiceOut, Chunks, Heading, token_text};
 
 /// Most sequences one request may open (prompts times `n`).
 const MAX_SEQUENCES: usize = 256;
@@ -104,18 +102,19 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
     }
     let choices = seqs.len();
     let rx = app.engine.submit(seqs)?;
-    let id = format!("cmpl-{:016x}", params::fresh_seed());
-    let created = unix_now();
+    let heading = Heading {
+        id: format!("cmpl-{:016x}", params::fresh_seed()),
+        created: unix_now(),
+        model: app.model_id.clone(),
+        include_usage: g.include_usage,
+    };
     if g.stream {
         let chunks = CompletionChunks {
             handle: Arc::clone(&app.handle),
-            id,
-            created,
-            model: app.model_id.clone(),
+            heading,
             echo,
             logprobs: top_logprobs.is_some(),
             offsets: vec![0; choices],
-            include_usage: g.include_usage,
         };
         return Ok(reply::stream(rx, chunks, choices, prompt_tokens, g.include_usage).await);
     }
@@ -128,15 +127,7 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         .enumerate()
         .map(|(index, (out, echoed))| choice(&app.handle, index, out, echoed, top_logprobs))
         .collect();
-    Ok(axum::Json(CompletionResponse {
-        id,
-        object: "text_completion",
-        created,
-        model: app.model_id.clone(),
-        choices,
-        usage: Some(Some(usage)),
-    })
-    .into_response())
+    Ok(heading.whole("text_completion", choices, usage))
 }
 
 /// The prompts as token ids, each with its text (for `echo`).
@@ -233,28 +224,17 @@ fn choice(
 
 struct CompletionChunks {
     handle: Arc<ModelHandle>,
-    id: String,
-    created: u64,
-    model: String,
+    heading: Heading,
     /// Per choice: the prompt text to echo first (empty without `echo`).
     echo: Vec<String>,
     logprobs: bool,
     /// Per choice: text offset of the next token.
     offsets: Vec<usize>,
-    include_usage: bool,
 }
 
 impl CompletionChunks {
     fn chunk(&self, choices: Vec<CompletionChoice>, usage: Option<Usage>) -> Value {
-        let body = CompletionResponse {
-            id: self.id.clone(),
-            object: "text_completion",
-            created: self.created,
-            model: self.model.clone(),
-            choices,
-            usage: self.include_usage.then_some(usage),
-        };
-        serde_json::to_value(body).unwrap_or(Value::Null)
+        self.heading.chunk("text_completion", choices, usage)
     }
 }
 

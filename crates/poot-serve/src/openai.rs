@@ -146,14 +146,17 @@ pub struct CompletionChoice {
     pub finish_reason: Option<&'static str>,
 }
 
+/// The body every completion and chat reply shares, whole or as a stream chunk; only the
+/// choices differ.
 #[derive(Clone, Debug, Serialize)]
-pub struct CompletionResponse {
+pub struct Envelope<C> {
     pub id: String,
     pub object: &'static str,
     pub created: u64,
     pub model: String,
-    pub choices: Vec<CompletionChoice>,
-    /// Absent in stream chunks unless `include_usage`; then `null` until the last chunk.
+    pub choices: Vec<C>,
+    /// Always present in a whole reply; in stream chunks absent unless `include_usage`, then
+    /// `null` until the last chunk.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Option<Usage>>,
 }
@@ -193,16 +196,6 @@ pub struct ChatChoice {
     pub finish_reason: Option<&'static str>,
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct ChatResponse {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub model: String,
-    pub choices: Vec<ChatChoice>,
-    pub usage: Usage,
-}
-
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Delta {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -217,17 +210,6 @@ pub struct ChatChunkChoice {
     pub delta: Delta,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<&'static str>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct ChatChunk {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub model: String,
-    pub choices: Vec<ChatChunkChoice>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Option<Usage>>,
 }
 
 #[derive(Clone, Debug, Serialize)]

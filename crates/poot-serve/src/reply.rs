@@ -12,12 +12,60 @@ use std::convert::Infallible;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use poot_llm::{ModelHandle, TokenLogprob};
+use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::engine::{Event, Finish};
 use crate::error::ApiError;
-use crate::openai::{TopLogprob, Usage};
+use crate::openai::{Envelope, TopLogprob, Usage};
+
+/// What every body of one reply repeats: its id, creation time and model, and whether its
+/// stream chunks carry a usage field.
+pub struct Heading {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub include_usage: bool,
+}
+
+impl Heading {
+    /// One stream chunk of `object` with `choices` (`usage` only on the closing chunk).
+    pub fn chunk<C: Serialize>(
+        &self,
+        object: &'static str,
+        choices: Vec<C>,
+        usage: Option<Usage>,
+    ) -> Value {
+        let body = Envelope {
+            id: self.id.clone(),
+            object,
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage: self.include_usage.then_some(usage),
+        };
+        serde_json::to_value(body).unwrap_or(Value::Null)
+    }
+
+    /// The whole, non-streamed reply.
+    pub fn whole<C: Serialize>(
+        self,
+        object: &'static str,
+        choices: Vec<C>,
+        usage: Usage,
+    ) -> Response {
+        axum::Json(Envelope {
+            id: self.id,
+            object,
+            created: self.created,
+            model: self.model,
+            choices,
+            usage: Some(Some(usage)),
+        })
+        .into_response()
+    }
+}
 
 /// One generated token as a choice keeps it.
 #[derive(Clone, Debug)]
