@@ -71,6 +71,31 @@ fn vulkan() -> bool {
     }
 }
 
+/// `poot run smollm2 "The capital of France is"` on wgpu with a small cache, `max_new` tokens
+/// and `extra` flags; `None` (after a SKIP line) without the model or a Vulkan adapter.
+fn smollm2_on_wgpu(max_new: u32, extra: &[&str]) -> Option<Output> {
+    smollm2()?;
+    if !vulkan() {
+        return None;
+    }
+    let max_new = max_new.to_string();
+    let mut args = vec![
+        "run",
+        "smollm2",
+        "The capital of France is",
+        "--max-new",
+        &max_new,
+        "--backend",
+        "wgpu",
+        "--prefill-chunk",
+        "4",
+        "--capacity",
+        "64",
+    ];
+    args.extend(extra);
+    Some(poot(&args))
+}
+
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("poot-cli-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -190,29 +215,19 @@ fn logit_bias_beyond_the_limit_or_the_vocabulary_is_refused_early() {
 
 #[test]
 fn a_banned_token_moves_the_answer_and_json_reports_log_probabilities() {
-    let Some(_) = smollm2() else { return };
-    if !vulkan() {
+    let Some(o) = smollm2_on_wgpu(
+        2,
+        &[
+            "--logit-bias",
+            "7042=-100",
+            "--top-logprobs",
+            "3",
+            "--json",
+            "--quiet",
+        ],
+    ) else {
         return;
-    }
-    let o = poot(&[
-        "run",
-        "smollm2",
-        "The capital of France is",
-        "--max-new",
-        "2",
-        "--backend",
-        "wgpu",
-        "--prefill-chunk",
-        "4",
-        "--capacity",
-        "64",
-        "--logit-bias",
-        "7042=-100",
-        "--top-logprobs",
-        "3",
-        "--json",
-        "--quiet",
-    ]);
+    };
     assert!(o.status.success(), "{}", stderr(&o));
     let lines: Vec<Json> = stdout(&o)
         .lines()
@@ -289,23 +304,9 @@ fn a_prompt_over_the_capacity_is_refused_before_the_backend_opens() {
 
 #[test]
 fn greedy_text_streams_the_reference_continuation() {
-    let Some(_) = smollm2() else { return };
-    if !vulkan() {
+    let Some(o) = smollm2_on_wgpu(4, &[]) else {
         return;
-    }
-    let o = poot(&[
-        "run",
-        "smollm2",
-        "The capital of France is",
-        "--max-new",
-        "4",
-        "--backend",
-        "wgpu",
-        "--prefill-chunk",
-        "4",
-        "--capacity",
-        "64",
-    ]);
+    };
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     assert!(text.starts_with(" Paris."), "{text:?}");
@@ -314,25 +315,9 @@ fn greedy_text_streams_the_reference_continuation() {
 
 #[test]
 fn json_emits_one_object_per_token_then_a_summary() {
-    let Some(_) = smollm2() else { return };
-    if !vulkan() {
+    let Some(o) = smollm2_on_wgpu(4, &["--json", "--quiet"]) else {
         return;
-    }
-    let o = poot(&[
-        "run",
-        "smollm2",
-        "The capital of France is",
-        "--max-new",
-        "4",
-        "--backend",
-        "wgpu",
-        "--prefill-chunk",
-        "4",
-        "--capacity",
-        "64",
-        "--json",
-        "--quiet",
-    ]);
+    };
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stderr(&o), "", "--quiet prints no status lines");
     let lines: Vec<Json> = stdout(&o)
