@@ -1070,7 +1070,8 @@ fn fusion_cases() -> Vec<Case> {
     ));
 
     // Attention shapes the rewrite takes: (name, heads, kv heads, tokens, positions, qk dim,
-    // v dim, masked rows). Positions past 256 with few rows split into partitions.
+    // v dim, masked rows). Positions past 64 with few rows split into partitions; keys are
+    // staged through shared memory when a power-of-two chunk of 4 or more divides the qk dim.
     let attention_shapes = [
         (
             "attention, unsplit, rows with nothing visible",
@@ -1111,6 +1112,16 @@ fn fusion_cases() -> Vec<Case> {
             24,
             40,
             false,
+        ),
+        (
+            "attention, qk dim 6 (keys read by each position's thread, not staged)",
+            3,
+            1,
+            2,
+            150,
+            6,
+            10,
+            true,
         ),
         (
             "attention, head dim 320 (two features per thread)",
