@@ -191,6 +191,18 @@ fn every_fixture_family_computes_the_same_with_its_largest_constants_split() {
             let bytes = match model.weights().const_data(name, ck.store()).unwrap() {
                 ConstData::Bytes(b) => b.to_vec(),
                 ConstData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                ConstData::Components(parts) => {
+                    // Each component under its own name, as an executor binds it.
+                    for (role, b) in parts {
+                        let n = b.len();
+                        consts.push((
+                            poot_graph_ir::component_const_name(name, role),
+                            TensorType::new(DType::U8, vec![n]),
+                            b.to_vec(),
+                        ));
+                    }
+                    continue;
+                }
             };
             consts.push((name.to_string(), ty.clone(), bytes));
         }
