@@ -312,14 +312,16 @@ fn fp8<'a>(
     expect_type(&scale, SCALE_TYPES, "F16, BF16 or F32")?;
     let (out_features, in_features) = matrix(&weight)?;
     let block = q.and_then(|q| q.weight_block_size);
+    // With a block size configured, a scale that fits the block layout is per block, even a
+    // [1, 1] one (a weight no larger than one block).
     let scale_layout = match (scale.shape(), block) {
-        ([] | [1] | [1, 1], _) => Fp8ScaleLayout::PerTensor,
-        ([o] | [o, 1], _) if *o == out_features => Fp8ScaleLayout::PerChannel,
         ([r, c], Some([br, bc]))
             if *r == out_features.div_ceil(br) && *c == in_features.div_ceil(bc) =>
         {
             Fp8ScaleLayout::Block { rows: br, cols: bc }
         }
+        ([] | [1] | [1, 1], _) => Fp8ScaleLayout::PerTensor,
+        ([o] | [o, 1], _) if *o == out_features => Fp8ScaleLayout::PerChannel,
         _ => {
             return Err(QuantError::Fp8ScaleShape {
                 tensor: scale.name().to_owned(),

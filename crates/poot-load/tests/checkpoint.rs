@@ -910,3 +910,42 @@ fn mxfp4_pack_quantized_linears_load_as_stored() {
         QuantError::ComponentsWithoutConfig { .. }
     ));
 }
+
+/// With a block size configured, a weight no larger than one block has a [1, 1] scale: one
+/// block, not a per-tensor scale.
+#[test]
+fn a_one_block_fp8_scale_is_per_block() {
+    let dir = TempDir::new("fp8-one-block");
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}"#,
+    )
+    .unwrap();
+    let file = write_safetensors(&[
+        ("l.weight", "F8_E4M3", &[64, 96], &[0u8; 64 * 96]),
+        ("l.weight_scale_inv", "F32", &[1, 1], &[0u8; 4]),
+    ]);
+    std::fs::write(dir.join("model.safetensors"), file).unwrap();
+    let ck = load(dir.path(), &LoadOptions::default()).unwrap();
+    let LinearWeight::Quantized(l) = ck.linear("l").unwrap() else {
+        panic!("FP8 linear")
+    };
+    let QuantComponents::Fp8 { scale_layout, .. } = &l.components else {
+        panic!()
+    };
+    assert_eq!(
+        *scale_layout,
+        Fp8ScaleLayout::Block {
+            rows: 128,
+            cols: 128
+        }
+    );
+    let p = packed(&ck, "l").unwrap();
+    assert!(matches!(
+        p.format,
+        poot_formats::PackedFormat::Fp8(poot_formats::Fp8Format {
+            scaling: poot_formats::Fp8Scaling::Block128,
+            ..
+        })
+    ));
+}
