@@ -831,6 +831,10 @@ fn component_formats() -> Vec<(&'static str, PackedFormat)> {
             "FP8 E4M3 128x128 block f32",
             fp8(Fp8Scaling::Block128, ScaleType::F32),
         ),
+        (
+            "FP8 E4M3 per-tensor f32",
+            fp8(Fp8Scaling::PerTensor, ScaleType::F32),
+        ),
         ("E2M1 FP4 per-32 E8M0", PackedFormat::Fp4E2M1),
     ]
 }
@@ -851,27 +855,34 @@ fn component_cases() -> Vec<Case> {
         cases.push(c.finish(&format!("{name} weights: linear"), Outputs::new(y), SUMS));
     }
     let formats = component_formats();
+    let named = |name: &str| {
+        formats
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, f)| f)
+            .expect("a listed format")
+    };
     let mut c = CaseBuilder::new(220);
     let (d, ff) = (256, 384);
     let x = c.f32("x", &[3, d]);
     let g = c.f32("g", &[d]);
     let h = ops::rmsnorm(&c.b, x, g, 1e-5).expect("rmsnorm");
-    let wq = c.components("wq", formats[1].1, 128, d);
-    let wk = c.components("wk", formats[3].1, 64, d);
-    let wv = c.components("wv", formats[6].1, 64, d);
+    let wq = c.components("wq", named("GPTQ int4 g32 act-order"), 128, d);
+    let wk = c.components("wk", named("AWQ int4 g64"), 64, d);
+    let wv = c.components("wv", named("E2M1 FP4 per-32 E8M0"), 64, d);
     let q = ops::linear(&c.b, h, wq, None).expect("q");
     let k = ops::linear(&c.b, h, wk, None).expect("k");
     let v = ops::linear(&c.b, h, wv, None).expect("v");
-    let w_gate = c.components("w_gate", formats[5].1, ff, d);
-    let w_up = c.components("w_up", formats[4].1, ff, d);
-    let w_down = c.components("w_down", formats[0].1, d, ff);
+    let w_gate = c.components("w_gate", named("FP8 E4M3 128x128 block f32"), ff, d);
+    let w_up = c.components("w_up", named("FP8 E4M3 per-tensor f32"), ff, d);
+    let w_down = c.components("w_down", named("GPTQ int4 g32"), d, ff);
     let gate = ops::linear(&c.b, h, w_gate, None).expect("gate");
     let up = ops::linear(&c.b, h, w_up, None).expect("up");
     let act = ops::swiglu(&c.b, gate, up).expect("swiglu");
     let down = ops::linear(&c.b, act, w_down, None).expect("down");
     let y = c.b.add(x, down).expect("residual");
     cases.push(c.finish(
-        "packed-layout block: norm, QKV in GPTQ/AWQ/FP4, FP8 gated feed-forward, GPTQ down",
+        "packed-layout block: norm, QKV in GPTQ/AWQ/FP4, FP8 (block, tensor) gated feed-forward, GPTQ down",
         Outputs::new(q).and(k).and(v).and(y),
         SUMS,
     ));

@@ -282,6 +282,10 @@ fn sampled_payloads_are_admitted_and_finite() {
             scaling: Fp8Scaling::Block128,
             scale_type: ScaleType::F32,
         }),
+        PackedFormat::Fp8(Fp8Format {
+            scaling: Fp8Scaling::PerTensor,
+            scale_type: ScaleType::BF16,
+        }),
         PackedFormat::Fp4E2M1,
     ];
     let shape = MatrixShape::new(136, 192);

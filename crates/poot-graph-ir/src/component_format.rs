@@ -103,6 +103,7 @@ impl fmt::Display for ComponentFormat {
                 "{{{},{}}}",
                 match p.scaling {
                     Fp8Scaling::PerChannel => "channel",
+                    Fp8Scaling::PerTensor => "tensor",
                     Fp8Scaling::Block128 => "block128",
                 },
                 match p.scale_type {

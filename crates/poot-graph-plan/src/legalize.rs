@@ -237,8 +237,8 @@ fn plan_split(
 
 /// Checks that the component-format constant `v` can be split by rows, and picks chunks that
 /// each fit. Formats whose components are all row-major along N split (FP8, FP4; a 128x128 FP8
-/// block scale in chunks of whole 128-row tiles); GPTQ and AWQ pack output rows along the inner
-/// axis of their words and are refused.
+/// block scale in chunks of whole 128-row tiles, a per-tensor scale whole in every chunk); GPTQ
+/// and AWQ pack output rows along the inner axis of their words and are refused.
 fn plan_component_split(
     g: &Graph,
     target: &Target,
@@ -261,7 +261,7 @@ fn plan_component_split(
     };
     let granule = match format.format() {
         PackedFormat::Fp8(p) => match p.scaling {
-            Fp8Scaling::PerChannel => 1,
+            Fp8Scaling::PerChannel | Fp8Scaling::PerTensor => 1,
             Fp8Scaling::Block128 => FP8_BLOCK_ELEMS,
         },
         PackedFormat::Fp4E2M1 => 1,
@@ -310,6 +310,9 @@ fn plan_component_split(
         let component_rows = c.dims.first().copied().unwrap_or(1).max(1);
         let weight_rows = if component_rows == rows {
             1
+        } else if component_rows == 1 {
+            // One scale for the whole weight: every chunk reads it whole.
+            rows
         } else if component_rows == rows.div_ceil(granule) {
             granule
         } else {

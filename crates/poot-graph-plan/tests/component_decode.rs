@@ -112,6 +112,8 @@ fn formats() -> Vec<PackedFormat> {
         PackedFormat::Awq(AwqFormat { group: group(40) }),
         fp8(Fp8Scaling::PerChannel, ScaleType::BF16),
         fp8(Fp8Scaling::PerChannel, ScaleType::F32),
+        fp8(Fp8Scaling::PerTensor, ScaleType::BF16),
+        fp8(Fp8Scaling::PerTensor, ScaleType::F32),
         fp8(Fp8Scaling::Block128, ScaleType::BF16),
         fp8(Fp8Scaling::Block128, ScaleType::F32),
         PackedFormat::Fp4E2M1,

@@ -94,6 +94,7 @@ fn component_formats() -> Vec<PackedFormat> {
         fp8(Fp8Scaling::PerChannel, ScaleType::F32),
         fp8(Fp8Scaling::Block128, ScaleType::BF16),
         fp8(Fp8Scaling::Block128, ScaleType::F32),
+        fp8(Fp8Scaling::PerTensor, ScaleType::F32),
         PackedFormat::Fp4E2M1,
     ]
 }

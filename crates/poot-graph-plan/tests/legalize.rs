@@ -339,7 +339,8 @@ fn packed_and_half_tables_compute_the_same_split() {
     assert_eq!(parts, 3 + 2 + 2);
 }
 
-/// FP8 (per-channel, and 128x128 blocks in whole 128-row tiles) and FP4 weights split by rows:
+/// FP8 (per-channel, per-tensor, and 128x128 blocks in whole 128-row tiles) and FP4 weights
+/// split by rows:
 /// each chunk's components are byte ranges of the whole weight's components.
 #[test]
 fn row_major_component_formats_compute_the_same_split() {
@@ -371,6 +372,15 @@ fn row_major_component_formats_compute_the_same_split() {
             64,
         ),
         ("fp4", PackedFormat::Fp4E2M1, 256, 128),
+        (
+            "fp8_tensor",
+            fp8(
+                poot_formats::Fp8Scaling::PerTensor,
+                poot_formats::ScaleType::F32,
+            ),
+            200,
+            64,
+        ),
     ];
     let mut outs = Vec::new();
     for (i, (name, format, rows, k)) in weights.into_iter().enumerate() {
@@ -405,12 +415,13 @@ fn row_major_component_formats_compute_the_same_split() {
         outs.push(ops::linear(&b, x, w, None).unwrap());
     }
     let graph = b
-        .finish(Outputs::new(outs[0]).and(outs[1]).and(outs[2]))
+        .finish(Outputs::new(outs[0]).and(outs[1]).and(outs[2]).and(outs[3]))
         .unwrap();
     // 8 KiB: FP8 blocks 300x64 in tiles of 128 rows (3 chunks), FP8 per-channel 200x64 in 2,
-    // FP4 256x128 (16 KiB packed) in 2; two components each.
+    // FP4 256x128 (16 KiB packed) in 2, FP8 per-tensor 200x64 in 2 (each reading the one
+    // scale); two components each.
     let parts = check_split("component formats", &graph, &consts, &[], 8192);
-    assert_eq!(parts, 2 * (3 + 2 + 2));
+    assert_eq!(parts, 2 * (3 + 2 + 2 + 2));
 }
 
 /// GPTQ packs 8 output rows into each word: a GPTQ weight over the limit is refused by name.

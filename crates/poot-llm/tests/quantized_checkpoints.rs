@@ -1,5 +1,5 @@
 //! Llama checkpoints quantized in each Hugging Face packed layout (GPTQ, GPTQ with act-order,
-//! AWQ, FP8 per channel, FP8 in 128x128 blocks, MXFP4), written at test time with random weights
+//! AWQ, FP8 per channel, per tensor and in 128x128 blocks, MXFP4), written at test time with random weights
 //! by `scripts/ref/models/gen_quantized_checkpoints.py`, which also runs transformers on the
 //! weights it dequantizes from the stored tensors with each library's own formula.
 //!
@@ -38,11 +38,12 @@ const REFERENCE_TOLERANCE: f32 = 2e-5;
 const DEVICE_TOLERANCE: f32 = 1e-4;
 
 /// Each checkpoint the script writes, with the family of layout its projections bind as.
-const LAYOUTS: [(&str, &str); 6] = [
+const LAYOUTS: [(&str, &str); 7] = [
     ("gptq", "gptq_int4"),
     ("gptq_act_order", "gptq_int4"),
     ("awq", "awq_int4"),
     ("fp8_channel", "fp8_e4m3"),
+    ("fp8_tensor", "fp8_e4m3"),
     ("fp8_block", "fp8_e4m3"),
     ("mxfp4", "fp4_e2m1"),
 ];

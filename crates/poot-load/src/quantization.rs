@@ -95,9 +95,9 @@ pub enum QuantError {
     Fp8WithoutScale { tensor: String },
 
     /// A quantized linear whose layout the loader reads but poot has no component format to
-    /// decode inside a contraction (a GPTQ or AWQ scale that is not F16, an FP8 scale per
-    /// tensor, in F16, or in blocks other than 128x128). It is refused when a family binds it,
-    /// never decoded to dense weights.
+    /// decode inside a contraction (a GPTQ or AWQ scale that is not F16, an FP8 scale in F16 or
+    /// in blocks other than 128x128). It is refused when a family binds it, never decoded to
+    /// dense weights.
     #[error("quantized linear `{prefix}`: {what} is not supported ({supported})")]
     UnsupportedLayout {
         prefix: String,

@@ -492,15 +492,10 @@ impl<'a> QuantizedLinear<'a> {
                     Fp8ScaleLayout::Block { rows, cols } => {
                         return Err(unsupported(
                             format!("FP8 scale blocks of {rows}x{cols}"),
-                            "FP8 scales per output channel or per 128x128 block",
+                            "FP8 scales per tensor, per output channel or per 128x128 block",
                         ));
                     }
-                    Fp8ScaleLayout::PerTensor => {
-                        return Err(unsupported(
-                            "an FP8 scale per tensor".into(),
-                            "FP8 scales per output channel or per 128x128 block",
-                        ));
-                    }
+                    Fp8ScaleLayout::PerTensor => (Fp8Scaling::PerTensor, "weight_scale"),
                 };
                 (
                     PackedFormat::Fp8(Fp8Format {

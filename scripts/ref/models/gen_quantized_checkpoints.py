@@ -27,6 +27,8 @@ dequantized back from those stored tensors with each library's own dequantizatio
                         [G, N]; W = scales[g, n] * (q - zero), g = k / 64.
   fp8_channel           compressed-tensors float-quantized, channel strategy: weight F8_E4M3
                         [N, K], weight_scale BF16 [N, 1]; W = f32(w) * f32(scale).
+  fp8_tensor            compressed-tensors float-quantized, tensor strategy: weight F8_E4M3
+                        [N, K], weight_scale F32 [1]; W = f32(w) * scale.
   fp8_block             DeepSeek-V3 / Qwen "fp8" with weight_block_size [128, 128]: weight
                         F8_E4M3 [N, K], weight_scale_inv F32 [ceil(N/128), ceil(K/128)];
                         W = f32(w) * scale_inv[n / 128, k / 128].
@@ -231,6 +233,17 @@ def fp8_channel_dequant(t):
     return (w * t["weight_scale"].to(torch.float32)).numpy()
 
 
+def fp8_tensor(w, rng):
+    scale = np.float32(max(np.abs(w).max(), 1e-12) / E4M3_MAX)
+    q = (torch.from_numpy(w / scale)).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    tensors = {"weight": q, "weight_scale": torch.tensor([scale], dtype=torch.float32)}
+    return tensors, fp8_tensor_dequant(tensors)
+
+
+def fp8_tensor_dequant(t):
+    return (t["weight"].to(torch.float32) * t["weight_scale"][0]).numpy()
+
+
 def fp8_block(w, rng, block=128):
     n, k = w.shape
     tn, tk = -(-n // block), -(-k // block)
@@ -306,6 +319,13 @@ LAYOUTS = {
         {"quant_method": "compressed-tensors", "format": "float-quantized",
          "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
              "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True}}},
+         "ignore": ["lm_head"]},
+    ),
+    "fp8_tensor": (
+        fp8_tensor,
+        {"quant_method": "compressed-tensors", "format": "float-quantized",
+         "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+             "num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True}}},
          "ignore": ["lm_head"]},
     ),
     "fp8_block": (

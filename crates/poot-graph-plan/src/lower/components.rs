@@ -196,6 +196,7 @@ pub fn decode_element(
             let byte = load_byte(component("weight")?, n.clone() * u32c(k_cols) + k.clone());
             let (scale_param, index) = match p.scaling {
                 Fp8Scaling::PerChannel => (component("weight_scale")?, n),
+                Fp8Scaling::PerTensor => (component("weight_scale")?, u32c(0)),
                 Fp8Scaling::Block128 => {
                     let tiles_per_row = k_cols.div_ceil(FP8_BLOCK_ELEMS as u32);
                     let log2 = FP8_BLOCK_ELEMS.trailing_zeros();
