@@ -36,7 +36,8 @@
 //!
 //! **Weights.** `MatMul`/`IndexedMatMul` read an f16, bf16 or packed rhs as stored, converting or
 //! decoding (through `poot-formats`) one weight row at a time, once per call, and contracting it
-//! with every lhs row that needs it. `Gather` of a packed rank-2 table decodes only the gathered
+//! with every lhs row that needs it. A component-format weight (GPTQ, AWQ, FP8, FP4) is decoded a
+//! whole row at a time from its components, exactly as `PackedFormat::decode_row` does. `Gather` of a packed rank-2 table decodes only the gathered
 //! rows, to f32.
 //!
 //! **Indices.** Runtime indices (gather, take-along, scatter, expert ids) and dynamic window
@@ -60,4 +61,4 @@ pub use evaluation::Evaluation;
 pub use inputs::Inputs;
 pub use options::EvalOptions;
 pub use packed::DecodeError;
-pub use tensor::{HostTensor, TensorData, TensorError};
+pub use tensor::{Component, HostTensor, TensorData, TensorError};

@@ -1,8 +1,10 @@
-//! Packed (ggml block) weights: the bridge to `poot-formats`' CPU decodes. The evaluator never
-//! decodes a block itself.
+//! Packed weights (ggml blocks, and the component tensors of the Hugging Face layouts): the
+//! bridge to `poot-formats`' CPU decodes. The evaluator never decodes a weight itself.
 
-use poot_formats::{BlockFormat, DenseType, FormatError, decode_blocks, decode_dense};
-use poot_graph_ir::GgmlType;
+use poot_formats::{
+    BlockFormat, ComponentBytes, DenseType, FormatError, MatrixShape, decode_blocks, decode_dense,
+};
+use poot_graph_ir::{ComponentFormat, GgmlType};
 
 use crate::error::Fault;
 
@@ -19,6 +21,35 @@ pub enum DecodeError {
         format: GgmlType,
         source: FormatError,
     },
+    /// The decode of a component-format weight refused its components (a GPTQ `g_idx` naming a
+    /// group the checkpoint has no scales for, a component of the wrong size).
+    #[error("decoding {format}: {source}")]
+    Components {
+        format: ComponentFormat,
+        source: FormatError,
+    },
+}
+
+/// The components of a component-format `[N, K]` weight, by role, as stored.
+pub(crate) type Parts<'a> = [crate::tensor::Component<'a>];
+
+/// Decodes row `row` of the `[n_rows, k_cols]` component-format weight `parts` into `out`
+/// (`k_cols` values), through `poot-formats` (the components a format does not use are ignored).
+pub(crate) fn decode_components_row(
+    format: ComponentFormat,
+    shape: MatrixShape,
+    parts: &Parts<'_>,
+    row: usize,
+    out: &mut [f32],
+) -> Result<(), DecodeError> {
+    let bytes: Vec<ComponentBytes<'_>> = parts
+        .iter()
+        .map(|(name, b)| ComponentBytes::new(name, b))
+        .collect();
+    format
+        .format()
+        .decode_row(shape, &bytes, row, out)
+        .map_err(|source| DecodeError::Components { format, source })
 }
 
 /// Bytes one row of `k` elements occupies.

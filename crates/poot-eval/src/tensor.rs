@@ -3,16 +3,20 @@
 use std::borrow::Cow;
 
 use half::{bf16, f16};
-use poot_graph_ir::{DType, GgmlType, Shape, TensorType};
+use poot_graph_ir::{ComponentFormat, DType, GgmlType, Shape, TensorType};
 
 use crate::packed::{self, DecodeError};
+
+/// One component of a component-format tensor: its role (`qweight`) and stored bytes.
+pub type Component<'a> = (String, Cow<'a, [u8]>);
 
 /// The elements of a host tensor, one variant per element type, row-major.
 ///
 /// Dense data is held as typed words. Little-endian bytes handed to
 /// [`HostTensor::from_le_bytes`] are borrowed in place when they are suitably aligned (and the
 /// host is little-endian) and copied into words otherwise, so an unaligned memory-mapped f32
-/// table still binds. `Packed` data is whole ggml blocks as stored, rows along the last axis.
+/// table still binds. `Packed` data is whole ggml blocks as stored, rows along the last axis;
+/// `Components` data is the component tensors of a component-format weight, by role, as stored.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TensorData<'a> {
     F32(Cow<'a, [f32]>),
@@ -23,6 +27,8 @@ pub enum TensorData<'a> {
     U8(Cow<'a, [u8]>),
     Bool(Cow<'a, [bool]>),
     Packed(Cow<'a, [u8]>),
+    /// Each component's role (`qweight`) and stored bytes, in the format's order.
+    Components(Vec<Component<'a>>),
 }
 
 impl<'a> TensorData<'a> {
@@ -37,10 +43,11 @@ impl<'a> TensorData<'a> {
             TensorData::U8(_) => "u8",
             TensorData::Bool(_) => "bool",
             TensorData::Packed(_) => "packed",
+            TensorData::Components(_) => "components",
         }
     }
 
-    /// Elements for dense data, bytes for packed data.
+    /// Elements for dense data, bytes for packed data (every component's together).
     pub fn len(&self) -> usize {
         match self {
             TensorData::F32(v) => v.len(),
@@ -50,6 +57,7 @@ impl<'a> TensorData<'a> {
             TensorData::U32(v) => v.len(),
             TensorData::U8(v) | TensorData::Packed(v) => v.len(),
             TensorData::Bool(v) => v.len(),
+            TensorData::Components(parts) => parts.iter().map(|(_, b)| b.len()).sum(),
         }
     }
 
@@ -69,6 +77,7 @@ impl<'a> TensorData<'a> {
                 | (TensorData::U8(_), DType::U8)
                 | (TensorData::Bool(_), DType::Bool)
                 | (TensorData::Packed(_), DType::Packed(_))
+                | (TensorData::Components(_), DType::Components(_))
         )
     }
 
@@ -83,6 +92,12 @@ impl<'a> TensorData<'a> {
             TensorData::U8(v) => TensorData::U8(Cow::Borrowed(v)),
             TensorData::Bool(v) => TensorData::Bool(Cow::Borrowed(v)),
             TensorData::Packed(v) => TensorData::Packed(Cow::Borrowed(v)),
+            TensorData::Components(parts) => TensorData::Components(
+                parts
+                    .iter()
+                    .map(|(n, b)| (n.clone(), Cow::Borrowed(&b[..])))
+                    .collect(),
+            ),
         }
     }
 
@@ -97,6 +112,12 @@ impl<'a> TensorData<'a> {
             TensorData::U8(v) => TensorData::U8(Cow::Owned(v.into_owned())),
             TensorData::Bool(v) => TensorData::Bool(Cow::Owned(v.into_owned())),
             TensorData::Packed(v) => TensorData::Packed(Cow::Owned(v.into_owned())),
+            TensorData::Components(parts) => TensorData::Components(
+                parts
+                    .into_iter()
+                    .map(|(n, b)| (n, Cow::Owned(b.into_owned())))
+                    .collect(),
+            ),
         }
     }
 }
@@ -136,6 +157,15 @@ pub enum TensorError {
         requested: &'static str,
         found: DType,
     },
+    /// A component-format tensor's components are not exactly the ones its format stores for
+    /// its shape (one missing, one extra, or one of another size).
+    #[error("a {ty} tensor stores components {expected:?}, got {found:?}")]
+    Components {
+        ty: TensorType,
+        /// Each component the type needs: its role and bytes.
+        expected: Vec<(String, usize)>,
+        found: Vec<(String, usize)>,
+    },
     /// A packed tensor that could not be decoded to f32.
     #[error("cannot decode a packed {ty} tensor: {source}")]
     Decode { ty: TensorType, source: DecodeError },
@@ -160,8 +190,25 @@ impl<'a> HostTensor<'a> {
                 data: data.kind_name(),
             });
         }
-        match ty.dtype {
-            DType::Packed(_) => {
+        match (ty.dtype, &data) {
+            (DType::Components(format), TensorData::Components(parts)) => {
+                let expected: Vec<(String, usize)> = format
+                    .components(ty.dims())
+                    .map_err(|_| TensorError::Unsized { ty: ty.clone() })?
+                    .iter()
+                    .map(|c| (c.name.to_string(), c.n_bytes().unwrap_or(usize::MAX)))
+                    .collect();
+                let found: Vec<(String, usize)> =
+                    parts.iter().map(|(n, b)| (n.clone(), b.len())).collect();
+                if expected != found {
+                    return Err(TensorError::Components {
+                        ty,
+                        expected,
+                        found,
+                    });
+                }
+            }
+            (DType::Packed(_), _) => {
                 let expected_bytes = ty
                     .size_bytes()
                     .ok_or_else(|| TensorError::Unsized { ty: ty.clone() })?;
@@ -173,7 +220,7 @@ impl<'a> HostTensor<'a> {
                     });
                 }
             }
-            _ => {
+            (_, _) => {
                 let expected = ty
                     .shape
                     .n_elems()
@@ -269,9 +316,24 @@ impl<'a> HostTensor<'a> {
         )
     }
 
+    /// A component-format weight from its component tensors' stored bytes, by role, in the
+    /// format's order ([`poot_graph_ir::ComponentFormat::components`]).
+    pub fn components(
+        format: ComponentFormat,
+        shape: impl Into<Shape>,
+        parts: Vec<Component<'a>>,
+    ) -> Result<HostTensor<'a>, TensorError> {
+        HostTensor::new(
+            TensorType::new(DType::Components(format), shape),
+            TensorData::Components(parts),
+        )
+    }
+
     /// A tensor of any type from its little-endian stored bytes (a checkpoint's bytes, a device
     /// readback). Borrowed bytes stay borrowed where they are aligned for the element type on a
-    /// little-endian host; otherwise the words are copied out. Bool bytes must be 0 or 1.
+    /// little-endian host; otherwise the words are copied out. Bool bytes must be 0 or 1. A
+    /// component-format type reads its components back to back in the format's order (what
+    /// [`HostTensor::to_le_bytes`] writes).
     pub fn from_le_bytes(
         ty: TensorType,
         bytes: impl Into<Cow<'a, [u8]>>,
@@ -296,6 +358,24 @@ impl<'a> HostTensor<'a> {
             DType::U8 => TensorData::U8(bytes),
             DType::Bool => TensorData::Bool(bools(bytes)?),
             DType::Packed(_) => TensorData::Packed(bytes),
+            DType::Components(format) => {
+                let specs = format
+                    .components(ty.dims())
+                    .map_err(|_| TensorError::Unsized { ty: ty.clone() })?;
+                let mut parts = Vec::with_capacity(specs.len());
+                let mut at = 0usize;
+                for c in specs {
+                    let n = c.n_bytes().unwrap_or(usize::MAX);
+                    let end = at.saturating_add(n).min(bytes.len());
+                    let part = match &bytes {
+                        Cow::Borrowed(b) => Cow::Borrowed(&b[at..end]),
+                        Cow::Owned(b) => Cow::Owned(b[at..end].to_vec()),
+                    };
+                    parts.push((c.name.to_string(), part));
+                    at = end;
+                }
+                TensorData::Components(parts)
+            }
         };
         HostTensor::new(ty, data)
     }
@@ -330,6 +410,9 @@ impl<'a> HostTensor<'a> {
             TensorData::U32(v) => matches!(v, Cow::Borrowed(_)),
             TensorData::U8(v) | TensorData::Packed(v) => matches!(v, Cow::Borrowed(_)),
             TensorData::Bool(v) => matches!(v, Cow::Borrowed(_)),
+            TensorData::Components(parts) => {
+                parts.iter().all(|(_, b)| matches!(b, Cow::Borrowed(_)))
+            }
         }
     }
 
@@ -390,8 +473,16 @@ impl<'a> HostTensor<'a> {
         }
     }
 
+    /// The components of a component-format tensor, by role, as stored.
+    pub fn as_components(&self) -> Result<&[Component<'a>], TensorError> {
+        match &self.data {
+            TensorData::Components(parts) => Ok(parts),
+            _ => Err(self.access("components")),
+        }
+    }
+
     /// The elements as f32: floats widen exactly, integers round to nearest, bools are 0 or 1,
-    /// and packed blocks are decoded.
+    /// and packed blocks and components are decoded.
     pub fn to_f32_vec(&self) -> Result<Vec<f32>, TensorError> {
         Ok(match &self.data {
             TensorData::F32(v) => v.to_vec(),
@@ -419,6 +510,28 @@ impl<'a> HostTensor<'a> {
                 })?;
                 out
             }
+            TensorData::Components(parts) => {
+                let (DType::Components(format), &[n, k]) = (self.ty.dtype, self.dims()) else {
+                    return Err(self.access("components"));
+                };
+                let mut out = vec![0.0; n.saturating_mul(k)];
+                if k > 0 {
+                    for (row, dst) in out.chunks_exact_mut(k).enumerate() {
+                        packed::decode_components_row(
+                            format,
+                            poot_formats::MatrixShape::new(n, k),
+                            parts,
+                            row,
+                            dst,
+                        )
+                        .map_err(|source| TensorError::Decode {
+                            ty: self.ty.clone(),
+                            source,
+                        })?;
+                    }
+                }
+                out
+            }
         })
     }
 
@@ -432,6 +545,9 @@ impl<'a> HostTensor<'a> {
             TensorData::U32(v) => le_bytes(v),
             TensorData::U8(v) | TensorData::Packed(v) => v.to_vec(),
             TensorData::Bool(v) => v.iter().map(|&b| u8::from(b)).collect(),
+            TensorData::Components(parts) => {
+                parts.iter().flat_map(|(_, b)| b.iter()).copied().collect()
+            }
         }
     }
 

@@ -7,10 +7,14 @@
 //! finite fails at any tolerance.
 
 use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
+use poot_formats::{
+    AwqFormat, Fp8Format, Fp8Scaling, GptqFormat, GptqZeros, GroupSize, MatrixShape, PackedFormat,
+    ScaleType,
+};
 use poot_graph_ir::ops::{self, AttentionOptions, RmsNormOptions, RopeStyle};
 use poot_graph_ir::{
-    BinaryOp, Builder, CompareOp, DType, GgmlType, Graph, Outputs, ReduceOp, Slot, TensorType,
-    TraceLimits, Traced, UnaryOp,
+    BinaryOp, Builder, CompareOp, ComponentFormat, DType, GgmlType, Graph, Outputs, ReduceOp, Slot,
+    TensorType, TraceLimits, Traced, UnaryOp, component_const_name,
 };
 
 use crate::executor::{ConstBytes, ConstSource, Executor, StepInputs, StepOutputs};
@@ -58,6 +62,18 @@ impl ConstSource for Consts {
     }
 }
 
+/// A constant's buffers as an executor uploads them: its stored bytes under its name, or a
+/// component-format constant's components each under [`component_const_name`].
+fn stored(name: &str, t: &HostTensor<'_>) -> Vec<(String, Vec<u8>)> {
+    match t.as_components() {
+        Ok(parts) => parts
+            .iter()
+            .map(|(role, b)| (component_const_name(name, role), b.to_vec()))
+            .collect(),
+        Err(_) => vec![(name.to_string(), t.to_le_bytes())],
+    }
+}
+
 /// Device words of a dense host tensor (bool and u8 widen to u32 words).
 fn device_bytes(t: &HostTensor<'_>) -> Vec<u8> {
     match t.dtype() {
@@ -100,12 +116,7 @@ pub fn run_case(exec: &mut dyn Executor, case: &Case) -> Outcome {
             Err(e) => return outcome(false, e),
         }
     }
-    let consts = Consts(
-        case.consts
-            .iter()
-            .map(|(n, t)| (n.clone(), t.to_le_bytes()))
-            .collect(),
-    );
+    let consts = Consts(case.consts.iter().flat_map(|(n, t)| stored(n, t)).collect());
     let exe = match exec.load_weights(Box::new(consts)) {
         Ok(e) => e,
         Err(e) => return outcome(false, format!("load_weights: {e}")),
@@ -265,7 +276,9 @@ fn compare(want: &HostTensor<'_>, got: &[u8], tol: Tolerance) -> Result<(), Stri
                 Ok(())
             }
         }
-        DType::Packed(_) => Err("packed outputs are not comparable".to_string()),
+        DType::Packed(_) | DType::Components(_) => {
+            Err("packed outputs are not comparable".to_string())
+        }
     }
 }
 
@@ -415,6 +428,23 @@ impl CaseBuilder {
         self.consts.push((name.to_string(), t));
         self.b
             .constant(name, TensorType::new(DType::Packed(format), vec![rows, k]))
+            .expect("fresh name")
+    }
+
+    /// A random admitted payload of a Hugging Face packed `format` (`poot_formats::sample`),
+    /// bound as a component-format constant.
+    fn components(&mut self, name: &str, format: PackedFormat, rows: usize, k: usize) -> Traced {
+        let cf = ComponentFormat::new(format).expect("suite formats are component formats");
+        let parts =
+            poot_formats::sample::components(format, MatrixShape::new(rows, k), self.rng.next())
+                .expect("suite shapes are admitted")
+                .into_iter()
+                .map(|(role, b)| (role.to_string(), b.into()))
+                .collect();
+        let t = HostTensor::components(cf, vec![rows, k], parts).expect("sized");
+        self.consts.push((name.to_string(), t));
+        self.b
+            .constant(name, TensorType::new(DType::Components(cf), vec![rows, k]))
             .expect("fresh name")
     }
 
@@ -757,6 +787,108 @@ fn contraction_cases() -> Vec<Case> {
     cases
 }
 
+fn group(n: u32) -> GroupSize {
+    GroupSize::Elems(std::num::NonZeroU32::new(n).expect("nonzero group"))
+}
+
+/// Every Hugging Face packed layout the suite contracts against, with its name.
+fn component_formats() -> Vec<(&'static str, PackedFormat)> {
+    let gptq = |group, act_order, zeros| {
+        PackedFormat::Gptq(GptqFormat {
+            group,
+            act_order,
+            zeros,
+        })
+    };
+    let fp8 = |scaling, scale_type| {
+        PackedFormat::Fp8(Fp8Format {
+            scaling,
+            scale_type,
+        })
+    };
+    vec![
+        (
+            "GPTQ int4 g32",
+            gptq(group(32), false, GptqZeros::V1PlusOne),
+        ),
+        (
+            "GPTQ int4 g32 act-order",
+            gptq(group(32), true, GptqZeros::V1PlusOne),
+        ),
+        (
+            "GPTQ int4 per-channel v2 zeros",
+            gptq(GroupSize::Channel, false, GptqZeros::V2Exact),
+        ),
+        (
+            "AWQ int4 g64",
+            PackedFormat::Awq(AwqFormat { group: group(64) }),
+        ),
+        (
+            "FP8 E4M3 per-channel bf16",
+            fp8(Fp8Scaling::PerChannel, ScaleType::BF16),
+        ),
+        (
+            "FP8 E4M3 128x128 block f32",
+            fp8(Fp8Scaling::Block128, ScaleType::F32),
+        ),
+        (
+            "FP8 E4M3 per-tensor f32",
+            fp8(Fp8Scaling::PerTensor, ScaleType::F32),
+        ),
+        ("E2M1 FP4 per-32 E8M0", PackedFormat::Fp4E2M1),
+    ]
+}
+
+/// Contractions against each Hugging Face packed layout, decoded inside the contraction: a
+/// linear over a batched left side (partial groups and 128-wide tiles on both axes), and a
+/// small decoder block (a norm read by three projections in three formats, a gated
+/// feed-forward whose gate and up are FP8 and whose down is GPTQ) so the fused kernels decode
+/// them too.
+fn component_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (i, (name, format)) in component_formats().into_iter().enumerate() {
+        let mut c = CaseBuilder::new(200 + i as u64);
+        let (n, k) = (136, 320);
+        let x = c.f32("x", &[2, 3, k]);
+        let w = c.components("w", format, n, k);
+        let y = ops::linear(&c.b, x, w, None).expect("linear");
+        cases.push(c.finish(&format!("{name} weights: linear"), Outputs::new(y), SUMS));
+    }
+    let formats = component_formats();
+    let named = |name: &str| {
+        formats
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, f)| f)
+            .expect("a listed format")
+    };
+    let mut c = CaseBuilder::new(220);
+    let (d, ff) = (256, 384);
+    let x = c.f32("x", &[3, d]);
+    let g = c.f32("g", &[d]);
+    let h = ops::rmsnorm(&c.b, x, g, 1e-5).expect("rmsnorm");
+    let wq = c.components("wq", named("GPTQ int4 g32 act-order"), 128, d);
+    let wk = c.components("wk", named("AWQ int4 g64"), 64, d);
+    let wv = c.components("wv", named("E2M1 FP4 per-32 E8M0"), 64, d);
+    let q = ops::linear(&c.b, h, wq, None).expect("q");
+    let k = ops::linear(&c.b, h, wk, None).expect("k");
+    let v = ops::linear(&c.b, h, wv, None).expect("v");
+    let w_gate = c.components("w_gate", named("FP8 E4M3 128x128 block f32"), ff, d);
+    let w_up = c.components("w_up", named("FP8 E4M3 per-tensor f32"), ff, d);
+    let w_down = c.components("w_down", named("GPTQ int4 g32"), d, ff);
+    let gate = ops::linear(&c.b, h, w_gate, None).expect("gate");
+    let up = ops::linear(&c.b, h, w_up, None).expect("up");
+    let act = ops::swiglu(&c.b, gate, up).expect("swiglu");
+    let down = ops::linear(&c.b, act, w_down, None).expect("down");
+    let y = c.b.add(x, down).expect("residual");
+    cases.push(c.finish(
+        "packed-layout block: norm, QKV in GPTQ/AWQ/FP4, FP8 (block, tensor) gated feed-forward, GPTQ down",
+        Outputs::new(q).and(k).and(v).and(y),
+        SUMS,
+    ));
+    cases
+}
+
 /// The single-buffer limit the split cases run under (see [`run_split`]).
 pub const SPLIT_LIMIT_BYTES: u64 = 8192;
 
@@ -796,6 +928,26 @@ pub fn split_cases() -> Vec<Case> {
         cases.push(c.finish(
             &format!("{dtype} {rows}x{k} table split: linear and row gather"),
             Outputs::new(y).and(got),
+            SUMS,
+        ));
+    }
+    // Row-major packed layouts split into chunks of their components: FP8 in 128-row tiles
+    // (3 chunks of a 300x64 weight), FP4 in 2 chunks of a 256x128 weight.
+    let fp8 = PackedFormat::Fp8(Fp8Format {
+        scaling: Fp8Scaling::Block128,
+        scale_type: ScaleType::BF16,
+    });
+    for (i, (format, rows, k)) in [(fp8, 300, 64), (PackedFormat::Fp4E2M1, 256, 128)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut c = CaseBuilder::new(80 + i as u64);
+        let w = c.components("w", format, rows, k);
+        let x = c.f32("x", &[3, k]);
+        let y = ops::linear(&c.b, x, w, None).expect("linear");
+        cases.push(c.finish(
+            &format!("{format} {rows}x{k} split: linear"),
+            Outputs::new(y),
             SUMS,
         ));
     }
@@ -1332,6 +1484,7 @@ pub fn cases() -> Vec<Case> {
     all.extend(movement_cases());
     all.extend(reduction_cases());
     all.extend(contraction_cases());
+    all.extend(component_cases());
     all.extend(composite_cases());
     all.extend(fusion_cases());
     all

@@ -1,4 +1,5 @@
-//! FP8 E4M3 decode with per-channel or 128x128 block scales (layout in [`PackedFormat::Fp8`]).
+//! FP8 E4M3 decode with per-channel, per-tensor or 128x128 block scales (layout in
+//! [`PackedFormat::Fp8`]).
 
 use crate::components::MatrixShape;
 use crate::packed::FP8_BLOCK_ELEMS;
@@ -21,7 +22,7 @@ impl<'a> Fp8View<'a> {
         bound: &Bound<'a>,
     ) -> Result<Fp8View<'a>, FormatError> {
         let scale_name = match params.scaling {
-            Fp8Scaling::PerChannel => "weight_scale",
+            Fp8Scaling::PerChannel | Fp8Scaling::PerTensor => "weight_scale",
             Fp8Scaling::Block128 => "weight_scale_inv",
         };
         Ok(Fp8View {
@@ -55,8 +56,11 @@ impl<'a> Fp8View<'a> {
         let k_cols = self.shape.k_cols;
         let row = &self.weight[n * k_cols..(n + 1) * k_cols];
         match self.params.scaling {
-            Fp8Scaling::PerChannel => {
-                let scale = self.scale(n);
+            Fp8Scaling::PerChannel | Fp8Scaling::PerTensor => {
+                let scale = self.scale(match self.params.scaling {
+                    Fp8Scaling::PerTensor => 0,
+                    _ => n,
+                });
                 for (y, &w) in out.iter_mut().zip(row) {
                     *y = e4m3_to_f32(w) * scale;
                 }

@@ -27,6 +27,7 @@ mod gptq;
 mod iq_tables;
 mod packed;
 mod packed_decode;
+pub mod sample;
 pub mod scalar;
 
 pub use block_decode::{decode_block_row, decode_blocks};

@@ -121,6 +121,9 @@ pub enum Fp8Scaling {
     /// `weight` F8_E4M3 `[N, K]` and `weight_scale` `[N, 1]` (compressed-tensors "channel"
     /// strategy): one scale per output row. A stored `[N]` is accepted as the same bytes.
     PerChannel,
+    /// `weight` F8_E4M3 `[N, K]` and `weight_scale` `[1]` (compressed-tensors "tensor"
+    /// strategy): one scale for the whole weight. A stored `[]` or `[1, 1]` is the same bytes.
+    PerTensor,
     /// `weight` F8_E4M3 `[N, K]` and `weight_scale_inv` `[ceil(N/128), ceil(K/128)]` (DeepSeek-V3
     /// / Qwen FP8 `weight_block_size: [128, 128]`): one scale per 128x128 tile. Despite its name
     /// the stored value multiplies the weight.
@@ -184,6 +187,7 @@ impl fmt::Display for PackedFormat {
                 "FP8 E4M3, {} {} scale",
                 match p.scaling {
                     Fp8Scaling::PerChannel => "per-channel",
+                    Fp8Scaling::PerTensor => "per-tensor",
                     Fp8Scaling::Block128 => "128x128 block",
                 },
                 p.scale_type.dense_type().name()
@@ -301,6 +305,9 @@ impl PackedFormat {
                 let scale = match p.scaling {
                     Fp8Scaling::PerChannel => {
                         spec("weight_scale", p.scale_type.dense_type(), vec![n, 1])
+                    }
+                    Fp8Scaling::PerTensor => {
+                        spec("weight_scale", p.scale_type.dense_type(), vec![1])
                     }
                     Fp8Scaling::Block128 => spec(
                         "weight_scale_inv",
@@ -605,6 +612,46 @@ mod tests {
             }]),
             Err(FormatError::ComponentRank { .. })
         ));
+    }
+
+    #[test]
+    fn a_per_tensor_scale_multiplies_every_element() {
+        let f = PackedFormat::Fp8(Fp8Format {
+            scaling: Fp8Scaling::PerTensor,
+            scale_type: ScaleType::F32,
+        });
+        let shape = MatrixShape::new(2, 3);
+        let specs = f.components(shape).expect("any shape");
+        assert_eq!(
+            (specs[1].name, specs[1].dims.clone()),
+            ("weight_scale", vec![1])
+        );
+        // 1.0, 448, -2^-9 and NaN codes times 0.5.
+        let weight = [0x38u8, 0x7e, 0x81, 0x7f, 0x00, 0x30];
+        let scale = 0.5f32.to_le_bytes();
+        let parts = [
+            crate::ComponentBytes::new("weight", &weight),
+            crate::ComponentBytes::new("weight_scale", &scale),
+        ];
+        let mut out = [0f32; 6];
+        f.decode_matrix(shape, &parts, &mut out).expect("decodes");
+        assert_eq!(out[..3], [0.5, 224.0, -(2f32.powi(-10))]);
+        assert!(out[3].is_nan());
+        assert_eq!(out[4..], [0.0, 0.25]);
+        let found = [
+            ComponentInfo {
+                name: "weight",
+                dtype: DenseType::F8E4M3,
+                dims: &[2, 3],
+            },
+            ComponentInfo {
+                name: "weight_scale",
+                dtype: DenseType::F32,
+                dims: &[],
+            },
+        ];
+        f.check_components(shape, &found).expect("[] is [1]");
+        assert_eq!(f.to_string(), "FP8 E4M3, per-tensor F32 scale");
     }
 
     #[test]

@@ -257,3 +257,57 @@ fn wrong_component_sizes_are_typed_errors() {
         })
     );
 }
+
+/// The random payloads tests and device checks use decode to finite values for every format.
+#[test]
+fn sampled_payloads_are_admitted_and_finite() {
+    let group = |n| GroupSize::Elems(NonZeroU32::new(n).expect("nonzero"));
+    let formats = [
+        PackedFormat::Gptq(GptqFormat {
+            group: group(32),
+            act_order: true,
+            zeros: GptqZeros::V1PlusOne,
+        }),
+        PackedFormat::Gptq(GptqFormat {
+            group: GroupSize::Channel,
+            act_order: false,
+            zeros: GptqZeros::V2Exact,
+        }),
+        PackedFormat::Awq(AwqFormat { group: group(64) }),
+        PackedFormat::Fp8(Fp8Format {
+            scaling: Fp8Scaling::PerChannel,
+            scale_type: ScaleType::BF16,
+        }),
+        PackedFormat::Fp8(Fp8Format {
+            scaling: Fp8Scaling::Block128,
+            scale_type: ScaleType::F32,
+        }),
+        PackedFormat::Fp8(Fp8Format {
+            scaling: Fp8Scaling::PerTensor,
+            scale_type: ScaleType::BF16,
+        }),
+        PackedFormat::Fp4E2M1,
+    ];
+    let shape = MatrixShape::new(136, 192);
+    for (i, format) in formats.into_iter().enumerate() {
+        let parts = poot_formats::sample::components(format, shape, i as u64).expect("sampled");
+        let bytes: Vec<ComponentBytes<'_>> = parts
+            .iter()
+            .map(|(n, b)| ComponentBytes::new(n, b))
+            .collect();
+        let mut out = vec![0f32; shape.n_rows * shape.k_cols];
+        format
+            .decode_matrix(shape, &bytes, &mut out)
+            .unwrap_or_else(|e| panic!("{format}: {e}"));
+        assert!(out.iter().all(|v| v.is_finite()), "{format}");
+        assert!(out.iter().any(|&v| v != 0.0), "{format}");
+    }
+    assert!(
+        poot_formats::sample::components(
+            PackedFormat::Block(poot_formats::BlockFormat::Q4_0),
+            shape,
+            0
+        )
+        .is_err()
+    );
+}

@@ -242,6 +242,24 @@ impl Builder {
                 source: InferError::Overflow { op: kind },
             });
         }
+        if let DType::Components(_) = ty.dtype {
+            // Only a constant has stored components to bind.
+            if !matches!(storage, Storage::Const(_)) {
+                return Err(BuilderError::Infer {
+                    at: name.to_string(),
+                    source: InferError::DType {
+                        op: kind,
+                        input: 0,
+                        found: ty.dtype,
+                        expected: "a dense type (component formats are constants)",
+                    },
+                });
+            }
+            crate::op::check_components(kind, &ty).map_err(|source| BuilderError::Infer {
+                at: name.to_string(),
+                source,
+            })?;
+        }
         let owned = (name.len() + 8 * ty.rank()) as u64;
         self.charge(
             &mut st.usage,

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use crate::op::{InferError, OpKind};
 use crate::storage::{Slot, Storage};
-use crate::types::{TensorType, ValueId};
+use crate::types::{DType, TensorType, ValueId};
 
 /// What the graph knows about one value.
 #[derive(Clone, Debug, PartialEq)]
@@ -72,6 +72,9 @@ pub enum ValidationError {
     /// An equation's op rejects its input types.
     #[error("eqn {eqn}: {source}")]
     Infer { eqn: usize, source: InferError },
+    /// A component-format value that is not a constant, or whose shape its format cannot store.
+    #[error("value {value}: {source}")]
+    Components { value: ValueId, source: InferError },
     /// Two inputs of one kind share a name.
     #[error("two {kind} inputs are named `{name}`")]
     DuplicateName { kind: &'static str, name: String },
@@ -241,6 +244,24 @@ impl Graph {
                     storage,
                     defs: defs[i],
                 });
+            }
+        }
+        for (i, v) in self.values.iter().enumerate() {
+            if let DType::Components(_) = v.ty.dtype {
+                let value = ValueId(i as u32);
+                if !matches!(v.storage, Storage::Const(_)) {
+                    return Err(ValidationError::Components {
+                        value,
+                        source: InferError::DType {
+                            op: "value",
+                            input: 0,
+                            found: v.ty.dtype,
+                            expected: "a constant (component formats are constants)",
+                        },
+                    });
+                }
+                crate::op::check_components("const", &v.ty)
+                    .map_err(|source| ValidationError::Components { value, source })?;
             }
         }
         let mut names: HashSet<(&'static str, &str)> = HashSet::new();

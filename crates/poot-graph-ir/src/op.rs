@@ -375,7 +375,7 @@ impl OpKind {
             OpKind::Cast { to } => {
                 arity(op, inputs, 1)?;
                 dense(op, 0, inputs[0])?;
-                if matches!(to, DType::Packed(_)) {
+                if to.is_packed() {
                     return Err(dtype_err(op, 0, *to, "a dense target type"));
                 }
                 Ok(TensorType::new(*to, inputs[0].shape.clone()))
@@ -510,6 +510,16 @@ impl OpKind {
                             0,
                             data.dtype,
                             "a dense type (packed tables gather rows of a rank-2 table)",
+                        ));
+                    }
+                    // The Hugging Face packed layouts quantize linear layers, never embedding
+                    // tables, so no gather decodes them.
+                    DType::Components(_) => {
+                        return Err(dtype_err(
+                            op,
+                            0,
+                            data.dtype,
+                            "a dense type or GGUF blocks (component formats are read only by contractions)",
                         ));
                     }
                     d => d,
@@ -694,7 +704,7 @@ impl OpKind {
                         expected: 2,
                     });
                 }
-                if matches!(rhs.dtype, DType::Packed(_)) && (!transpose_rhs || rhs.rank() != 2) {
+                if rhs.dtype.is_packed() && (!transpose_rhs || rhs.rank() != 2) {
                     return Err(dtype_err(
                         op,
                         1,
@@ -857,6 +867,16 @@ pub enum InferError {
         dtype: DType,
         shape: Shape,
     },
+    /// A component-format value whose shape the format cannot store: not rank 2 `[N, K]`, or N
+    /// or K not a multiple of what the format packs together (8 for GPTQ and AWQ, 32 columns for
+    /// FP4).
+    #[error("{op}: {dtype} cannot store shape {shape}: {source}")]
+    ComponentShape {
+        op: &'static str,
+        dtype: DType,
+        shape: Shape,
+        source: Box<poot_formats::FormatError>,
+    },
 }
 
 fn arity(op: &'static str, inputs: &[&TensorType], n: usize) -> Result<(), InferError> {
@@ -909,7 +929,7 @@ fn same_type(op: &'static str, a: &TensorType, b: &TensorType) -> Result<(), Inf
 }
 
 fn dense(op: &'static str, input: usize, t: &TensorType) -> Result<(), InferError> {
-    if matches!(t.dtype, DType::Packed(_)) {
+    if t.dtype.is_packed() {
         Err(dtype_err(op, input, t.dtype, "a dense type"))
     } else {
         Ok(())
@@ -954,7 +974,25 @@ fn weight_type(op: &'static str, input: usize, t: &TensorType) -> Result<(), Inf
                 })
             }
         }
+        DType::Components(_) => check_components(op, t),
         d => Err(dtype_err(op, input, d, "f32, f16, bf16 or packed")),
+    }
+}
+
+/// Checks that a component-format value's shape is one its format stores.
+pub(crate) fn check_components(op: &'static str, t: &TensorType) -> Result<(), InferError> {
+    match t.dtype {
+        DType::Components(c) => {
+            c.components(t.dims())
+                .map(|_| ())
+                .map_err(|source| InferError::ComponentShape {
+                    op,
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    source: Box::new(source),
+                })
+        }
+        _ => Ok(()),
     }
 }
 

@@ -4,11 +4,14 @@ use std::fmt;
 
 use poot_formats::GgmlType;
 
+use crate::component_format::ComponentFormat;
+
 /// The element type of a graph value.
 ///
 /// Arithmetic is defined on `F32`, `I32` and `U32`; `F16` and `BF16` are storage types that the
 /// graph reads through an explicit [`crate::OpKind::Cast`] (or as a contraction's weight). A
-/// `Packed` value is a constant stored in a block format; only ops that read weights accept it.
+/// `Packed` value is a constant stored in a block format and a `Components` value a constant
+/// stored as several component tensors; only ops that read weights accept them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
@@ -20,6 +23,9 @@ pub enum DType {
     Bool,
     /// A constant stored as rows of ggml blocks along its last axis.
     Packed(GgmlType),
+    /// A rank-2 `[N, K]` constant stored as the component tensors of a Hugging Face packed
+    /// layout (GPTQ, AWQ, FP8, FP4), bound by role; see [`ComponentFormat`].
+    Components(ComponentFormat),
 }
 
 impl DType {
@@ -47,7 +53,7 @@ impl DType {
             DType::F32 | DType::I32 | DType::U32 => Some(4),
             DType::F16 | DType::BF16 => Some(2),
             DType::U8 | DType::Bool => Some(1),
-            DType::Packed(_) => None,
+            DType::Packed(_) | DType::Components(_) => None,
         }
     }
 
@@ -61,13 +67,23 @@ impl DType {
             DType::U8 => "u8",
             DType::Bool => "bool",
             DType::Packed(g) => g.name(),
+            DType::Components(c) => c.name(),
         }
+    }
+
+    /// Whether values of this type are stored weights only contractions (and, for ggml blocks,
+    /// row gathers) read: `Packed` and `Components`.
+    pub fn is_packed(self) -> bool {
+        matches!(self, DType::Packed(_) | DType::Components(_))
     }
 }
 
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        match self {
+            DType::Components(c) => c.fmt(f),
+            d => f.write_str(d.name()),
+        }
     }
 }
 
@@ -161,11 +177,13 @@ impl TensorType {
         self.shape.dims()
     }
 
-    /// Bytes the value occupies as stored, or `None` on overflow or a packed shape that is not
-    /// whole blocks along its last axis.
+    /// Bytes the value occupies as stored (every component of a `Components` value together),
+    /// or `None` on overflow or a packed shape that is not whole blocks along its last axis (not
+    /// a valid shape of its component format).
     pub fn size_bytes(&self) -> Option<u64> {
         let n = self.shape.n_elems()? as u64;
         match self.dtype {
+            DType::Components(c) => c.size_bytes(self.shape.dims()),
             DType::Packed(g) => {
                 let row = *self.shape.dims().last()? as u64;
                 let rows = n.checked_div(row).unwrap_or(0);

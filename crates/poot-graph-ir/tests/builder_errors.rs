@@ -314,3 +314,37 @@ fn checked_edits_revalidate() {
     e.retype_input(x.id(), f32t(&[2, 9])).unwrap();
     assert!(matches!(e.finish(), Err(ValidationError::Infer { .. })));
 }
+
+#[test]
+fn component_constants_are_checked_when_declared() {
+    let fp8 = DType::Components(
+        ComponentFormat::new(PackedFormat::Fp8(poot_formats::Fp8Format {
+            scaling: poot_formats::Fp8Scaling::Block128,
+            scale_type: poot_formats::ScaleType::BF16,
+        }))
+        .unwrap(),
+    );
+    let b = Builder::new(limits());
+    // Any [N, K] stores as FP8; a rank-3 one does not.
+    b.constant("w", TensorType::new(fp8, vec![130, 70]))
+        .unwrap();
+    assert!(matches!(
+        b.constant("w3", TensorType::new(fp8, vec![2, 130, 70])),
+        Err(BuilderError::Infer {
+            source: InferError::ComponentShape { .. },
+            ..
+        })
+    ));
+    // Only constants have components to bind.
+    assert!(matches!(
+        b.slot_named("x", TensorType::new(fp8, vec![4, 4])),
+        Err(BuilderError::Infer {
+            source: InferError::DType { .. },
+            ..
+        })
+    ));
+    assert!(matches!(
+        b.state_input("s", TensorType::new(fp8, vec![4, 4])),
+        Err(BuilderError::Infer { .. })
+    ));
+}

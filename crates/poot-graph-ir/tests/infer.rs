@@ -203,6 +203,113 @@ fn packed_values_are_read_only_by_weight_ops() {
     ));
 }
 
+fn gptq(group: u32, act_order: bool) -> DType {
+    DType::Components(
+        ComponentFormat::new(PackedFormat::Gptq(poot_formats::GptqFormat {
+            group: poot_formats::GroupSize::Elems(
+                std::num::NonZeroU32::new(group).expect("nonzero group"),
+            ),
+            act_order,
+            zeros: poot_formats::GptqZeros::V1PlusOne,
+        }))
+        .expect("GPTQ is a component format"),
+    )
+}
+
+#[test]
+fn component_formats_are_read_only_by_contractions() {
+    let fp4 = DType::Components(ComponentFormat::new(PackedFormat::Fp4E2M1).unwrap());
+    let mm = OpKind::MatMul {
+        transpose_rhs: true,
+    };
+    // [N, K] read transposed, batched or not.
+    assert_eq!(
+        infer(
+            mm.clone(),
+            &[t(DType::F32, &[3, 64]), t(gptq(32, true), &[16, 64])]
+        )
+        .unwrap(),
+        t(DType::F32, &[3, 16])
+    );
+    assert_eq!(
+        infer(mm.clone(), &[t(DType::F32, &[2, 5, 64]), t(fp4, &[8, 64])]).unwrap(),
+        t(DType::F32, &[2, 5, 8])
+    );
+    // Not transposed, not rank 2, or a shape the format cannot pack: typed refusals.
+    assert!(matches!(
+        infer(
+            OpKind::MatMul {
+                transpose_rhs: false
+            },
+            &[t(DType::F32, &[1, 16]), t(gptq(32, false), &[16, 64])]
+        ),
+        Err(InferError::DType { input: 1, .. })
+    ));
+    assert!(matches!(
+        infer(
+            mm.clone(),
+            &[t(DType::F32, &[1, 64]), t(gptq(32, false), &[12, 64])]
+        ),
+        Err(InferError::ComponentShape { source, .. })
+            if matches!(*source, poot_formats::FormatError::ShapeNotDivisible { elems: 12, .. })
+    ));
+    assert!(matches!(
+        infer(mm, &[t(DType::F32, &[1, 48]), t(fp4, &[8, 48])]),
+        Err(InferError::ComponentShape { .. })
+    ));
+    assert!(matches!(
+        infer(
+            OpKind::IndexedMatMul,
+            &[
+                t(DType::F32, &[2, 64]),
+                t(fp4, &[2, 8, 64]),
+                t(DType::I32, &[2])
+            ]
+        ),
+        Err(InferError::ComponentShape { .. })
+    ));
+    // No gather, cast, reshape or arithmetic reads it.
+    let w = t(gptq(32, false), &[16, 64]);
+    assert!(matches!(
+        infer(
+            OpKind::Gather { axis: 0 },
+            &[w.clone(), t(DType::I32, &[2])]
+        ),
+        Err(InferError::DType { input: 0, .. })
+    ));
+    assert!(infer(OpKind::Cast { to: DType::F32 }, std::slice::from_ref(&w)).is_err());
+    assert!(
+        infer(
+            OpKind::Reshape {
+                shape: Shape::new([1024])
+            },
+            std::slice::from_ref(&w)
+        )
+        .is_err()
+    );
+    assert!(infer(OpKind::Binary(BinaryOp::Add), &[w.clone(), w.clone()]).is_err());
+    assert!(
+        infer(
+            OpKind::Cast {
+                to: gptq(32, false)
+            },
+            &[t(DType::F32, &[16, 64])]
+        )
+        .is_err()
+    );
+    // Stored size: every required component (no g_idx without act-order).
+    assert_eq!(w.size_bytes(), Some(8 * 16 * 4 + 2 * 2 * 4 + 2 * 16 * 2));
+    assert_eq!(
+        t(gptq(32, true), &[16, 64]).size_bytes(),
+        Some(8 * 16 * 4 + 2 * 2 * 4 + 2 * 16 * 2 + 64 * 4)
+    );
+}
+
+#[test]
+fn a_block_format_is_not_a_component_format() {
+    assert!(ComponentFormat::new(PackedFormat::Block(poot_formats::BlockFormat::Q4_0)).is_none());
+}
+
 fn dims_strategy(max_rank: usize) -> impl Strategy<Value = Vec<usize>> {
     proptest::collection::vec(1usize..5, 0..=max_rank)
 }

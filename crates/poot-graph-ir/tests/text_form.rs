@@ -40,3 +40,40 @@ fn a_small_graph_renders_like_a_jaxpr() {
         vec![("exp", 1), ("matmul", 1), ("reshape", 1)]
     );
 }
+
+#[test]
+fn component_constants_render_their_layout() {
+    let b = Builder::new(TraceLimits::standard(4));
+    let awq = ComponentFormat::new(PackedFormat::Awq(poot_formats::AwqFormat {
+        group: poot_formats::GroupSize::Elems(std::num::NonZeroU32::new(64).unwrap()),
+    }))
+    .unwrap();
+    let fp8 = ComponentFormat::new(PackedFormat::Fp8(poot_formats::Fp8Format {
+        scaling: poot_formats::Fp8Scaling::PerChannel,
+        scale_type: poot_formats::ScaleType::F32,
+    }))
+    .unwrap();
+    let x = b
+        .slot_named("x", TensorType::new(DType::F32, vec![1, 128]))
+        .unwrap();
+    let w = b
+        .constant(
+            "w.a",
+            TensorType::new(DType::Components(awq), vec![16, 128]),
+        )
+        .unwrap();
+    let v = b
+        .constant("w.b", TensorType::new(DType::Components(fp8), vec![8, 128]))
+        .unwrap();
+    let y = b.matmul(x, w, true).unwrap();
+    let z = b.matmul(x, v, true).unwrap();
+    let g = b.finish(Outputs::new(y).and(z)).unwrap();
+    let text = g.to_string();
+    let want = "const %1=w.a:awq_int4{g64}[16,128] %2=w.b:fp8_e4m3{channel,f32}[8,128]\n\
+                slot %0=x:f32[1,128]\n  \
+                %3:f32[1,16] = matmul[rhs^T] %0 %1  # matmul\n  \
+                %4:f32[1,8] = matmul[rhs^T] %0 %2  # matmul\n\
+                out (%3, %4)\n";
+    assert_eq!(text, want, "\n{text}");
+    assert_eq!(component_const_name("w.a", "qweight"), "w.a:qweight");
+}

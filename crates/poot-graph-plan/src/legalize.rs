@@ -16,13 +16,19 @@
 //! Both rewrites compute every element exactly as before: a contraction's output column is the
 //! same dot product whichever chunk holds its weight row. What chunking cannot fix is refused:
 //! a single row over the limit, or a reader that does not read the constant by rows.
+//!
+//! A component-format constant (FP8, FP4) is split when any one component is over the limit:
+//! each chunk is a component-format constant of its own whose components are byte ranges of the
+//! source's components (an FP8 block-scaled weight in whole 128-row tiles). GPTQ and AWQ, whose
+//! words pack 8 output rows, are refused.
 
 use std::borrow::Cow;
 use std::ops::Range;
 
+use poot_formats::{FP8_BLOCK_ELEMS, Fp8Scaling, PackedFormat};
 use poot_graph_ir::{
     BinaryOp, CompareOp, DType, Eqn, Graph, OpKind, OutputIds, Scalar, Shape, Storage, TensorType,
-    ValueId, ValueInfo,
+    ValueId, ValueInfo, component_const_name,
 };
 
 use crate::plan::{BufferRole, Plan};
@@ -64,6 +70,16 @@ struct Split {
     row_bytes: u64,
     /// Each chunk's rows.
     ranges: Vec<Range<usize>>,
+    /// For a component-format constant, how each component's rows follow the weight's.
+    components: Vec<ComponentRows>,
+}
+
+/// One component of a row-split component-format constant: component row `r` holds weight rows
+/// `r * weight_rows .. (r + 1) * weight_rows` and is `row_bytes` long.
+struct ComponentRows {
+    role: &'static str,
+    weight_rows: usize,
+    row_bytes: u64,
 }
 
 /// Splits every constant larger than `target`'s single-buffer limit into row chunks and rewrites
@@ -75,6 +91,20 @@ pub fn split_large_constants<'g>(
     let limit = target.limits.max_buffer_bytes;
     let mut splits = Vec::new();
     for (v, name, ty) in graph.consts() {
+        if let DType::Components(format) = ty.dtype {
+            let Ok(specs) = format.components(ty.dims()) else {
+                continue; // lowering refuses a malformed constant with its own error
+            };
+            let largest = specs
+                .iter()
+                .map(|c| c.n_bytes().map_or(u64::MAX, |b| round_up4(b as u64)))
+                .max()
+                .unwrap_or(0);
+            if largest > limit {
+                splits.push(plan_component_split(graph, target, v, name, ty, largest)?);
+            }
+            continue;
+        }
         let Some(size) = ty.size_bytes() else {
             continue; // lowering refuses an unsized constant with its own error
         };
@@ -201,6 +231,146 @@ fn plan_split(
         rows,
         row_bytes,
         ranges,
+        components: Vec::new(),
+    })
+}
+
+/// Checks that the component-format constant `v` can be split by rows, and picks chunks that
+/// each fit. Formats whose components are all row-major along N split (FP8, FP4; a 128x128 FP8
+/// block scale in chunks of whole 128-row tiles, a per-tensor scale whole in every chunk); GPTQ
+/// and AWQ pack output rows along the inner axis of their words and are refused.
+fn plan_component_split(
+    g: &Graph,
+    target: &Target,
+    v: ValueId,
+    name: &str,
+    ty: &TensorType,
+    largest: u64,
+) -> Result<Split, PlanError> {
+    let limit = target.limits.max_buffer_bytes;
+    let not_rows = |reader: &str, reason: &'static str| PlanError::ConstantNotRowSplittable {
+        backend: target.backend,
+        name: name.to_string(),
+        needed_bytes: largest,
+        limit_bytes: limit,
+        reader: reader.to_string(),
+        reason,
+    };
+    let DType::Components(format) = ty.dtype else {
+        return Err(not_rows("its layout", "not a component format"));
+    };
+    let granule = match format.format() {
+        PackedFormat::Fp8(p) => match p.scaling {
+            Fp8Scaling::PerChannel | Fp8Scaling::PerTensor => 1,
+            Fp8Scaling::Block128 => FP8_BLOCK_ELEMS,
+        },
+        PackedFormat::Fp4E2M1 => 1,
+        PackedFormat::Gptq(_) | PackedFormat::Awq(_) | PackedFormat::Block(_) => {
+            return Err(not_rows(
+                "its layout",
+                "GPTQ and AWQ pack 8 output rows into each word of qweight and qzeros, so rows are not byte ranges",
+            ));
+        }
+    };
+    for e in g.eqns() {
+        for (pos, &inp) in e.inputs.iter().enumerate() {
+            if inp != v {
+                continue;
+            }
+            let label = g.values()[e.out.index()].label.as_str();
+            if !matches!(
+                (&e.op, pos),
+                (
+                    OpKind::MatMul {
+                        transpose_rhs: true
+                    },
+                    1
+                )
+            ) {
+                return Err(not_rows(
+                    &format!("{} at `{label}`", e.op.name()),
+                    "only a transposed-weight contraction reads a component format",
+                ));
+            }
+        }
+    }
+    if g.outputs().primary.contains(&v) {
+        return Err(not_rows("the graph's output", "an output is read whole"));
+    }
+    let specs = format
+        .components(ty.dims())
+        .map_err(|_| not_rows("its layout", "its shape is not one the format stores"))?;
+    let rows = ty.dims().first().copied().unwrap_or(1);
+    if i32::try_from(rows).is_err() {
+        return Err(not_rows("its layout", "chunk indices are 32-bit"));
+    }
+    // Every component is row-major with one row per weight row, or (a block scale) per granule.
+    let mut components = Vec::with_capacity(specs.len());
+    for c in &specs {
+        let component_rows = c.dims.first().copied().unwrap_or(1).max(1);
+        let weight_rows = if component_rows == rows {
+            1
+        } else if component_rows == 1 {
+            // One scale for the whole weight: every chunk reads it whole.
+            rows
+        } else if component_rows == rows.div_ceil(granule) {
+            granule
+        } else {
+            return Err(not_rows(
+                "its layout",
+                "a component's rows do not follow the weight's",
+            ));
+        };
+        let row_bytes = c.n_bytes().map_or(u64::MAX, |b| b as u64) / component_rows as u64;
+        components.push(ComponentRows {
+            role: c.name,
+            weight_rows,
+            row_bytes,
+        });
+    }
+    // The most whole granules one buffer of every component holds.
+    let fits = |weight_rows: usize| {
+        components.iter().all(|c| {
+            let n = weight_rows.div_ceil(c.weight_rows) as u64;
+            round_up4(n.saturating_mul(c.row_bytes)) <= limit
+        })
+    };
+    if !fits(granule) {
+        return Err(PlanError::ConstantRowTooLarge {
+            backend: target.backend,
+            name: name.to_string(),
+            row_bytes: components
+                .iter()
+                .map(|c| granule.div_ceil(c.weight_rows) as u64 * c.row_bytes)
+                .max()
+                .unwrap_or(0),
+            limit_bytes: limit,
+        });
+    }
+    let (mut lo, mut hi) = (1usize, rows.div_ceil(granule));
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fits(mid * granule) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    // Equal chunks of whole granules: identical shapes share one compiled kernel.
+    let granules = rows.div_ceil(granule);
+    let n = granules.div_ceil(lo);
+    let per = granules.div_ceil(n) * granule;
+    let ranges = (0..rows)
+        .step_by(per)
+        .map(|s| s..(s + per).min(rows))
+        .collect();
+    Ok(Split {
+        value: v,
+        source: name.to_string(),
+        rows,
+        row_bytes: 0,
+        ranges,
+        components,
     })
 }
 
@@ -234,13 +404,28 @@ fn rewrite<'g>(g: &Graph, splits: &[Split]) -> Result<Legalized<'g>, PlanError> 
                 Storage::Const(name.clone()),
                 label,
             ));
-            chunks.push(ConstChunk {
-                name,
-                source: s.source.clone(),
-                rows: range.clone(),
-                offset_bytes: range.start as u64 * s.row_bytes,
-                len_bytes: range.len() as u64 * s.row_bytes,
-            });
+            if s.components.is_empty() {
+                chunks.push(ConstChunk {
+                    name,
+                    source: s.source.clone(),
+                    rows: range.clone(),
+                    offset_bytes: range.start as u64 * s.row_bytes,
+                    len_bytes: range.len() as u64 * s.row_bytes,
+                });
+                continue;
+            }
+            // A chunk's components are each a byte range of the source's component.
+            for c in &s.components {
+                let first = range.start / c.weight_rows;
+                let end = range.end.div_ceil(c.weight_rows);
+                chunks.push(ConstChunk {
+                    name: component_const_name(&name, c.role),
+                    source: component_const_name(&s.source, c.role),
+                    rows: range.clone(),
+                    offset_bytes: first as u64 * c.row_bytes,
+                    len_bytes: (end - first) as u64 * c.row_bytes,
+                });
+            }
         }
         debug_assert_eq!(s.ranges.last().map(|r| r.end), Some(s.rows));
         chunk_values.push(ids);

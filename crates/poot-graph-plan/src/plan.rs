@@ -77,7 +77,7 @@ pub fn device_words(dtype: DType) -> DeviceWords {
         DType::F32 | DType::F16 | DType::BF16 => DeviceWords::F32,
         DType::I32 => DeviceWords::I32,
         DType::U32 | DType::U8 | DType::Bool => DeviceWords::U32,
-        DType::Packed(_) => DeviceWords::Stored,
+        DType::Packed(_) | DType::Components(_) => DeviceWords::Stored,
     }
 }
 

@@ -100,6 +100,9 @@ pub enum PlanError {
     /// A packed decode was built without its codebook tables (a planner bug).
     #[error(transparent)]
     Dequant(#[from] crate::lower::dequant::DequantError),
+    /// A component-format decode was built without its components (a planner bug).
+    #[error(transparent)]
+    ComponentDecode(#[from] crate::lower::components::ComponentDecodeError),
     /// The planner built a malformed kernel (a planner bug).
     #[error(transparent)]
     Kernel(#[from] KernelError),

@@ -11,7 +11,10 @@ use std::fmt::Write;
 use std::path::PathBuf;
 
 use common::reference_models::*;
-use poot_formats::{DenseType, GgmlType, StoredType};
+use poot_formats::{
+    AwqFormat, DenseType, Fp8Format, Fp8Scaling, GgmlType, GptqFormat, GptqZeros, GroupSize,
+    PackedFormat, ScaleType, StoredType,
+};
 use poot_graph_ir::{Graph, TraceLimits};
 use poot_graph_plan::{Target, compile};
 use poot_load::LoadOptions;
@@ -66,30 +69,34 @@ fn row(out: &mut String, name: &str, graphs: &[(&str, Graph)]) {
     let _ = writeln!(out, "| {name} | {} |", cells.join(" | "));
 }
 
-/// A one-layer Llama-shaped decoder whose projections are stored as `projections`.
-fn one_layer(name: &'static str, projections: StoredType) -> Reference {
-    Reference {
-        name,
-        config_json: r#"{"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 1,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512,
-            "vocab_size": 512, "tie_word_embeddings": false, "max_position_embeddings": 256,
-            "rope_theta": 10000.0, "rms_norm_eps": 1e-05}"#
-            .to_string(),
-        shape: DecoderShape {
-            hidden: 256,
-            layers: 1,
-            n_heads: 4,
-            n_kv_heads: 2,
-            head_dim: 64,
-            intermediate: 512,
-            vocab: 512,
-            tied: false,
-            qkv_bias: false,
-            qk_norm: false,
-            sandwich_norms: false,
-        },
-        projections,
-    }
+/// Every Hugging Face packed layout poot binds, in the parameters checkpoints use.
+fn component_formats() -> Vec<PackedFormat> {
+    let g128 = GroupSize::Elems(std::num::NonZeroU32::new(128).unwrap());
+    let fp8 = |scaling, scale_type| {
+        PackedFormat::Fp8(Fp8Format {
+            scaling,
+            scale_type,
+        })
+    };
+    vec![
+        PackedFormat::Gptq(GptqFormat {
+            group: g128,
+            act_order: false,
+            zeros: GptqZeros::V1PlusOne,
+        }),
+        PackedFormat::Gptq(GptqFormat {
+            group: g128,
+            act_order: true,
+            zeros: GptqZeros::V1PlusOne,
+        }),
+        PackedFormat::Awq(AwqFormat { group: g128 }),
+        fp8(Fp8Scaling::PerChannel, ScaleType::BF16),
+        fp8(Fp8Scaling::PerChannel, ScaleType::F32),
+        fp8(Fp8Scaling::Block128, ScaleType::BF16),
+        fp8(Fp8Scaling::Block128, ScaleType::F32),
+        fp8(Fp8Scaling::PerTensor, ScaleType::F32),
+        PackedFormat::Fp4E2M1,
+    ]
 }
 
 fn generate() -> String {
@@ -127,6 +134,7 @@ fn generate() -> String {
         qwen3_0_6b(),
         llama_3_1_8b(),
         llama_3_1_8b_q4_k(),
+        llama_3_1_8b_gptq(),
         gemma3_27b(),
     ] {
         let model = build(&r);
@@ -135,7 +143,7 @@ fn generate() -> String {
     }
     let _ = writeln!(
         out,
-        "\n### Weight formats\n\nA one-layer decoder (hidden 256) whose seven projections are stored in each format, bound as stored and decoded inside the contraction: decode and a 16-token prefill.\n"
+        "\n### Weight formats\n\nA one-layer decoder (hidden 256) whose seven projections are stored in each format (GGUF blocks, or a Hugging Face layout's component tensors), bound as stored and decoded inside the contraction: decode and a 16-token prefill.\n"
     );
     header(&mut out, "Format");
     let dense = [
@@ -144,7 +152,7 @@ fn generate() -> String {
         ("BF16", DenseType::BF16),
     ];
     for (name, d) in dense {
-        let r = one_layer(name, StoredType::Dense(d));
+        let r = one_layer(name, StoredType::Dense(d).into());
         let model = build(&r);
         row(
             &mut out,
@@ -159,7 +167,7 @@ fn generate() -> String {
         ) {
             continue;
         }
-        let r = one_layer(g.name(), StoredType::Ggml(g));
+        let r = one_layer(g.name(), StoredType::Ggml(g).into());
         let model = build(&r);
         row(
             &mut out,
@@ -167,18 +175,14 @@ fn generate() -> String {
             &decoder_graphs(model.as_ref(), 64, 16),
         );
     }
-    let cols = targets().len();
-    for name in [
-        "GPTQ int4",
-        "AWQ int4",
-        "FP8 E4M3 (per-channel, 128x128 block)",
-        "E2M1 FP4, per-32 E8M0 scale",
-    ] {
-        let no = vec![
-            "No: loaded as stored, but no family binds it and the planner has no lowering yet";
-            cols
-        ];
-        let _ = writeln!(out, "| {name} | {} |", no.join(" | "));
+    for format in component_formats() {
+        let r = one_layer("packed", Projections::Packed(format));
+        let model = build(&r);
+        row(
+            &mut out,
+            &format.to_string(),
+            &decoder_graphs(model.as_ref(), 64, 16),
+        );
     }
     let _ = writeln!(out, "\n{END}");
     out

@@ -9,7 +9,10 @@
 
 use poot_eval::{EvalOptions, Evaluation, HostTensor, Inputs, eval};
 use poot_graph_ir::ops;
-use poot_graph_ir::{Builder, DType, GgmlType, Graph, Outputs, Slot, TensorType, TraceLimits};
+use poot_graph_ir::{
+    Builder, ComponentFormat, DType, GgmlType, Graph, Outputs, PackedFormat, Slot, TensorType,
+    TraceLimits, component_const_name,
+};
 use poot_graph_plan::legalize::{Legalized, split_large_constants};
 use poot_graph_plan::{BufferRole, PlanError, Target, compile};
 use poot_load::LoadOptions;
@@ -34,7 +37,31 @@ fn run(
     slots: &[(Slot, HostTensor<'static>)],
 ) -> Evaluation<'static> {
     let mut inputs = Inputs::new();
+    // A chunk's bytes, or the whole constant's.
+    let bytes_of = |name: &str| match legal.and_then(|l| l.chunks.iter().find(|c| c.name == name)) {
+        Some(c) => {
+            let (_, whole) = const_bytes(consts, &c.source);
+            whole[c.offset_bytes as usize..(c.offset_bytes + c.len_bytes) as usize].to_vec()
+        }
+        None => const_bytes(consts, name).1,
+    };
     for (_, name, ty) in graph.consts() {
+        if let DType::Components(format) = ty.dtype {
+            let parts = format
+                .components(ty.dims())
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    let bytes = bytes_of(&component_const_name(name, c.name));
+                    (c.name.to_string(), std::borrow::Cow::Owned(bytes))
+                })
+                .collect();
+            inputs.set_const(
+                name,
+                HostTensor::components(format, ty.shape.clone(), parts).unwrap(),
+            );
+            continue;
+        }
         let chunk = legal.and_then(|l| l.chunks.iter().find(|c| c.name == name));
         let bytes = match chunk {
             Some(c) => {
@@ -164,6 +191,18 @@ fn every_fixture_family_computes_the_same_with_its_largest_constants_split() {
             let bytes = match model.weights().const_data(name, ck.store()).unwrap() {
                 ConstData::Bytes(b) => b.to_vec(),
                 ConstData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                ConstData::Components(parts) => {
+                    // Each component under its own name, as an executor binds it.
+                    for (role, b) in parts {
+                        let n = b.len();
+                        consts.push((
+                            poot_graph_ir::component_const_name(name, role),
+                            TensorType::new(DType::U8, vec![n]),
+                            b.to_vec(),
+                        ));
+                    }
+                    continue;
+                }
             };
             consts.push((name.to_string(), ty.clone(), bytes));
         }
@@ -298,6 +337,132 @@ fn packed_and_half_tables_compute_the_same_split() {
     // in 2.
     let parts = check_split("packed and f16 tables", &graph, &consts, &slots, 8192);
     assert_eq!(parts, 3 + 2 + 2);
+}
+
+/// FP8 (per-channel, per-tensor, and 128x128 blocks in whole 128-row tiles) and FP4 weights
+/// split by rows:
+/// each chunk's components are byte ranges of the whole weight's components.
+#[test]
+fn row_major_component_formats_compute_the_same_split() {
+    let b = Builder::new(TraceLimits::standard(64));
+    let mut consts: ConstBytes = Vec::new();
+    let fp8 = |scaling, scale_type| {
+        PackedFormat::Fp8(poot_formats::Fp8Format {
+            scaling,
+            scale_type,
+        })
+    };
+    let weights = [
+        (
+            "fp8_block",
+            fp8(
+                poot_formats::Fp8Scaling::Block128,
+                poot_formats::ScaleType::F32,
+            ),
+            300usize,
+            64usize,
+        ),
+        (
+            "fp8_channel",
+            fp8(
+                poot_formats::Fp8Scaling::PerChannel,
+                poot_formats::ScaleType::BF16,
+            ),
+            200,
+            64,
+        ),
+        ("fp4", PackedFormat::Fp4E2M1, 256, 128),
+        (
+            "fp8_tensor",
+            fp8(
+                poot_formats::Fp8Scaling::PerTensor,
+                poot_formats::ScaleType::F32,
+            ),
+            200,
+            64,
+        ),
+    ];
+    let mut outs = Vec::new();
+    for (i, (name, format, rows, k)) in weights.into_iter().enumerate() {
+        let cf = ComponentFormat::new(format).unwrap();
+        let parts = poot_formats::sample::components(
+            format,
+            poot_formats::MatrixShape::new(rows, k),
+            i as u64,
+        )
+        .unwrap();
+        for (role, bytes) in parts {
+            let n = bytes.len();
+            consts.push((
+                component_const_name(name, role),
+                TensorType::new(DType::U8, vec![n]),
+                bytes,
+            ));
+        }
+        let w = b
+            .constant(name, TensorType::new(DType::Components(cf), vec![rows, k]))
+            .unwrap();
+        let x_name = format!("x_{name}");
+        let xs: Vec<f32> = (0..2 * k).map(|j| (j % 17) as f32 / 8.0 - 1.0).collect();
+        consts.push((
+            x_name.clone(),
+            TensorType::new(DType::F32, vec![2, k]),
+            xs.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ));
+        let x = b
+            .constant(&x_name, TensorType::new(DType::F32, vec![2, k]))
+            .unwrap();
+        outs.push(ops::linear(&b, x, w, None).unwrap());
+    }
+    let graph = b
+        .finish(Outputs::new(outs[0]).and(outs[1]).and(outs[2]).and(outs[3]))
+        .unwrap();
+    // 8 KiB: FP8 blocks 300x64 in tiles of 128 rows (3 chunks), FP8 per-channel 200x64 in 2,
+    // FP4 256x128 (16 KiB packed) in 2, FP8 per-tensor 200x64 in 2 (each reading the one
+    // scale); two components each.
+    let parts = check_split("component formats", &graph, &consts, &[], 8192);
+    assert_eq!(parts, 2 * (3 + 2 + 2 + 2));
+}
+
+/// GPTQ packs 8 output rows into each word: a GPTQ weight over the limit is refused by name.
+#[test]
+fn an_over_limit_gptq_weight_is_refused() {
+    let b = Builder::new(TraceLimits::standard(64));
+    let gptq = ComponentFormat::new(PackedFormat::Gptq(poot_formats::GptqFormat {
+        group: poot_formats::GroupSize::Elems(std::num::NonZeroU32::new(32).unwrap()),
+        act_order: false,
+        zeros: poot_formats::GptqZeros::V1PlusOne,
+    }))
+    .unwrap();
+    let w = b
+        .constant(
+            "w.head",
+            TensorType::new(DType::Components(gptq), vec![512, 64]),
+        )
+        .unwrap();
+    let x = b
+        .slot(
+            Slot::Named("x".into()),
+            TensorType::new(DType::F32, vec![1, 64]),
+        )
+        .unwrap();
+    let y = ops::linear(&b, x, w, None).unwrap();
+    let graph = b.finish(Outputs::new(y)).unwrap();
+    let mut target = Target::lavapipe_preset();
+    target.limits.max_buffer_bytes = 8192;
+    match compile(&graph, &target) {
+        Err(PlanError::ConstantNotRowSplittable {
+            name,
+            needed_bytes,
+            limit_bytes,
+            ..
+        }) => {
+            assert_eq!(name, "w.head");
+            // qweight: [64 / 8, 512] i32.
+            assert_eq!((needed_bytes, limit_bytes), (16384, 8192));
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
 }
 
 #[test]

@@ -259,6 +259,60 @@ fn llama_3_1_8b_q4_k_plans_at_real_dimensions() {
     plans_at_real_dimensions(llama_3_1_8b_q4_k(), None);
 }
 
+/// GPTQ int4 (group 128, act-order) projections with zero-byte components: every projection is
+/// one component-format constant decoded inside its contraction, and the weights take about a
+/// third of the BF16 8B's.
+#[test]
+fn llama_3_1_8b_gptq_plans_at_real_dimensions() {
+    plans_at_real_dimensions(llama_3_1_8b_gptq(), None);
+    let model = build(&llama_3_1_8b_gptq());
+    let graph = model
+        .trace(
+            &StepSpec::step(StepShape::new(1, 1, 4096)),
+            TraceLimits::standard(MAX_STEP_TOKENS),
+        )
+        .unwrap();
+    let plan = compile(&graph, &Target::ptx_preset()).unwrap();
+    // Four buffers (qweight, qzeros, scales, g_idx) for each of 7 x 32 projections.
+    let components = plan
+        .buffers
+        .iter()
+        .filter(|b| matches!(&b.role, BufferRole::Const { name } if name.contains(':')))
+        .count();
+    assert_eq!(components, 4 * 7 * 32);
+    let down = plan
+        .buffers
+        .iter()
+        .find(|b| matches!(&b.role, BufferRole::Const { name } if name == "w.l0.ffn.down:qweight"))
+        .unwrap();
+    // qweight [14336 / 8, 4096] i32.
+    assert_eq!(down.size_bytes, 14336 / 8 * 4096 * 4);
+    let bf16 = compile(
+        &trace_decode(build(&llama_3_1_8b()).as_ref()),
+        &Target::ptx_preset(),
+    )
+    .unwrap();
+    let (packed_bytes, dense_bytes) = (plan.memory().weight_bytes, bf16.memory().weight_bytes);
+    println!(
+        "Llama-3.1-8B-GPTQ weights {:.2} GiB (BF16: {:.2} GiB)",
+        gib(packed_bytes),
+        gib(dense_bytes)
+    );
+    assert!(
+        packed_bytes < dense_bytes / 2,
+        "{packed_bytes} vs {dense_bytes}"
+    );
+}
+
+fn trace_decode(model: &dyn poot_models::Model) -> poot_graph_ir::Graph {
+    model
+        .trace(
+            &StepSpec::step(StepShape::new(1, 1, 4096)),
+            TraceLimits::standard(MAX_STEP_TOKENS),
+        )
+        .unwrap()
+}
+
 /// Half the context: the whole 131072-position f32 KV cache does not fit the H200 (the next
 /// test).
 #[test]
@@ -307,7 +361,7 @@ fn gemma3_27b_over_its_whole_context_is_refused_for_memory() {
 #[test]
 fn a_27b_model_in_f32_is_refused_for_memory_on_lavapipe() {
     let mut r = gemma3_27b();
-    r.projections = poot_formats::StoredType::Dense(poot_formats::DenseType::F32);
+    r.projections = poot_formats::StoredType::Dense(poot_formats::DenseType::F32).into();
     let model = build(&r);
     let graph = model
         .trace(

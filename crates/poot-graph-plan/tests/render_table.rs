@@ -447,16 +447,47 @@ fn table() -> Vec<Kernel> {
 
 /// Every distinct kernel the planner makes for SmolLM2 and Gemma 3 decode and prefill steps
 /// (fused norms, projections with prologues and epilogues, attention and its combine, grouped
-/// cache writes), renamed apart.
+/// cache writes), and for a one-layer decoder in each Hugging Face packed layout (GPTQ with
+/// act-order, AWQ, FP8 in blocks, FP4), renamed apart.
 fn planned_kernels() -> Vec<Kernel> {
-    use common::reference_models::{build, gemma3_270m, smollm2_135m};
+    use common::reference_models::{Projections, build, gemma3_270m, one_layer, smollm2_135m};
+    use poot_formats::{
+        AwqFormat, Fp8Format, Fp8Scaling, GptqFormat, GptqZeros, GroupSize, PackedFormat, ScaleType,
+    };
     use poot_graph_ir::TraceLimits;
     use poot_models::{StepShape, StepSpec};
+    let g64 = GroupSize::Elems(std::num::NonZeroU32::new(64).unwrap());
+    let packed = [
+        (
+            "gptq",
+            PackedFormat::Gptq(GptqFormat {
+                group: g64,
+                act_order: true,
+                zeros: GptqZeros::V1PlusOne,
+            }),
+        ),
+        ("awq", PackedFormat::Awq(AwqFormat { group: g64 })),
+        (
+            "fp8",
+            PackedFormat::Fp8(Fp8Format {
+                scaling: Fp8Scaling::Block128,
+                scale_type: ScaleType::BF16,
+            }),
+        ),
+        ("fp4", PackedFormat::Fp4E2M1),
+    ];
     let mut out: Vec<Kernel> = Vec::new();
-    for r in [smollm2_135m(), gemma3_270m()] {
+    let mut references = vec![smollm2_135m(), gemma3_270m()];
+    references.extend(
+        packed
+            .into_iter()
+            .map(|(name, format)| one_layer(name, Projections::Packed(format))),
+    );
+    for r in references {
         let model = build(&r);
         for tokens in [1, 16] {
-            let spec = StepSpec::step(StepShape::new(1, tokens, 512));
+            let capacity = model.config().max_positions.min(512);
+            let spec = StepSpec::step(StepShape::new(1, tokens, capacity));
             let graph = model.trace(&spec, TraceLimits::standard(64)).unwrap();
             let plan =
                 poot_graph_plan::compile(&graph, &poot_graph_plan::Target::ptx_preset()).unwrap();

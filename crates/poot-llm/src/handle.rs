@@ -49,7 +49,8 @@ impl ModelHandle {
             .resolve(&config)
             .map_err(HandleError::Unsupported)?;
         let checkpoint = poot_load::load(path, options)?;
-        let model = (entry.build)(checkpoint.config(), checkpoint.store())?.model;
+        // The checkpoint as the index: it finds the quantized linears its config describes.
+        let model = (entry.build)(checkpoint.config(), &checkpoint)?.model;
         let fallback = model.config().chat_format;
         let text = match checkpoint.config() {
             ConfigSource::Gguf(meta) => Some(TextServices::from_gguf(meta, fallback)?),

@@ -51,6 +51,16 @@ impl Oracle<'_> {
             {
                 ConstData::Bytes(b) => HostTensor::from_le_bytes(ty.clone(), b).unwrap(),
                 ConstData::F32(v) => HostTensor::f32(ty.shape.clone(), v).unwrap(),
+                ConstData::Components(parts) => {
+                    let poot_graph_ir::DType::Components(format) = ty.dtype else {
+                        panic!("components bound to a {} constant", ty.dtype)
+                    };
+                    let parts = parts
+                        .into_iter()
+                        .map(|(role, b)| (role.to_string(), std::borrow::Cow::Borrowed(b)))
+                        .collect();
+                    HostTensor::components(format, ty.shape.clone(), parts).unwrap()
+                }
             };
             inputs.set_const(name, t);
         }
@@ -206,6 +216,16 @@ fn every_fixture_family_matches_the_oracle_on_wgpu() {
                     {
                         ConstData::Bytes(b) => HostTensor::from_le_bytes(ty.clone(), b).unwrap(),
                         ConstData::F32(v) => HostTensor::f32(ty.shape.clone(), v).unwrap(),
+                        ConstData::Components(parts) => {
+                            let poot_graph_ir::DType::Components(format) = ty.dtype else {
+                                panic!("components bound to a {} constant", ty.dtype)
+                            };
+                            let parts = parts
+                                .into_iter()
+                                .map(|(role, b)| (role.to_string(), std::borrow::Cow::Borrowed(b)))
+                                .collect();
+                            HostTensor::components(format, ty.shape.clone(), parts).unwrap()
+                        }
                     };
                     oi.set_const(name, t);
                 }

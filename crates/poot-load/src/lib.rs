@@ -40,7 +40,8 @@ pub use manifest::{MANIFEST_VERSION, Manifest, ManifestEntry};
 pub use options::LoadOptions;
 pub use quantization::{QuantError, QuantMethod, QuantizationConfig};
 pub use quantized_linear::{
-    Fp8ScaleLayout, Fp8ScaleName, LinearWeight, QuantComponents, QuantizedLinear, linear,
+    Fp8ScaleLayout, Fp8ScaleName, LinearWeight, PackedLinear, QuantComponents, QuantizedLinear,
+    linear,
 };
 pub use side_files::{SIDE_FILES, SideFiles};
 pub use store::WeightStore;

@@ -21,6 +21,10 @@ pub enum QuantMethod {
     /// output channel or per block). Covers `fp8`, `fbgemm_fp8` and float-quantized
     /// `compressed-tensors` checkpoints.
     Fp8,
+    /// E2M1 FP4 weights with one E8M0 scale per 32 input columns (`weight_packed` U8
+    /// `[out, in / 2]`, `weight_scale` U8 `[out, in / 32]`): compressed-tensors'
+    /// `mxfp4-pack-quantized` format.
+    Mxfp4,
 }
 
 /// A quantization config that poot cannot load, or a quantized linear whose tensors do not
@@ -28,7 +32,9 @@ pub enum QuantMethod {
 #[derive(Debug, thiserror::Error)]
 pub enum QuantError {
     /// `quant_method` names a method poot has no packed format for (bitsandbytes, hqq, ...).
-    #[error("quantization method `{method}` is not supported (gptq, awq and fp8 are)")]
+    #[error(
+        "quantization method `{method}` is not supported (gptq, awq, fp8 and compressed-tensors' float-quantized and mxfp4-pack-quantized are)"
+    )]
     UnsupportedMethod { method: String },
 
     /// A supported method in a variant whose layout poot does not read.
@@ -87,6 +93,17 @@ pub enum QuantError {
     /// unscaled dense weights would be wrong by the scale, so it is refused.
     #[error("FP8 tensor `{tensor}` has no `weight_scale` or `weight_scale_inv` sibling")]
     Fp8WithoutScale { tensor: String },
+
+    /// A quantized linear whose layout the loader reads but poot has no component format to
+    /// decode inside a contraction (a GPTQ or AWQ scale that is not F16, an FP8 scale in F16 or
+    /// in blocks other than 128x128). It is refused when a family binds it, never decoded to
+    /// dense weights.
+    #[error("quantized linear `{prefix}`: {what} is not supported ({supported})")]
+    UnsupportedLayout {
+        prefix: String,
+        what: String,
+        supported: &'static str,
+    },
 
     /// An FP8 weight's scale has a shape that is neither per tensor, per output channel nor
     /// per block of the configured block size.
@@ -227,7 +244,10 @@ impl QuantizationConfig {
         q: &Value,
         method_name: &str,
     ) -> Result<QuantizationConfig, LoadError> {
-        let format = q.get("format").and_then(Value::as_str).unwrap_or("");
+        let format = compressed_tensors_format(q);
+        if format == MXFP4_FORMAT {
+            return Self::parse_mxfp4(q, method_name);
+        }
         if format != "float-quantized" {
             return Err(variant("compressed-tensors", "format", format));
         }
@@ -264,6 +284,48 @@ impl QuantizationConfig {
         Ok(Self::fp8(method_name, block, string_list(q, "ignore")))
     }
 
+    /// compressed-tensors `mxfp4-pack-quantized`: every config group's weights 4-bit floats in
+    /// groups of 32 (the E8M0 scale granularity of the OCP MX layout).
+    fn parse_mxfp4(q: &Value, method_name: &str) -> Result<QuantizationConfig, LoadError> {
+        if let Some(groups) = q.get("config_groups").and_then(Value::as_object) {
+            for group in groups.values() {
+                let Some(w) = group.get("weights").filter(|w| !w.is_null()) else {
+                    continue;
+                };
+                let bits = required_u64(w, &["num_bits"], "config_groups.*.weights.num_bits")?;
+                if bits != 4 {
+                    return Err(QuantError::UnsupportedBits {
+                        method: MXFP4_FORMAT,
+                        bits,
+                        supported: 4,
+                    }
+                    .into());
+                }
+                if let Some(kind) = w.get("type").and_then(Value::as_str)
+                    && kind != "float"
+                {
+                    return Err(variant(MXFP4_FORMAT, "weights.type", kind));
+                }
+                if let Some(g) = w.get("group_size").and_then(Value::as_u64)
+                    && g != MXFP4_GROUP
+                {
+                    return Err(variant(MXFP4_FORMAT, "weights.group_size", &g.to_string()));
+                }
+            }
+        }
+        Ok(QuantizationConfig {
+            method: QuantMethod::Mxfp4,
+            method_name: method_name.to_owned(),
+            bits: 4,
+            group_size: Some(MXFP4_GROUP),
+            act_order: false,
+            sym: None,
+            zero_point: None,
+            weight_block_size: None,
+            modules_not_quantized: string_list(q, "ignore"),
+        })
+    }
+
     fn fp8(
         method_name: &str,
         weight_block_size: Option<[u64; 2]>,
@@ -281,6 +343,24 @@ impl QuantizationConfig {
             modules_not_quantized: ignored,
         }
     }
+}
+
+/// compressed-tensors' name for E2M1 weights with per-32 E8M0 scales.
+const MXFP4_FORMAT: &str = "mxfp4-pack-quantized";
+/// Input columns per E8M0 scale in the MX layout.
+const MXFP4_GROUP: u64 = 32;
+
+/// compressed-tensors' `format`: at the top level, or (some exporters) inside the config groups.
+fn compressed_tensors_format(q: &Value) -> &str {
+    q.get("format").and_then(Value::as_str).unwrap_or_else(|| {
+        q.get("config_groups")
+            .and_then(Value::as_object)
+            .and_then(|g| {
+                g.values()
+                    .find_map(|group| group.get("format").and_then(Value::as_str))
+            })
+            .unwrap_or("")
+    })
 }
 
 fn variant(method: &'static str, field: &'static str, value: &str) -> LoadError {

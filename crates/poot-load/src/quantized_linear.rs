@@ -1,7 +1,12 @@
 //! A Hugging Face linear layer's weight as stored: dense, or the component tensors of a packed
 //! method, checked against each other. Decoding belongs to `poot-formats`.
 
-use poot_formats::{DenseType, StoredType};
+use std::num::NonZeroU32;
+
+use poot_formats::{
+    AwqFormat, DenseType, FP4_GROUP_ELEMS, FP8_BLOCK_ELEMS, Fp8Format, Fp8Scaling, GptqFormat,
+    GptqZeros, GroupSize, MatrixShape, PackedFormat, ScaleType, StoredType,
+};
 
 use crate::LoadError;
 use crate::quantization::{QuantError, QuantMethod, QuantizationConfig};
@@ -56,6 +61,22 @@ pub enum QuantComponents<'a> {
         scale_name: Fp8ScaleName,
         scale_layout: Fp8ScaleLayout,
     },
+    /// `weight_packed` U8 `[out, in / 2]` (two E2M1 codes a byte, the even column in the low
+    /// nibble) and `weight_scale` U8 `[out, in / 32]` (E8M0 exponents).
+    Fp4 {
+        weight_packed: TensorView<'a>,
+        weight_scale: TensorView<'a>,
+    },
+}
+
+/// A quantized linear as one component-format weight: the format poot decodes it in, its
+/// logical `[out, in]` shape, and the stored tensor of each component the format reads, by role
+/// and in the format's order (`poot_formats::PackedFormat::components`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackedLinear<'a> {
+    pub format: PackedFormat,
+    pub shape: MatrixShape,
+    pub components: Vec<(&'static str, TensorView<'a>)>,
 }
 
 /// Which sibling holds an FP8 weight's scale. In the checkpoints that use either name the
@@ -81,13 +102,25 @@ pub enum Fp8ScaleLayout {
 /// Packed int4 values per int32 word.
 const INT4_PER_WORD: u64 = 8;
 
-/// The weight of the linear at `prefix`: packed components when `{prefix}.qweight` exists,
-/// an FP8 weight with its scale, or the dense `{prefix}.weight`.
+/// The weight of the linear at `prefix`: packed components when `{prefix}.qweight` (GPTQ,
+/// AWQ) or `{prefix}.weight_packed` (MXFP4) exists, an FP8 weight with its scale, or the dense
+/// `{prefix}.weight`.
 pub fn linear<'a>(
     store: &'a WeightStore,
     quantization: Option<&QuantizationConfig>,
     prefix: &str,
 ) -> Result<LinearWeight<'a>, LoadError> {
+    if store.contains(&format!("{prefix}.weight_packed")) {
+        return match quantization {
+            Some(q) if q.method == QuantMethod::Mxfp4 => {
+                fp4(store, q, prefix).map(|l| LinearWeight::Quantized(Box::new(l)))
+            }
+            _ => Err(QuantError::ComponentsWithoutConfig {
+                prefix: prefix.to_owned(),
+            }
+            .into()),
+        };
+    }
     if store.contains(&format!("{prefix}.qweight")) {
         return match quantization {
             Some(q) if q.method == QuantMethod::Gptq => {
@@ -279,14 +312,16 @@ fn fp8<'a>(
     expect_type(&scale, SCALE_TYPES, "F16, BF16 or F32")?;
     let (out_features, in_features) = matrix(&weight)?;
     let block = q.and_then(|q| q.weight_block_size);
+    // With a block size configured, a scale that fits the block layout is per block, even a
+    // [1, 1] one (a weight no larger than one block).
     let scale_layout = match (scale.shape(), block) {
-        ([] | [1] | [1, 1], _) => Fp8ScaleLayout::PerTensor,
-        ([o] | [o, 1], _) if *o == out_features => Fp8ScaleLayout::PerChannel,
         ([r, c], Some([br, bc]))
             if *r == out_features.div_ceil(br) && *c == in_features.div_ceil(bc) =>
         {
             Fp8ScaleLayout::Block { rows: br, cols: bc }
         }
+        ([] | [1] | [1, 1], _) => Fp8ScaleLayout::PerTensor,
+        ([o] | [o, 1], _) if *o == out_features => Fp8ScaleLayout::PerChannel,
         _ => {
             return Err(QuantError::Fp8ScaleShape {
                 tensor: scale.name().to_owned(),
@@ -314,16 +349,217 @@ fn fp8<'a>(
     })
 }
 
+fn fp4<'a>(
+    store: &'a WeightStore,
+    q: &QuantizationConfig,
+    prefix: &str,
+) -> Result<QuantizedLinear<'a>, LoadError> {
+    let weight_packed = component(store, prefix, "weight_packed")?;
+    let weight_scale = component(store, prefix, "weight_scale")?;
+    expect_type(&weight_packed, &[DenseType::U8], "U8")?;
+    expect_type(&weight_scale, &[DenseType::U8], "U8 (E8M0 exponents)")?;
+    let (out_features, packed_cols) = matrix(&weight_packed)?;
+    let in_features = packed_cols * 2;
+    expect_shape(
+        &weight_scale,
+        &[out_features, in_features.div_ceil(FP4_GROUP_ELEMS as u64)],
+    )?;
+    Ok(QuantizedLinear {
+        prefix: prefix.to_owned(),
+        method: QuantMethod::Mxfp4,
+        bits: 4,
+        group_size: q.group_size,
+        act_order: false,
+        in_features,
+        out_features,
+        components: QuantComponents::Fp4 {
+            weight_packed,
+            weight_scale,
+        },
+    })
+}
+
+impl<'a> QuantizedLinear<'a> {
+    /// This linear as one component-format weight, its components as stored. GPTQ without
+    /// act-order leaves `g_idx` out when it is the default grouping (`k / group`) and reads it
+    /// otherwise, so the decode always follows the stored groups.
+    pub fn packed(&self) -> Result<PackedLinear<'a>, QuantError> {
+        let unsupported = |what: String, supported| QuantError::UnsupportedLayout {
+            prefix: self.prefix.clone(),
+            what,
+            supported,
+        };
+        let dims = |v: &TensorView<'_>| -> Result<usize, QuantError> {
+            usize::try_from(v.shape().iter().product::<u64>()).map_err(|_| {
+                unsupported(
+                    format!("`{}`'s size", v.name()),
+                    "a size this host addresses",
+                )
+            })
+        };
+        let group = || match self.group_size {
+            None => Ok(GroupSize::Channel),
+            Some(g) => u32::try_from(g)
+                .ok()
+                .and_then(NonZeroU32::new)
+                .map(GroupSize::Elems)
+                .ok_or_else(|| unsupported(format!("group size {g}"), "a group size below 2^32")),
+        };
+        let f16_scales = |scales: &TensorView<'_>| match scales.stored_type() {
+            StoredType::Dense(DenseType::F16) => Ok(()),
+            other => Err(unsupported(
+                format!("{} scales", other.name()),
+                "GPTQ and AWQ scales in F16",
+            )),
+        };
+        let (n, k) = (
+            usize::try_from(self.out_features),
+            usize::try_from(self.in_features),
+        );
+        let (Ok(n_rows), Ok(k_cols)) = (n, k) else {
+            return Err(unsupported(
+                "its shape".into(),
+                "a size this host addresses",
+            ));
+        };
+        let shape = MatrixShape::new(n_rows, k_cols);
+        let (format, components) = match &self.components {
+            QuantComponents::Gptq {
+                qweight,
+                qzeros,
+                scales,
+                g_idx,
+            } => {
+                f16_scales(scales)?;
+                let group = group()?;
+                let reads_g_idx = match g_idx {
+                    Some(g) => self.act_order || !default_groups(g, group, dims(g)?),
+                    None => false,
+                };
+                let format = PackedFormat::Gptq(GptqFormat {
+                    group,
+                    act_order: reads_g_idx,
+                    zeros: GptqZeros::V1PlusOne,
+                });
+                let mut c = vec![
+                    ("qweight", qweight.clone()),
+                    ("qzeros", qzeros.clone()),
+                    ("scales", scales.clone()),
+                ];
+                if let (true, Some(g)) = (reads_g_idx, g_idx) {
+                    c.push(("g_idx", g.clone()));
+                }
+                (format, c)
+            }
+            QuantComponents::Awq {
+                qweight,
+                qzeros,
+                scales,
+            } => {
+                f16_scales(scales)?;
+                let format = PackedFormat::Awq(AwqFormat { group: group()? });
+                (
+                    format,
+                    vec![
+                        ("qweight", qweight.clone()),
+                        ("qzeros", qzeros.clone()),
+                        ("scales", scales.clone()),
+                    ],
+                )
+            }
+            QuantComponents::Fp8 {
+                weight,
+                scale,
+                scale_layout,
+                ..
+            } => {
+                let scale_type = match scale.stored_type() {
+                    StoredType::Dense(DenseType::BF16) => ScaleType::BF16,
+                    StoredType::Dense(DenseType::F32) => ScaleType::F32,
+                    other => {
+                        return Err(unsupported(
+                            format!("{} FP8 scales", other.name()),
+                            "FP8 scales in BF16 or F32",
+                        ));
+                    }
+                };
+                let block = FP8_BLOCK_ELEMS as u64;
+                let (scaling, role) = match *scale_layout {
+                    Fp8ScaleLayout::PerChannel => (Fp8Scaling::PerChannel, "weight_scale"),
+                    Fp8ScaleLayout::Block { rows, cols } if rows == block && cols == block => {
+                        (Fp8Scaling::Block128, "weight_scale_inv")
+                    }
+                    Fp8ScaleLayout::Block { rows, cols } => {
+                        return Err(unsupported(
+                            format!("FP8 scale blocks of {rows}x{cols}"),
+                            "FP8 scales per tensor, per output channel or per 128x128 block",
+                        ));
+                    }
+                    Fp8ScaleLayout::PerTensor => (Fp8Scaling::PerTensor, "weight_scale"),
+                };
+                (
+                    PackedFormat::Fp8(Fp8Format {
+                        scaling,
+                        scale_type,
+                    }),
+                    vec![("weight", weight.clone()), (role, scale.clone())],
+                )
+            }
+            QuantComponents::Fp4 {
+                weight_packed,
+                weight_scale,
+            } => {
+                if self.group_size != Some(FP4_GROUP_ELEMS as u64) {
+                    return Err(unsupported(
+                        format!("E2M1 scale groups of {:?}", self.group_size),
+                        "one E8M0 scale per 32 input columns",
+                    ));
+                }
+                (
+                    PackedFormat::Fp4E2M1,
+                    vec![
+                        ("weight_packed", weight_packed.clone()),
+                        ("weight_scale", weight_scale.clone()),
+                    ],
+                )
+            }
+        };
+        // The component shapes the loader checked are the ones the format decodes.
+        format
+            .components(shape)
+            .map_err(|e| unsupported(e.to_string(), "shapes the component format stores"))?;
+        Ok(PackedLinear {
+            format,
+            shape,
+            components,
+        })
+    }
+}
+
+/// Whether a GPTQ `g_idx` (`k_cols` i32 entries) puts column `k` in group `k / group`, the
+/// grouping the decode assumes without it.
+fn default_groups(g_idx: &TensorView<'_>, group: GroupSize, k_cols: usize) -> bool {
+    let bytes = g_idx.bytes();
+    bytes.len() == 4 * k_cols
+        && bytes.chunks_exact(4).enumerate().all(|(k, w)| {
+            i64::from(i32::from_le_bytes([w[0], w[1], w[2], w[3]])) == group.group_of(k) as i64
+        })
+}
+
 /// Checks every packed linear and FP8 tensor of a Hugging Face checkpoint at load, so a
-/// layout problem is reported before any family binds weights: each `X.qweight` must form a
-/// valid quantized linear `X`, and each FP8 tensor must be an `X.weight` with a scale sibling.
+/// layout problem is reported before any family binds weights: each `X.qweight` or
+/// `X.weight_packed` must form a valid quantized linear `X`, and each FP8 tensor must be an
+/// `X.weight` with a scale sibling.
 pub(crate) fn check_all(
     store: &WeightStore,
     quantization: Option<&QuantizationConfig>,
 ) -> Result<(), LoadError> {
     for view in store.iter() {
         let name = view.name();
-        if let Some(prefix) = name.strip_suffix(".qweight") {
+        if let Some(prefix) = name
+            .strip_suffix(".qweight")
+            .or_else(|| name.strip_suffix(".weight_packed"))
+        {
             linear(store, quantization, prefix)?;
         } else if is_fp8(view.stored_type()) {
             match name.strip_suffix(".weight") {

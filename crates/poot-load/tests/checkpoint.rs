@@ -755,3 +755,197 @@ fn quantized_layouts_that_disagree_are_typed() {
         assert!(ok, "{kind}: {err:?}");
     }
 }
+
+// ---- Quantized linears as component formats ---------------------------------------------
+
+/// The linear at `prefix` as a component format, its components checked to be the format's
+/// (required ones, and `g_idx` when it is read) in the format's order.
+fn packed<'c>(
+    ck: &'c poot_load::Checkpoint,
+    prefix: &str,
+) -> Result<poot_load::PackedLinear<'c>, QuantError> {
+    let LinearWeight::Quantized(l) = ck.linear(prefix).unwrap() else {
+        panic!("{prefix} is quantized")
+    };
+    let p = l.packed()?;
+    let want: Vec<&str> = p
+        .format
+        .components(p.shape)
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c.presence == poot_formats::Presence::Required
+                || p.components.iter().any(|(r, _)| *r == c.name)
+        })
+        .map(|c| c.name)
+        .collect();
+    let got: Vec<&str> = p.components.iter().map(|(r, _)| *r).collect();
+    assert_eq!(got, want, "{prefix}: components in the format's order");
+    Ok(p)
+}
+
+#[test]
+fn quantized_linears_map_to_component_formats() {
+    use poot_formats::{Fp8Scaling, GroupSize, MatrixShape, PackedFormat, ScaleType};
+    let ck = quantized("gptq");
+    let p = packed(&ck, "layer.q_proj").unwrap();
+    let PackedFormat::Gptq(g) = p.format else {
+        panic!("{}", p.format)
+    };
+    assert!(g.act_order);
+    assert_eq!(g.group, GroupSize::Elems(16.try_into().unwrap()));
+    assert_eq!(p.shape, MatrixShape::new(32, 64));
+
+    let ck = quantized("awq");
+    let p = packed(&ck, "layer.q_proj").unwrap();
+    assert!(matches!(p.format, PackedFormat::Awq(_)), "{}", p.format);
+
+    let ck = quantized("fp8_channel");
+    let p = packed(&ck, "layer.q_proj").unwrap();
+    let PackedFormat::Fp8(f) = p.format else {
+        panic!("{}", p.format)
+    };
+    assert_eq!(
+        (f.scaling, f.scale_type),
+        (Fp8Scaling::PerChannel, ScaleType::BF16)
+    );
+
+    // 16x16 scale blocks load, but have no component format: refused by name when bound.
+    let ck = quantized("fp8_block");
+    let err = packed(&ck, "layer.q_proj").unwrap_err();
+    assert!(
+        matches!(&err, QuantError::UnsupportedLayout { prefix, .. } if prefix == "layer.q_proj"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("16x16"), "{err}");
+}
+
+/// GPTQ without act-order: a `g_idx` that is the default grouping is left out of the
+/// component format; one that is not is read (so the decode follows the stored groups).
+#[test]
+fn a_gptq_g_idx_is_read_only_when_it_regroups() {
+    let config = r#"{"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": false}}"#;
+    for (g_idx, reads) in [
+        ((0..64).map(|k| k / 16).collect::<Vec<i32>>(), false),
+        ((0..64).map(|k| k % 4).collect::<Vec<i32>>(), true),
+    ] {
+        let dir = TempDir::new("gptq-gidx");
+        std::fs::write(dir.join("config.json"), config).unwrap();
+        let bytes: Vec<u8> = g_idx.iter().flat_map(|g| g.to_le_bytes()).collect();
+        let file = write_safetensors(&[
+            ("l.g_idx", "I32", &[64], &bytes),
+            ("l.qweight", "I32", &[8, 32], &[0u8; 1024]),
+            ("l.qzeros", "I32", &[4, 4], &[0u8; 64]),
+            ("l.scales", "F16", &[4, 32], &[0u8; 256]),
+        ]);
+        std::fs::write(dir.join("model.safetensors"), file).unwrap();
+        let ck = load(dir.path(), &LoadOptions::default()).unwrap();
+        let p = packed(&ck, "l").unwrap();
+        let poot_formats::PackedFormat::Gptq(g) = p.format else {
+            panic!("{}", p.format)
+        };
+        assert_eq!(g.act_order, reads, "{g_idx:?}");
+    }
+}
+
+/// compressed-tensors MXFP4: E2M1 codes with per-32 E8M0 scales, as stored.
+#[test]
+fn mxfp4_pack_quantized_linears_load_as_stored() {
+    let config = r#"{"model_type": "llama", "quantization_config": {"quant_method": "compressed-tensors",
+        "format": "mxfp4-pack-quantized", "config_groups": {"group_0": {"targets": ["Linear"],
+        "weights": {"num_bits": 4, "type": "float", "strategy": "group", "group_size": 32}}},
+        "ignore": ["lm_head"]}}"#;
+    let dir = TempDir::new("mxfp4");
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    let packed_bytes: Vec<u8> = (0..16 * 32).map(|i| i as u8).collect();
+    let file = write_safetensors(&[
+        ("l.weight_packed", "U8", &[16, 32], &packed_bytes),
+        ("l.weight_scale", "U8", &[16, 2], &[127u8; 32]),
+        ("lm_head.weight", "BF16", &[4, 64], &[0u8; 512]),
+    ]);
+    std::fs::write(dir.join("model.safetensors"), file).unwrap();
+    let ck = load(dir.path(), &LoadOptions::default()).unwrap();
+    let q = ck.quantization().unwrap();
+    assert_eq!(
+        (q.method, q.bits, q.group_size),
+        (QuantMethod::Mxfp4, 4, Some(32))
+    );
+    assert_eq!(q.modules_not_quantized, ["lm_head"]);
+    let LinearWeight::Quantized(l) = ck.linear("l").unwrap() else {
+        panic!("MXFP4 linear")
+    };
+    assert_eq!((l.in_features, l.out_features), (64, 16));
+    let QuantComponents::Fp4 { weight_packed, .. } = &l.components else {
+        panic!()
+    };
+    assert_eq!(weight_packed.bytes(), packed_bytes.as_slice());
+    let p = l.packed().unwrap();
+    assert_eq!(p.format, poot_formats::PackedFormat::Fp4E2M1);
+    assert_eq!(p.components.len(), 2);
+    assert!(matches!(
+        ck.linear("lm_head").unwrap(),
+        LinearWeight::Dense(_)
+    ));
+
+    // A scale that is not E8M0 bytes, and a group size the MX layout does not have.
+    let file = write_safetensors(&[
+        ("l.weight_packed", "U8", &[16, 32], &packed_bytes),
+        ("l.weight_scale", "F8_E4M3", &[16, 4], &[0u8; 64]),
+    ]);
+    std::fs::write(dir.join("model.safetensors"), file).unwrap();
+    assert!(matches!(quant_err(&dir), QuantError::ComponentType { .. }));
+    std::fs::write(
+        dir.join("config.json"),
+        config.replace("\"group_size\": 32", "\"group_size\": 16"),
+    )
+    .unwrap();
+    assert!(matches!(
+        quant_err(&dir),
+        QuantError::UnsupportedVariant { .. }
+    ));
+    // Packed FP4 components without an MXFP4 config.
+    std::fs::write(dir.join("config.json"), r#"{"model_type": "llama"}"#).unwrap();
+    assert!(matches!(
+        quant_err(&dir),
+        QuantError::ComponentsWithoutConfig { .. }
+    ));
+}
+
+/// With a block size configured, a weight no larger than one block has a [1, 1] scale: one
+/// block, not a per-tensor scale.
+#[test]
+fn a_one_block_fp8_scale_is_per_block() {
+    let dir = TempDir::new("fp8-one-block");
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}"#,
+    )
+    .unwrap();
+    let file = write_safetensors(&[
+        ("l.weight", "F8_E4M3", &[64, 96], &[0u8; 64 * 96]),
+        ("l.weight_scale_inv", "F32", &[1, 1], &[0u8; 4]),
+    ]);
+    std::fs::write(dir.join("model.safetensors"), file).unwrap();
+    let ck = load(dir.path(), &LoadOptions::default()).unwrap();
+    let LinearWeight::Quantized(l) = ck.linear("l").unwrap() else {
+        panic!("FP8 linear")
+    };
+    let QuantComponents::Fp8 { scale_layout, .. } = &l.components else {
+        panic!()
+    };
+    assert_eq!(
+        *scale_layout,
+        Fp8ScaleLayout::Block {
+            rows: 128,
+            cols: 128
+        }
+    );
+    let p = packed(&ck, "l").unwrap();
+    assert!(matches!(
+        p.format,
+        poot_formats::PackedFormat::Fp8(poot_formats::Fp8Format {
+            scaling: poot_formats::Fp8Scaling::Block128,
+            ..
+        })
+    ));
+}

@@ -7,9 +7,9 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
-use poot_formats::{DenseType, GgmlType, StoredType};
-use poot_graph_ir::{Builder, DType, TensorType, Traced};
-use poot_load::WeightStore;
+use poot_formats::{DenseType, GgmlType, PackedFormat, StoredType};
+use poot_graph_ir::{Builder, ComponentFormat, DType, TensorType, Traced, component_const_name};
+use poot_load::{Checkpoint, ConfigSource, LinearWeight, WeightStore};
 
 use crate::config::SourceKind;
 use crate::error::{ModelError, TraceError};
@@ -146,6 +146,9 @@ pub enum WeightSource {
     },
     /// A table the family computes from the config (rotary angles).
     Table(Arc<[f32]>),
+    /// A component-format constant (a GPTQ, AWQ, FP8 or FP4 linear): each component's role
+    /// and the checkpoint tensor that stores it, in the format's order.
+    Components(Vec<(&'static str, String)>),
 }
 
 /// One bound constant.
@@ -157,12 +160,15 @@ pub struct WeightEntry {
 }
 
 /// A bound constant's data, as the weight store holds it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub enum ConstData<'s> {
     /// Stored bytes (little-endian words or packed blocks), no alignment promised.
     Bytes(&'s [u8]),
     /// A computed f32 table.
     F32(&'s [f32]),
+    /// A component-format constant's components: each role and its stored bytes, in the
+    /// format's order.
+    Components(Vec<(&'static str, &'s [u8])>),
 }
 
 /// Shape and stored type of a checkpoint tensor, without its bytes.
@@ -172,11 +178,29 @@ pub struct TensorMeta {
     pub stored: StoredType,
 }
 
+/// A linear layer a checkpoint stores in a component format: the format, its logical
+/// `[out, in]` shape, and the tensor holding each component, by role in the format's order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PackedLinearMeta {
+    pub format: PackedFormat,
+    pub shape: [u64; 2],
+    pub components: Vec<(&'static str, String)>,
+}
+
 /// What a family needs to know about a checkpoint's tensors to build its weight map: their
-/// shapes and stored types. A weight store is one; a synthetic index (for planning a model at
-/// real dimensions without its bytes) is another.
+/// shapes and stored types, and which linears are stored in a component format. A weight store
+/// and a checkpoint are indexes; a synthetic index (for planning a model at real dimensions
+/// without its bytes) is another.
 pub trait TensorIndex {
     fn tensor_meta(&self, name: &str) -> Option<TensorMeta>;
+
+    /// The linear whose dense weight would be `{prefix}.weight`, when the checkpoint stores it
+    /// in a component format (GPTQ, AWQ, FP8, FP4); `Ok(None)` when it is dense, absent, or the
+    /// index knows no quantization (a bare weight store).
+    fn packed_linear(&self, prefix: &str) -> Result<Option<PackedLinearMeta>, ModelError> {
+        let _ = prefix;
+        Ok(None)
+    }
 }
 
 impl TensorIndex for WeightStore {
@@ -185,6 +209,47 @@ impl TensorIndex for WeightStore {
             shape: t.shape().to_vec(),
             stored: t.stored_type(),
         })
+    }
+}
+
+/// A checkpoint knows its quantization config, so it also finds the Hugging Face packed
+/// linears (`X.qweight`, `X.weight_packed`, an F8_E4M3 `X.weight` with its scale).
+impl TensorIndex for Checkpoint {
+    fn tensor_meta(&self, name: &str) -> Option<TensorMeta> {
+        self.store().tensor_meta(name)
+    }
+
+    fn packed_linear(&self, prefix: &str) -> Result<Option<PackedLinearMeta>, ModelError> {
+        if matches!(self.config(), ConfigSource::Gguf(_)) {
+            return Ok(None);
+        }
+        let packed_here = self.store().contains(&format!("{prefix}.qweight"))
+            || self.store().contains(&format!("{prefix}.weight_packed"))
+            || self
+                .store()
+                .get(&format!("{prefix}.weight"))
+                .is_some_and(|t| {
+                    matches!(
+                        t.stored_type(),
+                        StoredType::Dense(DenseType::F8E4M3 | DenseType::F8E5M2)
+                    )
+                });
+        if !packed_here {
+            return Ok(None);
+        }
+        let LinearWeight::Quantized(l) = self.linear(prefix)? else {
+            return Ok(None);
+        };
+        let p = l.packed().map_err(poot_load::LoadError::from)?;
+        Ok(Some(PackedLinearMeta {
+            format: p.format,
+            shape: [p.shape.n_rows as u64, p.shape.k_cols as u64],
+            components: p
+                .components
+                .iter()
+                .map(|(role, t)| (*role, t.name().to_string()))
+                .collect(),
+        }))
     }
 }
 
@@ -325,7 +390,10 @@ impl WeightMap {
         }
     }
 
-    /// Binds `role` to a checkpoint tensor, checking its shape when `expected` is given.
+    /// Binds `role` to a checkpoint tensor, checking its shape when `expected` is given. A
+    /// linear the index stores in a component format (`name` is `X.weight` and the checkpoint
+    /// holds `X.qweight`, say) binds as one component-format constant over its components, as
+    /// stored.
     pub fn bind_tensor(
         &mut self,
         index: &dyn TensorIndex,
@@ -333,6 +401,11 @@ impl WeightMap {
         name: &str,
         expected: Option<&[u64]>,
     ) -> Result<(), ModelError> {
+        if let Some(prefix) = name.strip_suffix(".weight")
+            && let Some(linear) = index.packed_linear(prefix)?
+        {
+            return self.bind_packed(role, name, linear, expected);
+        }
         let meta = index
             .tensor_meta(name)
             .ok_or_else(|| ModelError::MissingTensor {
@@ -372,6 +445,48 @@ impl WeightMap {
                     name: name.to_string(),
                     rows: None,
                 },
+            },
+        );
+        Ok(())
+    }
+
+    /// Binds `role` to a component-format linear stored in place of `name`.
+    fn bind_packed(
+        &mut self,
+        role: WeightRole,
+        name: &str,
+        linear: PackedLinearMeta,
+        expected: Option<&[u64]>,
+    ) -> Result<(), ModelError> {
+        if let Some(want) = expected
+            && want != linear.shape.as_slice()
+        {
+            return Err(ModelError::TensorShape {
+                name: name.to_string(),
+                expected: want.to_vec(),
+                found: linear.shape.to_vec(),
+            });
+        }
+        let format = ComponentFormat::new(linear.format).ok_or(ModelError::TensorType {
+            name: name.to_string(),
+            stored: "GGUF blocks in place of a Hugging Face linear",
+        })?;
+        let dims = linear
+            .shape
+            .iter()
+            .map(|&d| usize::try_from(d))
+            .collect::<Result<Vec<usize>, _>>()
+            .map_err(|_| ModelError::TensorShape {
+                name: name.to_string(),
+                expected: Vec::new(),
+                found: linear.shape.to_vec(),
+            })?;
+        self.entries.insert(
+            role,
+            WeightEntry {
+                role,
+                ty: TensorType::new(DType::Components(format), dims),
+                source: WeightSource::Components(linear.components),
             },
         );
         Ok(())
@@ -419,12 +534,18 @@ impl WeightMap {
         role: WeightRole,
         expected: Option<&[u64]>,
     ) -> Result<bool, ModelError> {
-        match table.name(kind, role.layer, role.role) {
-            Some(name) if index.tensor_meta(&name).is_some() => {
-                self.bind_tensor(index, role, &name, expected)?;
-                Ok(true)
-            }
-            _ => Ok(false),
+        let Some(name) = table.name(kind, role.layer, role.role) else {
+            return Ok(false);
+        };
+        let packed = match name.strip_suffix(".weight") {
+            Some(prefix) => index.packed_linear(prefix)?.is_some(),
+            None => false,
+        };
+        if packed || index.tensor_meta(&name).is_some() {
+            self.bind_tensor(index, role, &name, expected)?;
+            Ok(true)
+        } else {
+            Ok(false)
         }
     }
 
@@ -450,6 +571,52 @@ impl WeightMap {
                 };
                 Ok(ConstData::Bytes(view.bytes()))
             }
+            WeightSource::Components(parts) => Ok(ConstData::Components(
+                parts
+                    .iter()
+                    .map(|(role, name)| Ok((*role, store.tensor(name)?.bytes())))
+                    .collect::<Result<_, poot_load::LoadError>>()?,
+            )),
         }
+    }
+
+    /// The names an executor uploads buffers under: every constant, a component-format one as
+    /// each of its components ([`component_const_name`], `w.l0.attn.q:qweight`).
+    pub fn buffer_names(&self) -> Vec<String> {
+        let mut names = Vec::with_capacity(self.entries.len());
+        for e in self.entries.values() {
+            let name = e.role.const_name();
+            match &e.source {
+                WeightSource::Components(parts) => names.extend(
+                    parts
+                        .iter()
+                        .map(|(role, _)| component_const_name(&name, role)),
+                ),
+                WeightSource::Tensor { .. } | WeightSource::Table(_) => names.push(name),
+            }
+        }
+        names
+    }
+
+    /// The stored bytes behind one of [`WeightMap::buffer_names`]: a whole constant's, or one
+    /// component's.
+    pub fn buffer_data<'s>(
+        &'s self,
+        buffer_name: &str,
+        store: &'s WeightStore,
+    ) -> Result<ConstData<'s>, ModelError> {
+        if let Some((const_name, role)) = buffer_name.rsplit_once(':')
+            && let Ok(ConstData::Components(parts)) = self.const_data(const_name, store)
+        {
+            return parts
+                .into_iter()
+                .find(|(r, _)| *r == role)
+                .map(|(_, bytes)| ConstData::Bytes(bytes))
+                .ok_or_else(|| ModelError::MissingTensor {
+                    name: buffer_name.to_string(),
+                    role: const_name.to_string(),
+                });
+        }
+        self.const_data(buffer_name, store)
     }
 }

@@ -86,6 +86,8 @@ impl ConstSource for Weights {
         Some(match self.0.const_data(name)? {
             ConstData::Bytes(b) => ConstBytes::Stored(b.into()),
             ConstData::F32(v) => ConstBytes::F32(v.into()),
+            // The fixture's weights are dense: no component buffers to serve.
+            ConstData::Components(_) => return None,
         })
     }
 }
@@ -138,6 +140,16 @@ impl Oracle<'_> {
             let v = match self.fixture.const_data(name).unwrap() {
                 ConstData::Bytes(b) => HostTensor::from_le_bytes(ty.clone(), b).unwrap(),
                 ConstData::F32(v) => HostTensor::f32(ty.shape.clone(), v).unwrap(),
+                ConstData::Components(parts) => {
+                    let poot_graph_ir::DType::Components(format) = ty.dtype else {
+                        panic!("components bound to a {} constant", ty.dtype)
+                    };
+                    let parts = parts
+                        .into_iter()
+                        .map(|(role, b)| (role.to_string(), std::borrow::Cow::Borrowed(b)))
+                        .collect();
+                    HostTensor::components(format, ty.shape.clone(), parts).unwrap()
+                }
             };
             inputs.set_const(name, v);
         }

@@ -54,7 +54,7 @@ fn source<'t>(x: &'t HostTensor<'_>) -> Result<Box<dyn Iterator<Item = Num> + 't
         TensorData::U32(v) => Box::new(v.iter().map(|&a| Num::Int(i64::from(a)))),
         TensorData::U8(v) => Box::new(v.iter().map(|&a| Num::Int(i64::from(a)))),
         TensorData::Bool(v) => Box::new(v.iter().map(|&a| Num::Bool(a))),
-        TensorData::Packed(_) => {
+        TensorData::Packed(_) | TensorData::Components(_) => {
             return Err(Fault::Unsupported {
                 input: 0,
                 dtype: x.dtype(),
@@ -103,7 +103,7 @@ pub(crate) fn cast(x: &HostTensor<'_>, to: DType) -> Result<TensorData<'static>,
             })
             .collect(),
         ),
-        DType::Packed(_) => {
+        DType::Packed(_) | DType::Components(_) => {
             return Err(Fault::Unsupported {
                 input: 0,
                 dtype: to,

@@ -69,7 +69,7 @@ macro_rules! dispatch_dense {
             poot_graph_ir::DType::U32 => $f::<u32>($($arg),*),
             poot_graph_ir::DType::U8 => $f::<u8>($($arg),*),
             poot_graph_ir::DType::Bool => $f::<bool>($($arg),*),
-            dtype @ poot_graph_ir::DType::Packed(_) => {
+            dtype @ (poot_graph_ir::DType::Packed(_) | poot_graph_ir::DType::Components(_)) => {
                 Err($crate::error::Fault::Unsupported { input: $input, dtype })
             }
         }

@@ -59,6 +59,7 @@ pub(crate) fn gather(
             }
             Ok(f32::wrap(out))
         }
+        dtype @ DType::Components(_) => Err(Fault::Unsupported { input: 0, dtype }),
         dtype => dispatch_dense!(dtype, 0, go(data, &rows, axis)),
     }
 }

@@ -28,7 +28,12 @@ pub(crate) fn iota(
         DType::I32 => TensorData::I32(idx.map(|a| a as i32).collect()),
         DType::U32 => TensorData::U32(idx.map(|a| a as u32).collect()),
         DType::F32 => TensorData::F32(idx.map(|a| a as f32).collect()),
-        DType::F16 | DType::BF16 | DType::U8 | DType::Bool | DType::Packed(_) => {
+        DType::F16
+        | DType::BF16
+        | DType::U8
+        | DType::Bool
+        | DType::Packed(_)
+        | DType::Components(_) => {
             return Err(Fault::Unsupported { input: 0, dtype });
         }
     })

@@ -1,9 +1,10 @@
 //! Reading a contraction's weight as stored: f32 in place, f16/bf16 converted and packed blocks
-//! decoded into a scratch row, a row at a time.
+//! or component formats decoded into a scratch row, a row at a time.
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
-use poot_graph_ir::GgmlType;
+use poot_formats::MatrixShape;
+use poot_graph_ir::{ComponentFormat, GgmlType};
 
 use crate::error::Fault;
 use crate::packed;
@@ -14,7 +15,16 @@ pub(crate) enum Weights<'d> {
     F32(&'d [f32]),
     F16(&'d [f16]),
     BF16(&'d [bf16]),
-    Packed { format: GgmlType, bytes: &'d [u8] },
+    Packed {
+        format: GgmlType,
+        bytes: &'d [u8],
+    },
+    /// A component-format `[N, K]` weight, read a whole row at a time.
+    Components {
+        format: ComponentFormat,
+        shape: MatrixShape,
+        parts: &'d packed::Parts<'d>,
+    },
 }
 
 impl<'d> Weights<'d> {
@@ -27,6 +37,14 @@ impl<'d> Weights<'d> {
                 poot_graph_ir::DType::Packed(format) => Weights::Packed { format, bytes },
                 dtype => return Err(Fault::Unsupported { input, dtype }),
             },
+            TensorData::Components(parts) => match (t.dtype(), t.dims()) {
+                (poot_graph_ir::DType::Components(format), &[n, k]) => Weights::Components {
+                    format,
+                    shape: MatrixShape::new(n, k),
+                    parts,
+                },
+                (dtype, _) => return Err(Fault::Unsupported { input, dtype }),
+            },
             TensorData::I32(_) | TensorData::U32(_) | TensorData::U8(_) | TensorData::Bool(_) => {
                 return Err(Fault::Unsupported {
                     input,
@@ -37,7 +55,8 @@ impl<'d> Weights<'d> {
     }
 
     /// Elements `[start, start + len)` as f32: borrowed for f32, converted or decoded into
-    /// `scratch` otherwise. A packed run must start and end on block boundaries.
+    /// `scratch` otherwise. A packed run must start and end on block boundaries; a
+    /// component-format run must be one whole row.
     pub(crate) fn read<'s>(
         &'s self,
         start: usize,
@@ -80,6 +99,22 @@ impl<'d> Weights<'d> {
                 })?;
                 scratch.resize(len, 0.0);
                 packed::decode(*format, src, scratch)?;
+                Ok(scratch)
+            }
+            Weights::Components {
+                format,
+                shape,
+                parts,
+            } => {
+                let k = shape.k_cols;
+                if k == 0 || !start.is_multiple_of(k) || len != k {
+                    return Err(Fault::WindowLayout {
+                        base: start,
+                        len: shape.n_rows.saturating_mul(k),
+                    });
+                }
+                scratch.resize(len, 0.0);
+                packed::decode_components_row(*format, *shape, parts, start / k, scratch)?;
                 Ok(scratch)
             }
         }

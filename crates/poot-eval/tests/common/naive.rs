@@ -270,7 +270,7 @@ pub fn cast(from: DType, to: DType, x: &Ref) -> Ref {
                     wrap(a as i64, to)
                 }
             }
-            DType::Packed(_) => panic!("cast to packed"),
+            DType::Packed(_) | DType::Components(_) => panic!("cast to packed"),
         }
     })
 }

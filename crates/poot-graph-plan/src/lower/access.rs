@@ -2,9 +2,11 @@
 //! value is a load in its storage layout; an inlined value is its op applied to its inputs'
 //! expressions, with movement ops as index maps.
 
+use poot_formats::MatrixShape;
 use poot_graph_ir::{BinaryOp, CompareOp, DType, OpKind, Scalar, Storage, UnaryOp, ValueId};
 
 use super::classify::Placement;
+use super::components::{self, ComponentParams};
 use super::context::KernelCtx;
 use super::dequant::{self, FormatTables};
 use super::{Lowering, fault};
@@ -17,7 +19,7 @@ use crate::refusal::PlanError;
 /// The kernel type a graph dtype computes in (f16/bf16 values are held as rounded f32).
 pub fn kty(d: DType) -> Ty {
     match d {
-        DType::F32 | DType::F16 | DType::BF16 | DType::Packed(_) => Ty::F32,
+        DType::F32 | DType::F16 | DType::BF16 | DType::Packed(_) | DType::Components(_) => Ty::F32,
         DType::I32 => Ty::I32,
         DType::U32 | DType::U8 => Ty::U32,
         DType::Bool => Ty::Bool,
@@ -165,6 +167,26 @@ impl Lowering<'_> {
                 kk,
             )?);
         }
+        if let DType::Components(format) = dtype {
+            let (&[n, k], [ni, ki]) = (dims.as_slice(), idx) else {
+                return Err(self.unsupported("decode", v, dtype));
+            };
+            let mut params = ComponentParams::new();
+            for (role, buf) in self.component_buffers(v)? {
+                params.insert(role, cx.param(buf, Word::U32, false));
+            }
+            let decoded = components::decode_element(
+                format,
+                MatrixShape::new(n, k),
+                &params,
+                ni.clone(),
+                ki.clone(),
+            )?;
+            for c in decoded.checks {
+                cx.kb.if_(c.out_of_range, |kb| kb.fault(c.fault));
+            }
+            return Ok(decoded.value);
+        }
         let flat = flatten(idx, &dims);
         if is_const {
             return Ok(match dtype {
@@ -179,7 +201,9 @@ impl Lowering<'_> {
                     load_byte(cx.param(buf, Word::U32, false), flat),
                     u32c(0),
                 ),
-                DType::Packed(_) => return Err(self.unsupported("load", v, dtype)),
+                DType::Packed(_) | DType::Components(_) => {
+                    return Err(self.unsupported("load", v, dtype));
+                }
             });
         }
         let word = device_word(dtype);
@@ -411,7 +435,12 @@ pub fn convert(x: Expr, from: DType, to: DType) -> Expr {
         DType::BF16 => un(UnOp::RoundBf16, widened),
         DType::U8 if src == Ty::F32 => min(widened, u32c(255)),
         DType::U8 => widened & u32c(255),
-        DType::F32 | DType::I32 | DType::U32 | DType::Bool | DType::Packed(_) => widened,
+        DType::F32
+        | DType::I32
+        | DType::U32
+        | DType::Bool
+        | DType::Packed(_)
+        | DType::Components(_) => widened,
     }
 }
 

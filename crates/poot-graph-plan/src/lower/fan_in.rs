@@ -84,15 +84,26 @@ fn reads(
     leaves
 }
 
-/// Codebook tables the packed values among `leaves` decode with.
+/// Bindings beyond one per leaf: the codebook tables the packed values among `leaves` decode
+/// with, and every component past the first of a component-format constant.
 fn tables(g: &Graph, leaves: &BTreeSet<ValueId>) -> usize {
     let mut t: HashSet<FormatTable> = HashSet::new();
+    let mut components = 0;
     for v in leaves {
-        if let DType::Packed(f) = g.values()[v.index()].ty.dtype
-            && let Ok(Some(PackedFormat::Block(b))) = f.packed_format()
-        {
-            t.extend(dequant::tables_of(b).iter().copied());
+        let ty = &g.values()[v.index()].ty;
+        match ty.dtype {
+            DType::Packed(f) => {
+                if let Ok(Some(PackedFormat::Block(b))) = f.packed_format() {
+                    t.extend(dequant::tables_of(b).iter().copied());
+                }
+            }
+            DType::Components(c) => {
+                components += c
+                    .components(ty.dims())
+                    .map_or(0, |s| s.len().saturating_sub(1));
+            }
+            _ => {}
         }
     }
-    t.len()
+    t.len() + components
 }

@@ -5,6 +5,7 @@ mod access;
 mod attention;
 mod buffers;
 mod classify;
+pub mod components;
 mod context;
 pub mod dequant;
 mod emit;
@@ -15,8 +16,10 @@ mod rows;
 
 use std::collections::HashMap;
 
-use poot_formats::{BlockFormat, GgmlType, PackedFormat};
-use poot_graph_ir::{DType, Eqn, Graph, OpKind, Storage, ValueId};
+use poot_formats::{BlockFormat, DenseType, GgmlType, PackedFormat};
+use poot_graph_ir::{
+    DType, Eqn, Graph, OpKind, Storage, TensorType, ValueId, component_const_name,
+};
 
 use self::classify::{Classification, Placement, classify};
 use self::context::{KernelCtx, LBuf};
@@ -38,6 +41,7 @@ pub mod fault {
     pub const SCATTER_INDEX: u32 = 5;
     pub const DIVIDE_BY_ZERO: u32 = 6;
     pub const EXPERT_INDEX: u32 = 7;
+    pub const GROUP_INDEX: u32 = 8;
 
     /// What a fault code means, for error messages.
     pub fn describe(code: u32) -> &'static str {
@@ -49,6 +53,7 @@ pub mod fault {
             SCATTER_INDEX => "scatter index out of range",
             DIVIDE_BY_ZERO => "integer division by zero",
             EXPERT_INDEX => "expert index out of range",
+            GROUP_INDEX => "GPTQ g_idx names a group the weight has no scales for",
             _ => "unknown kernel check",
         }
     }
@@ -67,6 +72,8 @@ pub(crate) struct Lowering<'g> {
     cls: Classification,
     /// The buffer of each buffered value.
     lbuf: Vec<Option<LBuf>>,
+    /// The buffer of each component of a component-format constant, by value index.
+    component_bufs: HashMap<usize, Vec<(&'static str, LBuf)>>,
     bufs: Vec<LBufInfo>,
     tables: HashMap<FormatTable, LBuf>,
     kernels: Vec<Kernel>,
@@ -102,6 +109,7 @@ fn lower_with(g: &Graph, target: &Target, rewrite_attention: bool) -> Result<Pla
         target,
         cls,
         lbuf: vec![None; g.values().len()],
+        component_bufs: HashMap::new(),
         bufs: Vec::new(),
         tables: HashMap::new(),
         kernels: Vec::new(),
@@ -226,6 +234,10 @@ impl<'g> Lowering<'g> {
             let ty = &info.ty;
             let (role, size) = match &info.storage {
                 Storage::Device => continue,
+                Storage::Const(name) if matches!(ty.dtype, DType::Components(_)) => {
+                    self.bind_components(v, name)?;
+                    continue;
+                }
                 Storage::Const(name) => {
                     let size = ty
                         .size_bytes()
@@ -249,6 +261,50 @@ impl<'g> Lowering<'g> {
             self.lbuf[i] = Some(b);
         }
         Ok(())
+    }
+
+    /// One constant buffer per component of the component-format constant `v` (named
+    /// [`component_const_name`]), each checked against the target's buffer limit.
+    fn bind_components(&mut self, v: ValueId, name: &str) -> Result<(), PlanError> {
+        let ty = &self.g.values()[v.index()].ty;
+        let DType::Components(format) = ty.dtype else {
+            return Err(self.unsupported("bind", v, ty.dtype));
+        };
+        let specs = format
+            .components(ty.dims())
+            .map_err(|_| self.unsupported("bind", v, ty.dtype))?;
+        let limit = self.target.limits.max_buffer_bytes;
+        let mut bufs = Vec::with_capacity(specs.len());
+        for c in specs {
+            let full = component_const_name(name, c.name);
+            let size = c
+                .n_bytes()
+                .map(|b| (b as u64).div_ceil(4) * 4)
+                .ok_or_else(|| self.unsupported("bind", v, ty.dtype))?;
+            if size > limit {
+                return Err(PlanError::ConstantTooLarge {
+                    backend: self.target.backend,
+                    name: full,
+                    needed_bytes: size,
+                    limit_bytes: limit,
+                });
+            }
+            let b = self.new_buffer(BufferRole::Const { name: full }, size.max(4));
+            bufs.push((c.name, b));
+        }
+        self.lbuf[v.index()] = bufs.first().map(|&(_, b)| b);
+        self.component_bufs.insert(v.index(), bufs);
+        Ok(())
+    }
+
+    /// The buffers of the component-format constant `v`'s components, by role.
+    fn component_buffers(&self, v: ValueId) -> Result<Vec<(&'static str, LBuf)>, PlanError> {
+        self.component_bufs
+            .get(&v.index())
+            .cloned()
+            .ok_or_else(|| PlanError::Unplaced {
+                label: self.label(v),
+            })
     }
 
     /// The scratch buffer of the computed value `v` (a fresh one on first call).
@@ -326,6 +382,42 @@ impl<'g> Lowering<'g> {
         ))
     }
 
+    /// Each component of the component-format constant `v` (named `name`) as a stored constant
+    /// of its own: its buffer name and its dense type (an FP8 byte as u8).
+    fn component_host_values(
+        &self,
+        v: ValueId,
+        name: &str,
+    ) -> Result<Vec<(String, HostValue)>, PlanError> {
+        let ty = &self.g.values()[v.index()].ty;
+        let DType::Components(format) = ty.dtype else {
+            return Err(self.unsupported("bind", v, ty.dtype));
+        };
+        let specs = format
+            .components(ty.dims())
+            .map_err(|_| self.unsupported("bind", v, ty.dtype))?;
+        let bufs = self.component_buffers(v)?;
+        let mut out = Vec::with_capacity(specs.len());
+        for (c, (_, b)) in specs.iter().zip(bufs) {
+            let dtype = match c.dtype {
+                DenseType::I32 => DType::I32,
+                DenseType::F16 => DType::F16,
+                DenseType::BF16 => DType::BF16,
+                DenseType::F32 => DType::F32,
+                _ => DType::U8,
+            };
+            out.push((
+                component_const_name(name, c.name),
+                HostValue {
+                    buffer: crate::plan::BufferId(b.0),
+                    ty: TensorType::new(dtype, c.dims.clone()),
+                    words: DeviceWords::Stored,
+                },
+            ));
+        }
+        Ok(out)
+    }
+
     fn into_plan(self) -> Result<Plan, PlanError> {
         let mut slots = Vec::new();
         let mut states = Vec::new();
@@ -335,6 +427,9 @@ impl<'g> Lowering<'g> {
             match &info.storage {
                 Storage::Slot(s) => slots.push((s.clone(), self.host_value(v)?.1)),
                 Storage::State(n) => states.push((n.clone(), self.host_value(v)?.1)),
+                Storage::Const(n) if matches!(info.ty.dtype, DType::Components(_)) => {
+                    consts.extend(self.component_host_values(v, n)?);
+                }
                 Storage::Const(n) => consts.push((n.clone(), self.host_value(v)?.1)),
                 Storage::Device => {}
             }

@@ -6,9 +6,14 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use poot_formats::{DenseType, GgmlType, StoredType};
-use poot_models::weights::{TensorIndex, TensorMeta};
-use poot_models::{Model, Registry};
+use std::num::NonZeroU32;
+
+use poot_formats::{
+    DenseType, GgmlType, GptqFormat, GptqZeros, GroupSize, MatrixShape, PackedFormat, Presence,
+    StoredType,
+};
+use poot_models::weights::{PackedLinearMeta, TensorIndex, TensorMeta};
+use poot_models::{Model, ModelError, Registry};
 
 /// Tokens in one prefill chunk.
 pub const PREFILL_TOKENS: usize = 512;
@@ -32,21 +37,43 @@ pub struct DecoderShape {
     pub sandwich_norms: bool,
 }
 
-/// A checkpoint index with no bytes: every tensor's shape and stored type.
+/// How a reference stores its seven projections per layer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Projections {
+    /// One tensor each (dense words or GGUF blocks).
+    Stored(StoredType),
+    /// The component tensors of a Hugging Face packed layout (GPTQ, AWQ, FP8, FP4).
+    Packed(PackedFormat),
+}
+
+impl From<StoredType> for Projections {
+    fn from(t: StoredType) -> Projections {
+        Projections::Stored(t)
+    }
+}
+
+/// A checkpoint index with no bytes: every tensor's shape and stored type, and the linears
+/// stored in a component format.
 pub struct SyntheticIndex {
     pub tensors: HashMap<String, TensorMeta>,
+    pub packed: HashMap<String, PackedLinearMeta>,
 }
 
 impl TensorIndex for SyntheticIndex {
     fn tensor_meta(&self, name: &str) -> Option<TensorMeta> {
         self.tensors.get(name).cloned()
     }
+
+    fn packed_linear(&self, prefix: &str) -> Result<Option<PackedLinearMeta>, ModelError> {
+        Ok(self.packed.get(prefix).cloned())
+    }
 }
 
 impl SyntheticIndex {
     /// The Hugging Face tensors of `shape`: norms, biases, embedding and head in `dense`, the
     /// seven projections of every layer in `projections`.
-    pub fn hugging_face(shape: &DecoderShape, dense: StoredType, projections: StoredType) -> Self {
+    pub fn hugging_face(shape: &DecoderShape, dense: StoredType, projections: Projections) -> Self {
+        let mut packed = HashMap::new();
         let mut tensors = HashMap::new();
         let mut put = |name: String, dims: &[u64], stored: StoredType| {
             tensors.insert(
@@ -86,7 +113,27 @@ impl SyntheticIndex {
                 ("mlp.up_proj", ff, d),
                 ("mlp.down_proj", d, ff),
             ] {
-                put(format!("{p}.{proj}.weight"), &[rows, cols], projections);
+                match projections {
+                    Projections::Stored(t) => put(format!("{p}.{proj}.weight"), &[rows, cols], t),
+                    Projections::Packed(format) => {
+                        let prefix = format!("{p}.{proj}");
+                        let components = format
+                            .components(MatrixShape::new(rows as usize, cols as usize))
+                            .unwrap()
+                            .into_iter()
+                            .filter(|c| c.presence == Presence::Required)
+                            .map(|c| (c.name, format!("{prefix}.{}", c.name)))
+                            .collect();
+                        packed.insert(
+                            prefix,
+                            PackedLinearMeta {
+                                format,
+                                shape: [rows, cols],
+                                components,
+                            },
+                        );
+                    }
+                }
             }
             if shape.qkv_bias {
                 put(format!("{p}.self_attn.q_proj.bias"), &[q_out], dense);
@@ -106,7 +153,7 @@ impl SyntheticIndex {
                 );
             }
         }
-        SyntheticIndex { tensors }
+        SyntheticIndex { tensors, packed }
     }
 }
 
@@ -118,7 +165,7 @@ pub struct Reference {
     pub name: &'static str,
     pub config_json: String,
     pub shape: DecoderShape,
-    pub projections: StoredType,
+    pub projections: Projections,
 }
 
 pub fn qwen2_5_0_5b() -> Reference {
@@ -145,7 +192,7 @@ pub fn qwen2_5_0_5b() -> Reference {
             qk_norm: false,
             sandwich_norms: false,
         },
-        projections: BF16,
+        projections: Projections::Stored(BF16),
     }
 }
 
@@ -174,7 +221,7 @@ pub fn qwen3_0_6b() -> Reference {
             qk_norm: true,
             sandwich_norms: false,
         },
-        projections: BF16,
+        projections: Projections::Stored(BF16),
     }
 }
 
@@ -206,7 +253,7 @@ pub fn smollm2_135m() -> Reference {
             qk_norm: false,
             sandwich_norms: false,
         },
-        projections: Q4_1,
+        projections: Projections::Stored(Q4_1),
     }
 }
 
@@ -239,7 +286,7 @@ pub fn gemma3_270m() -> Reference {
             qk_norm: true,
             sandwich_norms: true,
         },
-        projections: Q5_0,
+        projections: Projections::Stored(Q5_0),
     }
 }
 
@@ -272,7 +319,7 @@ pub fn llama_3_1_8b() -> Reference {
         name: "Llama-3.1-8B",
         config_json: LLAMA_3_1_8B_CONFIG.into(),
         shape: LLAMA_3_1_8B_SHAPE,
-        projections: BF16,
+        projections: Projections::Stored(BF16),
     }
 }
 
@@ -283,7 +330,49 @@ pub fn llama_3_1_8b_q4_k() -> Reference {
         name: "Llama-3.1-8B-Q4_K",
         config_json: LLAMA_3_1_8B_CONFIG.into(),
         shape: LLAMA_3_1_8B_SHAPE,
-        projections: Q4_K,
+        projections: Projections::Stored(Q4_K),
+    }
+}
+
+/// The 8B with its seven projections in GPTQ int4 (group 128, act-order, as published 8B GPTQ
+/// checkpoints store them; embedding, head and norms BF16): `qweight`, `qzeros`, `scales` and
+/// `g_idx` of every projection bound as one component-format constant.
+pub fn llama_3_1_8b_gptq() -> Reference {
+    Reference {
+        name: "Llama-3.1-8B-GPTQ",
+        config_json: LLAMA_3_1_8B_CONFIG.into(),
+        shape: LLAMA_3_1_8B_SHAPE,
+        projections: Projections::Packed(PackedFormat::Gptq(GptqFormat {
+            group: GroupSize::Elems(NonZeroU32::new(128).unwrap()),
+            act_order: true,
+            zeros: GptqZeros::V1PlusOne,
+        })),
+    }
+}
+
+/// A one-layer Llama-shaped decoder whose projections are stored as `projections`.
+pub fn one_layer(name: &'static str, projections: Projections) -> Reference {
+    Reference {
+        name,
+        config_json: r#"{"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512,
+            "vocab_size": 512, "tie_word_embeddings": false, "max_position_embeddings": 256,
+            "rope_theta": 10000.0, "rms_norm_eps": 1e-05}"#
+            .to_string(),
+        shape: DecoderShape {
+            hidden: 256,
+            layers: 1,
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 64,
+            intermediate: 512,
+            vocab: 512,
+            tied: false,
+            qkv_bias: false,
+            qk_norm: false,
+            sandwich_norms: false,
+        },
+        projections,
     }
 }
 
@@ -315,7 +404,7 @@ pub fn gemma3_27b() -> Reference {
             qk_norm: true,
             sandwich_norms: true,
         },
-        projections: BF16,
+        projections: Projections::Stored(BF16),
     }
 }
 

@@ -47,7 +47,7 @@ pub fn load(path: &Path) -> Loaded {
     let entry = registry
         .resolve(checkpoint.config())
         .expect("family resolves");
-    let parts = (entry.build)(checkpoint.config(), checkpoint.store()).expect("family builds");
+    let parts = (entry.build)(checkpoint.config(), &checkpoint).expect("family builds");
     Loaded {
         checkpoint,
         model: parts.model,
@@ -68,6 +68,17 @@ pub fn bind_weights<'s>(graph: &Graph, loaded: &'s Loaded) -> Inputs<'s> {
                 HostTensor::from_le_bytes(ty.clone(), b).expect("stored bytes match type")
             }
             ConstData::F32(v) => HostTensor::f32(ty.shape.clone(), v).expect("table"),
+            ConstData::Components(parts) => {
+                let poot_graph_ir::DType::Components(format) = ty.dtype else {
+                    panic!("components bound to a {} constant", ty.dtype)
+                };
+                let parts = parts
+                    .into_iter()
+                    .map(|(role, b)| (role.to_string(), std::borrow::Cow::Borrowed(b)))
+                    .collect();
+                HostTensor::components(format, ty.shape.clone(), parts)
+                    .expect("components match the format")
+            }
         };
         inputs.set_const(name, t);
     }
