@@ -338,6 +338,17 @@ impl CaseBuilder {
             .expect("fresh name")
     }
 
+    /// A constant holding `values`.
+    fn f32_values(&mut self, name: &str, dims: &[usize], values: Vec<f32>) -> Traced {
+        self.consts.push((
+            name.to_string(),
+            HostTensor::f32(dims.to_vec(), values).expect("sized"),
+        ));
+        self.b
+            .constant(name, TensorType::new(DType::F32, dims.to_vec()))
+            .expect("fresh name")
+    }
+
     fn positive(&mut self, name: &str, dims: &[usize]) -> Traced {
         let n: usize = dims.iter().product();
         let v: Vec<f32> = (0..n).map(|_| self.rng.f32().abs() + 0.25).collect();
@@ -397,7 +408,8 @@ impl CaseBuilder {
             .expect("fresh slot")
     }
 
-    /// Random valid blocks of a ggml block format (f16 scales set to small finite values).
+    /// Random blocks of a ggml block format with realistic scales: every f16 field (a scale or
+    /// minimum) small and finite, every E8M0 exponent near 1.
     fn packed(&mut self, name: &str, format: GgmlType, rows: usize, k: usize) -> Traced {
         let bytes_per_block = format.block_bytes();
         let n_blocks = rows * k / format.block_elems();
@@ -405,23 +417,21 @@ impl CaseBuilder {
         for b in bytes.iter_mut() {
             *b = self.rng.next() as u8;
         }
-        // Every f16 in the formats used here sits at the start of the block (d, then dmin).
-        let f16_fields = match format {
-            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => 2,
-            _ => 1,
-        };
-        let f16_at = |f: GgmlType| match f {
-            GgmlType::Q2_K => 80,
-            GgmlType::Q3_K => 108,
-            GgmlType::Q6_K => 208,
-            _ => 0,
+        let fields = match format.packed_format() {
+            Ok(Some(poot_formats::PackedFormat::Block(b))) => b.fields(),
+            _ => &[],
         };
         for blk in 0..n_blocks {
-            for j in 0..f16_fields {
-                let at = blk * bytes_per_block + f16_at(format) + 2 * j;
-                let v = half::f16::from_f32(self.rng.f32() * 0.05).to_le_bytes();
-                bytes[at] = v[0];
-                bytes[at + 1] = v[1];
+            for f in fields {
+                let at = blk * bytes_per_block + f.offset_bytes;
+                match f.kind {
+                    poot_formats::FieldKind::F16 => {
+                        let v = half::f16::from_f32(self.rng.f32() * 0.05).to_le_bytes();
+                        bytes[at..at + 2].copy_from_slice(&v);
+                    }
+                    poot_formats::FieldKind::E8M0 => bytes[at] = 120 + self.rng.below(8) as u8,
+                    _ => {}
+                }
             }
         }
         let t = HostTensor::packed(format, vec![rows, k], bytes).expect("sized");
@@ -1443,6 +1453,219 @@ fn fusion_cases() -> Vec<Case> {
     cases
 }
 
+/// Cases for the tiled contraction (more than 8 left-side rows): every weight type the planner
+/// reads (f32, f16, bf16 and every GGUF block format), rows that fill a tile, part of one and
+/// parts of two, contraction and column counts that are not multiples of the tile, and the
+/// fusions it keeps: a norm computed once per tile row (a layernorm's nested one too), sibling
+/// projections, residual and gated epilogues, and a decoder layer's prefill chunks.
+fn tiled_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let rows = [9, 64, 100];
+    for (i, dtype) in [DType::F32, DType::F16, DType::BF16]
+        .into_iter()
+        .enumerate()
+    {
+        for (j, &m) in rows.iter().enumerate() {
+            let mut c = CaseBuilder::new(200 + 3 * i as u64 + j as u64);
+            let x = c.f32("x", &[m, 70]);
+            let w = match dtype {
+                DType::F32 => c.f32("w", &[75, 70]),
+                d => c.half("w", &[75, 70], d),
+            };
+            let mut outputs = Outputs::new(ops::linear(&c.b, x, w, None).expect("linear"));
+            if dtype == DType::F32 {
+                let wt = c.f32("wt", &[70, 75]);
+                outputs = outputs.and(c.b.matmul(x, wt, false).expect("mm"));
+            }
+            cases.push(c.finish(
+                &format!("tiled linear, {dtype} weights, {m}x70 by 70x75"),
+                outputs,
+                reassociated(70),
+            ));
+        }
+    }
+    for (i, format) in poot_formats::BlockFormat::ALL.into_iter().enumerate() {
+        let m = rows[i % rows.len()];
+        let k = 2 * format.block_elems();
+        let mut c = CaseBuilder::new(220 + i as u64);
+        let x = c.f32("x", &[m, k]);
+        let w = c.packed("w", format.ggml_type(), 75, k);
+        let y = ops::linear(&c.b, x, w, None).expect("linear");
+        cases.push(c.finish(
+            &format!("tiled linear, {} weights, {m}x{k} by {k}x75", format.name()),
+            Outputs::new(y),
+            reassociated(k),
+        ));
+    }
+
+    // A norm into three sibling projections of 100 rows over two leading axes; over 320
+    // elements the contraction is split (its tiles are few) and a second kernel adds up.
+    for (i, k_len) in [96, 320].into_iter().enumerate() {
+        let mut c = CaseBuilder::new(240 + 10 * i as u64);
+        let x = c.f32("x", &[2, 50, k_len]);
+        let nw = c.positive("norm", &[k_len]);
+        let wq = c.f32("wq", &[40, k_len]);
+        let wk = c.packed("wk", GgmlType::Q8_0, 24, k_len);
+        let wv = c.half("wv", &[70, k_len], DType::F16);
+        let h = ops::rmsnorm(&c.b, x, nw, 1e-6).expect("rmsnorm");
+        let q = ops::linear(&c.b, h, wq, None).expect("q");
+        let k = ops::linear(&c.b, h, wk, None).expect("k");
+        let v = ops::linear(&c.b, h, wv, None).expect("v");
+        cases.push(c.finish(
+            &format!("tiled sibling projections of a norm, 2x50 rows, K {k_len}"),
+            Outputs::new(q).and(k).and(v),
+            reassociated(k_len),
+        ));
+    }
+
+    // A feed-forward block: norm, gate and up with the SiLU product, down (over 300 elements:
+    // split) with the residual.
+    for (i, m) in [9, 64].into_iter().enumerate() {
+        let mut c = CaseBuilder::new(241 + i as u64);
+        let x = c.f32("x", &[1, m, 80]);
+        let nw = c.positive("norm", &[80]);
+        let wg = c.f32("w_gate", &[300, 80]);
+        let wu = c.half("w_up", &[300, 80], DType::BF16);
+        let wd = c.f32("w_down", &[80, 300]);
+        let h = ops::rmsnorm(&c.b, x, nw, 1e-6).expect("rmsnorm");
+        let g = ops::linear(&c.b, h, wg, None).expect("gate");
+        let u = ops::linear(&c.b, h, wu, None).expect("up");
+        let f =
+            ops::linear(&c.b, ops::swiglu(&c.b, g, u).expect("swiglu"), wd, None).expect("down");
+        let y = c.b.add(x, f).expect("residual");
+        cases.push(c.finish(
+            &format!("tiled feed-forward with gated and residual epilogues, {m} rows"),
+            Outputs::new(y),
+            reassociated(300),
+        ));
+    }
+
+    // A centring norm (a row reduction inside another, both per tile row) into a projection;
+    // an epilogue summing contractions of two left sides.
+    let mut c = CaseBuilder::new(243);
+    let x = c.f32("x", &[20, 48]);
+    let w = c.f32("w", &[33, 48]);
+    let b = &c.b;
+    let mean = b.reduce(ReduceOp::Sum, x, 1).expect("sum");
+    let centred = b
+        .sub(x, b.broadcast(mean, [20, 48]).expect("b"))
+        .expect("sub");
+    let var = b
+        .reduce(ReduceOp::Sum, b.mul(centred, centred).expect("sq"), 1)
+        .expect("sum");
+    let normed = b
+        .mul(centred, b.broadcast(var, [20, 48]).expect("b"))
+        .expect("mul");
+    let y = ops::linear(b, normed, w, None).expect("linear");
+    let a = c.f32("a", &[20, 40]);
+    let o = c.f32("o", &[20, 64]);
+    let wg = c.f32("wg", &[24, 40]);
+    let wu = c.half("wu", &[24, 40], DType::F16);
+    let wo = c.packed("wo", GgmlType::Q4_0, 24, 64);
+    let gate = ops::linear(&c.b, a, wg, None).expect("gate");
+    let up = ops::linear(&c.b, a, wu, None).expect("up");
+    let other = ops::linear(&c.b, o, wo, None).expect("other");
+    let z =
+        c.b.add(ops::geglu(&c.b, gate, up).expect("geglu"), other)
+            .expect("add");
+    cases.push(c.finish(
+        "tiled projection of a nested row reduction; epilogue over two left sides, 20 rows",
+        Outputs::new(y).and(z),
+        reassociated(64),
+    ));
+
+    cases.push(decoder_layer_case(
+        "decoder layer prefill chunks of 12 (GQA, Q4_1 projections, tiled)",
+        244,
+        LayerShape {
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 16,
+            capacity: 36,
+            tokens: 12,
+            window: None,
+            softcap: None,
+            qk_norm: true,
+            sandwich: false,
+            packed: Some(GgmlType::Q4_1),
+        },
+        3,
+    ));
+    cases
+}
+
+/// Rows long enough for the planner to split their reductions across workgroups, 30000 values
+/// each (not a whole number of partitions): row 0 random with its maximum tied at three places
+/// far apart and ties among its next largest, row 1 with NaNs (the first one wins arg-max),
+/// row 2 all zeros of both signs (every element ties).
+fn long_rows(c: &mut CaseBuilder) -> Traced {
+    const LEN: usize = 30000;
+    let mut v: Vec<f32> = (0..3 * LEN).map(|_| c.rng.f32()).collect();
+    for at in [4999, 17777, 29999] {
+        v[at] = 2.5;
+    }
+    for at in [3, 1500, 20000, 29000] {
+        v[at] = 1.5;
+    }
+    for at in [LEN + 9000, LEN + 700, LEN + 25000] {
+        v[at] = f32::NAN;
+    }
+    for (i, x) in v[2 * LEN..].iter_mut().enumerate() {
+        *x = if i % 3 == 0 { -0.0 } else { 0.0 };
+    }
+    c.f32_values("x", &[3, LEN], v)
+}
+
+/// Cases for reductions over long rows, split across workgroups: arg-max (ties across
+/// partitions, NaN, signed zeros), max, min, top-k and an i32 row sharing the same kernels,
+/// arg-max over a long leading axis; then a sum and a softmax over the row (reassociated).
+fn split_reduction_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut c = CaseBuilder::new(260);
+    let x = long_rows(&mut c);
+    let am = c.b.argmax(x, 1).expect("argmax");
+    let mx = c.b.reduce(ReduceOp::Max, x, 1).expect("max");
+    let mn = c.b.reduce(ReduceOp::Min, x, 1).expect("min");
+    let top = c.b.arg_top_k(x, 20).expect("top-k");
+    let scaled =
+        c.b.mul(
+            x,
+            c.b.broadcast(c.b.lit_f32(3.0).expect("l"), [3, 30000])
+                .expect("b"),
+        )
+        .expect("mul");
+    let xi = c.b.cast(scaled, DType::I32).expect("cast");
+    let am_i = c.b.argmax(xi, 1).expect("argmax");
+    let mx_i = c.b.reduce(ReduceOp::Max, xi, 1).expect("max");
+    let tall = c.f32("tall", &[25000, 2]);
+    let am_0 = c.b.argmax(tall, 0).expect("argmax");
+    cases.push(
+        c.finish(
+            "split arg-max, max, min, top-k over 3x30000 (ties, NaN, signed zeros), i32, axis 0",
+            Outputs::new(am)
+                .and(mx)
+                .and(mn)
+                .and(top)
+                .and(am_i)
+                .and(mx_i)
+                .and(am_0),
+            Tolerance::Exact,
+        ),
+    );
+
+    let mut c = CaseBuilder::new(261);
+    let x = long_rows(&mut c);
+    let sum = c.b.reduce(ReduceOp::Sum, x, 1).expect("sum");
+    let sm = ops::softmax(&c.b, x, 1).expect("softmax");
+    cases.push(c.finish(
+        "split sum and softmax over 3x30000",
+        Outputs::new(sum).and(sm),
+        reassociated(30000),
+    ));
+    cases
+}
+
 /// Every case of the suite.
 pub fn cases() -> Vec<Case> {
     let mut all = Vec::new();
@@ -1487,6 +1710,8 @@ pub fn cases() -> Vec<Case> {
     all.extend(component_cases());
     all.extend(composite_cases());
     all.extend(fusion_cases());
+    all.extend(tiled_cases());
+    all.extend(split_reduction_cases());
     all
 }
 

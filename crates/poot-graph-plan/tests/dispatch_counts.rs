@@ -27,9 +27,15 @@ fn layer_kinds(plan: &Plan, l: usize) -> Vec<&str> {
 
 /// Plans `r`'s decode step and prints its dispatch counts; returns the plan and layer count.
 fn decode_plan(r: &Reference) -> (Plan, usize) {
+    step_plan(r, 1)
+}
+
+/// Plans `r`'s step of `tokens` tokens and prints its dispatch counts; returns the plan and
+/// layer count.
+fn step_plan(r: &Reference, tokens: usize) -> (Plan, usize) {
     let model = build(r);
     let layers = model.config().n_layers;
-    let spec = StepSpec::step(StepShape::new(1, 1, CAPACITY));
+    let spec = StepSpec::step(StepShape::new(1, tokens, CAPACITY));
     let graph = model
         .trace(&spec, TraceLimits::standard(MAX_STEP_TOKENS))
         .unwrap();
@@ -43,7 +49,7 @@ fn decode_plan(r: &Reference) -> (Plan, usize) {
     };
     let per_layer: Vec<usize> = (0..layers).map(in_layer).collect();
     println!(
-        "{} decode (capacity {CAPACITY}): {} dispatches per token, {} kernels; per layer {:?}; \
+        "{} step of {tokens} (capacity {CAPACITY}): {} dispatches, {} kernels; per layer {:?}; \
          outside layers {}",
         r.name,
         plan.dispatches.len(),
@@ -122,4 +128,38 @@ fn gemma3_270m_decode_dispatches() {
     }
     // The final norm and the head.
     assert_eq!(plan.dispatches.len(), layer.len() * layers + 2);
+}
+
+#[test]
+fn prefill_chunks_of_64_run_tiled_projections() {
+    // A prefill chunk's projections are tiled contractions with decode's fusions (the norm
+    // inside Q/K/V and gate/up, the residual adds and the SiLU product in epilogues). At these
+    // widths their tiles are too few to fill a large GPU, so each is split along the
+    // contraction axis and a second kernel adds up and finishes: SmolLM2 has 10 launches a
+    // layer where one workgroup per output had 8 (with the norms as row kernels of their own).
+    let split = ["gemm_split", "gemm_combine"];
+    let smollm2 = [
+        &split[..],
+        &["update_slice", "attention"],
+        &split,
+        &split,
+        &split,
+    ]
+    .concat();
+    let gemma3 = [
+        &split[..],
+        &["update_slice", "attention"],
+        &split,
+        &["row_map"],
+        &split,
+        &split,
+        &["row_map"],
+    ]
+    .concat();
+    for (r, layer) in [(smollm2_135m(), smollm2), (gemma3_270m(), gemma3)] {
+        let (plan, layers) = step_plan(&r, 64);
+        for l in 0..layers {
+            assert_eq!(layer_kinds(&plan, l), layer, "{} layer {l}", r.name);
+        }
+    }
 }

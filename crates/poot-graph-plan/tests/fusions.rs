@@ -111,3 +111,72 @@ fn attention_whose_probabilities_are_read_elsewhere_is_not_rewritten() {
     let p = plan(&attention_graph(1, 64, true));
     assert!(!kinds(&p).contains(&"attention"), "{:?}", kinds(&p));
 }
+
+#[test]
+fn a_prefill_chunks_norm_and_projections_are_one_tiled_kernel() {
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[1, 64, 96]);
+    let w = input(&b, "w", &[96]);
+    let h = ops::rmsnorm(&b, x, w, 1e-6).unwrap();
+    let q = ops::linear(&b, h, input(&b, "wq", &[96, 96]), None).unwrap();
+    let k = ops::linear(&b, h, input(&b, "wk", &[32, 96]), None).unwrap();
+    let p = plan(&b.finish(Outputs::new(q).and(k)).unwrap());
+    // Siblings over one row tile and 2 + 1 column tiles, the norm computed per tile row.
+    assert_eq!(kinds(&p), ["gemm"]);
+    assert_eq!(p.dispatches[0].grid[0], 3);
+}
+
+#[test]
+fn a_prefill_feed_forward_is_two_tiled_epilogues() {
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[1, 40, 64]);
+    let g = ops::linear(&b, x, input(&b, "wg", &[128, 64]), None).unwrap();
+    let u = ops::linear(&b, x, input(&b, "wu", &[128, 64]), None).unwrap();
+    let h = ops::swiglu(&b, g, u).unwrap();
+    let d = ops::linear(&b, h, input(&b, "wd", &[64, 128]), None).unwrap();
+    let y = b.add(x, d).unwrap();
+    let p = plan(&b.finish(Outputs::new(y)).unwrap());
+    assert_eq!(kinds(&p), ["gemm_epilogue", "gemm_epilogue"]);
+}
+
+#[test]
+fn a_tiled_kernel_that_does_not_fit_shared_memory_is_not_made() {
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[64, 96]);
+    let y = ops::linear(&b, x, input(&b, "w", &[80, 96]), None).unwrap();
+    let g = b.finish(Outputs::new(y)).unwrap();
+    assert_eq!(kinds(&plan(&g)), ["gemm"]);
+    let mut small = Target::ptx_preset();
+    small.limits.max_shared_bytes = 4096;
+    let p = compile(&g, &small).unwrap();
+    assert_eq!(kinds(&p), ["matmul"]);
+    assert_eq!(p.dispatches[0].grid[0], 64 * 80);
+}
+
+#[test]
+fn reductions_over_a_vocabulary_row_share_split_kernels() {
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "logits", &[1, 49152]);
+    let am = b.argmax(x, 1).unwrap();
+    let mx = b.reduce_max(x, 1).unwrap();
+    let top = b.arg_top_k(x, 20).unwrap();
+    let p = plan(&b.finish(Outputs::new(am).and(mx).and(top)).unwrap());
+    assert_eq!(
+        kinds(&p),
+        [
+            "reduce_split",
+            "reduce_combine",
+            "top_k_split",
+            "top_k_combine"
+        ]
+    );
+    // Partitions of 1024 values; sqrt(49152 / 20) for the top 20.
+    let grids: Vec<u32> = p.dispatches.iter().map(|d| d.grid[0]).collect();
+    assert_eq!(grids, [48, 1, 49, 1]);
+    // A row as long as a hidden size stays one workgroup (and inside its readers).
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[1, 8192]);
+    let am = b.argmax(x, 1).unwrap();
+    let p = plan(&b.finish(Outputs::new(am)).unwrap());
+    assert_eq!(kinds(&p), ["argmax"]);
+}

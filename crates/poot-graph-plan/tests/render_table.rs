@@ -442,7 +442,92 @@ fn table() -> Vec<Kernel> {
         dequant_kernel(),
     ];
     kernels.extend(planned_kernels());
+    kernels.extend(tiled_and_split_kernels());
     kernels
+}
+
+/// The tiled contraction over every weight type (f32 both ways, f16, bf16, every GGUF block
+/// format; split along the contraction axis over 512 elements) with its fusions (a norm and a
+/// nested row reduction per tile row, siblings, gated and residual epilogues), and the split
+/// reductions over long rows (arg-max with an i32 row and a sum sharing its kernels, top-k),
+/// renamed apart.
+fn tiled_and_split_kernels() -> Vec<Kernel> {
+    use poot_graph_ir::{Builder, DType, Outputs, ReduceOp, TensorType, TraceLimits, ops};
+    let input = |b: &Builder, name: &str, dtype: DType, dims: &[usize]| {
+        b.constant(name, TensorType::new(dtype, dims.to_vec()))
+            .unwrap()
+    };
+    let mut graphs = Vec::new();
+    let mut weights: Vec<(DType, usize)> =
+        vec![(DType::F32, 70), (DType::F16, 70), (DType::BF16, 70)];
+    for f in poot_formats::BlockFormat::ALL {
+        weights.push((DType::Packed(f.ggml_type()), 2 * f.block_elems()));
+    }
+    for (dtype, k) in weights {
+        let b = Builder::new(TraceLimits::standard(64));
+        let x = input(&b, "x", DType::F32, &[64, k]);
+        let w = input(&b, "w", dtype, &[75, k]);
+        let mut out = Outputs::new(ops::linear(&b, x, w, None).unwrap());
+        if dtype == DType::F32 {
+            let wt = input(&b, "wt", DType::F32, &[k, 75]);
+            out = out.and(b.matmul(x, wt, false).unwrap());
+        }
+        graphs.push(b.finish(out).unwrap());
+    }
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", DType::F32, &[2, 50, 96]);
+    let h = ops::rmsnorm(&b, x, input(&b, "n", DType::F32, &[96]), 1e-6).unwrap();
+    let q = ops::linear(&b, h, input(&b, "wq", DType::F32, &[40, 96]), None).unwrap();
+    let k = ops::linear(&b, h, input(&b, "wk", DType::F16, &[24, 96]), None).unwrap();
+    let g = ops::linear(&b, h, input(&b, "wg", DType::F32, &[150, 96]), None).unwrap();
+    let u = ops::linear(&b, h, input(&b, "wu", DType::BF16, &[150, 96]), None).unwrap();
+    let f = ops::swiglu(&b, g, u).unwrap();
+    let d = ops::linear(&b, f, input(&b, "wd", DType::F32, &[96, 150]), None).unwrap();
+    let y = b.add(x, d).unwrap();
+    let xs = input(&b, "xs", DType::F32, &[20, 48]);
+    let mean = b.reduce(ReduceOp::Sum, xs, 1).unwrap();
+    let c = b.sub(xs, b.broadcast(mean, [20, 48]).unwrap()).unwrap();
+    let var = b.reduce(ReduceOp::Sum, b.mul(c, c).unwrap(), 1).unwrap();
+    let centered = b.mul(c, b.broadcast(var, [20, 48]).unwrap()).unwrap();
+    let z = b
+        .matmul(centered, input(&b, "wz", DType::F32, &[33, 48]), true)
+        .unwrap();
+    graphs.push(b.finish(Outputs::new(q).and(k).and(y).and(z)).unwrap());
+    let b = Builder::new(TraceLimits::standard(64));
+    let l = input(&b, "l", DType::F32, &[2, 30000]);
+    let li = b.cast(l, DType::I32).unwrap();
+    let out = Outputs::new(b.argmax(l, 1).unwrap())
+        .and(b.argmax(li, 1).unwrap())
+        .and(b.reduce(ReduceOp::Sum, l, 1).unwrap())
+        .and(b.reduce(ReduceOp::Max, li, 1).unwrap())
+        .and(b.arg_top_k(l, 20).unwrap());
+    graphs.push(b.finish(out).unwrap());
+    let mut out: Vec<Kernel> = Vec::new();
+    let mut kinds = Vec::new();
+    for g in graphs {
+        let plan = poot_graph_plan::compile(&g, &poot_graph_plan::Target::ptx_preset()).unwrap();
+        for mut k in plan.kernels {
+            kinds.push(k.kind().to_string());
+            k.name = format!("tiled_split_{}_{}", k.name, out.len());
+            out.push(k);
+        }
+    }
+    for want in [
+        "gemm",
+        "gemm_epilogue",
+        "gemm_split",
+        "gemm_combine",
+        "reduce_split",
+        "reduce_combine",
+        "top_k_split",
+        "top_k_combine",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == want),
+            "no {want} kernel in {kinds:?}"
+        );
+    }
+    out
 }
 
 /// Every distinct kernel the planner makes for SmolLM2 and Gemma 3 decode and prefill steps

@@ -673,3 +673,115 @@ fn non_finite_logits_raise_the_flag_on_every_head() {
         }
     });
 }
+
+#[test]
+fn every_head_over_a_long_vocabulary_picks_as_the_oracle() {
+    // 40000 logits a row, long enough for the planner to split the reductions over each row
+    // across workgroups (and not a whole number of its partitions). Row 0's leader is tied in
+    // three places far apart, its runners-up in two; row 1 holds a NaN.
+    let (rows, vocab) = (2, 40000);
+    let mut table = logits(rows * vocab, 13);
+    for i in [333, 20001, 39999] {
+        table[i] = 4.5;
+    }
+    for i in [100, 30000] {
+        table[i] = 4.25;
+    }
+    table[vocab + 1234] = f32::NAN;
+    let greedy = Sampler::greedy();
+    let top_k = Sampler::new(0.8, 20, 1.0, 5);
+    let full = Sampler::new(0.9, 0, 1.0, 6);
+    let biased = Sampler {
+        penalties: penalties(1.5, 0.2, 0.3),
+        logit_bias: vec![(7, 9.0)],
+        ..Sampler::greedy()
+    };
+    let heads: [(Head, &Sampler); 4] = [
+        (Head::Greedy, &greedy),
+        (Head::Sample, &top_k),
+        (Head::Sample, &full),
+        (Head::Adjusted, &biased),
+    ];
+    let mut picks: Vec<(&str, Vec<Vec<Pick>>)> = Vec::new();
+    for mut backend in backends() {
+        let mut by_head = Vec::new();
+        for &(head, s) in &heads {
+            let mut suffix = backend.suffix(&table, rows, 1, head);
+            by_head.push(suffix.step(&[row(s, &[2], false, 3), row(s, &[2], false, 3)]));
+        }
+        let mut suffix = backend.suffix(&table, rows, 1, Head::Logprobs);
+        by_head.push(suffix.step(&[row(&greedy, &[], false, 0), row(&top_k, &[], false, 0)]));
+        drop(suffix);
+        picks.push((backend.name(), by_head));
+    }
+    let x0: Vec<f64> = table[..vocab].iter().map(|&x| x as f64).collect();
+    let (_, oracle) = &picks[0];
+    for (on, got) in &picks {
+        // Greedy: the first of the tied leaders; on the NaN row the NaN, flagged.
+        assert_eq!(got[0][0].token, 333, "{on}");
+        assert_eq!(got[0][1].token, 1234, "{on}");
+        assert_eq!(
+            got.iter()
+                .map(|p| (p[0].non_finite, p[1].non_finite))
+                .collect::<Vec<_>>(),
+            vec![(false, true); heads.len() + 1],
+            "{on}"
+        );
+        // Top-k 20: one of the row's 20 most likely, the oracle's draw.
+        assert!(
+            ranked(&x0)[..20].contains(&(got[1][0].token as usize)),
+            "{on}"
+        );
+        for (h, (g, o)) in got.iter().zip(oracle).enumerate() {
+            assert_eq!(g[0].token, o[0].token, "{on}: head {h}, row 0");
+        }
+        assert_logprobs(&format!("{on}: long greedy row"), &got[4][0], &x0, 1.0);
+    }
+}
+
+/// The kinds of kernel `head`'s suffix launches over `[rows, vocab]` logits, planned for the PTX
+/// preset.
+fn suffix_kinds(head: Head, rows: usize, vocab: usize) -> Vec<String> {
+    let limits = TraceLimits::standard(16);
+    let b = Builder::new(limits);
+    let l = b
+        .constant("logits", TensorType::new(DType::F32, vec![rows, vocab]))
+        .unwrap();
+    b.slot(Slot::Token, TensorType::new(DType::I32, vec![rows, 1]))
+        .unwrap();
+    let graph = append_head(b.finish(Outputs::new(l)).unwrap(), head, limits, rows).unwrap();
+    let plan = poot_graph_plan::compile(&graph, &poot_graph_plan::Target::ptx_preset()).unwrap();
+    plan.dispatches
+        .iter()
+        .map(|d| plan.kernels[d.kernel].kind().to_string())
+        .collect()
+}
+
+#[test]
+fn the_heads_reduce_a_long_vocabulary_with_many_workgroups() {
+    // SmolLM2's vocabulary. The greedy head: the arg-max and the non-finite flag share one
+    // split reduction (many workgroups, then one per row to combine), then the record (3
+    // launches, as many as when the arg-max was one workgroup and the flag another).
+    let greedy = suffix_kinds(Head::Greedy, 1, 49152);
+    println!("greedy: {}", greedy.join(" "));
+    assert_eq!(greedy, ["reduce_split", "reduce_combine", "map"]);
+    // The sampling heads: the flag, the greedy and the unrestricted arg-max and the maximum
+    // under the softmax share one split reduction, the softmax's sum another (it reads the
+    // maximum), the 32 candidates a split top-k. Sample and Adjusted launch two kernels more
+    // than with one workgroup per reduction (whose softmax sum ran inside its reader),
+    // Logprobs as many (30).
+    for (head, total) in [
+        (Head::Sample, 17),
+        (Head::Adjusted, 29),
+        (Head::Logprobs, 30),
+    ] {
+        let kinds = suffix_kinds(head, 1, 49152);
+        println!("{head:?}: {} launches: {}", kinds.len(), kinds.join(" "));
+        let count = |k: &str| kinds.iter().filter(|x| *x == k).count();
+        assert_eq!(count("reduce_split"), 2, "{head:?}");
+        assert_eq!(count("top_k_split"), 1, "{head:?}");
+        // One-workgroup reductions remain only over the 32 candidates.
+        assert_eq!(count("argmax") + count("top_k"), 1, "{head:?}");
+        assert_eq!(kinds.len(), total, "{head:?}");
+    }
+}

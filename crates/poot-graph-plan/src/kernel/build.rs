@@ -90,6 +90,11 @@ impl KernelBuilder {
         SharedId(self.shared.len() as u32 - 1)
     }
 
+    /// Bytes of the shared arrays declared so far (every element is a 32-bit word).
+    pub fn shared_bytes(&self) -> u64 {
+        self.shared.iter().map(|s| 4 * u64::from(s.len)).sum()
+    }
+
     fn push(&mut self, s: Stmt) {
         if let Some(block) = self.blocks.last_mut() {
             block.push(s);

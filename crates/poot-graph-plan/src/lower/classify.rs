@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use poot_graph_ir::{DType, Graph, OpKind, Storage, ValueId};
 
 use super::attention::{self, Attention};
+use super::{gemm, split};
 
 /// How a value is produced in the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,7 +25,9 @@ pub enum Placement {
     View,
     /// A reduction each reader computes for the rows it needs, once per row, before it reads
     /// them (a norm's sum of squares inside the projection that consumes the norm). A reader
-    /// that cannot (its index is not known before its loop) materializes it instead.
+    /// that cannot (its index is not known before its loop) materializes it instead. A
+    /// reduction over rows long enough to split across workgroups (a vocabulary's logits, see
+    /// `split`) is materialized from the start.
     RowReduce,
     /// A contraction computed by the kernel of the value its sums flow into element by element
     /// (a residual add, a gated activation): its epilogue, see [`Classification::epilogues`].
@@ -120,7 +123,8 @@ const RECOMPUTE_COLUMNS_MAX: usize = 16384;
 /// The most rows a contraction may have to recompute its left side. With few rows (a decode
 /// step) a contraction is bound by reading its weights and recomputing a norm per column is
 /// free; with many (a prefill chunk, an encoder batch) it is bound by arithmetic, which the
-/// recomputation would multiply.
+/// recomputation would multiply. A tiled contraction ([`gemm`](super::gemm)) computes its left
+/// side once per tile of 64 columns, and its norm once per tile of rows: it may have any rows.
 const RECOMPUTE_ROWS_MAX: usize = 16;
 
 /// Output rows of the contraction `eqn` (every axis but the last).
@@ -324,7 +328,7 @@ pub fn classify(g: &Graph, rewrite_attention: bool) -> Classification {
                         Read::ContractionLhs => {
                             own_cost <= RECOMPUTE_IN_CONTRACTION_MAX
                                 && columns(g, r) <= RECOMPUTE_COLUMNS_MAX
-                                && rows(g, r) <= RECOMPUTE_ROWS_MAX
+                                && (rows(g, r) <= RECOMPUTE_ROWS_MAX || gemm::tiled(g, r))
                         }
                         Read::Other => false,
                     }))
@@ -358,7 +362,10 @@ pub fn classify(g: &Graph, rewrite_attention: bool) -> Classification {
             Placement::View
         } else if matches!(op, OpKind::Literal(_) | OpKind::Iota { .. }) && !pinned[out] {
             Placement::Inline
-        } else if matches!(op, OpKind::Reduce { .. }) && !pinned[out] {
+        } else if matches!(op, OpKind::Reduce { .. })
+            && !pinned[out]
+            && split::reduction_parts(g, e) == 1
+        {
             Placement::RowReduce
         } else if is_elementwise_like(op) && !pinned[out] && recompute() {
             Placement::Inline
@@ -425,7 +432,7 @@ pub fn classify(g: &Graph, rewrite_attention: bool) -> Classification {
 }
 
 /// Ops that compute each output element from the same index of same-shape inputs.
-fn is_identity_elementwise(op: &OpKind) -> bool {
+pub(super) fn is_identity_elementwise(op: &OpKind) -> bool {
     matches!(
         op,
         OpKind::Unary(_)

@@ -32,6 +32,20 @@ pub struct KernelCtx {
     known: Vec<(ValueId, Vec<Expr>, Expr)>,
     /// Shared arrays for prologue reductions, one per element type.
     reduce_shared: Vec<(Ty, SharedId)>,
+    /// Row reductions a tiled kernel holds for every row of its tile (a norm's sum of squares
+    /// under a tiled projection), each in a shared array indexed by the row's offset in the tile.
+    tile_rows: Vec<(ValueId, SharedId)>,
+    /// The tile row being read now.
+    tile_row_at: Option<TileRow>,
+}
+
+/// A row of a tiled kernel's tile: its index over the leading axes (`dims`) and its offset in
+/// the tile.
+#[derive(Clone, Debug)]
+pub struct TileRow {
+    pub row: Vec<Expr>,
+    pub dims: Vec<usize>,
+    pub offset: Expr,
 }
 
 impl KernelCtx {
@@ -44,6 +58,8 @@ impl KernelCtx {
             prologue: None,
             known: Vec::new(),
             reduce_shared: Vec::new(),
+            tile_rows: Vec::new(),
+            tile_row_at: None,
         }
     }
 
@@ -142,6 +158,43 @@ impl KernelCtx {
         let s = self.kb.shared(format!("sr_{ty}"), ty, wg);
         self.reduce_shared.push((ty, s));
         s
+    }
+
+    /// Records that shared array `arr` holds row reduction `v` for every row of the kernel's
+    /// tile, by the row's offset in the tile.
+    pub fn add_tile_rows(&mut self, v: ValueId, arr: SharedId) {
+        self.tile_rows.push((v, arr));
+    }
+
+    /// Whether the kernel holds row reduction `v` for every row of its tile.
+    pub fn has_tile_rows(&self, v: ValueId) -> bool {
+        self.tile_rows.iter().any(|&(w, _)| w == v)
+    }
+
+    /// Says which tile row the reads that follow are at, or that they are at none.
+    pub fn set_tile_row(&mut self, at: Option<TileRow>) {
+        self.tile_row_at = at;
+    }
+
+    /// Row reduction `v` at `idx` (its leading axes, then the kept axis) from the tile's
+    /// table, when the kernel holds one and `idx` is the tile row being read now (an axis of
+    /// size 1 matches any index: in bounds it is 0).
+    pub fn tile_row_value(&self, v: ValueId, idx: &[Expr]) -> Option<Expr> {
+        let at = self.tile_row_at.as_ref()?;
+        let &(_, arr) = self.tile_rows.iter().find(|&&(w, _)| w == v)?;
+        let same_row = idx.len() == at.row.len() + 1
+            && at
+                .row
+                .iter()
+                .zip(idx)
+                .zip(&at.dims)
+                .all(|((a, b), &d)| d == 1 || a == b);
+        same_row.then(|| crate::kernel::build::load_shared(arr, at.offset.clone()))
+    }
+
+    /// Bytes of workgroup-shared memory the kernel declares so far.
+    pub fn shared_bytes(&self) -> u64 {
+        self.kb.shared_bytes()
     }
 
     pub fn finish(self) -> (Kernel, Vec<LBuf>, String) {

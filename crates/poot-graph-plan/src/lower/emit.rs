@@ -7,12 +7,12 @@ use poot_graph_ir::{OpKind, ReduceOp, Storage, ValueId};
 use super::access::{device_word, flatten, kty, to_word, unflatten};
 use super::classify::Placement;
 use super::context::{KernelCtx, LBuf};
-use super::{Lowering, fault};
+use super::{Lowering, fault, split};
 use crate::kernel::build::{bin, cmp};
 use crate::kernel::build::{
-    eq, group_count_x, group_id, load, load_shared, local_id, lt, select, u32c,
+    eq, group_count_x, group_id, load, load_shared, local_id, lt, select, u32c, un,
 };
-use crate::kernel::{BinOp, CmpOp, Expr, SharedId, Ty, Word};
+use crate::kernel::{BinOp, CmpOp, Expr, ParamId, SharedId, Ty, UnOp, Word};
 use crate::refusal::PlanError;
 
 /// How a tree reduction merges two threads' partial values (one expression per shared array).
@@ -22,7 +22,7 @@ type Combine<'a> = dyn Fn(&[Expr], &[Expr]) -> Vec<Expr> + 'a;
 const ELEMENTWISE_THREADS: u32 = 256;
 
 /// An index that marks "no element yet" in arg-max and top-k reductions.
-const NONE: u32 = u32::MAX;
+pub(super) const NONE: u32 = u32::MAX;
 
 /// Threads of a row kernel (one workgroup per row): a power of two between 32 and 256 that
 /// covers `len` when it can.
@@ -30,9 +30,14 @@ pub(super) fn row_threads(len: usize) -> u32 {
     (len.next_power_of_two().min(256) as u32).max(32)
 }
 
-/// `x != x`: whether an f32 is NaN.
+/// Whether an f32 is NaN, from its bits (a shader compiler that assumes finite floats may fold
+/// `x != x` to false; lavapipe folds such identities).
 fn is_nan(x: Expr) -> Expr {
-    cmp(CmpOp::Ne, x.clone(), x)
+    cmp(
+        CmpOp::Gt,
+        un(UnOp::BitsToU32, x) & u32c(0x7fff_ffff),
+        u32c(0x7f80_0000),
+    )
 }
 
 fn and(a: Expr, b: Expr) -> Expr {
@@ -45,7 +50,7 @@ fn or(a: Expr, b: Expr) -> Expr {
 
 /// Whether `(va, ia)` ranks before `(vb, ib)` in the oracle's arg-max / top-k order: NaN above
 /// every number, then larger values, ties to the lower index. `None` indices rank last.
-fn ranks_before(ty: Ty, va: Expr, ia: Expr, vb: Expr, ib: Expr) -> Expr {
+pub(super) fn ranks_before(ty: Ty, va: Expr, ia: Expr, vb: Expr, ib: Expr) -> Expr {
     let a_some = cmp(CmpOp::Ne, ia.clone(), u32c(NONE));
     let b_none = eq(ib.clone(), u32c(NONE));
     let lower_index = lt(ia, ib);
@@ -72,6 +77,31 @@ fn ranks_before(ty: Ty, va: Expr, ia: Expr, vb: Expr, ib: Expr) -> Expr {
         )
     };
     and(a_some, or(b_none, by_value))
+}
+
+/// Merges two partial results of a reduction (`reduce`, or arg-max when `None`, over values of
+/// type `ty`): `[value]`, or `[value, index]` for arg-max, where `b` replaces `a` when it ranks
+/// before it. Every tree and split of a reduction merges with this.
+pub(super) fn merge(reduce: Option<ReduceOp>, ty: Ty, a: &[Expr], b: &[Expr]) -> Vec<Expr> {
+    match reduce {
+        Some(op) => vec![combine(op, a[0].clone(), b[0].clone())],
+        None => {
+            let take_b = ranks_before(ty, b[0].clone(), b[1].clone(), a[0].clone(), a[1].clone());
+            vec![
+                select(take_b.clone(), b[0].clone(), a[0].clone()),
+                select(take_b, b[1].clone(), a[1].clone()),
+            ]
+        }
+    }
+}
+
+/// Where a top-k selection reads its candidates.
+pub(super) enum Candidates<'a> {
+    /// Positions of the last axis of `x` in the row at `row` (every axis but the last): a
+    /// candidate's index is its position.
+    Row { x: ValueId, row: &'a [Expr] },
+    /// Word pairs (the value's bits, the index) of `buf` from word `base` on.
+    Pairs { buf: ParamId, base: Expr },
 }
 
 impl Lowering<'_> {
@@ -191,6 +221,9 @@ impl Lowering<'_> {
     }
 
     pub(super) fn emit_reduce(&mut self, i: usize) -> Result<(), PlanError> {
+        if split::reduction_parts(self.g, &self.g.eqns()[i]) > 1 {
+            return self.emit_split_reductions(i);
+        }
         let e = &self.g.eqns()[i];
         let (v, x) = (e.out, e.inputs[0]);
         let (axis, reduce) = match e.op {
@@ -236,23 +269,12 @@ impl Lowering<'_> {
         xidx[axis] = k.clone();
         let xv = self.value_at(&mut cx, x, &xidx)?;
         let xv = cx.kb.let_(ty, xv);
-        match reduce {
-            Some(op) => cx.kb.set(acc, combine(op, Expr::Var(acc), xv)),
-            None => {
-                let take =
-                    ranks_before(ty, xv.clone(), k.clone(), Expr::Var(acc), Expr::Var(acc_i));
-                let take = cx.kb.let_(Ty::Bool, take);
-                cx.kb.set(acc, select(take.clone(), xv, Expr::Var(acc)));
-                cx.kb.set(acc_i, select(take, k, Expr::Var(acc_i)));
-            }
-        }
+        Self::fold(&mut cx, reduce, ty, (acc, acc_i), &[xv, k]);
         cx.kb.end();
         cx.kb.store_shared(sv, local_id(), Expr::Var(acc));
         match (reduce, si) {
-            (Some(op), _) => {
-                Self::tree_reduce(&mut cx, &[sv], &|a, b| {
-                    vec![combine(op, a[0].clone(), b[0].clone())]
-                });
+            (Some(_), _) => {
+                Self::tree_reduce(&mut cx, &[sv], &|a, b| merge(reduce, ty, a, b));
                 cx.kb.begin_if(eq(local_id(), u32c(0)));
                 cx.kb
                     .store(outp, row, to_word(load_shared(sv, u32c(0)), out_dtype));
@@ -260,14 +282,7 @@ impl Lowering<'_> {
             }
             (None, Some(si)) => {
                 cx.kb.store_shared(si, local_id(), Expr::Var(acc_i));
-                Self::tree_reduce(&mut cx, &[sv, si], &|a, b| {
-                    let take_b =
-                        ranks_before(ty, b[0].clone(), b[1].clone(), a[0].clone(), a[1].clone());
-                    vec![
-                        select(take_b.clone(), b[0].clone(), a[0].clone()),
-                        select(take_b, b[1].clone(), a[1].clone()),
-                    ]
-                });
+                Self::tree_reduce(&mut cx, &[sv, si], &|a, b| merge(None, ty, a, b));
                 cx.kb.begin_if(eq(local_id(), u32c(0)));
                 cx.kb.store(
                     outp,
@@ -285,7 +300,43 @@ impl Lowering<'_> {
         self.push_kernel(cx, grid)
     }
 
+    /// Folds `item` (`[value]`, or `[value, index]` for arg-max) into the running result
+    /// `acc` (the value and, for arg-max, its index) as [`merge`] does.
+    pub(super) fn fold(
+        cx: &mut KernelCtx,
+        reduce: Option<ReduceOp>,
+        ty: Ty,
+        acc: (crate::kernel::Var, crate::kernel::Var),
+        item: &[Expr],
+    ) {
+        match reduce {
+            Some(op) => cx
+                .kb
+                .set(acc.0, combine(op, Expr::Var(acc.0), item[0].clone())),
+            None => {
+                // One test of the order, shared by the value and the index.
+                let take = ranks_before(
+                    ty,
+                    item[0].clone(),
+                    item[1].clone(),
+                    Expr::Var(acc.0),
+                    Expr::Var(acc.1),
+                );
+                let take = cx.kb.let_(Ty::Bool, take);
+                cx.kb.set(
+                    acc.0,
+                    select(take.clone(), item[0].clone(), Expr::Var(acc.0)),
+                );
+                cx.kb
+                    .set(acc.1, select(take, item[1].clone(), Expr::Var(acc.1)));
+            }
+        }
+    }
+
     pub(super) fn emit_matmul(&mut self, i: usize, transpose_rhs: bool) -> Result<(), PlanError> {
+        if self.emit_tiled_matmuls(&[i])? {
+            return Ok(());
+        }
         let e = &self.g.eqns()[i];
         let (v, lhs, rhs) = (e.out, e.inputs[0], e.inputs[1]);
         let out_dims = self.g.values()[v.index()].ty.dims().to_vec();
@@ -473,72 +524,129 @@ impl Lowering<'_> {
         let dims = xt.dims().to_vec();
         let len = dims[dims.len() - 1];
         let rows = (self.n_elems(x)? as usize / len.max(1)) as u32;
+        if split::top_k_parts(rows as usize, len, k, ty) > 1 {
+            return self.emit_split_top_k(i, k);
+        }
         let wg = row_threads(len);
         let out = self.scratch_for(v)?;
         let mut cx = KernelCtx::labelled("top_k", self.label(v), wg);
         let outp = cx.param(out, Word::I32, true);
-        let sv = cx.kb.shared("sv", ty, wg);
-        let si = cx.kb.shared("si", Ty::U32, wg);
         let row = Self::begin_rows(&mut cx, rows);
         let ridx = unflatten(&mut cx, row.clone(), &dims[..dims.len() - 1]);
         cx.open_prologue();
+        let cands = Candidates::Row { x, row: &ridx };
+        self.select_top_k(
+            &mut cx,
+            ty,
+            k,
+            &cands,
+            (u32c(0), u32c(len as u32)),
+            &mut |cx, j, _, index| {
+                let at = row.clone() * u32c(k as u32) + j;
+                cx.kb
+                    .store(outp, at, crate::kernel::build::cast(Ty::I32, index));
+            },
+        )?;
+        cx.close_prologue();
+        cx.kb.end();
+        let grid = self.groups_for(rows, 1);
+        self.push_kernel(cx, grid)
+    }
+
+    /// The `k` passes of a top-k selection over candidates `range` (`[start, end)`) of
+    /// `cands`, by the whole workgroup: pass `j` picks the best candidate ranking after pass
+    /// `j - 1`'s pick (none once they run out, its index [`NONE`]). `write(cx, j, value,
+    /// index)` records each pick, on thread 0.
+    pub(super) fn select_top_k(
+        &mut self,
+        cx: &mut KernelCtx,
+        ty: Ty,
+        k: usize,
+        cands: &Candidates<'_>,
+        range: (Expr, Expr),
+        write: &mut dyn FnMut(&mut KernelCtx, Expr, Expr, Expr),
+    ) -> Result<(), PlanError> {
+        let wg = cx.kb.workgroup();
+        let sv = cx.kb.shared("sv", ty, wg);
+        let si = cx.kb.shared("si", Ty::U32, wg);
         let prev_v = cx.kb.var(ty, lowest(ty));
         let prev_i = cx.kb.var(Ty::U32, u32c(NONE));
         let j = cx.kb.begin_for(u32c(0), u32c(k as u32), u32c(1));
         let best_v = cx.kb.var(ty, lowest(ty));
         let best_i = cx.kb.var(Ty::U32, u32c(NONE));
-        let c = cx.kb.begin_for(local_id(), u32c(len as u32), u32c(wg));
-        let mut xi = ridx.clone();
-        xi.push(c.clone());
-        let xv = self.value_at(&mut cx, x, &xi)?;
-        let xv = cx.kb.let_(ty, xv);
-        // Eligible: ranks after the previous pick (every element, on the first pass).
+        let c = cx.kb.begin_for(range.0 + local_id(), range.1, u32c(wg));
+        let (xv, xi) = match cands {
+            Candidates::Row { x, row } => {
+                let mut at = row.to_vec();
+                at.push(c.clone());
+                let xv = self.value_at(cx, *x, &at)?;
+                (cx.kb.let_(ty, xv), c)
+            }
+            Candidates::Pairs { buf, base } => {
+                let w = cx.kb.let_(Ty::U32, base.clone() + c * u32c(2));
+                let xv = from_bits(ty, load(*buf, w.clone()));
+                (
+                    cx.kb.let_(ty, xv),
+                    cx.kb.let_(Ty::U32, load(*buf, w + u32c(1))),
+                )
+            }
+        };
+        // Eligible: ranks after the previous pick (every candidate, on the first pass; none
+        // once the picks ran out).
         let after_prev = or(
-            eq(Expr::Var(prev_i), u32c(NONE)),
+            eq(j.clone(), u32c(0)),
             ranks_before(
                 ty,
                 Expr::Var(prev_v),
                 Expr::Var(prev_i),
                 xv.clone(),
-                c.clone(),
+                xi.clone(),
             ),
         );
         let better = ranks_before(
             ty,
             xv.clone(),
-            c.clone(),
+            xi.clone(),
             Expr::Var(best_v),
             Expr::Var(best_i),
         );
         let take = cx.kb.let_(Ty::Bool, and(after_prev, better));
         cx.kb
             .set(best_v, select(take.clone(), xv, Expr::Var(best_v)));
-        cx.kb.set(best_i, select(take, c, Expr::Var(best_i)));
+        cx.kb.set(best_i, select(take, xi, Expr::Var(best_i)));
         cx.kb.end();
         cx.kb.store_shared(sv, local_id(), Expr::Var(best_v));
         cx.kb.store_shared(si, local_id(), Expr::Var(best_i));
-        Self::tree_reduce(&mut cx, &[sv, si], &|a, b| {
-            let take_b = ranks_before(ty, b[0].clone(), b[1].clone(), a[0].clone(), a[1].clone());
-            vec![
-                select(take_b.clone(), b[0].clone(), a[0].clone()),
-                select(take_b, b[1].clone(), a[1].clone()),
-            ]
-        });
+        Self::tree_reduce(cx, &[sv, si], &|a, b| merge(None, ty, a, b));
         cx.kb.set(prev_v, load_shared(sv, u32c(0)));
         cx.kb.set(prev_i, load_shared(si, u32c(0)));
         cx.kb.begin_if(eq(local_id(), u32c(0)));
-        cx.kb.store(
-            outp,
-            row.clone() * u32c(k as u32) + j,
-            crate::kernel::build::cast(Ty::I32, Expr::Var(prev_i)),
-        );
+        write(cx, j, Expr::Var(prev_v), Expr::Var(prev_i));
         cx.kb.end();
         cx.kb.barrier();
         cx.kb.end();
-        cx.close_prologue();
-        cx.kb.end();
-        let grid = self.groups_for(rows, 1);
-        self.push_kernel(cx, grid)
+        Ok(())
+    }
+}
+
+/// An f32, i32 or u32 value as the u32 word of its bits (how split reductions keep partial
+/// results of any type in one u32 buffer).
+pub(super) fn to_bits(ty: Ty, x: Expr) -> Expr {
+    match ty {
+        Ty::F32 => un(UnOp::BitsToU32, x),
+        Ty::I32 => crate::kernel::build::cast(Ty::U32, x),
+        Ty::U32 => x,
+        Ty::Bool => select(x, u32c(1), u32c(0)),
+    }
+}
+
+/// The inverse of [`to_bits`].
+pub(super) fn from_bits(ty: Ty, w: Expr) -> Expr {
+    match ty {
+        Ty::F32 => un(UnOp::BitsToF32, w),
+        Ty::I32 => crate::kernel::build::cast(Ty::I32, w),
+        Ty::U32 => w,
+        Ty::Bool => cmp(CmpOp::Ne, w, u32c(0)),
     }
 }
 
@@ -559,7 +667,7 @@ fn zero(ty: Ty) -> Expr {
     }
 }
 
-fn lowest(ty: Ty) -> Expr {
+pub(super) fn lowest(ty: Ty) -> Expr {
     match ty {
         Ty::F32 => Expr::F32(f32::NEG_INFINITY),
         Ty::I32 => Expr::I32(i32::MIN),

@@ -26,13 +26,12 @@ const UPDATE_WINDOW: usize = 64;
 
 impl Lowering<'_> {
     /// Whether `v` can be computed or loaded before equation `i` runs: every buffered value its
-    /// computation reads was produced earlier.
-    fn available_before(&self, v: ValueId, i: usize) -> bool {
+    /// computation reads was produced earlier (a deferred reduction where it is computed).
+    pub(super) fn available_before(&self, v: ValueId, i: usize) -> bool {
         match self.cls.placement[v.index()] {
             Placement::Input => true,
-            Placement::Materialized | Placement::View => {
-                self.cls.producer[v.index()].is_some_and(|p| p < i)
-            }
+            Placement::Materialized | Placement::View => self.cls.producer[v.index()]
+                .is_some_and(|p| self.deferred_to.get(&p).copied().unwrap_or(p) < i),
             Placement::Inline | Placement::RowReduce => {
                 self.cls.producer[v.index()].is_some_and(|p| {
                     self.g.eqns()[p]
@@ -95,6 +94,10 @@ impl Lowering<'_> {
         }
         if group.len() == 1 || od.len() < 2 {
             return self.emit_matmul(i, transpose_rhs);
+        }
+        if self.emit_tiled_matmuls(&group)? {
+            self.done.extend(group);
+            return Ok(());
         }
         let cx = self.sibling_kernel(&group, transpose_rhs)?;
         if cx.binding_count() as u32 > self.target.limits.max_bindings {

@@ -11,8 +11,10 @@ pub mod dequant;
 mod emit;
 mod epilogue;
 mod fan_in;
+mod gemm;
 mod horizontal;
 mod rows;
+mod split;
 
 use std::collections::HashMap;
 
@@ -80,8 +82,13 @@ pub(crate) struct Lowering<'g> {
     /// Each distinct kernel's index, by its text.
     kernel_index: HashMap<String, usize>,
     dispatches: Vec<PlannedDispatch>,
-    /// Equations already computed by an earlier equation's kernel (horizontal fusion).
+    /// Equations already computed by an earlier equation's kernel (horizontal fusion), or
+    /// computed later by a later one's (see `deferred`).
     done: std::collections::HashSet<usize>,
+    /// Split reductions computed together at the last one's place, by that equation, and the
+    /// place each of them is computed at (see `split`).
+    deferred: HashMap<usize, Vec<usize>>,
+    deferred_to: HashMap<usize, usize>,
 }
 
 /// A dispatch before physical buffer assignment.
@@ -116,6 +123,8 @@ fn lower_with(g: &Graph, target: &Target, rewrite_attention: bool) -> Result<Pla
         kernel_index: HashMap::new(),
         dispatches: Vec::new(),
         done: std::collections::HashSet::new(),
+        deferred: HashMap::new(),
+        deferred_to: HashMap::new(),
     };
     l.bind_inputs()?;
     for (i, e) in g.eqns().iter().enumerate() {

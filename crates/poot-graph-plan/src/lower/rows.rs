@@ -20,14 +20,18 @@ use crate::kernel::Expr;
 use crate::kernel::build::{load_shared, local_id, u32c};
 
 impl Lowering<'_> {
-    /// Row reduction `v` at `idx`: from the kernel's prologue when `idx` is known there, else
-    /// from its own kernel's buffer (emitted now, before the reader).
+    /// Row reduction `v` at `idx`: from a tiled kernel's table when `idx` is the tile row being
+    /// read, from the kernel's prologue when `idx` is known there, else from its own kernel's
+    /// buffer (emitted now, before the reader).
     pub(super) fn row_reduce_at(
         &mut self,
         cx: &mut KernelCtx,
         v: ValueId,
         idx: &[Expr],
     ) -> Result<Expr, PlanError> {
+        if let Some(e) = cx.tile_row_value(v, idx) {
+            return Ok(e);
+        }
         if let Some(e) = cx.prologue_value(v, idx) {
             return Ok(e);
         }

@@ -1,0 +1,949 @@
+//! Tiled contractions for many left-side rows (a prefill chunk, an encoder batch).
+//!
+//! One workgroup of 256 threads computes a tile of `TM x 64` outputs (`TM` is 32 rows for up to
+//! 32 rows, else 64): thread `(tx, ty)` of the 16 x 16 grid owns rows `ty + 16 i` and columns
+//! `tx + 16 j` of the tile, `TM / 16 x 4` sums in registers. The contraction axis is walked
+//! [`TK`] = 16 elements at a time: the workgroup stages the left side's `TM x 16` slice and
+//! each weight's `64 x 16` slice in shared memory (so a packed weight element is decoded once
+//! per tile, not once per output), then every thread adds its products from shared memory.
+//! Global reads are coalesced along the contraction axis (16 threads read 16 consecutive
+//! elements of a row; along the columns for an untransposed weight); the shared arrays are
+//! padded by one column so the transposing stores do not conflict.
+//!
+//! The planner's fusions carry over:
+//! - A left side computed in place (a norm's output) is computed while it is staged; the row
+//!   reductions it reads at its own row (the norm's sum of squares) are computed once per tile
+//!   for all the tile's rows into shared tables ([`KernelCtx::tile_row_value`]).
+//! - Sibling contractions (Q, K and V) run as one over their concatenated column tiles: each
+//!   workgroup's tile belongs to one of them and stages that one's weights.
+//! - An epilogue (a residual add, `silu(gate) * up`) is computed from the registers; the sums
+//!   of contractions sharing a left side are formed in one pass over it.
+//!
+//! With fewer tiles than [`SPLIT_K_WORKGROUPS`] (a 64-row chunk of a small model has a handful)
+//! and a long enough contraction, the contraction axis is split too: each workgroup walks one
+//! split for one tile and writes its partial sums, and a second kernel, a thread per output,
+//! adds them in split order and finishes (stores, or computes the epilogue; a row reduction an
+//! epilogue reads is then computed by its own kernel).
+//!
+//! Each sum adds its products one at a time in `k` order (the oracle keeps eight interleaved
+//! partial sums), then the splits in order: the results differ from the oracle's by
+//! reassociation only. A kernel that would not fit the target's workgroup, shared memory or
+//! bindings is not made; the one-workgroup-per-output kernels run instead.
+
+use poot_graph_ir::{Graph, OpKind, ValueId};
+
+use super::access::{device_word, kty, to_word};
+use super::classify::{Placement, is_identity_elementwise};
+use super::context::{KernelCtx, LBuf, TileRow};
+use super::emit::{combine, reduce_init};
+use super::{Lowering, PlanError};
+use crate::kernel::build::{bin, eq, load, load_shared, local_id, lt, min, u32c};
+use crate::kernel::{BinOp, Expr, ParamId, SharedId, Ty, Var, Word};
+use crate::plan::BufferRole;
+
+/// Left-side rows from which a contraction is tiled; fewer are decode-shaped.
+pub(super) const MIN_ROWS: usize = 9;
+/// Contraction elements staged per step.
+const TK: u32 = 16;
+/// Output columns of a tile.
+const TN: u32 = 64;
+/// Threads along each side of a workgroup's 16 x 16 grid.
+const SIDE: u32 = 16;
+const THREADS: u32 = SIDE * SIDE;
+/// Columns each thread owns (`tx + 16 j`).
+const COLS_PER_THREAD: u32 = TN / SIDE;
+/// Workgroups a tiled contraction should have at least (about one per multiprocessor of a
+/// large GPU): with fewer tiles, the contraction axis is split and a second kernel adds the
+/// partial sums.
+const SPLIT_K_WORKGROUPS: u32 = 128;
+/// Contractions shorter than this are not split (their tiles finish in a few steps).
+const SPLIT_K_MIN_LEN: u32 = 256;
+/// The fewest contraction elements one split walks.
+const SPLIT_K_MIN_PART: u32 = 64;
+
+/// Whether contraction `eqn` is computed by a tiled kernel: a `MatMul` over weights shared by
+/// every row (rank 2) with at least [`MIN_ROWS`] rows.
+pub(super) fn tiled(g: &Graph, eqn: usize) -> bool {
+    let e = &g.eqns()[eqn];
+    if !matches!(e.op, OpKind::MatMul { .. }) {
+        return false;
+    }
+    let out = g.values()[e.out.index()].ty.dims();
+    let rows: usize = out[..out.len().saturating_sub(1)].iter().product();
+    g.values()[e.inputs[1].index()].ty.rank() == 2 && rows >= MIN_ROWS
+}
+
+/// Rows of a tile for `m` rows in all.
+fn tile_rows(m: usize) -> u32 {
+    if m <= 32 { 32 } else { 64 }
+}
+
+/// One contraction's weights in a tiled kernel and the column tiles it owns.
+#[derive(Clone, Copy, Debug)]
+struct Weights {
+    rhs: ValueId,
+    transpose: bool,
+    first_tile: u32,
+    /// Output columns.
+    n: u32,
+}
+
+impl Weights {
+    fn end_tile(&self) -> u32 {
+        self.first_tile + self.n.div_ceil(TN)
+    }
+}
+
+/// Contractions over one left side, formed in one walk over it. Each sum reads one of its
+/// weight choices, picked by the workgroup's column tile (siblings), or its only one.
+struct Pass {
+    lhs: ValueId,
+    k_len: u32,
+    sums: Vec<Vec<Weights>>,
+}
+
+/// The tiles of a kernel: `m` rows over the leading axes `lead`, `tm` rows a tile.
+struct Tiles {
+    m: u32,
+    lead: Vec<usize>,
+    tm: u32,
+    tiles_m: u32,
+    tiles_n: u32,
+}
+
+impl Tiles {
+    fn new(lead: &[usize], tiles_n: u32) -> Tiles {
+        let m: usize = lead.iter().product();
+        let tm = tile_rows(m);
+        Tiles {
+            m: m as u32,
+            lead: lead.to_vec(),
+            tm,
+            tiles_m: (m as u32).div_ceil(tm),
+            tiles_n,
+        }
+    }
+
+    fn rows_per_thread(&self) -> u32 {
+        self.tm / SIDE
+    }
+
+    /// Whether the last row tile runs past the rows.
+    fn ragged(&self) -> bool {
+        !self.m.is_multiple_of(self.tm)
+    }
+}
+
+/// What a tiled kernel does with its sums.
+enum Finish {
+    /// Stores each weight choice's (sibling's) sums in its own output.
+    Columns(Vec<ValueId>),
+    /// Computes value `v` from the sums, `sums[p][s]` the contraction of sum `s` of pass `p`.
+    Epilogue { v: ValueId, sums: Vec<Vec<ValueId>> },
+}
+
+/// A tiled contraction as planned: its passes over left sides, what it finishes, its tiles and
+/// how many splits of the contraction axis share each tile.
+struct Tiled {
+    label: ValueId,
+    passes: Vec<Pass>,
+    finish: Finish,
+    t: Tiles,
+    splits: u32,
+}
+
+impl Tiled {
+    fn new(label: ValueId, lead: &[usize], passes: Vec<Pass>, finish: Finish) -> Tiled {
+        let tiles_n = passes
+            .iter()
+            .flat_map(|p| p.sums.iter().flatten())
+            .map(Weights::end_tile)
+            .max()
+            .unwrap_or(1);
+        let t = Tiles::new(lead, tiles_n);
+        let k_max = passes.iter().map(|p| p.k_len).max().unwrap_or(0);
+        let splits = k_splits(t.tiles_m * t.tiles_n, k_max);
+        Tiled {
+            label,
+            passes,
+            finish,
+            t,
+            splits,
+        }
+    }
+
+    /// Contraction elements of `pass` each split walks: whole steps.
+    fn k_part(&self, pass: &Pass) -> u32 {
+        pass.k_len.div_ceil(self.splits).div_ceil(TK) * TK
+    }
+
+    /// Output columns over every sum and weight choice.
+    fn columns(&self) -> u64 {
+        self.passes
+            .iter()
+            .flat_map(|p| p.sums.iter().flatten())
+            .map(|w| u64::from(w.n))
+            .sum()
+    }
+}
+
+/// Splits of a contraction over `k_len` elements whose outputs are `tiles` tiles: enough for
+/// about [`SPLIT_K_WORKGROUPS`] workgroups, each walking at least [`SPLIT_K_MIN_PART`]
+/// elements; none for a short contraction or enough tiles.
+fn k_splits(tiles: u32, k_len: u32) -> u32 {
+    if k_len < SPLIT_K_MIN_LEN || tiles >= SPLIT_K_WORKGROUPS {
+        return 1;
+    }
+    SPLIT_K_WORKGROUPS
+        .div_ceil(tiles)
+        .min(k_len / SPLIT_K_MIN_PART)
+        .max(1)
+}
+
+/// Where a thread is: its tile (column tile, first row), its split of the contraction axis
+/// and its place in the 16 x 16 grid.
+struct At {
+    tile_n: Expr,
+    m0: Expr,
+    tx: Expr,
+    ty: Expr,
+    split: Expr,
+}
+
+fn and(a: Expr, b: Expr) -> Expr {
+    bin(BinOp::And, a, b)
+}
+
+/// The conjunction of the conditions that apply (`None`: always true).
+fn all(conds: impl IntoIterator<Item = Option<Expr>>) -> Option<Expr> {
+    conds.into_iter().flatten().reduce(and)
+}
+
+/// The index over `lead` of flat row `m`; an axis of size 1 is the literal 0, as a broadcast
+/// from it reads it.
+fn row_index(cx: &mut KernelCtx, m: Expr, lead: &[usize]) -> Vec<Expr> {
+    let mut out = vec![u32c(0); lead.len()];
+    let mut rest = m;
+    let outer = lead.iter().position(|&d| d != 1);
+    for (i, &d) in lead.iter().enumerate().rev() {
+        if d == 1 {
+            continue;
+        }
+        if Some(i) == outer {
+            out[i] = cx.kb.let_(Ty::U32, rest);
+            break;
+        }
+        out[i] = cx.kb.let_(Ty::U32, rest.clone() % u32c(d as u32));
+        rest = cx.kb.let_(Ty::U32, rest / u32c(d as u32));
+    }
+    out
+}
+
+impl Lowering<'_> {
+    /// Contractions `group` (one, or siblings reading one left side with the same leading
+    /// axes) as tiles; `false` when they are not tiled or the kernels would not fit the target
+    /// (nothing is planned then).
+    pub(super) fn emit_tiled_matmuls(&mut self, group: &[usize]) -> Result<bool, PlanError> {
+        if group.is_empty() || !group.iter().all(|&j| tiled(self.g, j)) {
+            return Ok(false);
+        }
+        let first = &self.g.eqns()[group[0]];
+        let (lhs, first_out) = (first.inputs[0], first.out);
+        let od = self.g.values()[first_out.index()].ty.dims().to_vec();
+        let lhs_dims = self.g.values()[lhs.index()].ty.dims();
+        let k_len = lhs_dims[lhs_dims.len() - 1] as u32;
+        let mut choices = Vec::with_capacity(group.len());
+        let mut outs = Vec::with_capacity(group.len());
+        let mut tiles_n = 0u32;
+        for &j in group {
+            let e = &self.g.eqns()[j];
+            let OpKind::MatMul { transpose_rhs } = e.op else {
+                return Ok(false);
+            };
+            self.n_elems(e.out)?;
+            let n = *self.g.values()[e.out.index()]
+                .ty
+                .dims()
+                .last()
+                .unwrap_or(&1) as u32;
+            let w = Weights {
+                rhs: e.inputs[1],
+                transpose: transpose_rhs,
+                first_tile: tiles_n,
+                n,
+            };
+            tiles_n = w.end_tile();
+            choices.push(w);
+            outs.push(e.out);
+        }
+        let passes = vec![Pass {
+            lhs,
+            k_len,
+            sums: vec![choices],
+        }];
+        self.emit_tiled(Tiled::new(
+            first_out,
+            &od[..od.len() - 1],
+            passes,
+            Finish::Columns(outs),
+        ))
+    }
+
+    /// The kernel of value `eqn` computing the contractions `mms` its value reads element by
+    /// element (its epilogue) as tiles; `false` when they are not tiled or the kernels would
+    /// not fit the target (nothing is planned then).
+    pub(super) fn emit_tiled_epilogue(
+        &mut self,
+        eqn: usize,
+        mms: &[ValueId],
+    ) -> Result<bool, PlanError> {
+        let v = self.g.eqns()[eqn].out;
+        let dims = self.g.values()[v.index()].ty.dims().to_vec();
+        if dims.len() < 2 || mms.is_empty() {
+            return Ok(false);
+        }
+        self.n_elems(v)?;
+        let n = dims[dims.len() - 1] as u32;
+        let mut passes: Vec<Pass> = Vec::new();
+        let mut sums: Vec<Vec<ValueId>> = Vec::new();
+        for &mm in mms {
+            let Some(i) = self.cls.producer[mm.index()] else {
+                return Ok(false);
+            };
+            let e = &self.g.eqns()[i];
+            let OpKind::MatMul { transpose_rhs } = e.op else {
+                return Ok(false);
+            };
+            if !tiled(self.g, i) || self.g.values()[mm.index()].ty.dims() != dims {
+                return Ok(false);
+            }
+            let lhs = e.inputs[0];
+            let lhs_dims = self.g.values()[lhs.index()].ty.dims();
+            let k_len = lhs_dims[lhs_dims.len() - 1] as u32;
+            let w = Weights {
+                rhs: e.inputs[1],
+                transpose: transpose_rhs,
+                first_tile: 0,
+                n,
+            };
+            match passes.iter().position(|p| p.lhs == lhs && p.k_len == k_len) {
+                Some(p) => {
+                    passes[p].sums.push(vec![w]);
+                    sums[p].push(mm);
+                }
+                None => {
+                    passes.push(Pass {
+                        lhs,
+                        k_len,
+                        sums: vec![vec![w]],
+                    });
+                    sums.push(vec![mm]);
+                }
+            }
+        }
+        self.emit_tiled(Tiled::new(
+            v,
+            &dims[..dims.len() - 1],
+            passes,
+            Finish::Epilogue { v, sums },
+        ))
+    }
+
+    /// Plans `tiled`: one kernel, or a kernel per split of the contraction axis writing partial
+    /// sums and a kernel adding them up and finishing; `false` when they would not fit.
+    fn emit_tiled(&mut self, tiled: Tiled) -> Result<bool, PlanError> {
+        let t = &tiled.t;
+        let widest = tiled.passes.iter().map(|p| p.sums.len()).max().unwrap_or(1);
+        let limits = &self.target.limits;
+        let words = TK * (t.tm + 1) + widest as u32 * TK * (TN + 1);
+        if THREADS > limits.max_workgroup_threads || 4 * words > limits.max_shared_bytes {
+            return Ok(false);
+        }
+        let split = tiled.splits > 1;
+        let kind = match (&tiled.finish, split) {
+            (_, true) => "gemm_split",
+            (Finish::Columns(_), false) => "gemm",
+            (Finish::Epilogue { .. }, false) => "gemm_epilogue",
+        };
+        let mut cx = KernelCtx::labelled(kind, self.label(tiled.label), THREADS);
+        let (a_sh, b_sh) = Self::tile_arrays(&mut cx, t, widest);
+        let at = Self::open_tiles(&mut cx, t, tiled.splits);
+        let mut accs = Vec::with_capacity(tiled.passes.len());
+        for pass in &tiled.passes {
+            self.tile_row_tables(&mut cx, pass.lhs, t, &at)?;
+            let part = tiled.k_part(pass);
+            let start = cx.kb.let_(Ty::U32, at.split.clone() * u32c(part));
+            let end = cx
+                .kb
+                .let_(Ty::U32, min(start.clone() + u32c(part), u32c(pass.k_len)));
+            accs.push(self.tile_pass(&mut cx, t, &at, pass, (a_sh, &b_sh), (start, end))?);
+        }
+        let grid = t.tiles_m * t.tiles_n * tiled.splits;
+        if !split {
+            self.finish_tiles(&mut cx, &tiled, &at, &accs)?;
+            Self::close_tiles(&mut cx);
+            return self.push_tiles(vec![(cx, grid)]);
+        }
+        // The partial sums: per pass, sum and weight choice, `[splits, m, n]`.
+        if !self.fits(&cx, 1) {
+            return Ok(false);
+        }
+        let size = 4 * u64::from(tiled.splits) * u64::from(t.m) * tiled.columns();
+        self.check_size(tiled.label, size)?;
+        let partials = self.new_buffer(BufferRole::Scratch, size);
+        let pp = cx.param(partials, Word::F32, true);
+        let mut offset = 0u32;
+        for (pass, pass_accs) in tiled.passes.iter().zip(&accs) {
+            for (choices, sum_accs) in pass.sums.iter().zip(pass_accs) {
+                Self::by_choice(&mut cx, &at, choices, &mut |cx, c, w, col0| {
+                    let base =
+                        offset + (0..c).map(|d| choices[d].n).sum::<u32>() * t.m * tiled.splits;
+                    let region = cx
+                        .kb
+                        .let_(Ty::U32, u32c(base) + at.split.clone() * u32c(t.m * w.n));
+                    Self::each_output(cx, t, &at, w.n, col0, &mut |cx, slot, m, col| {
+                        let acc = Expr::Var(sum_accs[slot]);
+                        cx.kb.store(pp, region.clone() + m * u32c(w.n) + col, acc);
+                    });
+                });
+                offset += choices.iter().map(|w| w.n).sum::<u32>() * t.m * tiled.splits;
+            }
+        }
+        Self::close_tiles(&mut cx);
+        let combine = self.combine_tiles(&tiled, partials)?;
+        if !self.fits(&cx, 0) || !self.fits(&combine.0, 0) {
+            // Unused: the smallest buffer a plan holds.
+            self.bufs[partials.0 as usize].size_bytes = 4;
+            return Ok(false);
+        }
+        self.push_tiles(vec![(cx, grid), combine])
+    }
+
+    /// Whether kernel `cx`, with `more` bindings yet to add, fits the target's shared memory
+    /// and bindings.
+    fn fits(&self, cx: &KernelCtx, more: usize) -> bool {
+        let limits = &self.target.limits;
+        cx.shared_bytes() <= u64::from(limits.max_shared_bytes)
+            && (cx.binding_count() + more) as u32 <= limits.max_bindings
+    }
+
+    /// Adds kernels over tiles (each with its workgroups), or returns `false` when one binds
+    /// more buffers or shared memory than the target allows.
+    fn push_tiles(&mut self, kernels: Vec<(KernelCtx, u32)>) -> Result<bool, PlanError> {
+        if !kernels.iter().all(|(cx, _)| self.fits(cx, 0)) {
+            return Ok(false);
+        }
+        for (cx, items) in kernels {
+            let grid = self.groups_for(items, 1);
+            self.push_kernel(cx, grid)?;
+        }
+        Ok(true)
+    }
+
+    /// Runs `body(cx, c, weights, col0)` for the weight choice the workgroup's column tile
+    /// belongs to (a branch every thread of the workgroup takes); `col0` is the tile's first
+    /// column among that choice's.
+    fn by_choice(
+        cx: &mut KernelCtx,
+        at: &At,
+        choices: &[Weights],
+        body: &mut dyn FnMut(&mut KernelCtx, usize, &Weights, Expr),
+    ) {
+        for (c, w) in choices.iter().enumerate() {
+            let branch = c + 1 < choices.len();
+            if branch {
+                cx.kb.begin_if(lt(at.tile_n.clone(), u32c(w.end_tile())));
+            }
+            let col0 = cx
+                .kb
+                .let_(Ty::U32, (at.tile_n.clone() - u32c(w.first_tile)) * u32c(TN));
+            body(cx, c, w, col0);
+            if branch {
+                cx.kb.otherwise();
+            }
+        }
+        for _ in 1..choices.len() {
+            cx.kb.end();
+        }
+    }
+
+    /// Runs `body(cx, slot, m, col)` for each output the thread owns that lies inside the
+    /// rows and the `n` columns (`slot` its register, `m` its row, `col` its column).
+    fn each_output(
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        at: &At,
+        n: u32,
+        col0: Expr,
+        body: &mut dyn FnMut(&mut KernelCtx, usize, Expr, Expr),
+    ) {
+        for i in 0..t.rows_per_thread() {
+            let m = cx
+                .kb
+                .let_(Ty::U32, at.m0.clone() + at.ty.clone() + u32c(SIDE * i));
+            for j in 0..COLS_PER_THREAD {
+                let col = cx
+                    .kb
+                    .let_(Ty::U32, col0.clone() + at.tx.clone() + u32c(SIDE * j));
+                let inside = all([
+                    t.ragged().then(|| lt(m.clone(), u32c(t.m))),
+                    (!n.is_multiple_of(TN)).then(|| lt(col.clone(), u32c(n))),
+                ]);
+                if let Some(c) = &inside {
+                    cx.kb.begin_if(c.clone());
+                }
+                body(cx, (i * COLS_PER_THREAD + j) as usize, m.clone(), col);
+                if inside.is_some() {
+                    cx.kb.end();
+                }
+            }
+        }
+    }
+
+    /// Stores the sums held in registers (`accs[pass][sum][slot]`) as `tiled` finishes.
+    fn finish_tiles(
+        &mut self,
+        cx: &mut KernelCtx,
+        tiled: &Tiled,
+        at: &At,
+        accs: &[Vec<Vec<Var>>],
+    ) -> Result<(), PlanError> {
+        let t = &tiled.t;
+        match &tiled.finish {
+            Finish::Columns(outs) => {
+                let mut params = Vec::with_capacity(outs.len());
+                for &v in outs {
+                    let b = self.scratch_for(v)?;
+                    params.push(cx.param(b, Word::F32, true));
+                }
+                let choices = &tiled.passes[0].sums[0];
+                Self::by_choice(cx, at, choices, &mut |cx, c, w, col0| {
+                    Self::each_output(cx, t, at, w.n, col0, &mut |cx, slot, m, col| {
+                        let acc = Expr::Var(accs[0][0][slot]);
+                        cx.kb.store(params[c], m * u32c(w.n) + col, acc);
+                    });
+                });
+                Ok(())
+            }
+            Finish::Epilogue { v, sums } => {
+                let v = *v;
+                let n = tiled.passes[0].sums[0][0].n;
+                let out = self.scratch_for(v)?;
+                let dtype = self.g.values()[v.index()].ty.dtype;
+                let outp = cx.param(out, device_word(dtype), true);
+                let col0 = cx.kb.let_(Ty::U32, at.tile_n.clone() * u32c(TN));
+                let mut failed = None;
+                Self::each_output(cx, t, at, n, col0, &mut |cx, slot, m, col| {
+                    let totals: Vec<Vec<Expr>> = accs
+                        .iter()
+                        .map(|p| p.iter().map(|s| Expr::Var(s[slot])).collect())
+                        .collect();
+                    let offset = m.clone() - at.m0.clone();
+                    let done =
+                        self.finish_value(cx, (v, outp), sums, &totals, (m, col), t, Some(offset));
+                    if let Err(e) = done {
+                        failed.get_or_insert(e);
+                    }
+                });
+                failed.map_or(Ok(()), Err)
+            }
+        }
+    }
+
+    /// Computes epilogue value `v` at row `m`, column `col` from the sums of its contractions
+    /// (`totals[p][s]` the value of `sums[p][s]` there) and stores it into `out`. `tile_row`:
+    /// the row's offset in the kernel's tile, when the kernel holds the tile's row tables.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_value(
+        &mut self,
+        cx: &mut KernelCtx,
+        (v, out): (ValueId, ParamId),
+        sums: &[Vec<ValueId>],
+        totals: &[Vec<Expr>],
+        (m, col): (Expr, Expr),
+        t: &Tiles,
+        tile_row: Option<Expr>,
+    ) -> Result<(), PlanError> {
+        let dims = self.g.values()[v.index()].ty.dims();
+        let (n, dtype) = (
+            dims[dims.len() - 1] as u32,
+            self.g.values()[v.index()].ty.dtype,
+        );
+        let row = row_index(cx, m.clone(), &t.lead);
+        let mut oidx = row.clone();
+        oidx.push(col.clone());
+        for (vs, ts) in sums.iter().zip(totals) {
+            for (&mm, total) in vs.iter().zip(ts) {
+                cx.set_known(mm, &oidx, total.clone());
+            }
+        }
+        cx.set_tile_row(tile_row.map(|offset| TileRow {
+            row,
+            dims: t.lead.clone(),
+            offset,
+        }));
+        let value = self.compute(cx, v, &oidx);
+        cx.set_tile_row(None);
+        cx.kb.store(out, m * u32c(n) + col, to_word(value?, dtype));
+        Ok(())
+    }
+
+    /// The kernel adding up the partial sums of split `tiled` in split order and finishing
+    /// each output, a thread per output; and its workgroups.
+    fn combine_tiles(
+        &mut self,
+        tiled: &Tiled,
+        partials: LBuf,
+    ) -> Result<(KernelCtx, u32), PlanError> {
+        let t = &tiled.t;
+        let splits = tiled.splits;
+        let mut cx = KernelCtx::labelled("gemm_combine", self.label(tiled.label), THREADS);
+        let pp = cx.param(partials, Word::F32, false);
+        // The sum over the splits of a region `[splits, m, n]` at `at`, `stride` = m * n.
+        let total = |cx: &mut KernelCtx, at: Expr, stride: u32| {
+            let acc = cx.kb.var(Ty::F32, Expr::F32(0.0));
+            let s = cx.kb.begin_for(u32c(0), u32c(splits), u32c(1));
+            cx.kb
+                .set(acc, Expr::Var(acc) + load(pp, at + s * u32c(stride)));
+            cx.kb.end();
+            Expr::Var(acc)
+        };
+        let mut items = 0u32;
+        match &tiled.finish {
+            Finish::Columns(outs) => {
+                let mut base = 0u32;
+                for (w, &v) in tiled.passes[0].sums[0].iter().zip(outs) {
+                    let b = self.scratch_for(v)?;
+                    let outp = cx.param(b, Word::F32, true);
+                    let n = t.m * w.n;
+                    let idx = Self::begin_grid_stride(&mut cx, n);
+                    let sum = total(&mut cx, u32c(base) + idx.clone(), n);
+                    cx.kb.store(outp, idx, sum);
+                    cx.kb.end();
+                    base += splits * n;
+                    items = items.max(n);
+                }
+            }
+            Finish::Epilogue { v, sums } => {
+                let v = *v;
+                let n = tiled.passes[0].sums[0][0].n;
+                let out = self.scratch_for(v)?;
+                let dtype = self.g.values()[v.index()].ty.dtype;
+                let outp = cx.param(out, device_word(dtype), true);
+                items = t.m * n;
+                let idx = Self::begin_grid_stride(&mut cx, items);
+                let m = cx.kb.let_(Ty::U32, idx.clone() / u32c(n));
+                let col = cx.kb.let_(Ty::U32, idx.clone() % u32c(n));
+                let mut base = 0u32;
+                let mut totals = Vec::with_capacity(sums.len());
+                for vs in sums {
+                    let mut ts = Vec::with_capacity(vs.len());
+                    for _ in vs {
+                        ts.push(total(&mut cx, u32c(base) + idx.clone(), items));
+                        base += splits * items;
+                    }
+                    totals.push(ts);
+                }
+                self.finish_value(&mut cx, (v, outp), sums, &totals, (m, col), t, None)?;
+                cx.kb.end();
+            }
+        }
+        Ok((cx, items.div_ceil(THREADS)))
+    }
+
+    /// The left side's staging array and one per weight tile, each `TK` rows of one padded
+    /// tile row or column.
+    fn tile_arrays(cx: &mut KernelCtx, t: &Tiles, weights: usize) -> (SharedId, Vec<SharedId>) {
+        let a = cx.kb.shared("tile_a", Ty::F32, TK * (t.tm + 1));
+        let b = (0..weights)
+            .map(|s| cx.kb.shared(format!("tile_b{s}"), Ty::F32, TK * (TN + 1)))
+            .collect();
+        (a, b)
+    }
+
+    /// Opens the loop over tiles and splits (column tile major within a split, so workgroups
+    /// next to each other share a weight tile) and names the thread's place.
+    fn open_tiles(cx: &mut KernelCtx, t: &Tiles, splits: u32) -> At {
+        let tx = cx.kb.let_(Ty::U32, local_id() % u32c(SIDE));
+        let ty = cx.kb.let_(Ty::U32, local_id() / u32c(SIDE));
+        let tiles = t.tiles_m * t.tiles_n;
+        let item = Self::begin_rows(cx, tiles * splits);
+        let split = cx.kb.let_(Ty::U32, item.clone() / u32c(tiles));
+        let rest = cx.kb.let_(Ty::U32, item % u32c(tiles));
+        let tile_n = cx.kb.let_(Ty::U32, rest.clone() / u32c(t.tiles_m));
+        let m0 = cx.kb.let_(Ty::U32, (rest % u32c(t.tiles_m)) * u32c(t.tm));
+        At {
+            tile_n,
+            m0,
+            tx,
+            ty,
+            split,
+        }
+    }
+
+    /// Closes [`Lowering::open_tiles`]; every thread is done with the shared arrays before the
+    /// next tile writes them.
+    fn close_tiles(cx: &mut KernelCtx) {
+        cx.kb.barrier();
+        cx.kb.end();
+    }
+
+    /// Computes the row reductions `lhs` reads at its own row for every row of the tile, into
+    /// shared tables the staging reads (see [`KernelCtx::tile_row_value`]).
+    fn tile_row_tables(
+        &mut self,
+        cx: &mut KernelCtx,
+        lhs: ValueId,
+        t: &Tiles,
+        at: &At,
+    ) -> Result<(), PlanError> {
+        let mut found = Vec::new();
+        self.tile_row_reductions(lhs, &t.lead, &mut found);
+        for r in found {
+            if !cx.has_tile_rows(r) {
+                self.tile_row_table(cx, r, t, at)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The row reductions computing `v` in place reads at `v`'s own row, through ops that keep
+    /// the row (same-shape element-wise ops, broadcasts along the last axis), innermost first.
+    fn tile_row_reductions(&self, v: ValueId, lead: &[usize], out: &mut Vec<ValueId>) {
+        let d = self.g.values()[v.index()].ty.dims();
+        if d.len() != lead.len() + 1 || d[..lead.len()] != *lead || out.contains(&v) {
+            return;
+        }
+        let Some(p) = self.cls.producer[v.index()] else {
+            return;
+        };
+        let e = &self.g.eqns()[p];
+        match self.cls.placement[v.index()] {
+            Placement::RowReduce => {
+                if matches!(e.op, OpKind::Reduce { axis, .. } if axis == lead.len()) {
+                    self.tile_row_reductions(e.inputs[0], lead, out);
+                    out.push(v);
+                }
+            }
+            Placement::Inline
+                if is_identity_elementwise(&e.op) || matches!(e.op, OpKind::Broadcast { .. }) =>
+            {
+                for &w in &e.inputs {
+                    self.tile_row_reductions(w, lead, out);
+                }
+            }
+            Placement::Inline
+            | Placement::Input
+            | Placement::Materialized
+            | Placement::View
+            | Placement::Absorbed => {}
+        }
+    }
+
+    /// Row reduction `r` for every row of the tile: 16 threads per row (16 rows at a time),
+    /// each folding a stride of the row, then one of them folding the 16 in order.
+    fn tile_row_table(
+        &mut self,
+        cx: &mut KernelCtx,
+        r: ValueId,
+        t: &Tiles,
+        at: &At,
+    ) -> Result<(), PlanError> {
+        let e = self.producer_of(r)?;
+        let (op, axis, x) = match e.op {
+            OpKind::Reduce { op, axis } => (op, axis, e.inputs[0]),
+            _ => {
+                return Err(PlanError::Unplaced {
+                    label: self.label(r),
+                });
+            }
+        };
+        let xt = &self.g.values()[x.index()].ty;
+        let ty = kty(xt.dtype);
+        let len = xt.dims()[axis] as u32;
+        let table = cx.kb.shared("tile_rows", ty, t.tm);
+        let part = cx.reduce_array(ty);
+        for round in 0..t.rows_per_thread() {
+            let offset = cx.kb.let_(Ty::U32, at.ty.clone() + u32c(SIDE * round));
+            // A row past the last reads the last (its entry is never used).
+            let m = cx
+                .kb
+                .let_(Ty::U32, min(at.m0.clone() + offset.clone(), u32c(t.m - 1)));
+            let row = row_index(cx, m, &t.lead);
+            cx.set_tile_row(Some(TileRow {
+                row: row.clone(),
+                dims: t.lead.clone(),
+                offset: offset.clone(),
+            }));
+            let acc = cx.kb.var(ty, reduce_init(op, ty));
+            let k = cx.kb.begin_for(at.tx.clone(), u32c(len), u32c(SIDE));
+            let mut xi = row;
+            xi.push(k);
+            let xv = self.value_at(cx, x, &xi)?;
+            cx.kb.set(acc, combine(op, Expr::Var(acc), xv));
+            cx.kb.end();
+            cx.set_tile_row(None);
+            cx.kb.store_shared(part, local_id(), Expr::Var(acc));
+            cx.kb.barrier();
+            cx.kb.begin_if(eq(at.tx.clone(), u32c(0)));
+            let total = cx.kb.var(ty, load_shared(part, local_id()));
+            for lane in 1..SIDE {
+                let next = load_shared(part, local_id() + u32c(lane));
+                cx.kb.set(total, combine(op, Expr::Var(total), next));
+            }
+            cx.kb.store_shared(table, offset, Expr::Var(total));
+            cx.kb.end();
+            cx.kb.barrier();
+        }
+        cx.add_tile_rows(r, table);
+        Ok(())
+    }
+
+    /// Stores into `arr[slot]` the value `value` builds where `inside` holds (always when
+    /// `None`), zero elsewhere.
+    fn stage(
+        &mut self,
+        cx: &mut KernelCtx,
+        inside: Option<Expr>,
+        arr: SharedId,
+        slot: Expr,
+        value: impl FnOnce(&mut Self, &mut KernelCtx) -> Result<Expr, PlanError>,
+    ) -> Result<(), PlanError> {
+        if let Some(c) = inside.clone() {
+            cx.kb.begin_if(c);
+        }
+        let x = value(self, cx)?;
+        cx.kb.store_shared(arr, slot.clone(), x);
+        if inside.is_some() {
+            cx.kb.otherwise();
+            cx.kb.store_shared(arr, slot, Expr::F32(0.0));
+            cx.kb.end();
+        }
+        Ok(())
+    }
+
+    /// The walk over `[k_start, k_end)` of the contraction axis of `pass` (whole steps, or up
+    /// to the axis's end): stage the left side's and each weight's slice, then add the
+    /// products into each thread's registers. Returns the registers of each sum (row `i`,
+    /// column `j` of the thread at `i * 4 + j`).
+    fn tile_pass(
+        &mut self,
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        at: &At,
+        pass: &Pass,
+        (a_sh, b_sh): (SharedId, &[SharedId]),
+        (k_start, k_end): (Expr, Expr),
+    ) -> Result<Vec<Vec<Var>>, PlanError> {
+        let per_thread = t.rows_per_thread() * COLS_PER_THREAD;
+        let accs: Vec<Vec<Var>> = pass
+            .sums
+            .iter()
+            .map(|_| {
+                (0..per_thread)
+                    .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
+                    .collect()
+            })
+            .collect();
+        let k_len = pass.k_len;
+        let k_ragged = !k_len.is_multiple_of(TK);
+        let kt = cx.kb.begin_for(k_start, k_end, u32c(TK));
+        // The left side: row `ty + 16 i`, element `tx` of the slice, stored transposed.
+        let k = cx.kb.let_(Ty::U32, kt.clone() + at.tx.clone());
+        for i in 0..t.rows_per_thread() {
+            let offset = cx.kb.let_(Ty::U32, at.ty.clone() + u32c(SIDE * i));
+            let m = cx.kb.let_(Ty::U32, at.m0.clone() + offset.clone());
+            let inside = all([
+                t.ragged().then(|| lt(m.clone(), u32c(t.m))),
+                k_ragged.then(|| lt(k.clone(), u32c(k_len))),
+            ]);
+            let slot = at.tx.clone() * u32c(t.tm + 1) + offset.clone();
+            let (lhs, lead, k) = (pass.lhs, t.lead.clone(), k.clone());
+            self.stage(cx, inside, a_sh, slot, |this, cx| {
+                let row = row_index(cx, m, &lead);
+                cx.set_tile_row(Some(TileRow {
+                    row: row.clone(),
+                    dims: lead,
+                    offset,
+                }));
+                let mut idx = row;
+                idx.push(k);
+                let a = this.value_at(cx, lhs, &idx);
+                cx.set_tile_row(None);
+                a
+            })?;
+        }
+        // The weights: `[N, K]` read along K like the left side, `[K, N]` along N.
+        for (s, choices) in pass.sums.iter().enumerate() {
+            for (c, &w) in choices.iter().enumerate() {
+                let branch = c + 1 < choices.len();
+                if branch {
+                    cx.kb.begin_if(lt(at.tile_n.clone(), u32c(w.end_tile())));
+                }
+                let col0 = cx
+                    .kb
+                    .let_(Ty::U32, (at.tile_n.clone() - u32c(w.first_tile)) * u32c(TN));
+                for j in 0..TN * TK / THREADS {
+                    let (n_in, kk) = if w.transpose {
+                        (at.ty.clone() + u32c(SIDE * j), at.tx.clone())
+                    } else {
+                        (
+                            local_id() % u32c(TN),
+                            local_id() / u32c(TN) + u32c(THREADS / TN * j),
+                        )
+                    };
+                    let n_in = cx.kb.let_(Ty::U32, n_in);
+                    let kk = cx.kb.let_(Ty::U32, kk);
+                    let col = cx.kb.let_(Ty::U32, col0.clone() + n_in.clone());
+                    let kw = cx.kb.let_(Ty::U32, kt.clone() + kk.clone());
+                    let inside = all([
+                        (!w.n.is_multiple_of(TN)).then(|| lt(col.clone(), u32c(w.n))),
+                        k_ragged.then(|| lt(kw.clone(), u32c(k_len))),
+                    ]);
+                    let slot = kk * u32c(TN + 1) + n_in;
+                    let idx = if w.transpose {
+                        vec![col, kw]
+                    } else {
+                        vec![kw, col]
+                    };
+                    self.stage(cx, inside, b_sh[s], slot, |this, cx| {
+                        this.value_at(cx, w.rhs, &idx)
+                    })?;
+                }
+                if branch {
+                    cx.kb.otherwise();
+                }
+            }
+            for _ in 1..choices.len() {
+                cx.kb.end();
+            }
+        }
+        cx.kb.barrier();
+        for kk in 0..TK {
+            let a: Vec<Expr> = (0..t.rows_per_thread())
+                .map(|i| {
+                    let at_a = u32c(kk * (t.tm + 1) + SIDE * i) + at.ty.clone();
+                    cx.kb.let_(Ty::F32, load_shared(a_sh, at_a))
+                })
+                .collect();
+            for (s, sum_accs) in accs.iter().enumerate() {
+                let b: Vec<Expr> = (0..COLS_PER_THREAD)
+                    .map(|j| {
+                        let at_b = u32c(kk * (TN + 1) + SIDE * j) + at.tx.clone();
+                        cx.kb.let_(Ty::F32, load_shared(b_sh[s], at_b))
+                    })
+                    .collect();
+                for (i, ai) in a.iter().enumerate() {
+                    for (j, bj) in b.iter().enumerate() {
+                        let acc = sum_accs[i * COLS_PER_THREAD as usize + j];
+                        cx.kb.set(acc, Expr::Var(acc) + ai.clone() * bj.clone());
+                    }
+                }
+            }
+        }
+        // Every thread is done with the slices before the next step stages its own.
+        cx.kb.barrier();
+        cx.kb.end();
+        Ok(accs)
+    }
+}
