@@ -7,6 +7,7 @@ mod buffers;
 mod classify;
 mod context;
 pub mod dequant;
+pub mod dequant_unit;
 mod emit;
 mod epilogue;
 mod fan_in;
