@@ -286,6 +286,9 @@ impl Lowering<'_> {
     }
 
     pub(super) fn emit_matmul(&mut self, i: usize, transpose_rhs: bool) -> Result<(), PlanError> {
+        if self.emit_gemv(&[i])? {
+            return Ok(());
+        }
         let e = &self.g.eqns()[i];
         let (v, lhs, rhs) = (e.out, e.inputs[0], e.inputs[1]);
         let out_dims = self.g.values()[v.index()].ty.dims().to_vec();

@@ -96,6 +96,10 @@ impl Lowering<'_> {
         if group.len() == 1 || od.len() < 2 {
             return self.emit_matmul(i, transpose_rhs);
         }
+        if self.emit_gemv(&group)? {
+            self.done.extend(group);
+            return Ok(());
+        }
         let cx = self.sibling_kernel(&group, transpose_rhs)?;
         if cx.binding_count() as u32 > self.target.limits.max_bindings {
             return self.emit_matmul(i, transpose_rhs);

@@ -11,6 +11,7 @@ pub mod dequant_unit;
 mod emit;
 mod epilogue;
 mod fan_in;
+mod gemv;
 mod horizontal;
 mod rows;
 
