@@ -243,11 +243,13 @@ fn q4_1(s: &mut Src, sub: Expr) -> Unit {
 }
 
 /// The 5-bit codes of a Q5 unit: the nibble, and bit `j` of `qh` for element `j` as the fifth.
-fn q5_codes(qh: &Expr, q: &[Expr], first: &Expr) -> Vec<(u32, Expr)> {
+fn q5_codes(s: &mut Src, qh: &Expr, q: &[Expr], first: &Expr) -> Vec<(u32, Expr)> {
+    // Bit first + off for every offset (below 24, first below 16): one shift per unit.
+    let qh = s.kb.let_(Ty::U32, qh.clone() >> first.clone());
     split_nibbles(q)
         .into_iter()
         .map(|(off, low)| {
-            let fifth = bits(qh, first.clone() + c(off), 1);
+            let fifth = bits(&qh, c(off), 1);
             (off, low | (fifth << c(4)))
         })
         .collect()
@@ -259,7 +261,7 @@ fn q5_0(s: &mut Src, sub: Expr) -> Unit {
     let qh = s.window(c(2), 1).remove(0);
     let first = s.kb.let_(Ty::U32, sub << c(3));
     let q = s.window(c(6) + first.clone(), 2);
-    let elements = q5_codes(&qh, &q, &first)
+    let elements = q5_codes(s, &qh, &q, &first)
         .into_iter()
         .map(|(off, code)| (off, f32_of(i32_of(code) - Expr::I32(16)) * d.clone()))
         .collect();
@@ -272,7 +274,7 @@ fn q5_1(s: &mut Src, sub: Expr) -> Unit {
     let qh = s.word(c(4));
     let first = s.kb.let_(Ty::U32, sub << c(3));
     let q = [s.word(c(8) + first.clone()), s.word(c(12) + first.clone())];
-    let elements = q5_codes(&qh, &q, &first)
+    let elements = q5_codes(s, &qh, &q, &first)
         .into_iter()
         .map(|(off, code)| (off, f32_of(code) * d.clone() + m.clone()))
         .collect();
@@ -342,8 +344,10 @@ fn q45_k(s: &mut Src, sub: Expr, five: bool) -> Unit {
         s.word(c(codes) + (sub.clone() << c(3))),
         s.word(c(codes + 4) + (sub << c(3))),
     ];
+    // The fifth bits' words, shifted to bit 2 chunk (the low nibbles'): one shift per word.
     let qh = if five {
-        Some([s.word(c(16) + l0.clone()), s.word(c(20) + l0.clone())])
+        let words = [s.word(c(16) + l0.clone()), s.word(c(20) + l0.clone())];
+        Some(words.map(|w| s.kb.let_(Ty::U32, w >> (chunk.clone() << c(1)))))
     } else {
         None
     };
@@ -356,8 +360,7 @@ fn q45_k(s: &mut Src, sub: Expr, five: bool) -> Unit {
                 let high = high as u32;
                 let mut code = bits(word, c(8 * e + 4 * high), 4);
                 if let Some(qh) = &qh {
-                    let bit = c(8 * e + high) + (chunk.clone() << c(1));
-                    code = code + (bits(&qh[t], bit, 1) << c(4));
+                    code = code + (bits(&qh[t], c(8 * e + high), 1) << c(4));
                 }
                 let value = dl.clone() * f32_of(code) - ml.clone();
                 elements.push((4 * t as u32 + e + 32 * high, value));
