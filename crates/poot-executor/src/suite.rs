@@ -855,7 +855,8 @@ fn decode_contraction_cases() -> Vec<Case> {
             reassociated(ff),
         ));
     }
-    // Left sides too long for shared memory are read in place (with the norm's prologue).
+    // Left sides too long for shared memory are staged a chunk at a time (whole chunks and a
+    // shorter last one), with the norm's prologue, and in an epilogue reading two of them.
     let mut c = CaseBuilder::new(250);
     let k = 4096;
     let x = c.f32("x", &[8, k]);
@@ -866,9 +867,27 @@ fn decode_contraction_cases() -> Vec<Case> {
     let y = ops::linear(&c.b, h, w, None).expect("linear");
     let yp = ops::linear(&c.b, x, wp, None).expect("linear");
     cases.push(c.finish(
-        "decode-shaped contraction, 8 rows of 4096 read in place",
+        "decode-shaped contraction, 8 rows of 4096 staged in chunks",
         Outputs::new(y).and(yp),
         reassociated(k),
+    ));
+    let mut c = CaseBuilder::new(251);
+    let (k1, k2) = (4352, 2304);
+    let x = c.f32("x", &[4, k1]);
+    let z = c.f32("z", &[4, k2]);
+    let wg = c.half("wg", &[20, k1], DType::F16);
+    let wu = c.packed("wu", GgmlType::Q6_K, 20, k1);
+    let wz = c.packed("wz", GgmlType::Q4_K, 20, k2);
+    let g = ops::linear(&c.b, x, wg, None).expect("gate");
+    let u = ops::linear(&c.b, x, wu, None).expect("up");
+    let o = ops::linear(&c.b, z, wz, None).expect("other");
+    let y =
+        c.b.add(ops::swiglu(&c.b, g, u).expect("swiglu"), o)
+            .expect("add");
+    cases.push(c.finish(
+        "decode-shaped epilogue over two left sides staged in chunks, 4 rows",
+        Outputs::new(y),
+        reassociated(k1),
     ));
     cases
 }

@@ -86,6 +86,36 @@ fn a_residual_add_and_a_gated_activation_are_epilogues() {
     assert_eq!(kinds(&p), ["gemv_epilogue", "gemv_epilogue"]);
 }
 
+#[test]
+fn a_left_side_too_long_for_shared_memory_is_staged_in_chunks() {
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[8, 4096]);
+    let w = input(&b, "w", &[9, 4096]);
+    let short = input(&b, "short", &[8, 512]);
+    let y = ops::linear(&b, x, w, None).unwrap();
+    let z = ops::linear(&b, short, input(&b, "ws", &[9, 512]), None).unwrap();
+    let p = compile(
+        &b.finish(Outputs::new(y).and(z)).unwrap(),
+        &Target::wgpu_preset(),
+    )
+    .unwrap();
+    assert_eq!(kinds(&p), ["gemv", "gemv"]);
+    let staged = |k: usize| {
+        let kernel = &p.kernels[p.dispatches[k].kernel];
+        let lhs = kernel.shared.iter().find(|s| s.name.starts_with("lhs"));
+        lhs.map(|s| (s.name.clone(), s.len)).unwrap()
+    };
+    // 8 rows of 4096 (padded) take 135 KB: chunks of whole 256-element blocks within 32 KB.
+    let (name, len) = staged(0);
+    assert_eq!(name, "lhs");
+    assert!(
+        len % 8 == 0 && len / 8 % 264 == 0 && len * 4 < 32 << 10,
+        "{len}"
+    );
+    // 8 rows of 512 fit whole.
+    assert_eq!(staged(1), ("lhs0".to_string(), 8 * (512 + 16)));
+}
+
 /// `attention_masked` over a cache of `len` positions for `tokens` new tokens.
 fn attention_graph(tokens: usize, len: usize, return_probabilities: bool) -> Graph {
     let b = Builder::new(TraceLimits::standard(4096));

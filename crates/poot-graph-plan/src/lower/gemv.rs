@@ -15,8 +15,9 @@
 //!   all rows.
 //! - The left side (with a norm in its prologue, a reshape, a gather: whatever the graph
 //!   computes in place) is computed once per workgroup into shared memory, padded by one word
-//!   every 32 so lanes reading different blocks hit different banks; when it does not fit it
-//!   is read in place per element instead.
+//!   every 32 so lanes reading different blocks hit different banks. When the left sides do not
+//!   fit whole, each is staged a chunk of whole 256-element blocks at a time (two barriers per
+//!   chunk) and the teams add that chunk's units before the next is staged.
 //! - The lanes' partial sums meet in shared memory (two barriers per column step), and lane `m`
 //!   of each team adds up row `m` and finishes it: a plain store, the store of each sibling's
 //!   column (horizontal QKV fusion), or the value the contraction's sums flow into (a residual
@@ -50,6 +51,10 @@ const MIN_WORKGROUPS: u32 = 256;
 
 /// Bytes each lane should have in flight per step of its row walk.
 const BYTES_PER_STEP: u32 = 32;
+
+/// Left-side chunks are whole multiples of the largest block (256 elements), so every weight
+/// layout's units start and end inside one chunk.
+const CHUNK_ALIGN: u32 = 256;
 
 /// How a weight's rows are stored, as the kernel reads them.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -140,12 +145,26 @@ impl Job {
     }
 }
 
-/// How a kernel reads one left side.
-enum LhsRead {
-    /// From shared memory: row `m`, element `k` at `m * stride + k + k / 32`.
-    Staged { arr: SharedId, stride: u32 },
-    /// Computed in place per element.
-    Direct { value: ValueId },
+/// Where a left side is staged: row `m`, element `k` of the staged span at
+/// `m * stride + k + k / 32` of `arr` (a word of padding every 32, so lanes reading different
+/// blocks hit different banks).
+#[derive(Clone, Copy)]
+struct Stage {
+    arr: SharedId,
+    stride: u32,
+}
+
+/// Elements `first..first + len` of the contracted axis.
+struct Span {
+    first: Expr,
+    len: u32,
+}
+
+/// A team's place: its column, and the lane's index among `lanes`.
+struct Walk {
+    col: Expr,
+    lane: Expr,
+    lanes: u32,
 }
 
 /// The largest power of two at most `x` (1 for 0).
@@ -439,30 +458,44 @@ impl Lowering<'_> {
         let partials = teams * n_sums * rows * (lanes + 1);
         // Prologue reductions take one array of `threads` per element type.
         let reserved = 4 * (partials + 3 * threads);
-        let mut budget = self.target.limits.max_shared_bytes.saturating_sub(reserved);
-        let mut reads = Vec::with_capacity(job.lhs.len());
-        for (g, &(lhs, k)) in job.lhs.iter().enumerate() {
-            let stride = k + k.div_ceil(32);
-            let bytes = u64::from(rows) * u64::from(stride) * 4;
-            if bytes > u64::from(budget) {
-                reads.push(LhsRead::Direct { value: lhs });
-                continue;
+        let budget = self.target.limits.max_shared_bytes.saturating_sub(reserved);
+        let stride = |k: u32| k + k.div_ceil(32);
+        let whole: u64 = job
+            .lhs
+            .iter()
+            .map(|&(_, k)| 4 * u64::from(rows) * u64::from(stride(k)))
+            .sum();
+        // Every left side whole, staged once before the column loop; else one chunk of a left
+        // side at a time, a whole number of 256-element blocks, restaged per column step.
+        let chunk = if whole <= u64::from(budget) {
+            None
+        } else {
+            let elems = budget / (4 * rows) * 32 / 33 / CHUNK_ALIGN * CHUNK_ALIGN;
+            if elems == 0 {
+                return Ok(None);
             }
-            budget -= bytes as u32;
-            let arr = cx.kb.shared(format!("lhs{g}"), Ty::F32, rows * stride);
-            for m in 0..rows {
-                let mut idx = lead_index(&job.lead, m);
-                let kk = cx.kb.begin_for(local_id(), u32c(k), u32c(threads));
-                idx.push(kk.clone());
-                let x = self.value_at(&mut cx, lhs, &idx)?;
-                let at = u32c(m * stride) + kk.clone() + (kk >> u32c(5));
-                cx.kb.store_shared(arr, at, x);
-                cx.kb.end();
+            Some(elems)
+        };
+        let mut stages = Vec::with_capacity(job.lhs.len());
+        match chunk {
+            None => {
+                for (g, &(lhs, k)) in job.lhs.iter().enumerate() {
+                    let stage = Stage {
+                        arr: cx.kb.shared(format!("lhs{g}"), Ty::F32, rows * stride(k)),
+                        stride: stride(k),
+                    };
+                    self.stage_lhs(&mut cx, job, lhs, &stage, u32c(0), k)?;
+                    stages.push(stage);
+                }
+                cx.kb.barrier();
             }
-            reads.push(LhsRead::Staged { arr, stride });
-        }
-        if reads.iter().any(|r| matches!(r, LhsRead::Staged { .. })) {
-            cx.kb.barrier();
+            Some(elems) => {
+                let stage = Stage {
+                    arr: cx.kb.shared("lhs", Ty::F32, rows * stride(elems)),
+                    stride: stride(elems),
+                };
+                stages.extend(job.lhs.iter().map(|_| stage));
+            }
         }
         let partial = cx.kb.shared("partials", Ty::F32, partials.max(1));
 
@@ -478,27 +511,44 @@ impl Lowering<'_> {
                     .collect()
             })
             .collect();
-        cx.kb.begin_if(lt(col.clone(), u32c(job.columns)));
-        for (sum, accs) in job.sums.iter().zip(&accs) {
-            let read = &reads[sum.lhs];
-            let n_parts = sum.parts.len();
-            for (p, part) in sum.parts.iter().enumerate() {
-                let last = p + 1 == n_parts;
-                if !last {
-                    cx.kb
-                        .begin_if(lt(col.clone(), u32c(part.start + part.weight.n)));
+        let walk = Walk {
+            col: col.clone(),
+            lane: lane.clone(),
+            lanes,
+        };
+        match chunk {
+            None => {
+                cx.kb.begin_if(lt(col.clone(), u32c(job.columns)));
+                for (g, &(_, k)) in job.lhs.iter().enumerate() {
+                    let span = Span {
+                        first: u32c(0),
+                        len: k,
+                    };
+                    self.accumulate(&mut cx, job, g, &stages[g], &span, &walk, &accs)?;
                 }
-                let local = cx.kb.let_(Ty::U32, col.clone() - u32c(part.start));
-                self.gemv_row(&mut cx, job, part, local, read, &lane, lanes, accs)?;
-                if !last {
-                    cx.kb.otherwise();
-                }
-            }
-            for _ in 1..n_parts {
                 cx.kb.end();
             }
+            Some(elems) => {
+                for (g, &(lhs, k)) in job.lhs.iter().enumerate() {
+                    let stage = stages[g];
+                    let full = k / elems;
+                    if full > 0 {
+                        let c = cx.kb.begin_for(u32c(0), u32c(full), u32c(1));
+                        let first = cx.kb.let_(Ty::U32, c * u32c(elems));
+                        let span = Span { first, len: elems };
+                        self.chunk_step(&mut cx, job, g, lhs, &stage, &span, &walk, &accs)?;
+                        cx.kb.end();
+                    }
+                    if full * elems < k {
+                        let span = Span {
+                            first: u32c(full * elems),
+                            len: k - full * elems,
+                        };
+                        self.chunk_step(&mut cx, job, g, lhs, &stage, &span, &walk, &accs)?;
+                    }
+                }
+            }
         }
-        cx.kb.end();
 
         let base = cx
             .kb
@@ -573,22 +623,109 @@ impl Lowering<'_> {
         Ok(Some((cx, grid)))
     }
 
-    /// Adds to `accs` (one per left-side row) this lane's share of weight row `local` of `part`
-    /// against the left side.
+    /// Stages elements `first..first + len` of every row of left side `lhs` in `stage`.
+    fn stage_lhs(
+        &mut self,
+        cx: &mut KernelCtx,
+        job: &Job,
+        lhs: ValueId,
+        stage: &Stage,
+        first: Expr,
+        len: u32,
+    ) -> Result<(), PlanError> {
+        let threads = cx.kb.workgroup();
+        for m in 0..job.rows() {
+            let mut idx = lead_index(&job.lead, m);
+            let kk = cx.kb.begin_for(local_id(), u32c(len), u32c(threads));
+            idx.push(first.clone() + kk.clone());
+            let x = self.value_at(cx, lhs, &idx)?;
+            let at = u32c(m * stage.stride) + kk.clone() + (kk >> u32c(5));
+            cx.kb.store_shared(stage.arr, at, x);
+            cx.kb.end();
+        }
+        Ok(())
+    }
+
+    /// One chunk of left side `g`: staged by the whole workgroup, then added by every team.
+    #[allow(clippy::too_many_arguments)]
+    fn chunk_step(
+        &mut self,
+        cx: &mut KernelCtx,
+        job: &Job,
+        g: usize,
+        lhs: ValueId,
+        stage: &Stage,
+        span: &Span,
+        walk: &Walk,
+        accs: &[Vec<Var>],
+    ) -> Result<(), PlanError> {
+        self.stage_lhs(cx, job, lhs, stage, span.first.clone(), span.len)?;
+        cx.kb.barrier();
+        cx.kb.begin_if(lt(walk.col.clone(), u32c(job.columns)));
+        self.accumulate(cx, job, g, stage, span, walk, accs)?;
+        cx.kb.end();
+        // Every team has read the chunk before the next one is staged.
+        cx.kb.barrier();
+        Ok(())
+    }
+
+    /// Adds span `span` of the sums over left side `g` (staged in `stage`) at the team's
+    /// column to `accs` (per sum, per row).
+    #[allow(clippy::too_many_arguments)]
+    fn accumulate(
+        &mut self,
+        cx: &mut KernelCtx,
+        job: &Job,
+        g: usize,
+        stage: &Stage,
+        span: &Span,
+        walk: &Walk,
+        accs: &[Vec<Var>],
+    ) -> Result<(), PlanError> {
+        for (sum, accs) in job.sums.iter().zip(accs).filter(|(s, _)| s.lhs == g) {
+            let n_parts = sum.parts.len();
+            for (p, part) in sum.parts.iter().enumerate() {
+                let last = p + 1 == n_parts;
+                if !last {
+                    cx.kb
+                        .begin_if(lt(walk.col.clone(), u32c(part.start + part.weight.n)));
+                }
+                let local = cx.kb.let_(Ty::U32, walk.col.clone() - u32c(part.start));
+                self.gemv_row(cx, part, local, stage, span, walk, accs)?;
+                if !last {
+                    cx.kb.otherwise();
+                }
+            }
+            for _ in 1..n_parts {
+                cx.kb.end();
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds to `accs` (one per left-side row) this lane's share of span `span` of weight row
+    /// `local` of `part` against the staged left side.
     #[allow(clippy::too_many_arguments)]
     fn gemv_row(
         &mut self,
         cx: &mut KernelCtx,
-        job: &Job,
         part: &Part,
         local: Expr,
-        read: &LhsRead,
-        lane: &Expr,
-        lanes: u32,
+        stage: &Stage,
+        span: &Span,
+        walk: &Walk,
         accs: &[Var],
     ) -> Result<(), PlanError> {
         let w = &part.weight;
-        let units = w.layout.units_per_row(w.k);
+        // Spans start and end on unit boundaries: they are whole 256-element blocks but the
+        // last.
+        let units = w.layout.units_per_row(span.len);
+        let per_unit = w.k / w.layout.units_per_row(w.k);
+        let unit0 = cx.kb.let_(
+            Ty::U32,
+            span.first.clone() >> u32c(per_unit.trailing_zeros()),
+        );
+        let (lane, lanes) = (&walk.lane, walk.lanes);
         let unroll = unroll(w.layout, units, lanes);
         let buf = self.buffer_of(w.value)?;
         let (param, tables) = match w.layout {
@@ -613,18 +750,21 @@ impl Lowering<'_> {
             let u0 = cx.kb.begin_for(lane.clone(), u32c(full), u32c(step));
             let mut decoded = Vec::with_capacity(unroll as usize);
             for r in 0..unroll {
-                let u = cx.kb.let_(Ty::U32, u0.clone() + u32c(r * lanes));
+                let u = cx
+                    .kb
+                    .let_(Ty::U32, unit0.clone() + u0.clone() + u32c(r * lanes));
                 decoded.push(self.gemv_unit(cx, w, param, &tables, &row_start, u)?);
             }
-            self.gemv_dot(cx, job, decoded, read, accs)?;
+            gemv_dot(cx, decoded, stage, span, accs);
             cx.kb.end();
         }
         if full < units {
             let u = cx
                 .kb
                 .begin_for(u32c(full) + lane.clone(), u32c(units), u32c(lanes));
+            let u = cx.kb.let_(Ty::U32, unit0 + u);
             let unit = self.gemv_unit(cx, w, param, &tables, &row_start, u)?;
-            self.gemv_dot(cx, job, vec![unit], read, accs)?;
+            gemv_dot(cx, vec![unit], stage, span, accs);
             cx.kb.end();
         }
         Ok(())
@@ -701,71 +841,41 @@ impl Lowering<'_> {
             }
         })
     }
+}
 
-    /// Adds the dot products of decoded units with each left-side row to `accs`.
-    fn gemv_dot(
-        &mut self,
-        cx: &mut KernelCtx,
-        job: &Job,
-        units: Vec<Unit>,
-        read: &LhsRead,
-        accs: &[Var],
-    ) -> Result<(), PlanError> {
-        let rows = accs.len() as u32;
-        for unit in units {
-            // A value read by several rows is computed once.
-            let values: Vec<(u32, Expr)> = unit
-                .elements
-                .into_iter()
+/// Adds the dot products of decoded units with each staged left-side row to `accs`.
+fn gemv_dot(cx: &mut KernelCtx, units: Vec<Unit>, stage: &Stage, span: &Span, accs: &[Var]) {
+    let rows = accs.len() as u32;
+    for unit in units {
+        // A value read by several rows is computed once.
+        let values: Vec<(u32, Expr)> = unit
+            .elements
+            .into_iter()
+            .map(|(off, v)| {
+                if rows > 1 {
+                    (off, cx.kb.let_(Ty::F32, v))
+                } else {
+                    (off, v)
+                }
+            })
+            .collect();
+        // The unit's place in the staged span, padded; each element's offset adds its own
+        // padding (units never straddle a multiple of 32 past their first element).
+        let rel = cx.kb.let_(Ty::U32, unit.first - span.first.clone());
+        let at = cx.kb.let_(Ty::U32, rel.clone() + (rel >> u32c(5)));
+        for (m, &acc) in accs.iter().enumerate() {
+            let m = m as u32;
+            let terms = values
+                .iter()
                 .map(|(off, v)| {
-                    if rows > 1 {
-                        (off, cx.kb.let_(Ty::F32, v))
-                    } else {
-                        (off, v)
-                    }
+                    let a = load_shared(
+                        stage.arr,
+                        at.clone() + u32c(m * stage.stride + off + (off >> 5)),
+                    );
+                    a * v.clone()
                 })
                 .collect();
-            // The left side at each element, per row.
-            let mut lhs: Vec<Vec<Expr>> = Vec::with_capacity(accs.len());
-            match read {
-                LhsRead::Staged { arr, stride } => {
-                    let p = cx.kb.let_(
-                        Ty::U32,
-                        unit.first.clone() + (unit.first.clone() >> u32c(5)),
-                    );
-                    for m in 0..rows {
-                        lhs.push(
-                            values
-                                .iter()
-                                .map(|(off, _)| {
-                                    let at = p.clone() + u32c(m * stride + off + (off >> 5));
-                                    load_shared(*arr, at)
-                                })
-                                .collect(),
-                        );
-                    }
-                }
-                LhsRead::Direct { value } => {
-                    for m in 0..rows {
-                        let mut row = Vec::with_capacity(values.len());
-                        for (off, _) in &values {
-                            let mut idx = lead_index(&job.lead, m);
-                            idx.push(unit.first.clone() + u32c(*off));
-                            row.push(self.value_at(cx, *value, &idx)?);
-                        }
-                        lhs.push(row);
-                    }
-                }
-            }
-            for (&acc, a) in accs.iter().zip(lhs) {
-                let terms = a
-                    .into_iter()
-                    .zip(&values)
-                    .map(|(a, (_, v))| a * v.clone())
-                    .collect();
-                cx.kb.set(acc, Expr::Var(acc) + pairwise(terms));
-            }
+            cx.kb.set(acc, Expr::Var(acc) + pairwise(terms));
         }
-        Ok(())
     }
 }
