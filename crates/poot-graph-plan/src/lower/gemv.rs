@@ -30,7 +30,7 @@
 use poot_formats::{BlockFormat, PackedFormat};
 use poot_graph_ir::{DType, OpKind, Storage, ValueId};
 
-use super::access::{device_word, to_word};
+use super::access::{device_word, kty, to_word};
 use super::classify::Placement;
 use super::context::KernelCtx;
 use super::dequant::{self, FormatTables};
@@ -238,7 +238,11 @@ impl Lowering<'_> {
         {
             return None;
         }
-        let (rhs, out) = (e.inputs[1], e.out);
+        let (lhs, rhs, out) = (e.inputs[0], e.inputs[1], e.out);
+        // The left side is staged as f32.
+        if kty(self.g.values()[lhs.index()].ty.dtype) != Ty::F32 {
+            return None;
+        }
         let info = &self.g.values()[rhs.index()];
         if !matches!(info.storage, Storage::Const(_))
             || self.cls.placement[rhs.index()] != Placement::Input
