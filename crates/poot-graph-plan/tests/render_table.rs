@@ -447,8 +447,8 @@ fn table() -> Vec<Kernel> {
 }
 
 /// The decode-shaped contraction kernels of every weight layout (each block format, f32, f16
-/// and bf16 of even and odd length) at one row, and of Q4_K and f16 at three: a plain one, Q/K
-/// siblings behind a norm, and one with a residual add in its epilogue.
+/// and bf16 of even and odd length) at one row; for a few layouts also at three rows, as Q/K
+/// siblings behind a norm, and with a residual add in the epilogue.
 fn decode_shaped_kernels() -> Vec<Kernel> {
     use poot_formats::BlockFormat;
     use poot_graph_ir::ops;
@@ -460,27 +460,35 @@ fn decode_shaped_kernels() -> Vec<Kernel> {
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         layouts.extend([(dtype, 512), (dtype, 77)]);
     }
+    let fused = [
+        DType::Packed(BlockFormat::Q4_K.ggml_type()),
+        DType::Packed(BlockFormat::Q5_0.ggml_type()),
+        DType::F16,
+    ];
     let mut out = Vec::new();
     for (i, (dtype, k)) in layouts.into_iter().enumerate() {
-        let three = [DType::Packed(BlockFormat::Q4_K.ggml_type()), DType::F16].contains(&dtype);
-        for rows in if three { &[1, 3][..] } else { &[1][..] } {
+        let all = fused.contains(&dtype);
+        for rows in if all { &[1, 3][..] } else { &[1][..] } {
             let rows = *rows;
             let b = Builder::new(TraceLimits::standard(64));
             let constant = |name: &str, dtype: DType, dims: Vec<usize>| {
                 b.constant(name, TensorType::new(dtype, dims)).unwrap()
             };
             let x = constant("x", DType::F32, vec![rows, k]);
-            let h = ops::rmsnorm(&b, x, constant("n", DType::F32, vec![k]), 1e-6).unwrap();
-            let q = ops::linear(&b, h, constant("wq", dtype, vec![40, k]), None).unwrap();
-            let kk = ops::linear(&b, h, constant("wk", dtype, vec![24, k]), None).unwrap();
-            let plain = ops::linear(&b, x, constant("w", dtype, vec![9, k]), None).unwrap();
-            let o = ops::linear(&b, x, constant("wo", dtype, vec![k, k]), None).unwrap();
-            let res = b.add(x, o).unwrap();
-            let graph = b
-                .finish(Outputs::new(q).and(kk).and(plain).and(res))
-                .unwrap();
-            let plan =
-                poot_graph_plan::compile(&graph, &poot_graph_plan::Target::ptx_preset()).unwrap();
+            let mut outputs =
+                Outputs::new(ops::linear(&b, x, constant("w", dtype, vec![9, k]), None).unwrap());
+            if all {
+                let h = ops::rmsnorm(&b, x, constant("n", DType::F32, vec![k]), 1e-6).unwrap();
+                let q = ops::linear(&b, h, constant("wq", dtype, vec![40, k]), None).unwrap();
+                let kk = ops::linear(&b, h, constant("wk", dtype, vec![24, k]), None).unwrap();
+                let o = ops::linear(&b, x, constant("wo", dtype, vec![k, k]), None).unwrap();
+                outputs = outputs.and(q).and(kk).and(b.add(x, o).unwrap());
+            }
+            let plan = poot_graph_plan::compile(
+                &b.finish(outputs).unwrap(),
+                &poot_graph_plan::Target::ptx_preset(),
+            )
+            .unwrap();
             for mut k in plan.kernels {
                 assert!(k.kind().starts_with("gemv"), "{dtype}: {}", k.name);
                 k.name = format!("decode_{i}_{rows}_{}", k.name);
