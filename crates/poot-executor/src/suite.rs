@@ -17,6 +17,8 @@ use poot_graph_ir::{
     TensorType, TraceLimits, Traced, UnaryOp, component_const_name,
 };
 
+use poot_formats::BlockFormat;
+
 use crate::executor::{ConstBytes, ConstSource, Executor, StepInputs, StepOutputs};
 
 /// How closely a case's outputs must match the oracle.
@@ -899,6 +901,143 @@ fn component_cases() -> Vec<Case> {
     cases
 }
 
+/// Decode-shaped contractions (at most eight left-side rows against constant transposed
+/// weights), which the planner gives their own kernel: every block format and dense f32, f16
+/// and bf16 weights, at 1 to 8 rows, with row lengths that leave a partial last step and column
+/// counts that leave a partial last workgroup; sibling projections of mixed formats behind a
+/// norm; a gated feed-forward with its residual add in the epilogue; and left sides too long to
+/// stage in shared memory.
+fn decode_contraction_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (i, format) in BlockFormat::ALL.into_iter().enumerate() {
+        let mut c = CaseBuilder::new(200 + i as u64);
+        // 13 blocks of 32 or 5 of 256: whole steps of the lanes and a partial one.
+        let k = if format.block_elems() == 256 {
+            1280
+        } else {
+            416
+        };
+        let w = c.packed("w", format.ggml_type(), 37, k);
+        let mut outputs: Option<Outputs> = None;
+        for rows in [1, 3, 8] {
+            let x = c.f32(&format!("x{rows}"), &[rows, k]);
+            let y = ops::linear(&c.b, x, w, None).expect("linear");
+            outputs = Some(match outputs {
+                None => Outputs::new(y),
+                Some(o) => o.and(y),
+            });
+        }
+        let outputs = outputs.expect("three row counts");
+        cases.push(c.finish(
+            &format!(
+                "decode-shaped contraction, {} weights, 1, 3 and 8 rows",
+                format.name()
+            ),
+            outputs,
+            reassociated(k),
+        ));
+    }
+    for (i, dtype) in [DType::F32, DType::F16, DType::BF16]
+        .into_iter()
+        .enumerate()
+    {
+        for k in [200, 77] {
+            let mut c = CaseBuilder::new(220 + 2 * i as u64 + (k % 2) as u64);
+            let w = match dtype {
+                DType::F32 => c.f32("w", &[45, k]),
+                d => c.half("w", &[45, k], d),
+            };
+            let x1 = c.f32("x1", &[1, 1, k]);
+            let x5 = c.f32("x5", &[5, k]);
+            let x2 = c.f32("x2", &[2, 1, k]);
+            let y1 = ops::linear(&c.b, x1, w, None).expect("linear");
+            let y5 = ops::linear(&c.b, x5, w, None).expect("linear");
+            let y2 = ops::linear(&c.b, x2, w, None).expect("linear");
+            cases.push(c.finish(
+                &format!("decode-shaped contraction, {dtype} weights, K {k}, 1, 5 and 2x1 rows"),
+                Outputs::new(y1).and(y5).and(y2),
+                reassociated(k),
+            ));
+        }
+    }
+    // Q, K and V of mixed formats behind one norm, at one and two rows.
+    for rows in [1, 2] {
+        let mut c = CaseBuilder::new(230 + rows as u64);
+        let d = 512;
+        let x = c.f32("x", &[1, rows, d]);
+        let nw = c.positive("norm", &[d]);
+        let wq = c.packed("wq", GgmlType::Q4_K, 64, d);
+        let wk = c.packed("wk", GgmlType::Q6_K, 24, d);
+        let wv = c.half("wv", &[24, d], DType::F16);
+        let h = ops::rmsnorm(&c.b, x, nw, 1e-6).expect("norm");
+        let q = ops::linear(&c.b, h, wq, None).expect("q");
+        let k = ops::linear(&c.b, h, wk, None).expect("k");
+        let v = ops::linear(&c.b, h, wv, None).expect("v");
+        cases.push(c.finish(
+            &format!("decode-shaped Q/K/V of mixed formats behind a norm, {rows} rows"),
+            Outputs::new(q).and(k).and(v),
+            reassociated(d),
+        ));
+    }
+    // A gated feed-forward: gate and up (different formats) with the SiLU product in the
+    // epilogue, then down with the residual add in its epilogue.
+    for rows in [1, 4] {
+        let mut c = CaseBuilder::new(240 + rows as u64);
+        let (d, ff) = (96, 160);
+        let x = c.f32("x", &[rows, d]);
+        let nw = c.positive("norm", &[d]);
+        let wg = c.packed("wg", GgmlType::Q4_1, ff, d);
+        let wu = c.packed("wu", GgmlType::Q5_0, ff, d);
+        let wd = c.packed("wd", GgmlType::Q8_0, d, ff);
+        let h = ops::rmsnorm(&c.b, x, nw, 1e-6).expect("norm");
+        let g = ops::linear(&c.b, h, wg, None).expect("gate");
+        let u = ops::linear(&c.b, h, wu, None).expect("up");
+        let f = ops::swiglu(&c.b, g, u).expect("swiglu");
+        let down = ops::linear(&c.b, f, wd, None).expect("down");
+        let y = c.b.add(x, down).expect("residual");
+        cases.push(c.finish(
+            &format!("decode-shaped feed-forward with epilogues, {rows} rows"),
+            Outputs::new(y),
+            reassociated(ff),
+        ));
+    }
+    // Left sides too long for shared memory are staged a chunk at a time (whole chunks and a
+    // shorter last one), with the norm's prologue, and in an epilogue reading two of them.
+    let mut c = CaseBuilder::new(250);
+    let k = 4096;
+    let x = c.f32("x", &[8, k]);
+    let nw = c.positive("norm", &[k]);
+    let w = c.half("w", &[9, k], DType::BF16);
+    let wp = c.packed("wp", GgmlType::Q4_0, 5, k);
+    let h = ops::rmsnorm(&c.b, x, nw, 1e-6).expect("norm");
+    let y = ops::linear(&c.b, h, w, None).expect("linear");
+    let yp = ops::linear(&c.b, x, wp, None).expect("linear");
+    cases.push(c.finish(
+        "decode-shaped contraction, 8 rows of 4096 staged in chunks",
+        Outputs::new(y).and(yp),
+        reassociated(k),
+    ));
+    let mut c = CaseBuilder::new(251);
+    let (k1, k2) = (4352, 2304);
+    let x = c.f32("x", &[4, k1]);
+    let z = c.f32("z", &[4, k2]);
+    let wg = c.half("wg", &[20, k1], DType::F16);
+    let wu = c.packed("wu", GgmlType::Q6_K, 20, k1);
+    let wz = c.packed("wz", GgmlType::Q4_K, 20, k2);
+    let g = ops::linear(&c.b, x, wg, None).expect("gate");
+    let u = ops::linear(&c.b, x, wu, None).expect("up");
+    let o = ops::linear(&c.b, z, wz, None).expect("other");
+    let y =
+        c.b.add(ops::swiglu(&c.b, g, u).expect("swiglu"), o)
+            .expect("add");
+    cases.push(c.finish(
+        "decode-shaped epilogue over two left sides staged in chunks, 4 rows",
+        Outputs::new(y),
+        reassociated(k1),
+    ));
+    cases
+}
+
 /// The single-buffer limit the split cases run under (see [`run_split`]).
 pub const SPLIT_LIMIT_BYTES: u64 = 8192;
 
@@ -1712,13 +1851,22 @@ pub fn cases() -> Vec<Case> {
     all.extend(fusion_cases());
     all.extend(tiled_cases());
     all.extend(split_reduction_cases());
+    all.extend(decode_contraction_cases());
     all
 }
 
-/// Runs every case, printing one line each, and returns the outcomes.
+/// Runs every case, printing one line each, and returns the outcomes. With `POOT_SUITE_ONLY`
+/// set, only the cases whose names contain it run (a `SKIP` line names each other one).
 pub fn run(exec: &mut dyn Executor) -> Vec<Outcome> {
+    let only = std::env::var("POOT_SUITE_ONLY").ok();
     let mut outcomes = Vec::new();
     for case in cases() {
+        if let Some(only) = &only
+            && !case.name.contains(only.as_str())
+        {
+            println!("SKIP {} (POOT_SUITE_ONLY={only})", case.name);
+            continue;
+        }
         let o = run_case(exec, &case);
         println!(
             "{} {}{}",

@@ -5,11 +5,12 @@
 use poot_formats::{BlockFormat, FieldKind, MatrixShape, decode_block_row};
 use poot_graph_plan::kernel::build::{KernelBuilder, u32c};
 use poot_graph_plan::kernel::expr_eval::{Env, Value};
-use poot_graph_plan::kernel::{Access, Expr, ParamId, Ty, Word};
+use poot_graph_plan::kernel::{Access, Expr, ParamId, Stmt, Ty, Word};
 use poot_graph_plan::lower::dequant::{
     DequantError, FormatTable, FormatTables, decode_element, row_bytes, table_words, tables_of,
     words_of_bytes,
 };
+use poot_graph_plan::lower::dequant_unit::{decode_unit, units_per_block};
 
 /// splitmix64: a small seeded generator, so every run checks the same blocks.
 struct Rng(u64);
@@ -271,5 +272,119 @@ fn a_decode_kernel_validates() {
             kb.store(out, k, value);
         });
         kb.finish().validate().expect("a well-typed decode");
+    }
+}
+
+/// Decodes every unit of `n_blocks` consecutive blocks of `format` stored after `prefix_bytes`
+/// bytes (so blocks of 2-byte-aligned formats start at both halves of a word) through
+/// `decode_unit`, checks each element against the reference bit for bit, that the units of a
+/// block cover its elements exactly once, and the padding invariant of their offsets.
+fn check_units(format: BlockFormat, n_blocks: usize, prefix_bytes: usize, fill: Fill, seed: u64) {
+    let mut rng = Rng(seed);
+    let k = n_blocks * format.block_elems();
+    let bytes = random_rows(format, n_blocks, fill, &mut rng);
+    let mut stored: Vec<u8> = (0..prefix_bytes).map(|_| rng.byte()).collect();
+    stored.extend_from_slice(&bytes);
+    let words = words_of_bytes(&stored);
+    let mut want = vec![0f32; k];
+    decode_block_row(format, MatrixShape::new(1, k), &bytes, 0, &mut want)
+        .expect("reference decode");
+
+    let mut kb = KernelBuilder::new("unit_test", 1);
+    let weights = kb.param("weights", Word::U32, Access::Read);
+    let tables = FormatTables::declare(format, &mut kb);
+    let base = kb.var(Ty::U32, u32c(0));
+    let sub = kb.var(Ty::U32, u32c(0));
+    let unit = decode_unit(
+        &mut kb,
+        format,
+        weights,
+        &tables,
+        Expr::Var(base),
+        Expr::Var(sub),
+        words.len() as u32 - 1,
+    )
+    .expect("tables bound");
+    let kernel = kb.finish();
+    kernel.validate().expect("the unit's statements validate");
+    let table_data: Vec<_> = tables.iter().map(|(t, p)| (p, table_words(t))).collect();
+    let per_block = units_per_block(format);
+    for block in 0..n_blocks {
+        let mut seen = vec![false; format.block_elems()];
+        for s in 0..per_block {
+            let mut env = Env::new();
+            env.bind(weights, Word::U32, &words);
+            for (p, w) in &table_data {
+                env.bind(*p, Word::U32, w);
+            }
+            let block_byte = prefix_bytes + block * format.block_bytes();
+            env.set_var(base, Value::U32(block_byte as u32));
+            env.set_var(sub, Value::U32(s));
+            // The unit's own statements: straight-line declarations after `base` and `sub`.
+            for stmt in &kernel.body[2..] {
+                let Stmt::Let { var, value, .. } = stmt else {
+                    panic!("{format:?}: a unit emits only declarations, found {stmt:?}");
+                };
+                let v = env
+                    .eval(value)
+                    .unwrap_or_else(|e| panic!("{format:?} unit {s}: {e}"));
+                env.set_var(*var, v);
+            }
+            let first = env.eval_u32(&unit.first).expect("first element");
+            for (off, value) in &unit.elements {
+                assert_eq!(
+                    (first + off) / 32,
+                    first / 32 + off / 32,
+                    "{format:?} unit {s}: offset {off} from {first} crosses a multiple of 32"
+                );
+                let j = (first + off) as usize;
+                assert!(!seen[j], "{format:?}: element {j} decoded twice");
+                seen[j] = true;
+                let got = env
+                    .eval_f32(value)
+                    .unwrap_or_else(|e| panic!("{format:?} unit {s} element {j}: {e}"));
+                let w = want[block * format.block_elems() + j];
+                let same = if w.is_nan() {
+                    got.is_nan()
+                } else {
+                    got.to_bits() == w.to_bits()
+                };
+                assert!(
+                    same,
+                    "{format:?} ({fill:?}) block {block} unit {s} element {j}: got {got:e}, want {w:e}"
+                );
+            }
+        }
+        assert!(
+            seen.iter().all(|&s| s),
+            "{format:?}: a unit missed elements"
+        );
+    }
+}
+
+#[test]
+fn every_format_decodes_by_units_bit_for_bit() {
+    for (i, format) in BlockFormat::ALL.into_iter().enumerate() {
+        let seed = 5000 + 100 * i as u64;
+        // Three blocks, so blocks of a size that is not a multiple of 4 alternate halves of a
+        // word; after other data of a size rows of the format can start at (any for MXFP4),
+        // and with the last block ending the buffer.
+        let prefixes: &[usize] = if format == BlockFormat::MXFP4 {
+            &[0, 1, 2, 3]
+        } else if format.block_bytes() % 4 == 0 {
+            &[0, 4]
+        } else {
+            &[0, 2]
+        };
+        for &prefix in prefixes {
+            check_units(format, 3, prefix, Fill::Realistic, seed + prefix as u64);
+            check_units(
+                format,
+                2,
+                prefix,
+                Fill::RandomBytes,
+                seed + 10 + prefix as u64,
+            );
+        }
     }
 }

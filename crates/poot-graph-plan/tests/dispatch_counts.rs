@@ -91,13 +91,13 @@ fn smollm2_135m_decode_dispatches() {
     // Norm and Q/K/V projections; both cache writes with the keys' rotary embedding; attention
     // and its combine; output projection + residual; gate/up + SiLU product; down + residual.
     let layer = [
-        "matmul",
+        "gemv",
         "update_slice",
         "attention",
         "attention_combine",
-        "matmul_epilogue",
-        "matmul_epilogue",
-        "matmul_epilogue",
+        "gemv_epilogue",
+        "gemv_epilogue",
+        "gemv_epilogue",
     ];
     for l in 0..layers {
         assert_eq!(layer_kinds(&plan, l), layer, "layer {l}");
@@ -113,14 +113,14 @@ fn gemma3_270m_decode_dispatches() {
     // whole projection output: the output and down projections stay plain, and each residual
     // add with its norm is a row kernel.
     let layer = [
-        "matmul",
+        "gemv",
         "update_slice",
         "attention",
         "attention_combine",
-        "matmul",
+        "gemv",
         "row_map",
-        "matmul_epilogue",
-        "matmul",
+        "gemv_epilogue",
+        "gemv",
         "row_map",
     ];
     for l in 0..layers {

@@ -44,9 +44,34 @@ fn a_norm_runs_inside_the_projections_that_read_it() {
     let q = ops::linear(&b, h, input(&b, "wq", &[96, 64]), None).unwrap();
     let k = ops::linear(&b, h, input(&b, "wk", &[32, 64]), None).unwrap();
     let p = plan(&b.finish(Outputs::new(q).and(k)).unwrap());
-    // Both projections in one kernel (siblings), the norm in its prologue.
-    assert_eq!(kinds(&p), ["matmul"]);
-    assert_eq!(p.dispatches[0].grid[0], 96 + 32);
+    // Both projections in one decode-shaped kernel (siblings), the norm in its prologue: teams
+    // of 16 lanes (64 elements, four per lane), four teams per workgroup of 64 threads.
+    assert_eq!(kinds(&p), ["gemv"]);
+    assert_eq!(p.kernels[p.dispatches[0].kernel].workgroup, 64);
+    assert_eq!(p.dispatches[0].grid[0], (96 + 32) / 4);
+}
+
+#[test]
+fn only_decode_shaped_contractions_take_the_gemv_kernel() {
+    let b = Builder::new(TraceLimits::standard(64));
+    // Eight rows, transposed constant weights: decode-shaped.
+    let x8 = input(&b, "x8", &[8, 64]);
+    let y8 = ops::linear(&b, x8, input(&b, "w8", &[40, 64]), None).unwrap();
+    // Nine rows (a prefill chunk): the tiled kernel. Weights not transposed, or computed by
+    // the step: the general kernel.
+    let x9 = input(&b, "x9", &[9, 64]);
+    let y9 = ops::linear(&b, x9, input(&b, "w9", &[40, 64]), None).unwrap();
+    let plain = b.matmul(x8, input(&b, "wp", &[64, 40]), false).unwrap();
+    let computed = b.exp(input(&b, "wc", &[40, 64])).unwrap();
+    let yc = b.matmul(x8, computed, true).unwrap();
+    let p = plan(
+        &b.finish(Outputs::new(y8).and(y9).and(plain).and(yc))
+            .unwrap(),
+    );
+    let k = kinds(&p);
+    assert_eq!(k.iter().filter(|&&k| k == "gemv").count(), 1, "{k:?}");
+    assert_eq!(k.iter().filter(|&&k| k == "gemm").count(), 1, "{k:?}");
+    assert_eq!(k.iter().filter(|&&k| k == "matmul").count(), 2, "{k:?}");
 }
 
 #[test]
@@ -59,7 +84,37 @@ fn a_residual_add_and_a_gated_activation_are_epilogues() {
     let d = ops::linear(&b, h, input(&b, "wd", &[64, 128]), None).unwrap();
     let y = b.add(x, d).unwrap();
     let p = plan(&b.finish(Outputs::new(y)).unwrap());
-    assert_eq!(kinds(&p), ["matmul_epilogue", "matmul_epilogue"]);
+    assert_eq!(kinds(&p), ["gemv_epilogue", "gemv_epilogue"]);
+}
+
+#[test]
+fn a_left_side_too_long_for_shared_memory_is_staged_in_chunks() {
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[8, 4096]);
+    let w = input(&b, "w", &[9, 4096]);
+    let short = input(&b, "short", &[8, 512]);
+    let y = ops::linear(&b, x, w, None).unwrap();
+    let z = ops::linear(&b, short, input(&b, "ws", &[9, 512]), None).unwrap();
+    let p = compile(
+        &b.finish(Outputs::new(y).and(z)).unwrap(),
+        &Target::wgpu_preset(),
+    )
+    .unwrap();
+    assert_eq!(kinds(&p), ["gemv", "gemv"]);
+    let staged = |k: usize| {
+        let kernel = &p.kernels[p.dispatches[k].kernel];
+        let lhs = kernel.shared.iter().find(|s| s.name.starts_with("lhs"));
+        lhs.map(|s| (s.name.clone(), s.len)).unwrap()
+    };
+    // 8 rows of 4096 (padded) take 135 KB: chunks of whole 256-element blocks within 32 KB.
+    let (name, len) = staged(0);
+    assert_eq!(name, "lhs");
+    assert!(
+        len % 8 == 0 && len / 8 % 264 == 0 && len * 4 < 32 << 10,
+        "{len}"
+    );
+    // 8 rows of 512 fit whole.
+    assert_eq!(staged(1), ("lhs0".to_string(), 8 * (512 + 16)));
 }
 
 /// `attention_masked` over a cache of `len` positions for `tokens` new tokens.

@@ -443,6 +443,7 @@ fn table() -> Vec<Kernel> {
     ];
     kernels.extend(planned_kernels());
     kernels.extend(tiled_and_split_kernels());
+    kernels.extend(decode_shaped_kernels());
     kernels
 }
 
@@ -526,6 +527,59 @@ fn tiled_and_split_kernels() -> Vec<Kernel> {
             kinds.iter().any(|k| k == want),
             "no {want} kernel in {kinds:?}"
         );
+    }
+    out
+}
+
+/// The decode-shaped contraction kernels of every weight layout (each block format, f32, f16
+/// and bf16 of even and odd length) at one row; for a few layouts also at three rows, as Q/K
+/// siblings behind a norm, and with a residual add in the epilogue.
+fn decode_shaped_kernels() -> Vec<Kernel> {
+    use poot_formats::BlockFormat;
+    use poot_graph_ir::ops;
+    use poot_graph_ir::{Builder, DType, Outputs, TensorType, TraceLimits};
+    let mut layouts: Vec<(DType, usize)> = BlockFormat::ALL
+        .iter()
+        .map(|f| (DType::Packed(f.ggml_type()), 512))
+        .collect();
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        layouts.extend([(dtype, 512), (dtype, 77)]);
+    }
+    let fused = [
+        DType::Packed(BlockFormat::Q4_K.ggml_type()),
+        DType::Packed(BlockFormat::Q5_0.ggml_type()),
+        DType::F16,
+    ];
+    let mut out = Vec::new();
+    for (i, (dtype, k)) in layouts.into_iter().enumerate() {
+        let all = fused.contains(&dtype);
+        for rows in if all { &[1, 3][..] } else { &[1][..] } {
+            let rows = *rows;
+            let b = Builder::new(TraceLimits::standard(64));
+            let constant = |name: &str, dtype: DType, dims: Vec<usize>| {
+                b.constant(name, TensorType::new(dtype, dims)).unwrap()
+            };
+            let x = constant("x", DType::F32, vec![rows, k]);
+            let mut outputs =
+                Outputs::new(ops::linear(&b, x, constant("w", dtype, vec![9, k]), None).unwrap());
+            if all {
+                let h = ops::rmsnorm(&b, x, constant("n", DType::F32, vec![k]), 1e-6).unwrap();
+                let q = ops::linear(&b, h, constant("wq", dtype, vec![40, k]), None).unwrap();
+                let kk = ops::linear(&b, h, constant("wk", dtype, vec![24, k]), None).unwrap();
+                let o = ops::linear(&b, x, constant("wo", dtype, vec![k, k]), None).unwrap();
+                outputs = outputs.and(q).and(kk).and(b.add(x, o).unwrap());
+            }
+            let plan = poot_graph_plan::compile(
+                &b.finish(outputs).unwrap(),
+                &poot_graph_plan::Target::ptx_preset(),
+            )
+            .unwrap();
+            for mut k in plan.kernels {
+                assert!(k.kind().starts_with("gemv"), "{dtype}: {}", k.name);
+                k.name = format!("decode_{i}_{rows}_{}", k.name);
+                out.push(k);
+            }
+        }
     }
     out
 }

@@ -215,7 +215,11 @@ impl Lowering<'_> {
         })
     }
 
-    fn tables_for(&mut self, cx: &mut KernelCtx, block: poot_formats::BlockFormat) -> FormatTables {
+    pub(super) fn tables_for(
+        &mut self,
+        cx: &mut KernelCtx,
+        block: poot_formats::BlockFormat,
+    ) -> FormatTables {
         let mut tables = FormatTables::new();
         for &t in dequant::tables_of(block) {
             let buf = self.table_buffer(t);

@@ -204,20 +204,36 @@ pub fn decode_element(
     row_byte: Expr,
     k: Expr,
 ) -> Result<Expr, DequantError> {
+    let (block_elems_log2, block_bytes) = (
+        format.block_elems().trailing_zeros(),
+        format.block_bytes() as u32,
+    );
+    let block_byte = row_byte + (k.clone() >> u32c(block_elems_log2)) * u32c(block_bytes);
+    let j = k & u32c((1 << block_elems_log2) - 1);
+    decode_in_block(format, weights, tables, block_byte, j)
+}
+
+/// The f32 expression of element `j` (u32, below the block's element count) of the block of
+/// `format` whose first byte is at byte `block_byte` (u32) of `weights`; the same expression
+/// [`decode_element`] builds for that element. `block_byte` must be even but for MXFP4.
+///
+/// `block_byte` and `j` are repeated in the expression; pass variables or cheap expressions.
+pub fn decode_in_block(
+    format: BlockFormat,
+    weights: ParamId,
+    tables: &FormatTables,
+    block_byte: Expr,
+    j: Expr,
+) -> Result<Expr, DequantError> {
     let table = |table: FormatTable| {
         tables
             .get(table)
             .ok_or(DequantError::MissingTable { format, table })
     };
-    let (block_elems_log2, block_bytes) = (
-        format.block_elems().trailing_zeros(),
-        format.block_bytes() as u32,
-    );
     let b = Block {
         weights,
-        base: row_byte + (k.clone() >> u32c(block_elems_log2)) * u32c(block_bytes),
+        base: block_byte,
     };
-    let j = k & u32c((1 << block_elems_log2) - 1);
     Ok(match format {
         BlockFormat::Q4_0 => q4_0(&b, j),
         BlockFormat::Q4_1 => q4_1(&b, j),

@@ -334,7 +334,7 @@ impl Lowering<'_> {
     }
 
     pub(super) fn emit_matmul(&mut self, i: usize, transpose_rhs: bool) -> Result<(), PlanError> {
-        if self.emit_tiled_matmuls(&[i])? {
+        if self.emit_tiled_matmuls(&[i])? || self.emit_gemv(&[i])? {
             return Ok(());
         }
         let e = &self.g.eqns()[i];

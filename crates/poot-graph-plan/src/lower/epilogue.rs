@@ -32,7 +32,7 @@ impl Lowering<'_> {
     /// The kernel of value `eqn` computing the contractions `mms` as it goes; if it would bind
     /// more buffers than the target allows, the contractions get their own kernels instead.
     pub(super) fn emit_epilogue(&mut self, eqn: usize, mms: &[ValueId]) -> Result<(), PlanError> {
-        if self.emit_tiled_epilogue(eqn, mms)? {
+        if self.emit_tiled_epilogue(eqn, mms)? || self.emit_gemv_epilogue(eqn, mms)? {
             return Ok(());
         }
         let v = self.g.eqns()[eqn].out;

@@ -95,7 +95,7 @@ impl Lowering<'_> {
         if group.len() == 1 || od.len() < 2 {
             return self.emit_matmul(i, transpose_rhs);
         }
-        if self.emit_tiled_matmuls(&group)? {
+        if self.emit_tiled_matmuls(&group)? || self.emit_gemv(&group)? {
             self.done.extend(group);
             return Ok(());
         }

@@ -1,0 +1,435 @@
+//! Decoding a unit of a packed row: the share of one block that one thread of a decode-shaped
+//! contraction reads per step, from whole u32 words. The block's scales are decoded once per
+//! unit and every element of the unit from words already loaded, where [`decode_element`]
+//! re-reads a byte (and the scales) per element.
+//!
+//! Each element's value is the same f32 expression, on the same operands in the same order, as
+//! [`decode_element`] builds for it, so the two agree bit for bit (and with
+//! `poot_formats::decode_block_row`). Formats without a word decoder here decode their unit
+//! element by element through [`decode_in_block`], which is still exact.
+//!
+//! Blocks of most formats start at a multiple of 4 bytes (their size is, and so is every row of
+//! whole blocks). Q4_0, Q5_0, Q8_0, IQ4_NL and Q6_K blocks have an even size that is not: a
+//! field of theirs at an even byte is read as a window of words shifted by the half-word the
+//! block is off by, decided per block at run time.
+//!
+//! [`decode_element`]: super::dequant::decode_element
+
+use poot_formats::BlockFormat;
+
+use super::dequant::{DequantError, FormatTable, FormatTables, decode_in_block};
+use crate::kernel::build::{KernelBuilder, cast, cmp, load, load_half, min, select, u32c, un};
+use crate::kernel::ir::{CmpOp, Expr, Half, ParamId, Ty, UnOp};
+
+/// Elements every unit of a word-decoded format holds, but Q6_K's 32.
+const UNIT_ELEMS: u32 = 16;
+
+/// Units per block of `format`: a power of two.
+pub fn units_per_block(format: BlockFormat) -> u32 {
+    match format {
+        BlockFormat::Q6_K => 8,
+        _ => format.block_elems() as u32 / UNIT_ELEMS,
+    }
+}
+
+/// Stored bytes per unit of `format`, on average (the block's bytes over its units).
+pub fn unit_bytes(format: BlockFormat) -> u32 {
+    (format.block_bytes() as u32).div_ceil(units_per_block(format))
+}
+
+/// One decoded unit: element `first + offset` of the block has value `value` (f32) for each
+/// `(offset, value)` of `elements`. Offsets are constants and never carry `first` across a
+/// multiple of 32: `(first + offset) / 32 = first / 32 + offset / 32` for every element, so a
+/// reader can pad its own copy of the row every 32 elements at the cost of one shift per unit.
+pub struct Unit {
+    pub first: Expr,
+    pub elements: Vec<(u32, Expr)>,
+}
+
+/// Where the unit's words are read from.
+struct Src<'a> {
+    kb: &'a mut KernelBuilder,
+    weights: ParamId,
+    /// The block's first byte (a variable).
+    base: Expr,
+    /// The weights buffer's last word: no load reaches past it.
+    last_word: u32,
+}
+
+impl Src<'_> {
+    /// The aligned word at byte `offset` of a 4-byte-aligned block.
+    fn word(&mut self, offset: Expr) -> Expr {
+        let at = (self.base.clone() + offset) >> u32c(2);
+        self.kb.let_(Ty::U32, load(self.weights, at))
+    }
+
+    /// `n` consecutive u32 values at even byte `offset` of a 2-byte-aligned block: `n + 1`
+    /// words, each value funnelled from two when the bytes start mid-word.
+    fn window(&mut self, offset: Expr, n: u32) -> Vec<Expr> {
+        let at = self.kb.let_(Ty::U32, self.base.clone() + offset);
+        let first = self.kb.let_(Ty::U32, at.clone() >> u32c(2));
+        let odd = self
+            .kb
+            .let_(Ty::Bool, cmp(CmpOp::Ne, at & u32c(2), u32c(0)));
+        let raw: Vec<Expr> = (0..=n)
+            .map(|j| {
+                let index = first.clone() + u32c(j);
+                // The last word is read only when the bytes start mid-word, and is then in
+                // bounds; clamped, the aligned case never reads past the buffer.
+                let index = if j == n {
+                    min(index, u32c(self.last_word))
+                } else {
+                    index
+                };
+                self.kb.let_(Ty::U32, load(self.weights, index))
+            })
+            .collect();
+        (0..n as usize)
+            .map(|j| {
+                let shifted = (raw[j].clone() >> u32c(16)) | (raw[j + 1].clone() << u32c(16));
+                self.kb
+                    .let_(Ty::U32, select(odd.clone(), shifted, raw[j].clone()))
+            })
+            .collect()
+    }
+
+    /// The f16 at even byte `offset` of the block, as f32.
+    fn f16(&mut self, offset: Expr) -> Expr {
+        let at = (self.base.clone() + offset) >> u32c(1);
+        self.kb
+            .let_(Ty::F32, load_half(self.weights, at, Half::F16))
+    }
+}
+
+fn c(v: u32) -> Expr {
+    u32c(v)
+}
+
+fn f32_of(e: Expr) -> Expr {
+    cast(Ty::F32, e)
+}
+
+fn i32_of(e: Expr) -> Expr {
+    cast(Ty::I32, e)
+}
+
+/// Bits `shift..shift + width` of `word` (`shift + width <= 32`).
+fn bits(word: &Expr, shift: Expr, width: u32) -> Expr {
+    (word.clone() >> shift) & c((1 << width) - 1)
+}
+
+/// A byte (u32 in 0..=255) as the i8 it stores, as i32 (as `dequant`'s `i8_of`).
+fn i8_of(byte: Expr) -> Expr {
+    i32_of(byte.clone()) - i32_of((byte >> c(7)) << c(8))
+}
+
+/// A level of `kvalues` (a table of f32 bit patterns) at `index`.
+fn level(kvalues: ParamId, index: Expr) -> Expr {
+    un(UnOp::BitsToF32, load(kvalues, index))
+}
+
+/// Decodes unit `sub` (u32, below [`units_per_block`]) of the block of `format` whose first
+/// byte is `base` (a u32 variable, even but for MXFP4) in `weights`, whose last word is
+/// `last_word`. Emits the unit's word loads into `kb` as variables, loads first, and returns
+/// its elements, whose values are expressions over those variables.
+#[allow(clippy::too_many_arguments)]
+pub fn decode_unit(
+    kb: &mut KernelBuilder,
+    format: BlockFormat,
+    weights: ParamId,
+    tables: &FormatTables,
+    base: Expr,
+    sub: Expr,
+    last_word: u32,
+) -> Result<Unit, DequantError> {
+    let table = |table: FormatTable| {
+        tables
+            .get(table)
+            .ok_or(DequantError::MissingTable { format, table })
+    };
+    let mut s = Src {
+        kb,
+        weights,
+        base,
+        last_word,
+    };
+    Ok(match format {
+        BlockFormat::Q4_0 => nibbles_32(&mut s, sub, Legacy::Q4_0),
+        BlockFormat::IQ4_NL => nibbles_32(
+            &mut s,
+            sub,
+            Legacy::Iq4Nl(table(FormatTable::KvaluesIq4nl)?),
+        ),
+        BlockFormat::Q4_1 => q4_1(&mut s, sub),
+        BlockFormat::Q5_0 => q5_0(&mut s, sub),
+        BlockFormat::Q5_1 => q5_1(&mut s, sub),
+        BlockFormat::Q8_0 => q8_0(&mut s, sub),
+        BlockFormat::Q4_K => q45_k(&mut s, sub, false),
+        BlockFormat::Q5_K => q45_k(&mut s, sub, true),
+        BlockFormat::Q6_K => q6_k(&mut s, sub),
+        BlockFormat::IQ4_XS => iq4_xs(&mut s, sub, table(FormatTable::KvaluesIq4nl)?),
+        BlockFormat::Q2_K
+        | BlockFormat::Q3_K
+        | BlockFormat::IQ2_XS
+        | BlockFormat::IQ3_XXS
+        | BlockFormat::IQ3_S
+        | BlockFormat::MXFP4 => {
+            let first = s.kb.let_(Ty::U32, sub << c(UNIT_ELEMS.trailing_zeros()));
+            let mut elements = Vec::with_capacity(UNIT_ELEMS as usize);
+            for i in 0..UNIT_ELEMS {
+                let j = first.clone() + c(i);
+                elements.push((
+                    i,
+                    decode_in_block(format, weights, tables, s.base.clone(), j)?,
+                ));
+            }
+            Unit { first, elements }
+        }
+    })
+}
+
+/// The 32-element formats whose 16 code bytes hold element `i` in the low nibble of byte `i`
+/// and element `i + 16` in its high nibble, after an f16 scale.
+enum Legacy {
+    /// ggml: `y = (q - 8) * d`.
+    Q4_0,
+    /// ggml: `y = d * kvalues[q]`.
+    Iq4Nl(ParamId),
+}
+
+/// The 4-bit codes of two words of nibble-split code bytes `first..first + 8`: offset `4 t + e`
+/// (low nibble of byte `e` of word `t`) and 16 further (its high nibble).
+fn split_nibbles(q: &[Expr]) -> Vec<(u32, Expr)> {
+    let mut out = Vec::with_capacity(16);
+    for (t, word) in q.iter().enumerate() {
+        for e in 0..4u32 {
+            for high in [0u32, 1] {
+                let code = bits(word, c(8 * e + 4 * high), 4);
+                out.push((4 * t as u32 + e + 16 * high, code));
+            }
+        }
+    }
+    out
+}
+
+/// Q4_0 or IQ4_NL (18-byte blocks): unit `sub` is code bytes `8 sub..8 sub + 8`.
+fn nibbles_32(s: &mut Src, sub: Expr, kind: Legacy) -> Unit {
+    let d = s.f16(c(0));
+    let first = s.kb.let_(Ty::U32, sub << c(3));
+    let q = s.window(c(2) + first.clone(), 2);
+    let elements = split_nibbles(&q)
+        .into_iter()
+        .map(|(off, code)| {
+            let value = match kind {
+                Legacy::Q4_0 => f32_of(i32_of(code) - Expr::I32(8)) * d.clone(),
+                Legacy::Iq4Nl(kv) => d.clone() * level(kv, code),
+            };
+            (off, value)
+        })
+        .collect();
+    Unit { first, elements }
+}
+
+/// Q4_1 (20 bytes: d, m, 16 code bytes): `y = q * d + m`.
+fn q4_1(s: &mut Src, sub: Expr) -> Unit {
+    let (d, m) = (s.f16(c(0)), s.f16(c(2)));
+    let first = s.kb.let_(Ty::U32, sub << c(3));
+    let q = [s.word(c(4) + first.clone()), s.word(c(8) + first.clone())];
+    let elements = split_nibbles(&q)
+        .into_iter()
+        .map(|(off, code)| (off, f32_of(code) * d.clone() + m.clone()))
+        .collect();
+    Unit { first, elements }
+}
+
+/// The 5-bit codes of a Q5 unit: the nibble, and bit `j` of `qh` for element `j` as the fifth.
+fn q5_codes(s: &mut Src, qh: &Expr, q: &[Expr], first: &Expr) -> Vec<(u32, Expr)> {
+    // Bit first + off for every offset (below 24, first below 16): one shift per unit.
+    let qh = s.kb.let_(Ty::U32, qh.clone() >> first.clone());
+    split_nibbles(q)
+        .into_iter()
+        .map(|(off, low)| {
+            let fifth = bits(&qh, c(off), 1);
+            (off, low | (fifth << c(4)))
+        })
+        .collect()
+}
+
+/// Q5_0 (22 bytes: d, qh, 16 code bytes): `y = (q - 16) * d`.
+fn q5_0(s: &mut Src, sub: Expr) -> Unit {
+    let d = s.f16(c(0));
+    let qh = s.window(c(2), 1).remove(0);
+    let first = s.kb.let_(Ty::U32, sub << c(3));
+    let q = s.window(c(6) + first.clone(), 2);
+    let elements = q5_codes(s, &qh, &q, &first)
+        .into_iter()
+        .map(|(off, code)| (off, f32_of(i32_of(code) - Expr::I32(16)) * d.clone()))
+        .collect();
+    Unit { first, elements }
+}
+
+/// Q5_1 (24 bytes: d, m, qh, 16 code bytes): `y = q * d + m`.
+fn q5_1(s: &mut Src, sub: Expr) -> Unit {
+    let (d, m) = (s.f16(c(0)), s.f16(c(2)));
+    let qh = s.word(c(4));
+    let first = s.kb.let_(Ty::U32, sub << c(3));
+    let q = [s.word(c(8) + first.clone()), s.word(c(12) + first.clone())];
+    let elements = q5_codes(s, &qh, &q, &first)
+        .into_iter()
+        .map(|(off, code)| (off, f32_of(code) * d.clone() + m.clone()))
+        .collect();
+    Unit { first, elements }
+}
+
+/// Q8_0 (34 bytes: d, 32 signed code bytes): `y = q * d`; unit `sub` is codes `16 sub..`.
+fn q8_0(s: &mut Src, sub: Expr) -> Unit {
+    let d = s.f16(c(0));
+    let first = s.kb.let_(Ty::U32, sub << c(4));
+    let q = s.window(c(2) + first.clone(), 4);
+    let mut elements = Vec::with_capacity(16);
+    for (t, word) in q.iter().enumerate() {
+        for e in 0..4u32 {
+            let value = f32_of(i8_of(bits(word, c(8 * e), 8))) * d.clone();
+            elements.push((4 * t as u32 + e, value));
+        }
+    }
+    Unit { first, elements }
+}
+
+/// ggml's `get_scale_min_k4` for sub-blocks `2 chunk + h` (h = 0, 1) from the three scale words
+/// at block bytes 4..16: `(d * sc, dmin * m)` each. The bytes are those `dequant` reads.
+fn k4_scales(s: &mut Src, chunk: &Expr) -> [(Expr, Expr); 2] {
+    let (d, dmin) = (s.f16(c(0)), s.f16(c(2)));
+    let w = [s.word(c(4)), s.word(c(8)), s.word(c(12))];
+    // Sub-blocks 0..4 read bytes 4..12 directly; 4..8 combine bytes 8..16 with the top bits of
+    // bytes 4..8.
+    let first = s.kb.let_(Ty::Bool, cmp(CmpOp::Lt, chunk.clone(), c(2)));
+    let lo =
+        s.kb.let_(Ty::U32, select(first.clone(), w[0].clone(), w[1].clone()));
+    let hi =
+        s.kb.let_(Ty::U32, select(first.clone(), w[1].clone(), w[2].clone()));
+    [0u32, 1].map(|h| {
+        // Byte (sub & 3) of each word: sub = 2 chunk + h.
+        let shift =
+            s.kb.let_(Ty::U32, (((chunk.clone() & c(1)) << c(1)) + c(h)) << c(3));
+        let s0 = bits(&lo, shift.clone(), 8);
+        let s4 = bits(&hi, shift.clone(), 8);
+        let s_low = bits(&w[0], shift, 8);
+        let sc = select(
+            first.clone(),
+            s0.clone() & c(63),
+            (s4.clone() & c(15)) | ((s_low >> c(6)) << c(4)),
+        );
+        let m = select(
+            first.clone(),
+            s4.clone() & c(63),
+            (s4 >> c(4)) | ((s0 >> c(6)) << c(4)),
+        );
+        let dl = s.kb.let_(Ty::F32, d.clone() * f32_of(sc));
+        let ml = s.kb.let_(Ty::F32, dmin.clone() * f32_of(m));
+        (dl, ml)
+    })
+}
+
+/// Q4_K (144 bytes) and Q5_K (176 bytes): `y = (d * sc) * q - dmin * m`. Unit `sub` is code
+/// bytes `l0..l0 + 8` (l0 = 8 (sub % 4)) of 64-element chunk `sub / 4`: low nibbles are
+/// elements `64 chunk + l0 + i` (sub-block `2 chunk`), high ones 32 further (`2 chunk + 1`).
+/// Q5_K's fifth bit of element `j` is bit `j / 32` of `qh` byte `j % 32`.
+fn q45_k(s: &mut Src, sub: Expr, five: bool) -> Unit {
+    let chunk = s.kb.let_(Ty::U32, sub.clone() >> c(2));
+    let l0 = s.kb.let_(Ty::U32, (sub.clone() & c(3)) << c(3));
+    let codes = if five { 48 } else { 16 };
+    // Code bytes 32 chunk + l0 = 8 sub.
+    let q = [
+        s.word(c(codes) + (sub.clone() << c(3))),
+        s.word(c(codes + 4) + (sub << c(3))),
+    ];
+    // The fifth bits' words, shifted to bit 2 chunk (the low nibbles'): one shift per word.
+    let qh = if five {
+        let words = [s.word(c(16) + l0.clone()), s.word(c(20) + l0.clone())];
+        Some(words.map(|w| s.kb.let_(Ty::U32, w >> (chunk.clone() << c(1)))))
+    } else {
+        None
+    };
+    let scales = k4_scales(s, &chunk);
+    let first = s.kb.let_(Ty::U32, (chunk.clone() << c(6)) + l0);
+    let mut elements = Vec::with_capacity(16);
+    for (t, word) in q.iter().enumerate() {
+        for e in 0..4u32 {
+            for (high, (dl, ml)) in scales.iter().enumerate() {
+                let high = high as u32;
+                let mut code = bits(word, c(8 * e + 4 * high), 4);
+                if let Some(qh) = &qh {
+                    code = code + (bits(&qh[t], c(8 * e + high), 1) << c(4));
+                }
+                let value = dl.clone() * f32_of(code) - ml.clone();
+                elements.push((4 * t as u32 + e + 32 * high, value));
+            }
+        }
+    }
+    Unit { first, elements }
+}
+
+/// Q6_K (210 bytes: ql[128], qh[64], scales[16], d): `y = (d * sc) * (q - 32)`. Unit `sub` is
+/// half `n = sub / 4` at `l = l0..l0 + 8` (l0 = 8 (sub % 4)) in each quarter `g` = 0..4:
+/// element `128 n + 32 g + l`, low bits nibble `g / 2` of `ql[64 n + 32 (g % 2) + l]`, high
+/// bits `2 g` of `qh[32 n + l]`, scale `scales[8 n + l / 16 + 2 g]`.
+fn q6_k(s: &mut Src, sub: Expr) -> Unit {
+    let n = s.kb.let_(Ty::U32, sub.clone() >> c(2));
+    let l0 = s.kb.let_(Ty::U32, (sub & c(3)) << c(3));
+    let ql_at = s.kb.let_(Ty::U32, (n.clone() << c(6)) + l0.clone());
+    let ql = [s.window(ql_at.clone(), 2), s.window(ql_at + c(32), 2)];
+    let qh = s.window(c(128) + (n.clone() << c(5)) + l0.clone(), 2);
+    let sc = s.window(c(192) + (n.clone() << c(3)), 2);
+    let d = s.f16(c(208));
+    // Scale byte l0 / 16 + 2 g of the half's eight: word g / 2, byte (l0 / 16) + 2 (g % 2).
+    let half = s.kb.let_(Ty::U32, l0.clone() >> c(4));
+    let ds: Vec<Expr> = (0..4u32)
+        .map(|g| {
+            let shift = (half.clone() + c(2 * (g & 1))) << c(3);
+            let scale = i8_of(bits(&sc[(g >> 1) as usize], shift, 8));
+            s.kb.let_(Ty::F32, d.clone() * f32_of(scale))
+        })
+        .collect();
+    let first = s.kb.let_(Ty::U32, (n << c(7)) + l0);
+    let mut elements = Vec::with_capacity(32);
+    for g in 0..4u32 {
+        let low_words = &ql[(g & 1) as usize];
+        for t in 0..2usize {
+            for e in 0..4u32 {
+                let low = bits(&low_words[t], c(8 * e + 4 * (g >> 1)), 4);
+                let high = bits(&qh[t], c(8 * e + 2 * g), 2);
+                let q = i32_of(low | (high << c(4))) - Expr::I32(32);
+                let value = ds[g as usize].clone() * f32_of(q);
+                elements.push((32 * g + 4 * t as u32 + e, value));
+            }
+        }
+    }
+    Unit { first, elements }
+}
+
+/// IQ4_XS (136 bytes: d, scales_h, scales_l[4], 8 sub-blocks of 16 code bytes):
+/// `y = (d * (scale - 32)) * kvalues[q]`. Unit `sub` is half `sub % 2` of sub-block `sub / 2`.
+fn iq4_xs(s: &mut Src, sub: Expr, kvalues: ParamId) -> Unit {
+    let d = s.f16(c(0));
+    let (w0, w1) = (s.word(c(0)), s.word(c(4)));
+    let ib = s.kb.let_(Ty::U32, sub.clone() >> c(1));
+    // The 6-bit scale: nibble ib % 2 of scales_l[ib / 2], bits 2 ib of scales_h.
+    let low = bits(&w1, ib.clone() << c(2), 4);
+    let high = bits(&w0, c(16) + (ib.clone() << c(1)), 2);
+    let dl = s.kb.let_(
+        Ty::F32,
+        d * f32_of(i32_of(low | (high << c(4))) - Expr::I32(32)),
+    );
+    // Code bytes 16 ib + 8 (sub % 2) = 8 sub.
+    let q = [
+        s.word(c(8) + (sub.clone() << c(3))),
+        s.word(c(12) + (sub.clone() << c(3))),
+    ];
+    let first = s.kb.let_(Ty::U32, (ib << c(5)) + ((sub & c(1)) << c(3)));
+    let elements = split_nibbles(&q)
+        .into_iter()
+        .map(|(off, code)| (off, dl.clone() * level(kvalues, code)))
+        .collect();
+    Unit { first, elements }
+}

@@ -1,0 +1,888 @@
+//! Decode-shaped contractions: a few left-side rows (a decode step, a server's multi-row step)
+//! against a constant weight `W [N, K]` read transposed, dense (f32, f16, bf16) or in any block
+//! format the planner decodes. Such a contraction reads each weight byte once and does little
+//! arithmetic per byte, so it is written to read the weights at memory bandwidth:
+//!
+//! - A team of `lanes` consecutive threads (8, 16 or 32: a warp or part of one) owns one output
+//!   column at a time; a workgroup of `threads` holds `threads / lanes` teams, and workgroups
+//!   stride over the columns.
+//! - The lanes walk the weight row in units: a fixed share of a block (16 elements, 32 for
+//!   Q6_K) decoded from whole u32 words with the block's scales decoded once
+//!   ([`dequant_unit`](super::dequant_unit)), or one dense word. Consecutive lanes take
+//!   consecutive units, so a team's loads are contiguous; each lane decodes `unroll` units
+//!   (loads first) per step so several loads are in flight.
+//! - Each lane keeps one partial sum per left-side row, so every weight word is read once for
+//!   all rows.
+//! - The left side (with a norm in its prologue, a reshape, a gather: whatever the graph
+//!   computes in place) is computed once per workgroup into shared memory, padded by one word
+//!   every 32 so lanes reading different blocks hit different banks. When the left sides do not
+//!   fit whole, each is staged a chunk of whole 256-element blocks at a time (two barriers per
+//!   chunk) and the teams add that chunk's units before the next is staged.
+//! - The lanes' partial sums meet in shared memory (two barriers per column step), and lane `m`
+//!   of each team adds up row `m` and finishes it: a plain store, the store of each sibling's
+//!   column (horizontal QKV fusion), or the value the contraction's sums flow into (a residual
+//!   add, a gated activation: the epilogue fusion).
+//!
+//! Every sum is reassociated against the oracle (lanes, units, then the team), within the
+//! tolerance a reordered sum of K products allows; each weight element decodes bit for bit as
+//! the oracle decodes it.
+
+use poot_formats::{BlockFormat, PackedFormat};
+use poot_graph_ir::{DType, OpKind, Storage, ValueId};
+
+use super::access::{device_word, kty, to_word};
+use super::classify::Placement;
+use super::context::KernelCtx;
+use super::dequant::{self, FormatTables};
+use super::dequant_unit::{self, Unit};
+use super::{Lowering, PlanError};
+use crate::kernel::build::{
+    eq, group_count_x, group_id, load, load_half, load_shared, local_id, lt, u32c,
+};
+use crate::kernel::{Expr, Half, ParamId, SharedId, Ty, Var, Word};
+
+/// The most left-side rows a decode-shaped contraction takes (each lane keeps a partial sum
+/// per row); more rows are a prefill's, better served by a tiled kernel.
+pub(super) const MAX_ROWS: usize = 8;
+
+/// Workgroups a contraction should launch at least, where its columns allow: two per
+/// multiprocessor of a large GPU (an H200 has 132).
+const MIN_WORKGROUPS: u32 = 256;
+
+/// Bytes each lane should have in flight per step of its row walk.
+const BYTES_PER_STEP: u32 = 32;
+
+/// Left-side chunks are whole multiples of the largest block (256 elements), so every weight
+/// layout's units start and end inside one chunk.
+const CHUNK_ALIGN: u32 = 256;
+
+/// How a weight's rows are stored, as the kernel reads them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Layout {
+    /// One f32 per word.
+    F32,
+    /// f16 or bf16 rows of even length: a unit is one word, two elements.
+    HalfPairs(Half),
+    /// f16 or bf16 rows of odd length (rows start mid-word): a unit is one element.
+    Halves(Half),
+    /// GGUF blocks: a unit is a fixed share of a block.
+    Blocks(BlockFormat),
+}
+
+impl Layout {
+    fn units_per_row(self, k: u32) -> u32 {
+        match self {
+            Layout::F32 | Layout::Halves(_) => k,
+            Layout::HalfPairs(_) => k / 2,
+            Layout::Blocks(f) => k / f.block_elems() as u32 * dequant_unit::units_per_block(f),
+        }
+    }
+
+    fn unit_bytes(self) -> u32 {
+        match self {
+            Layout::F32 | Layout::HalfPairs(_) => 4,
+            Layout::Halves(_) => 2,
+            Layout::Blocks(f) => dequant_unit::unit_bytes(f),
+        }
+    }
+}
+
+/// A contraction's weights.
+#[derive(Clone, Debug)]
+struct Weight {
+    value: ValueId,
+    layout: Layout,
+    /// Columns (weight rows) and the contracted length.
+    n: u32,
+    k: u32,
+    /// Bytes per weight row (block formats).
+    row_bytes: u32,
+    /// The last word of the weights buffer.
+    last_word: u32,
+}
+
+/// Output columns `start..start + weight.n` of a sum, read from one weight.
+#[derive(Clone, Debug)]
+struct Part {
+    weight: Weight,
+    start: u32,
+    /// The contraction these columns are the output of.
+    out: ValueId,
+}
+
+/// One sum per output element: left side `lhs` (an index into [`Job::lhs`]) against the part
+/// that holds the column.
+#[derive(Clone, Debug)]
+struct Sum {
+    lhs: usize,
+    parts: Vec<Part>,
+}
+
+/// What a finished column becomes.
+#[derive(Clone, Copy, Debug)]
+enum Finish {
+    /// Each part's sum is stored in its contraction's buffer.
+    Store,
+    /// The sums are the contractions the value's kernel computes itself; the value is stored.
+    Epilogue(ValueId),
+}
+
+/// One decode-shaped kernel's work.
+#[derive(Clone, Debug)]
+struct Job {
+    /// The left sides and their contracted lengths.
+    lhs: Vec<(ValueId, u32)>,
+    sums: Vec<Sum>,
+    /// The output's leading axes (their product is the row count) and its column count.
+    lead: Vec<usize>,
+    columns: u32,
+    finish: Finish,
+}
+
+impl Job {
+    fn rows(&self) -> u32 {
+        self.lead.iter().product::<usize>() as u32
+    }
+}
+
+/// Where a left side is staged: row `m`, element `k` of the staged span at
+/// `m * stride + k + k / 32` of `arr` (a word of padding every 32, so lanes reading different
+/// blocks hit different banks).
+#[derive(Clone, Copy)]
+struct Stage {
+    arr: SharedId,
+    stride: u32,
+}
+
+/// Elements `first..first + len` of the contracted axis.
+struct Span {
+    first: Expr,
+    len: u32,
+}
+
+/// A team's place: its column, and the lane's index among `lanes`.
+struct Walk {
+    col: Expr,
+    lane: Expr,
+    lanes: u32,
+}
+
+/// The largest power of two at most `x` (1 for 0).
+fn floor_pow2(x: u32) -> u32 {
+    if x <= 1 {
+        1
+    } else {
+        1 << (31 - x.leading_zeros())
+    }
+}
+
+/// Lanes per column: at least four units per lane where the row has them, so few lanes idle in
+/// the last step, and a team never wider than a warp.
+fn team_lanes(units: u32) -> u32 {
+    floor_pow2(units / 4).clamp(8, 32)
+}
+
+/// Threads per workgroup: as many teams as still give [`MIN_WORKGROUPS`] workgroups.
+fn workgroup_threads(columns: u32, lanes: u32) -> u32 {
+    for threads in [256, 128] {
+        if columns.div_ceil(threads / lanes) >= MIN_WORKGROUPS {
+            return threads;
+        }
+    }
+    64
+}
+
+/// Units per lane per step: [`BYTES_PER_STEP`] in flight, no more than the row fills.
+fn unroll(layout: Layout, units: u32, lanes: u32) -> u32 {
+    let want = floor_pow2(BYTES_PER_STEP / layout.unit_bytes()).min(8);
+    want.min(floor_pow2(units / lanes))
+}
+
+/// The multi-index of flat row `m` over the leading axes `lead`, as constants.
+fn lead_index(lead: &[usize], m: u32) -> Vec<Expr> {
+    let mut idx = vec![u32c(0); lead.len()];
+    let mut rest = m as usize;
+    for (i, &d) in lead.iter().enumerate().rev() {
+        idx[i] = u32c((rest % d.max(1)) as u32);
+        rest /= d.max(1);
+    }
+    idx
+}
+
+/// `terms` summed pairwise (a balanced tree: short dependency chains).
+fn pairwise(mut terms: Vec<Expr>) -> Expr {
+    while terms.len() > 1 {
+        let mut next = Vec::with_capacity(terms.len().div_ceil(2));
+        let mut it = terms.into_iter();
+        while let Some(a) = it.next() {
+            next.push(match it.next() {
+                Some(b) => a + b,
+                None => a,
+            });
+        }
+        terms = next;
+    }
+    terms.pop().unwrap_or(Expr::F32(0.0))
+}
+
+impl Lowering<'_> {
+    /// The weights of contraction `eqn` when it is decode-shaped: transposed constant weights of
+    /// a layout the kernel reads, at most [`MAX_ROWS`] output rows.
+    fn gemv_weight(&self, eqn: usize) -> Option<Weight> {
+        let e = &self.g.eqns()[eqn];
+        if e.op
+            != (OpKind::MatMul {
+                transpose_rhs: true,
+            })
+            || e.inputs.len() != 2
+        {
+            return None;
+        }
+        let (lhs, rhs, out) = (e.inputs[0], e.inputs[1], e.out);
+        // The left side is staged as f32.
+        if kty(self.g.values()[lhs.index()].ty.dtype) != Ty::F32 {
+            return None;
+        }
+        let info = &self.g.values()[rhs.index()];
+        if !matches!(info.storage, Storage::Const(_))
+            || self.cls.placement[rhs.index()] != Placement::Input
+        {
+            return None;
+        }
+        let (n, k) = match *info.ty.dims() {
+            [n, k] if n > 0 && k > 0 => (n, k),
+            _ => return None,
+        };
+        let out_dims = self.g.values()[out.index()].ty.dims();
+        let rows: usize = out_dims[..out_dims.len().checked_sub(1)?].iter().product();
+        if rows == 0 || rows > MAX_ROWS {
+            return None;
+        }
+        let size = info.ty.size_bytes()?;
+        // Byte addresses are u32.
+        if size > u64::from(u32::MAX) || n > u32::MAX as usize || k > u32::MAX as usize {
+            return None;
+        }
+        let (layout, row_bytes) = match info.ty.dtype {
+            DType::F32 => (Layout::F32, 4 * k),
+            DType::F16 | DType::BF16 => {
+                let half = if info.ty.dtype == DType::F16 {
+                    Half::F16
+                } else {
+                    Half::Bf16
+                };
+                let layout = if k % 2 == 0 {
+                    Layout::HalfPairs(half)
+                } else {
+                    Layout::Halves(half)
+                };
+                (layout, 2 * k)
+            }
+            DType::Packed(g) => match g.packed_format() {
+                Ok(Some(PackedFormat::Block(b))) => {
+                    let row_bytes = dequant::row_bytes(b, k)?;
+                    // Block fields are read at even bytes (MXFP4 has none).
+                    if row_bytes % 2 != 0 && b != BlockFormat::MXFP4 {
+                        return None;
+                    }
+                    (Layout::Blocks(b), row_bytes)
+                }
+                _ => return None,
+            },
+            // Hugging Face component layouts keep the per-element kernel for now.
+            DType::Components(_) | DType::I32 | DType::U32 | DType::U8 | DType::Bool => {
+                return None;
+            }
+        };
+        Some(Weight {
+            value: rhs,
+            layout,
+            n: n as u32,
+            k: k as u32,
+            row_bytes: u32::try_from(row_bytes).ok()?,
+            last_word: (size.div_ceil(4).max(1) - 1) as u32,
+        })
+    }
+
+    /// Contractions `group` (one, or siblings reading the same left side, in column order) as
+    /// one decode-shaped kernel; `false` when they are not decode-shaped or the kernel would
+    /// bind too many buffers (the caller plans them another way).
+    pub(super) fn emit_gemv(&mut self, group: &[usize]) -> Result<bool, PlanError> {
+        let Some(&first) = group.first() else {
+            return Ok(false);
+        };
+        let e = &self.g.eqns()[first];
+        let (lhs, out) = (e.inputs[0], e.out);
+        let out_dims = self.g.values()[out.index()].ty.dims().to_vec();
+        let lead = out_dims[..out_dims.len().saturating_sub(1)].to_vec();
+        let mut parts = Vec::with_capacity(group.len());
+        let mut columns = 0u32;
+        for &j in group {
+            let Some(weight) = self.gemv_weight(j) else {
+                return Ok(false);
+            };
+            let ej = &self.g.eqns()[j];
+            let dims = self.g.values()[ej.out.index()].ty.dims();
+            if ej.inputs[0] != lhs || dims[..dims.len() - 1] != lead[..] {
+                return Ok(false);
+            }
+            let start = columns;
+            columns = match columns.checked_add(weight.n) {
+                Some(c) => c,
+                None => return Ok(false),
+            };
+            parts.push(Part {
+                weight,
+                start,
+                out: ej.out,
+            });
+        }
+        let k = parts[0].weight.k;
+        let job = Job {
+            lhs: vec![(lhs, k)],
+            sums: vec![Sum { lhs: 0, parts }],
+            lead,
+            columns,
+            finish: Finish::Store,
+        };
+        let label = self.label(out);
+        self.emit_gemv_job(&job, "gemv", label)
+    }
+
+    /// The kernel of value `eqn` computing the contractions `mms` in its epilogue, decode-shaped;
+    /// `false` when they are not decode-shaped or the kernel would bind too many buffers.
+    pub(super) fn emit_gemv_epilogue(
+        &mut self,
+        eqn: usize,
+        mms: &[ValueId],
+    ) -> Result<bool, PlanError> {
+        let v = self.g.eqns()[eqn].out;
+        let dims = self.g.values()[v.index()].ty.dims().to_vec();
+        let Some((&columns, lead)) = dims.split_last() else {
+            return Ok(false);
+        };
+        let mut lhs: Vec<(ValueId, u32)> = Vec::new();
+        let mut sums = Vec::with_capacity(mms.len());
+        for &m in mms {
+            let Some(p) = self.cls.producer[m.index()] else {
+                return Ok(false);
+            };
+            let Some(weight) = self.gemv_weight(p) else {
+                return Ok(false);
+            };
+            if self.g.values()[m.index()].ty.dims() != &dims[..] {
+                return Ok(false);
+            }
+            let l = self.g.eqns()[p].inputs[0];
+            let at = match lhs.iter().position(|&(x, _)| x == l) {
+                Some(at) => at,
+                None => {
+                    lhs.push((l, weight.k));
+                    lhs.len() - 1
+                }
+            };
+            sums.push(Sum {
+                lhs: at,
+                parts: vec![Part {
+                    weight,
+                    start: 0,
+                    out: m,
+                }],
+            });
+        }
+        let job = Job {
+            lhs,
+            sums,
+            lead: lead.to_vec(),
+            columns: columns as u32,
+            finish: Finish::Epilogue(v),
+        };
+        let label = self.label(v);
+        self.emit_gemv_job(&job, "gemv_epilogue", label)
+    }
+
+    fn emit_gemv_job(&mut self, job: &Job, kind: &str, label: String) -> Result<bool, PlanError> {
+        let Some((cx, grid)) = self.gemv_kernel(job, kind, label)? else {
+            return Ok(false);
+        };
+        self.push_kernel(cx, grid)?;
+        Ok(true)
+    }
+
+    /// Builds `job`'s kernel and its grid; `None` when it would bind more buffers than the
+    /// target allows.
+    fn gemv_kernel(
+        &mut self,
+        job: &Job,
+        kind: &str,
+        label: String,
+    ) -> Result<Option<(KernelCtx, [u32; 3])>, PlanError> {
+        let rows = job.rows();
+        let units = job
+            .sums
+            .iter()
+            .flat_map(|s| &s.parts)
+            .map(|p| p.weight.layout.units_per_row(p.weight.k))
+            .max()
+            .unwrap_or(1);
+        let lanes = team_lanes(units);
+        let threads = workgroup_threads(job.columns, lanes);
+        let teams = threads / lanes;
+        let n_sums = job.sums.len() as u32;
+        let mut cx = KernelCtx::labelled(kind, label, threads);
+
+        // Outputs first.
+        let mut part_outs: Vec<Vec<ParamId>> = Vec::with_capacity(job.sums.len());
+        let mut value_out = None;
+        match job.finish {
+            Finish::Store => {
+                for sum in &job.sums {
+                    let mut outs = Vec::with_capacity(sum.parts.len());
+                    for part in &sum.parts {
+                        let b = self.scratch_for(part.out)?;
+                        outs.push(cx.param(b, Word::F32, true));
+                    }
+                    part_outs.push(outs);
+                }
+            }
+            Finish::Epilogue(v) => {
+                let dtype = self.g.values()[v.index()].ty.dtype;
+                let b = self.scratch_for(v)?;
+                value_out = Some((cx.param(b, device_word(dtype), true), dtype));
+            }
+        }
+
+        let lane = cx.kb.let_(Ty::U32, local_id() & u32c(lanes - 1));
+        let team = cx
+            .kb
+            .let_(Ty::U32, local_id() >> u32c(lanes.trailing_zeros()));
+        // Row reductions of the left sides (a norm's) and of the epilogue are computed here,
+        // once per workgroup.
+        cx.open_prologue();
+
+        // Each team's lanes write their partial sums here: one padded row of `lanes + 1` per
+        // (team, sum, row).
+        let partials = teams * n_sums * rows * (lanes + 1);
+        // Prologue reductions take one array of `threads` per element type.
+        let reserved = 4 * (partials + 3 * threads);
+        let budget = self.target.limits.max_shared_bytes.saturating_sub(reserved);
+        let stride = |k: u32| k + k.div_ceil(32);
+        let whole: u64 = job
+            .lhs
+            .iter()
+            .map(|&(_, k)| 4 * u64::from(rows) * u64::from(stride(k)))
+            .sum();
+        // Every left side whole, staged once before the column loop; else one chunk of a left
+        // side at a time, a whole number of 256-element blocks, restaged per column step.
+        let chunk = if whole <= u64::from(budget) {
+            None
+        } else {
+            let elems = budget / (4 * rows) * 32 / 33 / CHUNK_ALIGN * CHUNK_ALIGN;
+            if elems == 0 {
+                return Ok(None);
+            }
+            Some(elems)
+        };
+        let mut stages = Vec::with_capacity(job.lhs.len());
+        match chunk {
+            None => {
+                for (g, &(lhs, k)) in job.lhs.iter().enumerate() {
+                    let stage = Stage {
+                        arr: cx.kb.shared(format!("lhs{g}"), Ty::F32, rows * stride(k)),
+                        stride: stride(k),
+                    };
+                    self.stage_lhs(&mut cx, job, lhs, &stage, u32c(0), k)?;
+                    stages.push(stage);
+                }
+                cx.kb.barrier();
+            }
+            Some(elems) => {
+                let stage = Stage {
+                    arr: cx.kb.shared("lhs", Ty::F32, rows * stride(elems)),
+                    stride: stride(elems),
+                };
+                stages.extend(job.lhs.iter().map(|_| stage));
+            }
+        }
+        let partial = cx.kb.shared("partials", Ty::F32, partials.max(1));
+
+        let tiles = job.columns.div_ceil(teams);
+        let tile = cx.kb.begin_for(group_id(0), u32c(tiles), group_count_x());
+        let col = cx.kb.let_(Ty::U32, tile * u32c(teams) + team.clone());
+        let accs: Vec<Vec<Var>> = job
+            .sums
+            .iter()
+            .map(|_| {
+                (0..rows)
+                    .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
+                    .collect()
+            })
+            .collect();
+        let walk = Walk {
+            col: col.clone(),
+            lane: lane.clone(),
+            lanes,
+        };
+        match chunk {
+            None => {
+                cx.kb.begin_if(lt(col.clone(), u32c(job.columns)));
+                for (g, &(_, k)) in job.lhs.iter().enumerate() {
+                    let span = Span {
+                        first: u32c(0),
+                        len: k,
+                    };
+                    self.accumulate(&mut cx, job, g, &stages[g], &span, &walk, &accs)?;
+                }
+                cx.kb.end();
+            }
+            Some(elems) => {
+                for (g, &(lhs, k)) in job.lhs.iter().enumerate() {
+                    let stage = stages[g];
+                    let full = k / elems;
+                    if full > 0 {
+                        let c = cx.kb.begin_for(u32c(0), u32c(full), u32c(1));
+                        let first = cx.kb.let_(Ty::U32, c * u32c(elems));
+                        let span = Span { first, len: elems };
+                        self.chunk_step(&mut cx, job, g, lhs, &stage, &span, &walk, &accs)?;
+                        cx.kb.end();
+                    }
+                    if full * elems < k {
+                        let span = Span {
+                            first: u32c(full * elems),
+                            len: k - full * elems,
+                        };
+                        self.chunk_step(&mut cx, job, g, lhs, &stage, &span, &walk, &accs)?;
+                    }
+                }
+            }
+        }
+
+        let base = cx
+            .kb
+            .let_(Ty::U32, team * u32c(n_sums * rows * (lanes + 1)));
+        for (s, accs) in accs.iter().enumerate() {
+            for (m, &acc) in accs.iter().enumerate() {
+                let row = (s as u32 * rows + m as u32) * (lanes + 1);
+                cx.kb.store_shared(
+                    partial,
+                    base.clone() + u32c(row) + lane.clone(),
+                    Expr::Var(acc),
+                );
+            }
+        }
+        cx.kb.barrier();
+        cx.kb.begin_if(lt(col.clone(), u32c(job.columns)));
+        for m in 0..rows {
+            cx.kb.begin_if(eq(lane.clone(), u32c(m)));
+            let totals: Vec<Expr> = (0..n_sums)
+                .map(|s| {
+                    let row = (s * rows + m) * (lanes + 1);
+                    let terms = (0..lanes)
+                        .map(|l| load_shared(partial, base.clone() + u32c(row + l)))
+                        .collect();
+                    cx.kb.let_(Ty::F32, pairwise(terms))
+                })
+                .collect();
+            match (job.finish, value_out) {
+                (Finish::Epilogue(v), Some((outp, dtype))) => {
+                    let mut oidx = lead_index(&job.lead, m);
+                    oidx.push(col.clone());
+                    for (sum, total) in job.sums.iter().zip(&totals) {
+                        cx.set_known(sum.parts[0].out, &oidx, total.clone());
+                    }
+                    let value = self.compute(&mut cx, v, &oidx)?;
+                    let at = u32c(m * job.columns) + col.clone();
+                    cx.kb.store(outp, at, to_word(value, dtype));
+                }
+                _ => {
+                    for ((sum, outs), total) in job.sums.iter().zip(&part_outs).zip(&totals) {
+                        let n_parts = sum.parts.len();
+                        for (p, (part, &outp)) in sum.parts.iter().zip(outs).enumerate() {
+                            let last = p + 1 == n_parts;
+                            if !last {
+                                cx.kb
+                                    .begin_if(lt(col.clone(), u32c(part.start + part.weight.n)));
+                            }
+                            let at = u32c(m * part.weight.n) + col.clone() - u32c(part.start);
+                            cx.kb.store(outp, at, total.clone());
+                            if !last {
+                                cx.kb.otherwise();
+                            }
+                        }
+                        for _ in 1..n_parts {
+                            cx.kb.end();
+                        }
+                    }
+                }
+            }
+            cx.kb.end();
+        }
+        cx.kb.end();
+        // Every lane has read the partials before the next column step writes them.
+        cx.kb.barrier();
+        cx.kb.end();
+        cx.close_prologue();
+
+        if cx.binding_count() as u32 > self.target.limits.max_bindings {
+            return Ok(None);
+        }
+        let grid = self.groups_for(tiles, 1);
+        Ok(Some((cx, grid)))
+    }
+
+    /// Stages elements `first..first + len` of every row of left side `lhs` in `stage`.
+    fn stage_lhs(
+        &mut self,
+        cx: &mut KernelCtx,
+        job: &Job,
+        lhs: ValueId,
+        stage: &Stage,
+        first: Expr,
+        len: u32,
+    ) -> Result<(), PlanError> {
+        let threads = cx.kb.workgroup();
+        for m in 0..job.rows() {
+            let mut idx = lead_index(&job.lead, m);
+            let kk = cx.kb.begin_for(local_id(), u32c(len), u32c(threads));
+            idx.push(first.clone() + kk.clone());
+            let x = self.value_at(cx, lhs, &idx)?;
+            let at = u32c(m * stage.stride) + kk.clone() + (kk >> u32c(5));
+            cx.kb.store_shared(stage.arr, at, x);
+            cx.kb.end();
+        }
+        Ok(())
+    }
+
+    /// One chunk of left side `g`: staged by the whole workgroup, then added by every team.
+    #[allow(clippy::too_many_arguments)]
+    fn chunk_step(
+        &mut self,
+        cx: &mut KernelCtx,
+        job: &Job,
+        g: usize,
+        lhs: ValueId,
+        stage: &Stage,
+        span: &Span,
+        walk: &Walk,
+        accs: &[Vec<Var>],
+    ) -> Result<(), PlanError> {
+        self.stage_lhs(cx, job, lhs, stage, span.first.clone(), span.len)?;
+        cx.kb.barrier();
+        cx.kb.begin_if(lt(walk.col.clone(), u32c(job.columns)));
+        self.accumulate(cx, job, g, stage, span, walk, accs)?;
+        cx.kb.end();
+        // Every team has read the chunk before the next one is staged.
+        cx.kb.barrier();
+        Ok(())
+    }
+
+    /// Adds span `span` of the sums over left side `g` (staged in `stage`) at the team's
+    /// column to `accs` (per sum, per row).
+    #[allow(clippy::too_many_arguments)]
+    fn accumulate(
+        &mut self,
+        cx: &mut KernelCtx,
+        job: &Job,
+        g: usize,
+        stage: &Stage,
+        span: &Span,
+        walk: &Walk,
+        accs: &[Vec<Var>],
+    ) -> Result<(), PlanError> {
+        for (sum, accs) in job.sums.iter().zip(accs).filter(|(s, _)| s.lhs == g) {
+            let n_parts = sum.parts.len();
+            for (p, part) in sum.parts.iter().enumerate() {
+                let last = p + 1 == n_parts;
+                if !last {
+                    cx.kb
+                        .begin_if(lt(walk.col.clone(), u32c(part.start + part.weight.n)));
+                }
+                let local = cx.kb.let_(Ty::U32, walk.col.clone() - u32c(part.start));
+                self.gemv_row(cx, part, local, stage, span, walk, accs)?;
+                if !last {
+                    cx.kb.otherwise();
+                }
+            }
+            for _ in 1..n_parts {
+                cx.kb.end();
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds to `accs` (one per left-side row) this lane's share of span `span` of weight row
+    /// `local` of `part` against the staged left side.
+    #[allow(clippy::too_many_arguments)]
+    fn gemv_row(
+        &mut self,
+        cx: &mut KernelCtx,
+        part: &Part,
+        local: Expr,
+        stage: &Stage,
+        span: &Span,
+        walk: &Walk,
+        accs: &[Var],
+    ) -> Result<(), PlanError> {
+        let w = &part.weight;
+        // Spans start and end on unit boundaries: they are whole 256-element blocks but the
+        // last.
+        let units = w.layout.units_per_row(span.len);
+        let per_unit = w.k / w.layout.units_per_row(w.k);
+        let unit0 = cx.kb.let_(
+            Ty::U32,
+            span.first.clone() >> u32c(per_unit.trailing_zeros()),
+        );
+        let (lane, lanes) = (&walk.lane, walk.lanes);
+        let unroll = unroll(w.layout, units, lanes);
+        let buf = self.buffer_of(w.value)?;
+        let (param, tables) = match w.layout {
+            Layout::F32 => (cx.param(buf, Word::F32, false), FormatTables::new()),
+            Layout::HalfPairs(_) | Layout::Halves(_) => {
+                (cx.param(buf, Word::U32, false), FormatTables::new())
+            }
+            Layout::Blocks(f) => {
+                let p = cx.param(buf, Word::U32, false);
+                (p, self.tables_for(cx, f))
+            }
+        };
+        // The row's first word (f32, half pairs), half (halves) or byte (blocks).
+        let row_start = match w.layout {
+            Layout::F32 | Layout::Halves(_) => cx.kb.let_(Ty::U32, local * u32c(w.k)),
+            Layout::HalfPairs(_) => cx.kb.let_(Ty::U32, local * u32c(w.k / 2)),
+            Layout::Blocks(_) => cx.kb.let_(Ty::U32, local * u32c(w.row_bytes)),
+        };
+        let step = lanes * unroll;
+        let full = units / step * step;
+        if full > 0 {
+            let u0 = cx.kb.begin_for(lane.clone(), u32c(full), u32c(step));
+            let mut decoded = Vec::with_capacity(unroll as usize);
+            for r in 0..unroll {
+                let u = cx
+                    .kb
+                    .let_(Ty::U32, unit0.clone() + u0.clone() + u32c(r * lanes));
+                decoded.push(self.gemv_unit(cx, w, param, &tables, &row_start, u)?);
+            }
+            gemv_dot(cx, decoded, stage, span, accs);
+            cx.kb.end();
+        }
+        if full < units {
+            let u = cx
+                .kb
+                .begin_for(u32c(full) + lane.clone(), u32c(units), u32c(lanes));
+            let u = cx.kb.let_(Ty::U32, unit0 + u);
+            let unit = self.gemv_unit(cx, w, param, &tables, &row_start, u)?;
+            gemv_dot(cx, vec![unit], stage, span, accs);
+            cx.kb.end();
+        }
+        Ok(())
+    }
+
+    /// Loads and decodes unit `u` of the weight row starting at `row_start`; the unit's `first`
+    /// is its first element's index in the row.
+    fn gemv_unit(
+        &mut self,
+        cx: &mut KernelCtx,
+        w: &Weight,
+        param: ParamId,
+        tables: &FormatTables,
+        row_start: &Expr,
+        u: Expr,
+    ) -> Result<Unit, PlanError> {
+        Ok(match w.layout {
+            Layout::F32 => {
+                let x = cx
+                    .kb
+                    .let_(Ty::F32, load(param, row_start.clone() + u.clone()));
+                Unit {
+                    first: u,
+                    elements: vec![(0, x)],
+                }
+            }
+            Layout::Halves(half) => {
+                let x = cx.kb.let_(
+                    Ty::F32,
+                    load_half(param, row_start.clone() + u.clone(), half),
+                );
+                Unit {
+                    first: u,
+                    elements: vec![(0, x)],
+                }
+            }
+            Layout::HalfPairs(half) => {
+                let at = cx
+                    .kb
+                    .let_(Ty::U32, (row_start.clone() + u.clone()) << u32c(1));
+                let lo = cx.kb.let_(Ty::F32, load_half(param, at.clone(), half));
+                let hi = cx.kb.let_(Ty::F32, load_half(param, at + u32c(1), half));
+                Unit {
+                    first: u << u32c(1),
+                    elements: vec![(0, lo), (1, hi)],
+                }
+            }
+            Layout::Blocks(f) => {
+                let per_block = dequant_unit::units_per_block(f);
+                let block = cx
+                    .kb
+                    .let_(Ty::U32, u.clone() >> u32c(per_block.trailing_zeros()));
+                let sub = cx.kb.let_(Ty::U32, u & u32c(per_block - 1));
+                let base = cx.kb.let_(
+                    Ty::U32,
+                    row_start.clone() + block.clone() * u32c(f.block_bytes() as u32),
+                );
+                let unit = dequant_unit::decode_unit(
+                    &mut cx.kb,
+                    f,
+                    param,
+                    tables,
+                    base,
+                    sub,
+                    w.last_word,
+                )?;
+                let first = cx
+                    .kb
+                    .let_(Ty::U32, block * u32c(f.block_elems() as u32) + unit.first);
+                Unit {
+                    first,
+                    elements: unit.elements,
+                }
+            }
+        })
+    }
+}
+
+/// Adds the dot products of decoded units with each staged left-side row to `accs`.
+fn gemv_dot(cx: &mut KernelCtx, units: Vec<Unit>, stage: &Stage, span: &Span, accs: &[Var]) {
+    let rows = accs.len() as u32;
+    for unit in units {
+        // A value read by several rows is computed once.
+        let values: Vec<(u32, Expr)> = unit
+            .elements
+            .into_iter()
+            .map(|(off, v)| {
+                if rows > 1 {
+                    (off, cx.kb.let_(Ty::F32, v))
+                } else {
+                    (off, v)
+                }
+            })
+            .collect();
+        // The unit's place in the staged span, padded; each element's offset adds its own
+        // padding (units never straddle a multiple of 32 past their first element).
+        let rel = cx.kb.let_(Ty::U32, unit.first - span.first.clone());
+        let at = cx.kb.let_(Ty::U32, rel.clone() + (rel >> u32c(5)));
+        for (m, &acc) in accs.iter().enumerate() {
+            let m = m as u32;
+            let terms = values
+                .iter()
+                .map(|(off, v)| {
+                    let a = load_shared(
+                        stage.arr,
+                        at.clone() + u32c(m * stage.stride + off + (off >> 5)),
+                    );
+                    a * v.clone()
+                })
+                .collect();
+            cx.kb.set(acc, Expr::Var(acc) + pairwise(terms));
+        }
+    }
+}
