@@ -359,3 +359,61 @@ fn gemma3_generates_the_reference_greedy_tokens_on_wgpu() {
     );
     assert_eq!(tokens, case.greedy_ids[..tokens.len()]);
 }
+
+/// A prompt of more than 8 tokens is prefilled by tiled contractions (split along the
+/// contraction axis at these widths, the norms computed per tile row): SmolLM2 (Q4_1) and
+/// Gemma 3 (Q4_K_M: K-quant and Q8_0 weights) match the oracle step by step on it.
+#[test]
+fn real_checkpoints_prefill_a_long_prompt_with_tiled_kernels_on_wgpu() {
+    let text = "The quick brown fox jumps over the lazy dog, and then the dog wakes up \
+                and chases the fox all the way";
+    for (file, name) in [
+        ("smollm2-135m-instruct-q4_1.gguf", "smollm2"),
+        ("gemma3-270m-q4_k_m.gguf", "gemma3"),
+    ] {
+        let Some(path) = real_checkpoint(file) else {
+            continue;
+        };
+        let Some(mut exec) = executor() else { return };
+        let handle = Arc::new(
+            ModelHandle::load(
+                &path,
+                &Registry::builtin().unwrap(),
+                &LoadOptions::default(),
+            )
+            .unwrap(),
+        );
+        let prompt: Vec<i32> = handle
+            .text()
+            .unwrap()
+            .encode(text)
+            .unwrap()
+            .into_iter()
+            .map(|t| t as i32)
+            .collect();
+        assert!(prompt.len() > 16, "{name}: {} tokens", prompt.len());
+        let graph = handle
+            .model()
+            .trace(
+                &StepSpec::step(StepShape::new(1, prompt.len(), CAPACITY)),
+                TraceLimits::standard(256),
+            )
+            .unwrap();
+        let plan = poot_graph_plan::compile(&graph, exec.target()).unwrap();
+        let tiled = plan
+            .dispatches
+            .iter()
+            .filter(|d| plan.kernels[d.kernel].kind().starts_with("gemm"))
+            .count();
+        assert!(tiled > 0, "{name}: no tiled kernel in the prefill plan");
+        let exe = exec
+            .load_weights(Box::new(HandleWeights::new(Arc::clone(&handle))))
+            .unwrap();
+        let tokens = check_greedy(exec.as_mut(), exe, &handle, &prompt, 2, name);
+        println!(
+            "{name}: {} prompt tokens, {tiled} tiled dispatches; greedy {tokens:?}",
+            prompt.len()
+        );
+        exec.unload(exe);
+    }
+}
