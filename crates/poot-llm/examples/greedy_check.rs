@@ -112,6 +112,9 @@ fn main() {
     if args.iter().any(|a| a == "--suite") {
         let t0 = Instant::now();
         let outcomes = poot_executor::suite::run(opened.executor.as_mut());
+        for o in outcomes.iter().filter(|o| !o.passed) {
+            println!("FAIL suite {}: {}", o.name, o.detail);
+        }
         let bad = outcomes.iter().filter(|o| !o.passed).count();
         println!(
             "suite: {} passed, {} failed ({} ms)",
