@@ -310,6 +310,7 @@ impl PtxDevice {
             max_bindings: u32::MAX,
             subgroup_sizes: (warp, warp),
             max_loop_iterations: None,
+            group_ranks: 1,
         };
         Ok(PtxDevice {
             ctx: Arc::new(ctx),
