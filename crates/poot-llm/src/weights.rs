@@ -5,40 +5,54 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use poot_executor::{ConstBytes, ConstSource};
-use poot_models::weights::ConstData;
+use poot_models::weights::{ConstData, WeightMap};
+use poot_models::{Shard, TraceError};
 
 use crate::handle::ModelHandle;
 
-/// The weights of a handle, shared with the handle.
+/// The weights of a handle, shared with the handle: the whole model's, or one tensor-parallel
+/// rank's slices of them.
 pub struct HandleWeights {
     handle: Arc<ModelHandle>,
+    /// A rank's weight map; `None` reads the model's own.
+    shard: Option<WeightMap>,
 }
 
 impl HandleWeights {
     pub fn new(handle: Arc<ModelHandle>) -> HandleWeights {
-        HandleWeights { handle }
+        HandleWeights {
+            handle,
+            shard: None,
+        }
+    }
+
+    /// The weights rank `shard.rank` of a tensor-parallel group uploads: its slices of the split
+    /// projections (a column slice gathered from the stored rows when uploaded), everything else
+    /// whole. Refused when the model does not split over the group.
+    pub fn for_rank(handle: Arc<ModelHandle>, shard: Shard) -> Result<HandleWeights, TraceError> {
+        let map = handle.model().shard_weights(shard)?.into_owned();
+        Ok(HandleWeights {
+            handle,
+            shard: (!shard.is_whole()).then_some(map),
+        })
+    }
+
+    fn map(&self) -> &WeightMap {
+        self.shard
+            .as_ref()
+            .unwrap_or_else(|| self.handle.model().weights())
     }
 }
 
 impl ConstSource for HandleWeights {
     fn names(&self) -> Vec<String> {
-        self.handle
-            .model()
-            .weights()
-            .iter()
-            .map(|e| e.role.const_name())
-            .collect()
+        self.map().iter().map(|e| e.role.const_name()).collect()
     }
 
     fn bytes(&self, name: &str) -> Option<ConstBytes<'_>> {
-        match self
-            .handle
-            .model()
-            .weights()
-            .const_data(name, self.handle.store())
-            .ok()?
-        {
+        match self.map().const_data(name, self.handle.store()).ok()? {
             ConstData::Bytes(b) => Some(ConstBytes::Stored(Cow::Borrowed(b))),
+            ConstData::Gathered(b) => Some(ConstBytes::Stored(Cow::Owned(b))),
             ConstData::F32(v) => Some(ConstBytes::F32(Cow::Borrowed(v))),
         }
     }

@@ -36,6 +36,34 @@ pub enum TraceError {
         blocks: usize,
         why: &'static str,
     },
+    /// A tensor-parallel rank outside its group.
+    #[error("rank {rank} of a group of {ranks}")]
+    ShardRank { rank: usize, ranks: usize },
+    /// A model whose parts (attention heads, key/value heads, feed-forward features) do not
+    /// split evenly over a tensor-parallel group: choose a group size that divides `count`.
+    #[error("{count} {what} do not split over {ranks} ranks")]
+    Indivisible {
+        what: &'static str,
+        count: usize,
+        ranks: usize,
+    },
+    /// A packed weight split along its rows' elements where a rank's share is not whole blocks
+    /// of its format: choose a group size that leaves each rank whole blocks.
+    #[error(
+        "`{name}`: {cols} columns over {ranks} ranks leaves {per_rank} per rank, not whole blocks of {block_elems}"
+    )]
+    PackedSplit {
+        name: String,
+        cols: usize,
+        ranks: usize,
+        per_rank: usize,
+        block_elems: usize,
+    },
+    /// A family whose tracer does not split its layers over a tensor-parallel group.
+    #[error(
+        "the `{family}` family does not run tensor-parallel (a group of {ranks} was asked for)"
+    )]
+    Unsharded { family: &'static str, ranks: usize },
     /// The cache capacity exceeds the positions the model was built for.
     #[error("capacity {capacity} exceeds the model's {max_positions} positions")]
     Positions {

@@ -92,6 +92,60 @@ pub enum LogitsMode {
     All,
 }
 
+/// Which part of a tensor-parallel group a step is traced for: rank `rank` of `ranks`. Each
+/// rank holds its share of the attention heads and feed-forward features (column-parallel
+/// query, key, value, gate and up projections; row-parallel output and down projections whose
+/// partial sums meet in an all-reduce), and a replicated copy of everything else. A group of
+/// one ([`Shard::WHOLE`]) is the ordinary, unsplit step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Shard {
+    pub rank: usize,
+    pub ranks: usize,
+}
+
+impl Shard {
+    /// The whole model on one device.
+    pub const WHOLE: Shard = Shard { rank: 0, ranks: 1 };
+
+    /// Rank `rank` of `ranks`, refused unless `rank < ranks`.
+    pub fn new(rank: usize, ranks: usize) -> Result<Shard, TraceError> {
+        if rank < ranks {
+            Ok(Shard { rank, ranks })
+        } else {
+            Err(TraceError::ShardRank { rank, ranks })
+        }
+    }
+
+    /// Whether this is the whole model (a group of one).
+    pub fn is_whole(&self) -> bool {
+        self.ranks == 1
+    }
+
+    /// This rank's share of `count` indivisible parts (heads, features) named `what`: the
+    /// range of parts it holds. Refused when the parts do not split evenly.
+    pub fn part(
+        &self,
+        what: &'static str,
+        count: usize,
+    ) -> Result<std::ops::Range<usize>, TraceError> {
+        if self.ranks == 0 || !count.is_multiple_of(self.ranks) {
+            return Err(TraceError::Indivisible {
+                what,
+                count,
+                ranks: self.ranks,
+            });
+        }
+        let each = count / self.ranks;
+        Ok(self.rank * each..(self.rank + 1) * each)
+    }
+}
+
+impl Default for Shard {
+    fn default() -> Shard {
+        Shard::WHOLE
+    }
+}
+
 /// The semantic shape of one step: `rows` sequences of `tokens` new tokens each, over a cache of
 /// `capacity` positions. Built with [`StepShape::new`] and `with_*` setters so a new field never
 /// breaks a caller.
@@ -104,6 +158,8 @@ pub struct StepShape {
     pub logits: LogitsMode,
     /// Also return the final hidden state of every new token.
     pub hidden_carry: bool,
+    /// The part of a tensor-parallel group this step is for ([`Shard::WHOLE`] by default).
+    pub shard: Shard,
 }
 
 impl StepShape {
@@ -115,7 +171,13 @@ impl StepShape {
             kv: KvLayout::Contiguous,
             logits: LogitsMode::Last,
             hidden_carry: false,
+            shard: Shard::WHOLE,
         }
+    }
+
+    pub fn with_shard(mut self, shard: Shard) -> StepShape {
+        self.shard = shard;
+        self
     }
 
     pub fn with_kv(mut self, kv: KvLayout) -> StepShape {

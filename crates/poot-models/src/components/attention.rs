@@ -6,6 +6,7 @@ use poot_graph_ir::{Builder, Traced};
 
 use super::{Norm, Step, apply_norm};
 use crate::error::TraceError;
+use crate::tensor_parallel::Parts;
 use crate::weights::{Role, WeightRole};
 
 /// Which rotary table pair a layer reads, and how it pairs features.
@@ -49,6 +50,11 @@ pub fn attention(
 ) -> Result<Traced, TraceError> {
     let role = |r| WeightRole::layer(layer, r);
     let (rows, tokens) = (step.shape.rows, step.shape.tokens);
+    // A tensor-parallel rank attends over its share of the heads; each query head still meets
+    // its own key/value head, since both are split in the same proportion.
+    let shard = step.shape.shard;
+    let n_heads = shard.part(Parts::QueryHeads.name(), p.n_heads)?.len();
+    let n_kv_heads = shard.part(Parts::KvHeads.name(), p.n_kv_heads)?.len();
     let heads = |x: Traced, n: usize, norm_role: Option<Role>| -> Result<Traced, TraceError> {
         let x = b.reshape(x, [rows, tokens, n, p.head_dim])?;
         let x = match (norm_role, p.qk_norm) {
@@ -67,15 +73,15 @@ pub fn attention(
     };
     let mut q = heads(
         proj(Role::AttnQ, Role::AttnQBias)?,
-        p.n_heads,
+        n_heads,
         Some(Role::QNorm),
     )?;
     let mut k = heads(
         proj(Role::AttnK, Role::AttnKBias)?,
-        p.n_kv_heads,
+        n_kv_heads,
         Some(Role::KNorm),
     )?;
-    let v = heads(proj(Role::AttnV, Role::AttnVBias)?, p.n_kv_heads, None)?;
+    let v = heads(proj(Role::AttnV, Role::AttnVBias)?, n_kv_heads, None)?;
     if let Some(rope) = p.rope {
         let cos = step.weight(b, WeightRole::global(Role::RopeCos(rope.table)))?;
         let sin = step.weight(b, WeightRole::global(Role::RopeSin(rope.table)))?;
@@ -90,7 +96,7 @@ pub fn attention(
         }
         KvSource::SelfOnly => (k, v, step.padding_mask(b)?),
     };
-    let n_rep = p.n_heads / p.n_kv_heads.max(1);
+    let n_rep = n_heads / n_kv_heads.max(1);
     let o = ops::attention_masked(
         b,
         q,
@@ -104,12 +110,13 @@ pub fn attention(
         },
     )?;
     let o = b.transpose(o, vec![0, 2, 1, 3])?;
-    let o = b.reshape(o, [rows, tokens, p.n_heads * p.head_dim])?;
-    let o = ops::linear(
+    let o = b.reshape(o, [rows, tokens, n_heads * p.head_dim])?;
+    let o = ops::row_parallel_linear(
         b,
         o,
         step.weight(b, role(Role::AttnO))?,
         step.weight_opt(b, role(Role::AttnOBias))?,
+        shard.ranks,
     )?;
     Ok(b.name(o, "attn_out")?)
 }
