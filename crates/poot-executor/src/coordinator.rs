@@ -61,6 +61,8 @@ enum Failure {
 pub struct Coordinator {
     workers: Vec<Worker>,
     target: Target,
+    /// Each rank's target, in rank order.
+    targets: Vec<Target>,
     abort: Option<Arc<dyn GroupAbort>>,
     executables: Vec<Option<Vec<ExecutableId>>>,
     entries: Vec<Option<Vec<EntryId>>>,
@@ -76,9 +78,10 @@ impl Coordinator {
         ranks: Vec<RankExecutor>,
         abort: Option<Arc<dyn GroupAbort>>,
     ) -> Result<Coordinator, ExecError> {
-        let target = ranks
+        let targets: Vec<Target> = ranks.iter().map(|e| e.target().clone()).collect();
+        let target = targets
             .first()
-            .map(|e| e.target().clone())
+            .cloned()
             .ok_or(ExecError::RankCount { ranks: 0, given: 0 })?;
         let stats = ranks.first().map(|e| e.stats().clone()).unwrap_or_default();
         let mut workers = Vec::with_capacity(ranks.len());
@@ -100,6 +103,7 @@ impl Coordinator {
         Ok(Coordinator {
             workers,
             target,
+            targets,
             abort,
             executables: Vec::new(),
             entries: Vec::new(),
@@ -107,6 +111,11 @@ impl Coordinator {
             stats,
             poisoned: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// Each rank's target (its device's limits), in rank order: what a capacity plan fits.
+    pub fn targets(&self) -> &[Target] {
+        &self.targets
     }
 
     /// The first failure that poisoned the group, if any.
@@ -165,8 +174,11 @@ impl Coordinator {
         drop(tx);
         let mut results: Vec<Option<Result<R, ExecError>>> = (0..n).map(|_| None).collect();
         let mut stats: Vec<Option<ExecStats>> = vec![None; n];
+        // The rank that failed first: its error is the cause, later ones its consequences.
+        let mut first_failed = None;
         for (r, result, s) in rx.iter() {
             if let Err(e) = &result {
+                first_failed.get_or_insert(r);
                 let poisons = failure == Failure::Poisons || rank_poisoned(e);
                 if poisons {
                     self.poison(r, e);
@@ -181,6 +193,14 @@ impl Coordinator {
             return Err(e);
         }
         self.merge_stats(&stats);
+        if let Some(rank) = first_failed
+            && let Some(Some(Err(e))) = results.get_mut(rank).map(Option::take)
+        {
+            return Err(ExecError::Rank {
+                rank,
+                source: Box::new(e),
+            });
+        }
         let mut out = Vec::with_capacity(n);
         for (rank, result) in results.into_iter().enumerate() {
             match result {

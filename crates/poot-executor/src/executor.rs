@@ -28,6 +28,14 @@ pub enum ConstBytes<'a> {
 pub trait ConstSource: Send {
     fn names(&self) -> Vec<String>;
     fn bytes(&self, name: &str) -> Option<ConstBytes<'_>>;
+    /// The length of `name`'s bytes, without producing them where a source can tell (a
+    /// gathered slice); by default from [`ConstSource::bytes`].
+    fn byte_len(&self, name: &str) -> Option<u64> {
+        self.bytes(name).map(|b| match b {
+            ConstBytes::Stored(b) => b.len() as u64,
+            ConstBytes::F32(v) => v.len() as u64 * 4,
+        })
+    }
 }
 
 /// The per-step inputs: each slot's contents as device words (little-endian).

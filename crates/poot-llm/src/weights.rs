@@ -49,6 +49,12 @@ impl ConstSource for HandleWeights {
         self.map().iter().map(|e| e.role.const_name()).collect()
     }
 
+    /// From the bound type (the stored bytes of its rows and columns), so a gathered slice is
+    /// not gathered to be measured.
+    fn byte_len(&self, name: &str) -> Option<u64> {
+        self.map().by_const(name)?.ty.size_bytes()
+    }
+
     fn bytes(&self, name: &str) -> Option<ConstBytes<'_>> {
         match self.map().const_data(name, self.handle.store()).ok()? {
             ConstData::Bytes(b) => Some(ConstBytes::Stored(Cow::Borrowed(b))),
