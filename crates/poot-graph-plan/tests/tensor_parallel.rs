@@ -195,6 +195,6 @@ fn llama_8b_q4_k_splits_its_packed_rows_by_whole_blocks() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "8 key/value heads do not split over 16 ranks"
+        "8 key/value heads cannot be shared by 16 ranks (each needs at least one)"
     );
 }

@@ -115,21 +115,18 @@ impl Planner {
             .unwrap_or_default();
         let mut devices = Vec::with_capacity(needed);
         for (index, target) in targets.iter().enumerate() {
-            let (map, held, ranks) = match placement {
-                Placement::Single => (model.weights().clone(), 0..layers, 1),
+            let (map, held, shard) = match placement {
+                Placement::Single => (model.weights().clone(), 0..layers, Shard::WHOLE),
                 Placement::TensorParallel { ranks } => {
                     let shard = Shard::new(index, ranks)?;
-                    (model.shard_weights(shard)?.into_owned(), 0..layers, ranks)
+                    (model.shard_weights(shard)?.into_owned(), 0..layers, shard)
                 }
                 Placement::Pipeline { stages } => {
                     if stages > layers {
                         return Err(CapacityError::Stages { stages, layers });
                     }
-                    (
-                        model.weights().clone(),
-                        stage_layers(index, stages, layers),
-                        1,
-                    )
+                    let held = stage_layers(index, stages, layers);
+                    (model.weights().clone(), held, Shard::WHOLE)
                 }
             };
             let first = held.start == 0;
@@ -141,7 +138,7 @@ impl Planner {
             let kv_bytes_per_position = states
                 .iter()
                 .filter(|s| held.contains(&s.layer))
-                .map(|s| (s.heads / ranks * s.head_dim * 4) as u64)
+                .map(|s| (shard.share(s.heads).len() * s.head_dim * 4) as u64)
                 .sum();
             let fit = DeviceFit {
                 index,

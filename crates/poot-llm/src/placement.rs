@@ -10,8 +10,8 @@ pub enum Placement {
     /// A tensor-parallel group of `ranks` devices: each holds its share of every layer's
     /// attention heads and feed-forward features (and of the KV cache), the embedding and
     /// head whole, and the partial sums meet in one all-reduce after each attention and each
-    /// feed-forward block. The model's query heads, key/value heads and feed-forward features
-    /// must each split evenly over `ranks`.
+    /// feed-forward block. Shares are balanced, not necessarily equal; each rank needs at
+    /// least one key/value head (with the query heads that read it).
     TensorParallel { ranks: usize },
     /// A layer pipeline over `stages` devices, consecutive layers on each, the hidden state
     /// copied from one to the next. [`crate::capacity::Planner`] fits it; the driver does not

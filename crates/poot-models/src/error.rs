@@ -39,10 +39,10 @@ pub enum TraceError {
     /// A tensor-parallel rank outside its group.
     #[error("rank {rank} of a group of {ranks}")]
     ShardRank { rank: usize, ranks: usize },
-    /// A model whose parts (attention heads, key/value heads, feed-forward features) do not
-    /// split evenly over a tensor-parallel group: choose a group size that divides `count`.
-    #[error("{count} {what} do not split over {ranks} ranks")]
-    Indivisible {
+    /// A model with fewer parts (key/value heads, feed-forward blocks) than a tensor-parallel
+    /// group has ranks, so some rank would hold none: choose a group of at most `count`.
+    #[error("{count} {what} cannot be shared by {ranks} ranks (each needs at least one)")]
+    TooFewParts {
         what: &'static str,
         count: usize,
         ranks: usize,
@@ -59,6 +59,19 @@ pub enum TraceError {
         per_rank: usize,
         block_elems: usize,
     },
+    /// A split weight whose shape is not whole parts of `unit` features along the split axis
+    /// (its shape disagrees with the model's heads: a family bug).
+    #[error("`{name}` of shape {dims:?} does not split into parts of {unit} along axis {axis}")]
+    SplitShape {
+        name: String,
+        dims: Vec<usize>,
+        axis: usize,
+        unit: usize,
+    },
+    /// A model whose query heads are not a whole number per key/value head (a grouped-query
+    /// attention the group cannot split by key/value head).
+    #[error("{n_heads} query heads are not a whole number per key/value head ({n_kv_heads})")]
+    HeadGroups { n_heads: usize, n_kv_heads: usize },
     /// A family whose tracer does not split its layers over a tensor-parallel group.
     #[error(
         "the `{family}` family does not run tensor-parallel (a group of {ranks} was asked for)"

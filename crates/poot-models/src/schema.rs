@@ -94,7 +94,7 @@ impl StateDecl {
     /// (the same for every step shape over that pool). A tensor-parallel rank holds its share
     /// of the heads.
     pub fn dims(&self, shape: &StepShape) -> Vec<usize> {
-        let heads = self.heads / shape.shard.ranks.max(1);
+        let heads = shape.shard.share(self.heads).len();
         match shape.kv {
             KvLayout::Contiguous => vec![shape.rows, heads, shape.capacity, self.head_dim],
             KvLayout::Paged {

@@ -95,8 +95,9 @@ pub enum LogitsMode {
 /// Which part of a tensor-parallel group a step is traced for: rank `rank` of `ranks`. Each
 /// rank holds its share of the attention heads and feed-forward features (column-parallel
 /// query, key, value, gate and up projections; row-parallel output and down projections whose
-/// partial sums meet in an all-reduce), and a replicated copy of everything else. A group of
-/// one ([`Shard::WHOLE`]) is the ordinary, unsplit step.
+/// partial sums meet in an all-reduce), and a replicated copy of everything else. Shares are
+/// balanced, not necessarily equal ([`Shard::share`]): SmolLM2's three key/value heads split
+/// over two ranks as one and two. A group of one ([`Shard::WHOLE`]) is the ordinary step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Shard {
     pub rank: usize,
@@ -121,22 +122,30 @@ impl Shard {
         self.ranks == 1
     }
 
-    /// This rank's share of `count` indivisible parts (heads, features) named `what`: the
-    /// range of parts it holds. Refused when the parts do not split evenly.
+    /// This rank's share of `count` indivisible parts: a balanced partition into consecutive
+    /// ranges (rank `r` holds `r * count / ranks .. (r + 1) * count / ranks`), so shares differ
+    /// by at most one part when `ranks` does not divide `count`. Empty when `count < ranks`.
+    pub fn share(&self, count: usize) -> std::ops::Range<usize> {
+        let ranks = self.ranks.max(1);
+        let at = |r: usize| (r as u128 * count as u128 / ranks as u128) as usize;
+        at(self.rank)..at(self.rank + 1)
+    }
+
+    /// [`Shard::share`] of `count` parts named `what` (heads, features), refused when some rank
+    /// would hold none.
     pub fn part(
         &self,
         what: &'static str,
         count: usize,
     ) -> Result<std::ops::Range<usize>, TraceError> {
-        if self.ranks == 0 || !count.is_multiple_of(self.ranks) {
-            return Err(TraceError::Indivisible {
+        if count < self.ranks {
+            return Err(TraceError::TooFewParts {
                 what,
                 count,
                 ranks: self.ranks,
             });
         }
-        let each = count / self.ranks;
-        Ok(self.rank * each..(self.rank + 1) * each)
+        Ok(self.share(count))
     }
 }
 

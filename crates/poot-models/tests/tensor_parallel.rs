@@ -218,17 +218,13 @@ fn a_group_of_one_traces_the_whole_models_graph() {
 fn groups_that_do_not_divide_the_heads_are_refused() {
     let loaded = fixture("llama"); // 4 query heads, 2 key/value heads
     let refusal = |ranks| GroupSession::new(&loaded, ranks, 16).err().unwrap();
-    match refusal(3) {
-        TraceError::Indivisible { what, count, ranks } => {
-            assert_eq!((what, count, ranks), ("query heads", 4, 3))
+    for n in [3, 4] {
+        match refusal(n) {
+            TraceError::TooFewParts { what, count, ranks } => {
+                assert_eq!((what, count, ranks), ("key/value heads", 2, n))
+            }
+            e => panic!("unexpected: {e}"),
         }
-        e => panic!("unexpected: {e}"),
-    }
-    match refusal(4) {
-        TraceError::Indivisible { what, count, ranks } => {
-            assert_eq!((what, count, ranks), ("key/value heads", 2, 4))
-        }
-        e => panic!("unexpected: {e}"),
     }
     // Tracing a rank directly is refused the same way, before any graph is built.
     let shape = StepShape::new(1, 1, 16).with_shard(Shard::new(0, 4).unwrap());
@@ -236,10 +232,9 @@ fn groups_that_do_not_divide_the_heads_are_refused() {
         .model
         .trace(&StepSpec::step(shape), TraceLimits::standard(64))
         .unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("2 key/value heads do not split over 4 ranks"),
-        "{e}"
+    assert_eq!(
+        e.to_string(),
+        "2 key/value heads cannot be shared by 4 ranks (each needs at least one)"
     );
     assert!(matches!(
         Shard::new(2, 2),
@@ -358,30 +353,34 @@ fn llama_eight_heads() -> PathBuf {
 }
 
 #[test]
-fn groups_of_one_two_and_four_give_the_whole_models_tokens() {
+fn groups_of_one_to_four_give_the_whole_models_tokens() {
+    // Three ranks share the 4 key/value heads as 1, 1 and 2 (with 2, 2 and 4 query heads) and
+    // the 96 feed-forward features as 32 each.
     let loaded = load(&llama_eight_heads());
     let want = group_matches_whole(&loaded, 1, PROMPT, 8);
-    for ranks in [2, 4] {
+    for ranks in [2, 3, 4] {
         assert_eq!(group_matches_whole(&loaded, ranks, PROMPT, 8), want);
     }
 }
 
 #[test]
-fn smollm2_splits_over_three_ranks_not_two() {
+fn smollm2_splits_over_two_and_three_ranks_not_four() {
     let Some(path) = real_checkpoint("smollm2-135m-instruct-q4_1.gguf") else {
         return;
     };
     let loaded = load(&path);
-    // 9 query heads and 3 key/value heads: 3 divides both, 2 divides neither.
-    match GroupSession::new(&loaded, 2, 16).err().unwrap() {
-        TraceError::Indivisible { what, count, ranks } => {
-            assert_eq!((what, count, ranks), ("query heads", 9, 2))
+    // 9 query heads in 3 groups of 3 around the 3 key/value heads: two ranks hold 1 and 2
+    // groups (the Q4_1 output projection's 576 columns as 192 and 384, whole blocks of 32),
+    // three ranks one each; the 1536 feed-forward features split as 48 blocks of 32.
+    let prompt: Vec<i32> = vec![1, 504, 3458, 282, 4649, 314];
+    let want = group_matches_whole(&loaded, 1, &prompt, 6);
+    for ranks in [2, 3] {
+        assert_eq!(group_matches_whole(&loaded, ranks, &prompt, 6), want);
+    }
+    match GroupSession::new(&loaded, 4, 16).err().unwrap() {
+        TraceError::TooFewParts { what, count, ranks } => {
+            assert_eq!((what, count, ranks), ("key/value heads", 3, 4))
         }
         e => panic!("unexpected: {e}"),
     }
-    // Q4_1 output and down projections split along their rows' blocks (576 / 3 = 6 blocks of
-    // 32, 1536 / 3 = 16).
-    let prompt: Vec<i32> = vec![1, 504, 3458, 282, 4649, 314];
-    let tokens = group_matches_whole(&loaded, 3, &prompt, 6);
-    assert_eq!(tokens.len(), 6);
 }

@@ -394,8 +394,8 @@ impl Driver<Unprepared> {
     /// Binds `handle` to `coordinator`, an executor over the devices `placement` spans (a
     /// [`poot_executor::Coordinator`], such as the ptx backend's `open_group`), loading each
     /// device's weights once. A tensor-parallel group uploads each rank's slices of the split
-    /// weights and traces every entry once per rank; the model's heads and feed-forward
-    /// features must split evenly (a typed [`DriverError::Trace`] says which do not). A
+    /// weights and traces every entry once per rank; a group with more ranks than the model has
+    /// key/value heads is a typed [`DriverError::Trace`]. A
     /// layer pipeline is refused as not supported yet. Size the devices first with
     /// [`crate::capacity::Planner`].
     pub fn placed(

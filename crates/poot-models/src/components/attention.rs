@@ -6,7 +6,7 @@ use poot_graph_ir::{Builder, Traced};
 
 use super::{Norm, Step, apply_norm};
 use crate::error::TraceError;
-use crate::tensor_parallel::Parts;
+use crate::tensor_parallel::Heads;
 use crate::weights::{Role, WeightRole};
 
 /// Which rotary table pair a layer reads, and how it pairs features.
@@ -50,11 +50,19 @@ pub fn attention(
 ) -> Result<Traced, TraceError> {
     let role = |r| WeightRole::layer(layer, r);
     let (rows, tokens) = (step.shape.rows, step.shape.tokens);
-    // A tensor-parallel rank attends over its share of the heads; each query head still meets
-    // its own key/value head, since both are split in the same proportion.
+    // A tensor-parallel rank attends over its share of the key/value heads and the query heads
+    // that read them, so each query head still meets its own key/value head.
     let shard = step.shape.shard;
-    let n_heads = shard.part(Parts::QueryHeads.name(), p.n_heads)?.len();
-    let n_kv_heads = shard.part(Parts::KvHeads.name(), p.n_kv_heads)?.len();
+    let (n_heads, n_kv_heads) = if shard.is_whole() {
+        (p.n_heads, p.n_kv_heads)
+    } else {
+        Heads {
+            n_heads: p.n_heads,
+            n_kv_heads: p.n_kv_heads,
+            head_dim: p.head_dim,
+        }
+        .share(shard)?
+    };
     let heads = |x: Traced, n: usize, norm_role: Option<Role>| -> Result<Traced, TraceError> {
         let x = b.reshape(x, [rows, tokens, n, p.head_dim])?;
         let x = match (norm_role, p.qk_norm) {

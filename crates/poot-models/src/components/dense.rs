@@ -16,7 +16,7 @@ use crate::error::{ModelError, TraceError};
 use crate::model::{Model, ModelConfig};
 use crate::schema::ModelSchema;
 use crate::step::{Program, Shard, StepSpec};
-use crate::tensor_parallel::Parts;
+use crate::tensor_parallel::Heads;
 use crate::weights::{NameTable, Role, TensorIndex, WeightMap, WeightRole};
 
 /// Per-layer attention choices (which rotary table, which window).
@@ -167,18 +167,21 @@ impl Model for DenseDecoder {
         &self.weights
     }
 
-    /// Checks the heads and features split over the group before narrowing the weights, so a
-    /// refusal names what does not divide.
+    /// Checks the heads split over the group before narrowing the weights, so a refusal names
+    /// what cannot be shared.
     fn shard_weights(&self, shard: Shard) -> Result<Cow<'_, WeightMap>, TraceError> {
         Shard::new(shard.rank, shard.ranks)?;
         if shard.is_whole() {
             return Ok(Cow::Borrowed(&self.weights));
         }
         let s = &self.spec;
-        shard.part(Parts::QueryHeads.name(), s.n_heads)?;
-        shard.part(Parts::KvHeads.name(), s.n_kv_heads)?;
-        shard.part(Parts::FfnFeatures.name(), s.intermediate)?;
-        Ok(Cow::Owned(self.weights.shard(shard, s.head_dim)?))
+        let heads = Heads {
+            n_heads: s.n_heads,
+            n_kv_heads: s.n_kv_heads,
+            head_dim: s.head_dim,
+        };
+        heads.share(shard)?;
+        Ok(Cow::Owned(self.weights.shard(shard, heads)?))
     }
 
     fn trace_into(&self, spec: &StepSpec, b: Builder) -> Result<Graph, TraceError> {
