@@ -11,7 +11,9 @@ pub mod placement;
 pub mod sampling;
 pub mod weights;
 
-pub use backend::{BackendChoice, BackendError, OpenedExecutor, open_executor};
+pub use backend::{
+    BackendChoice, BackendError, OpenedExecutor, open_executor, open_group_executor,
+};
 pub use driver::{
     Driver, DriverError, DriverOptions, Feature, FinishReason, GenerateRequest, GeneratedToken,
     Generation, GenerationControl, Incompatible, Layout, Placement, PreparedSetLimits, SeqEvent,
