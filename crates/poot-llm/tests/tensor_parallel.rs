@@ -349,6 +349,25 @@ fn a_group_of_two_on_lavapipe_generates_the_single_devices_tokens() {
         greedy(&mut two, &PROMPT[..3], 6).unwrap(),
         greedy(&mut one, &PROMPT[..3], 6).unwrap()
     );
+    drop(two);
+    // Two rows over a paged pool: each rank holds its heads' share of every block.
+    let Some(group) = emulated_group(2, None) else {
+        return;
+    };
+    let mut paged = Driver::placed(
+        Arc::clone(&handle),
+        Box::new(group),
+        Placement::TensorParallel { ranks: 2 },
+        options.with_rows(2),
+    )
+    .unwrap()
+    .serve(Layout::Paged {
+        block_tokens: 16,
+        blocks: 9,
+    })
+    .map_err(|r| r.1)
+    .unwrap();
+    assert_eq!(greedy(&mut paged, PROMPT, 12).unwrap(), want);
 }
 
 #[test]
