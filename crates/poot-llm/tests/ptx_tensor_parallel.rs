@@ -80,7 +80,15 @@ fn compare(handle: Arc<ModelHandle>, prompt: &[u32], max_new: usize, most: usize
 
 #[test]
 fn the_serving_fixture_on_a_group_generates_the_single_devices_tokens() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures/tiny-chat");
+    // The build's checkout, or the repository root this binary runs in (a copy on the GPU
+    // machine).
+    let built =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures/tiny-chat");
+    let dir = if built.exists() {
+        built
+    } else {
+        PathBuf::from("crates/poot-serve/tests/fixtures/tiny-chat")
+    };
     let registry = Registry::builtin().unwrap();
     let handle = Arc::new(ModelHandle::load(&dir, &registry, &LoadOptions::default()).unwrap());
     // Two key/value heads: at most two ranks.
