@@ -13,7 +13,7 @@ use std::time::Instant;
 use poot_executor::CopyBandwidth;
 use poot_llm::{
     Driver, DriverOptions, FinishReason, GenerateRequest, Generation, Layout, ModelHandle, Sampler,
-    Serving, open_executor,
+    Serving,
 };
 use poot_models::ModelKind;
 use serde_json::json;
@@ -53,7 +53,7 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
     let sizing = bench_sizing(&args, handle.config().max_positions)?;
 
     let started = Instant::now();
-    let mut opened = open_executor(args.backend.choice())?;
+    let mut opened = run::open(args.backend.choice(), args.tensor_parallel)?;
     status.line(format!(
         "backend {} on {} (opened in {:.1} s)",
         opened.backend,
@@ -76,7 +76,12 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
     let started = Instant::now();
     let options = DriverOptions::new(sizing.capacity, sizing.prefill_chunk);
     let executor = progress::reporting(opened.executor, &status, sizing.prefill_chunk);
-    let driver = Driver::new(Arc::clone(&handle), executor, options)?;
+    let driver = Driver::placed(
+        Arc::clone(&handle),
+        executor,
+        run::placement_of(args.tensor_parallel),
+        options,
+    )?;
     let upload_seconds = started.elapsed().as_secs_f64();
     let started = Instant::now();
     let mut driver = driver.serve(Layout::Contiguous).map_err(|refused| {
@@ -117,6 +122,7 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
         layers: handle.config().n_layers,
         backend: opened.backend.to_string(),
         device: opened.device_name.clone(),
+        ranks: args.tensor_parallel as usize,
         prompt,
         generate,
         sizing,
@@ -226,6 +232,9 @@ struct Report {
     layers: usize,
     backend: String,
     device: String,
+    /// Devices of the tensor-parallel group (1 alone): each reads its share of a token's
+    /// bytes at its own bandwidth.
+    ranks: usize,
     prompt: usize,
     generate: usize,
     sizing: Sizing,
@@ -255,9 +264,10 @@ impl Report {
         self.traffic.bytes_at(self.mean_context())
     }
 
-    /// The time a decode token takes at the measured bandwidth, in seconds.
+    /// The time a decode token takes at the measured bandwidth (of every device of a group
+    /// together), in seconds.
     fn floor_seconds(&self) -> f64 {
-        let bw = self.bandwidth.bytes_per_second();
+        let bw = self.bandwidth.bytes_per_second() * self.ranks as f64;
         if bw > 0.0 {
             self.bytes_per_token() / bw
         } else {
@@ -283,8 +293,13 @@ impl Report {
             (
                 "bandwidth",
                 format!(
-                    "{:.1} GB/s measured (device-to-device copy, read + write)",
-                    self.bandwidth.bytes_per_second() / 1e9
+                    "{:.1} GB/s measured (device-to-device copy, read + write){}",
+                    self.bandwidth.bytes_per_second() / 1e9,
+                    if self.ranks > 1 {
+                        format!(" on each of {} devices", self.ranks)
+                    } else {
+                        String::new()
+                    }
                 ),
             ),
             (
@@ -349,6 +364,7 @@ impl Report {
             "layers": self.layers,
             "backend": self.backend,
             "device": self.device,
+            "tensor_parallel": self.ranks,
             "prompt_tokens": self.prompt,
             "gen_tokens": self.generate,
             "repeats": self.runs.len(),

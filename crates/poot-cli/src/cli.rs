@@ -117,6 +117,12 @@ pub struct BenchArgs {
     /// Print one JSON object with every figure (and each repeat's) instead of the table.
     #[arg(long)]
     pub json: bool,
+
+    /// Split the model over the first N CUDA devices as one tensor-parallel group (NCCL; the
+    /// ptx backend): each GPU holds its share of every layer's heads and feed-forward and of
+    /// the KV cache. 1 runs on one device without NCCL.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64), allow_negative_numbers = true)]
+    pub tensor_parallel: u32,
 }
 
 #[derive(Debug, Args)]
@@ -274,6 +280,12 @@ pub struct RunArgs {
     /// decode_tok_s, backend, device).
     #[arg(long)]
     pub json: bool,
+
+    /// Split the model over the first N CUDA devices as one tensor-parallel group (NCCL; the
+    /// ptx backend): each GPU holds its share of every layer's heads and feed-forward and of
+    /// the KV cache. 1 runs on one device without NCCL.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64), allow_negative_numbers = true)]
+    pub tensor_parallel: u32,
 }
 
 #[derive(Debug, Args)]

@@ -28,6 +28,21 @@ fn main() -> ExitCode {
         eprintln!("error: internal error (a bug in poot): {info}");
     }));
     let cli = Cli::parse();
+    let tensor_parallel = match &cli.command {
+        Command::Run(a) => a.tensor_parallel,
+        Command::Bench(a) => a.tensor_parallel,
+        Command::Models(_) | Command::Embed(_) => 1,
+    };
+    if tensor_parallel > 1 {
+        // NCCL's settings (NVLink multicast off), before any thread that could read the
+        // environment starts; a value the caller set stays.
+        for (key, value) in poot_llm::backend::GROUP_ENV_DEFAULTS {
+            if std::env::var_os(key).is_none() {
+                // SAFETY: the process is still single-threaded here.
+                unsafe { std::env::set_var(key, value) };
+            }
+        }
+    }
     let status = Status { quiet: cli.quiet };
     let result = match cli.command {
         Command::Run(args) => run::run(args, status),

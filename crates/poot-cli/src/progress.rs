@@ -142,6 +142,10 @@ impl ConstSource for Counting {
         self.inner.names()
     }
 
+    fn byte_len(&self, name: &str) -> Option<u64> {
+        self.inner.byte_len(name)
+    }
+
     fn bytes(&self, name: &str) -> Option<ConstBytes<'_>> {
         let data = self.inner.bytes(name);
         if let Some(d) = &data {
@@ -163,18 +167,34 @@ impl Executor for Reporting {
         self.inner.target()
     }
 
+    fn ranks(&self) -> usize {
+        self.inner.ranks()
+    }
+
     fn load_weights(&mut self, source: Box<dyn ConstSource>) -> Result<ExecutableId, ExecError> {
-        let total: u64 = source
-            .names()
+        self.load_weights_ranked(vec![source])
+    }
+
+    /// One bar over every rank's weights.
+    fn load_weights_ranked(
+        &mut self,
+        sources: Vec<Box<dyn ConstSource>>,
+    ) -> Result<ExecutableId, ExecError> {
+        let total: u64 = sources
             .iter()
-            .filter_map(|n| source.bytes(n).map(|d| const_len(&d)))
+            .flat_map(|s| s.names().into_iter().filter_map(|n| s.byte_len(&n)))
             .sum();
         self.progress.bar("uploading weights", total, Unit::Bytes);
-        let counting = Counting {
-            inner: source,
-            progress: self.progress.clone(),
-        };
-        let loaded = self.inner.load_weights(Box::new(counting));
+        let counting: Vec<Box<dyn ConstSource>> = sources
+            .into_iter()
+            .map(|inner| {
+                Box::new(Counting {
+                    inner,
+                    progress: self.progress.clone(),
+                }) as Box<dyn ConstSource>
+            })
+            .collect();
+        let loaded = self.inner.load_weights_ranked(counting);
         self.progress.clear();
         loaded
     }
@@ -185,11 +205,20 @@ impl Executor for Reporting {
         graph: &Graph,
         label: &str,
     ) -> Result<EntryId, ExecError> {
+        self.add_entry_ranked(executable, std::slice::from_ref(graph), label)
+    }
+
+    fn add_entry_ranked(
+        &mut self,
+        executable: ExecutableId,
+        graphs: &[Graph],
+        label: &str,
+    ) -> Result<EntryId, ExecError> {
         if self.entries_added == 0 {
             self.progress
                 .bar("compiling entries", self.entries_expected, Unit::Items);
         }
-        let added = self.inner.add_entry(executable, graph, label);
+        let added = self.inner.add_entry_ranked(executable, graphs, label);
         self.entries_added += 1;
         self.progress.inc(1);
         if added.is_err() || self.entries_added >= self.entries_expected {

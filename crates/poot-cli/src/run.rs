@@ -8,7 +8,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use poot_llm::{
     BackendChoice, Driver, DriverError, DriverOptions, GenerateRequest, Layout, LoadOptions,
-    MAX_LOGIT_BIAS, ModelHandle, Penalties, Sampler, Serving, open_executor,
+    MAX_LOGIT_BIAS, ModelHandle, OpenedExecutor, Penalties, Sampler, Serving, open_executor,
+    open_group_executor,
 };
 use poot_models::{ModelKind, Registry};
 use poot_text::TextServices;
@@ -220,7 +221,7 @@ impl Session {
             BackendArg::Wgpu => BackendChoice::Wgpu,
         };
         let started = Instant::now();
-        let opened = open_executor(choice)?;
+        let opened = open(choice, args.tensor_parallel)?;
         status.line(format!(
             "backend {} on {} (opened in {:.1} s)",
             opened.backend,
@@ -238,7 +239,12 @@ impl Session {
         let started = Instant::now();
         let options = DriverOptions::new(sizing.capacity, sizing.prefill_chunk);
         let executor = progress::reporting(opened.executor, &status, sizing.prefill_chunk);
-        let driver = Driver::new(Arc::clone(handle), executor, options)?;
+        let driver = Driver::placed(
+            Arc::clone(handle),
+            executor,
+            placement_of(args.tensor_parallel),
+            options,
+        )?;
         let uploaded = started.elapsed().as_secs_f64();
         let started = Instant::now();
         let driver = driver.serve(Layout::Contiguous).map_err(|refused| {
@@ -294,6 +300,26 @@ impl Session {
         self.status
             .line(output::timings(prompt.ids.len(), &answer, &generation));
         Ok(answer)
+    }
+}
+
+/// The backend's executor: one device, or a tensor-parallel group of `tensor_parallel`.
+pub fn open(choice: BackendChoice, tensor_parallel: u32) -> Result<OpenedExecutor, CliError> {
+    Ok(if tensor_parallel > 1 {
+        open_group_executor(choice, tensor_parallel as usize)?
+    } else {
+        open_executor(choice)?
+    })
+}
+
+/// Where the driver places the model for `--tensor-parallel`.
+pub fn placement_of(tensor_parallel: u32) -> poot_llm::Placement {
+    if tensor_parallel > 1 {
+        poot_llm::Placement::TensorParallel {
+            ranks: tensor_parallel as usize,
+        }
+    } else {
+        poot_llm::Placement::Single
     }
 }
 

@@ -180,6 +180,8 @@ fn bad_flag_values_are_refused_before_loading() {
         ("--logit-bias", "5="),
         ("--top-logprobs", "21"),
         ("--top-logprobs", "-1"),
+        ("--tensor-parallel", "0"),
+        ("--tensor-parallel", "65"),
     ] {
         let o = poot(&["run", "smollm2", "hello", flag, value]);
         assert_one_error(&o, flag);
@@ -289,6 +291,27 @@ fn models_lists_the_packaged_checkpoints_and_refuses_unknown_names() {
     assert_one_error(&o, "no packaged checkpoint `nope`");
     assert!(!stderr(&o).contains("fetching"), "{}", stderr(&o));
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn tensor_parallel_is_refused_on_wgpu_and_without_cuda_in_one_line() {
+    let dir = repo().join("crates/poot-serve/tests/fixtures/tiny-chat");
+    let dir = dir.to_str().unwrap();
+    for cmd in ["run", "bench"] {
+        let mut args = vec![cmd, dir];
+        if cmd == "run" {
+            args.push("hello");
+        } else {
+            args.extend(["--prompt-tokens", "4", "--gen-tokens", "2"]);
+        }
+        let o = poot(&[&args[..], &["--tensor-parallel", "2", "--backend", "wgpu"]].concat());
+        assert_one_error(&o, "does not run a group of devices");
+        // On a machine without two CUDA devices the group is a typed refusal too.
+        if open_executor(BackendChoice::Ptx).is_err() {
+            let o = poot(&[&args[..], &["--tensor-parallel", "2", "--backend", "ptx"]].concat());
+            assert_one_error(&o, "ptx");
+        }
+    }
 }
 
 #[test]

@@ -56,6 +56,20 @@ pub enum EvalError {
         label: String,
         fault: Box<Fault>,
     },
+    /// [`crate::eval_group`] was given a different number of graphs and input sets.
+    #[error("a group of {graphs} graphs was given {inputs} input sets")]
+    GroupInputs { graphs: usize, inputs: usize },
+    /// The ranks of a group did not meet at the same collective: rank `rank` reached `found`
+    /// where rank 0 reached `expected` (the graphs were not traced as one group).
+    #[error("rank {rank} reached {found} where rank 0 reached {expected}")]
+    GroupDiverged {
+        rank: usize,
+        expected: String,
+        found: String,
+    },
+    /// Rank `rank` of a group failed.
+    #[error("rank {rank}: {source}")]
+    Rank { rank: usize, source: Box<EvalError> },
     /// An output value was released before the walk collected it. This is an evaluator bug
     /// (its liveness analysis), reported rather than a panic.
     #[error("output value {value} is no longer available")]
@@ -117,6 +131,11 @@ pub enum Fault {
     /// evaluator bug, reported rather than a panic.
     #[error("a window at element {base} reaches past a buffer of {len} elements")]
     WindowLayout { base: usize, len: usize },
+    /// An all-reduce over a group of `ranks` in a graph evaluated alone: a rank's partial value
+    /// means nothing without the others'. Evaluate the group's graphs together with
+    /// [`crate::eval_group`].
+    #[error("an all-reduce over {ranks} ranks needs the whole group (eval_group)")]
+    Collective { ranks: usize },
     /// The op produced data that does not match the type the graph records for its output.
     /// This is an evaluator bug, reported rather than a panic.
     #[error("produced data that does not fit the recorded type: {0}")]

@@ -20,45 +20,145 @@ const KEEP: usize = usize::MAX;
 /// The bindings are checked first (see [`Inputs`]); then each equation runs in order. A runtime
 /// fault (an index out of range, an integer division by zero, a packed format with no decode)
 /// stops the walk with [`EvalError::Fault`] naming the equation, its op and the value it defines.
-/// No graph that validates makes this panic.
+/// An all-reduce over a group of one is the identity; one over a larger group is
+/// [`Fault::Collective`] (a rank's graph means nothing alone: evaluate the group with
+/// [`crate::eval_group`]). No graph that validates makes this panic.
 pub fn eval<'i>(
     graph: &Graph,
     inputs: &'i Inputs<'_>,
     options: EvalOptions,
 ) -> Result<Evaluation<'i>, EvalError> {
-    let mut env: Vec<Option<HostTensor<'i>>> = inputs
-        .resolve(graph)?
-        .into_iter()
-        .map(|b| b.map(HostTensor::view))
-        .collect();
-    let last_use = liveness(graph, options.keep_env);
-    for (i, eqn) in graph.eqns().iter().enumerate() {
-        let fault = |fault| EvalError::Fault {
+    let mut walk = Walk::new(graph, inputs, options)?;
+    loop {
+        match walk.advance()? {
+            Paused::Done => return walk.finish(),
+            Paused::AllReduce { eqn, ranks } => {
+                if ranks != 1 {
+                    return Err(walk.fault(eqn, Fault::Collective { ranks }));
+                }
+                let alone = walk.collective_input(eqn)?.data().clone();
+                walk.complete(alone)?;
+            }
+        }
+    }
+}
+
+/// Where a [`Walk`] stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Paused {
+    /// Every equation ran.
+    Done,
+    /// Equation `eqn` is an all-reduce over `ranks` ranks: its operand is ready, its result
+    /// waits for [`Walk::complete`].
+    AllReduce { eqn: usize, ranks: usize },
+}
+
+/// One graph's evaluation, run equation by equation and paused at each collective so a group's
+/// walks can meet there.
+pub(crate) struct Walk<'g, 'i> {
+    graph: &'g Graph,
+    env: Vec<Option<HostTensor<'i>>>,
+    last_use: Vec<Option<usize>>,
+    next: usize,
+    options: EvalOptions,
+}
+
+impl<'g, 'i> Walk<'g, 'i> {
+    /// Binds `inputs` (checked against the graph) and stands before the first equation.
+    pub(crate) fn new(
+        graph: &'g Graph,
+        inputs: &'i Inputs<'_>,
+        options: EvalOptions,
+    ) -> Result<Walk<'g, 'i>, EvalError> {
+        let env = inputs
+            .resolve(graph)?
+            .into_iter()
+            .map(|b| b.map(HostTensor::view))
+            .collect();
+        Ok(Walk {
+            graph,
+            env,
+            last_use: liveness(graph, options.keep_env),
+            next: 0,
+            options,
+        })
+    }
+
+    /// The error of equation `i` failing with `fault`.
+    pub(crate) fn fault(&self, i: usize, fault: Fault) -> EvalError {
+        let eqn = &self.graph.eqns()[i.min(self.graph.eqns().len().saturating_sub(1))];
+        EvalError::Fault {
             eqn: i,
             op: eqn.op.name(),
             value: eqn.out,
-            label: graph
+            label: self
+                .graph
                 .value(eqn.out)
                 .map(|v| v.label.clone())
                 .unwrap_or_default(),
             fault: Box::new(fault),
-        };
-        let out_ty = graph
-            .ty(eqn.out)
-            .ok_or_else(|| fault(Fault::Released { value: eqn.out }))?
-            .clone();
-        let data = run(i, eqn, &mut env, &last_use, options).map_err(fault)?;
-        let t = HostTensor::new(out_ty, data).map_err(|e| fault(Fault::Produced(e)))?;
-        for id in &eqn.inputs {
-            if last_use[id.index()] == Some(i) {
-                env[id.index()] = None;
-            }
-        }
-        if last_use[eqn.out.index()].is_some() {
-            env[eqn.out.index()] = Some(t);
         }
     }
-    collect(graph, env, options.keep_env)
+
+    /// Runs equations up to the end of the graph or the next collective (which it does not run).
+    pub(crate) fn advance(&mut self) -> Result<Paused, EvalError> {
+        while let Some(eqn) = self.graph.eqns().get(self.next) {
+            let i = self.next;
+            if let OpKind::AllReduceSum { ranks } = eqn.op {
+                return Ok(Paused::AllReduce { eqn: i, ranks });
+            }
+            let data = run(i, eqn, &mut self.env, &self.last_use, self.options)
+                .map_err(|f| self.fault(i, f))?;
+            self.store(i, data)?;
+        }
+        Ok(Paused::Done)
+    }
+
+    /// The operand of the collective at equation `i`.
+    pub(crate) fn collective_input(&self, i: usize) -> Result<&HostTensor<'i>, EvalError> {
+        let id = self
+            .graph
+            .eqns()
+            .get(i)
+            .and_then(|e| e.inputs.first())
+            .copied()
+            .ok_or_else(|| self.fault(i, Fault::MissingOperand { operand: 0 }))?;
+        self.env
+            .get(id.index())
+            .and_then(Option::as_ref)
+            .ok_or_else(|| self.fault(i, Fault::Released { value: id }))
+    }
+
+    /// Gives the collective the walk paused at its result and moves past it.
+    pub(crate) fn complete(&mut self, data: TensorData<'i>) -> Result<(), EvalError> {
+        self.store(self.next, data)
+    }
+
+    /// Stores equation `i`'s result, releases the operands it read last, and moves past it.
+    fn store(&mut self, i: usize, data: TensorData<'i>) -> Result<(), EvalError> {
+        let eqn = &self.graph.eqns()[i];
+        let out_ty = self
+            .graph
+            .ty(eqn.out)
+            .ok_or_else(|| self.fault(i, Fault::Released { value: eqn.out }))?
+            .clone();
+        let t = HostTensor::new(out_ty, data).map_err(|e| self.fault(i, Fault::Produced(e)))?;
+        for id in &eqn.inputs {
+            if self.last_use[id.index()] == Some(i) {
+                self.env[id.index()] = None;
+            }
+        }
+        if self.last_use[eqn.out.index()].is_some() {
+            self.env[eqn.out.index()] = Some(t);
+        }
+        self.next = i + 1;
+        Ok(())
+    }
+
+    /// The outputs and state after [`Paused::Done`].
+    pub(crate) fn finish(self) -> Result<Evaluation<'i>, EvalError> {
+        collect(self.graph, self.env, self.options.keep_env)
+    }
 }
 
 fn liveness(graph: &Graph, keep_env: bool) -> Vec<Option<usize>> {
@@ -228,5 +328,7 @@ fn run<'i>(
         OpKind::IndexedMatMul => {
             matmul::indexed_matmul(args.get(0)?, args.get(1)?, args.get(2)?, f64_acc)
         }
+        // The walk stops before a collective: a group completes it (`Walk::complete`).
+        OpKind::AllReduceSum { ranks } => Err(Fault::Collective { ranks: *ranks }),
     }
 }

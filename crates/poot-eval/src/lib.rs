@@ -40,6 +40,10 @@
 //! whole row at a time from its components, exactly as `PackedFormat::decode_row` does. `Gather` of a packed rank-2 table decodes only the gathered
 //! rows, to f32.
 //!
+//! **Collectives.** `AllReduceSum` sums one value over the graphs of a tensor-parallel group:
+//! alone, a group of one is the identity; [`eval_group`] runs a group's graphs in lockstep and
+//! sums in rank order (see its module).
+//!
 //! **Indices.** Runtime indices (gather, take-along, scatter, expert ids) and dynamic window
 //! starts are never wrapped or clamped: one outside its axis is [`Fault::IndexOutOfRange`] or
 //! [`Fault::WindowOutOfRange`], naming the equation. With repeated scatter indices the last
@@ -49,6 +53,7 @@
 mod error;
 mod eval;
 mod evaluation;
+mod group;
 mod inputs;
 mod ops;
 mod options;
@@ -58,6 +63,7 @@ mod tensor;
 pub use error::{EvalError, Fault, InputKind};
 pub use eval::eval;
 pub use evaluation::Evaluation;
+pub use group::eval_group;
 pub use inputs::Inputs;
 pub use options::EvalOptions;
 pub use packed::DecodeError;

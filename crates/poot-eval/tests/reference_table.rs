@@ -422,6 +422,13 @@ fn rows() -> Vec<Row> {
 
     // Movement.
     let any = || u(-100.0, 100.0);
+    // A collective over a group of one: the identity, special values included.
+    r.push(row(
+        "all_reduce_sum over one rank",
+        OpKind::AllReduceSum { ranks: 1 },
+        vec![f(&[13], vals(SPECIAL))],
+        Tol::Exact,
+    ));
     r.push(row(
         "reshape",
         OpKind::Reshape {

@@ -16,6 +16,17 @@ pub struct Launch<'a, D: Device + ?Sized> {
     pub args: &'a [&'a D::Buffer],
 }
 
+/// One step of a recording: a kernel launch, or a collective over the device's group.
+pub enum Command<'a, D: Device + ?Sized> {
+    Launch(Launch<'a, D>),
+    /// The f32 sum of `n_elems` elements of `src` over the group, written to `dst` on every rank.
+    AllReduceSum {
+        src: &'a D::Buffer,
+        dst: &'a D::Buffer,
+        n_elems: u64,
+    },
+}
+
 /// A backend. Implementations hold the context; every method that touches the device returns a
 /// typed error, and after a fault every later call is refused as poisoned without touching it.
 pub trait Device {
@@ -55,6 +66,45 @@ pub trait Device {
 
     /// Records `launches` once, for replay.
     fn record(&mut self, launches: &[Launch<'_, Self>]) -> Result<Self::Recording, DeviceError>;
+
+    /// Records `commands` once, for replay: launches and collectives in order. A device alone
+    /// (the default) records the launches and refuses any collective with
+    /// [`DeviceError::NoCollectives`].
+    fn record_commands(
+        &mut self,
+        commands: &[Command<'_, Self>],
+    ) -> Result<Self::Recording, DeviceError> {
+        let mut launches = Vec::with_capacity(commands.len());
+        for c in commands {
+            match c {
+                Command::Launch(l) => launches.push(Launch {
+                    kernel: l.kernel,
+                    grid: l.grid,
+                    args: l.args,
+                }),
+                Command::AllReduceSum { .. } => {
+                    return Err(DeviceError::NoCollectives {
+                        device: self.limits().name.clone(),
+                    });
+                }
+            }
+        }
+        self.record(&launches)
+    }
+
+    /// Queues an all-reduce of `n_elems` f32 from `src` into `dst` over the device's group,
+    /// ordered after earlier work. A device alone (the default) refuses with
+    /// [`DeviceError::NoCollectives`].
+    fn all_reduce_sum(
+        &mut self,
+        _src: &Self::Buffer,
+        _dst: &Self::Buffer,
+        _n_elems: u64,
+    ) -> Result<(), DeviceError> {
+        Err(DeviceError::NoCollectives {
+            device: self.limits().name.clone(),
+        })
+    }
 
     /// Replays a recording.
     fn replay(&mut self, recording: &Self::Recording) -> Result<(), DeviceError>;

@@ -10,7 +10,7 @@ use poot_graph_ir::{Graph, Slot};
 use poot_graph_plan::{BufferRole, Plan, Target, compile_entry};
 
 use crate::chain::{ChainFeed, feed_grid, layout};
-use crate::device::{Device, Launch};
+use crate::device::{Command, Device, Launch};
 use crate::error::ExecError;
 use crate::executor::{
     ChainId, ConstBytes, ConstSource, CopyBandwidth, EntryId, ExecStats, ExecutableId, Executor,
@@ -286,7 +286,7 @@ impl<D: Device> Executor for Engine<D> {
             }
             arg_refs.push(refs);
         }
-        let launches: Vec<Launch<'_, D>> = plan
+        let launches = plan
             .dispatches
             .iter()
             .zip(&arg_refs)
@@ -294,10 +294,25 @@ impl<D: Device> Executor for Engine<D> {
                 kernel: &kernels[d.kernel],
                 grid: d.grid,
                 args,
-            })
-            .collect();
-        let recorded = self.device.record(&launches);
-        drop(launches);
+            });
+        let recorded = if plan.collectives.is_empty() {
+            let launches: Vec<Launch<'_, D>> = launches.collect();
+            self.device.record(&launches)
+        } else {
+            // Collectives among the launches, each before the dispatch it precedes.
+            let mut commands = Vec::with_capacity(plan.dispatches.len() + plan.collectives.len());
+            let mut collectives = plan.collectives.iter().peekable();
+            for (i, l) in launches.enumerate() {
+                while let Some(c) = collectives.next_if(|c| c.before <= i) {
+                    commands.push(collective_command(c, &homes, &own, exe)?);
+                }
+                commands.push(Command::Launch(l));
+            }
+            for c in collectives {
+                commands.push(collective_command(c, &homes, &own, exe)?);
+            }
+            self.device.record_commands(&commands)
+        };
         drop(arg_refs);
         let recording = recorded.map_err(|e| self.fail(e))?;
         self.stats.dispatches_per_step.push(plan.dispatches.len());
@@ -814,6 +829,24 @@ impl<D: Device> Engine<D> {
             .and_then(|e| e.as_ref())
             .map(|e| e.source.as_ref())
     }
+}
+
+/// The recorded form of a plan's collective, its buffers resolved.
+fn collective_command<'a, D: Device>(
+    c: &poot_graph_plan::Collective,
+    homes: &'a [Home],
+    own: &'a [D::Buffer],
+    exe: &'a Executable<D>,
+) -> Result<Command<'a, D>, ExecError> {
+    let src = resolve(homes, own, exe, c.src.0 as usize)?;
+    let dst = resolve(homes, own, exe, c.dst.0 as usize)?;
+    Ok(match c.op {
+        poot_graph_plan::CollectiveOp::AllReduceSum { .. } => Command::AllReduceSum {
+            src,
+            dst,
+            n_elems: c.n_elems,
+        },
+    })
 }
 
 /// The device buffer behind plan buffer `i` of an entry.

@@ -34,6 +34,14 @@ pub enum DeviceError {
     /// device's limits, a buffer of another device): an engine bug; nothing reached the device.
     #[error("launch of `{kernel}` refused: {reason}")]
     BadLaunch { kernel: String, reason: String },
+    /// A collective on a device that belongs to no group (or whose backend has none): plan the
+    /// whole model for it instead of a rank's graph.
+    #[error("device {device} runs no collectives (it is not one rank of a group)")]
+    NoCollectives { device: String },
+    /// A collective failed on the device's group (NCCL's error text), or the group was aborted
+    /// because another rank failed.
+    #[error("collective failed: {reason}")]
+    Collective { reason: String },
     /// A host-side copy out of a buffer's bounds (an engine bug).
     #[error("copy of {len} B at offset {offset} exceeds a {size} B buffer")]
     OutOfBounds { offset: u64, len: u64, size: u64 },
@@ -49,6 +57,7 @@ impl DeviceError {
                 | DeviceError::Unavailable { .. }
                 | DeviceError::BadLaunch { .. }
                 | DeviceError::KernelFault { .. }
+                | DeviceError::NoCollectives { .. }
         )
     }
 }
@@ -119,6 +128,17 @@ pub enum ExecError {
         held_bytes: u64,
         memory_bytes: u64,
     },
+    /// A call that needs one graph or weight source per rank was given another number (a group
+    /// of `ranks` is driven through the ranked calls).
+    #[error("the executor drives {ranks} ranks; {given} were given")]
+    RankCount { ranks: usize, given: usize },
+    /// Rank `rank` of a group failed; a failure after the step was submitted poisons the group
+    /// (its collectives are aborted on every rank).
+    #[error("rank {rank}: {source}")]
+    Rank { rank: usize, source: Box<ExecError> },
+    /// A rank's worker is gone (its thread ended); the group is unusable.
+    #[error("rank {rank}'s worker is gone")]
+    RankLost { rank: usize },
     /// An engine invariant failed (a bug), reported instead of panicking.
     #[error("executor invariant failed: {what}")]
     Internal { what: &'static str },

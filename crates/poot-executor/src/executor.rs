@@ -28,6 +28,14 @@ pub enum ConstBytes<'a> {
 pub trait ConstSource: Send {
     fn names(&self) -> Vec<String>;
     fn bytes(&self, name: &str) -> Option<ConstBytes<'_>>;
+    /// The length of `name`'s bytes, without producing them where a source can tell (a
+    /// gathered slice); by default from [`ConstSource::bytes`].
+    fn byte_len(&self, name: &str) -> Option<u64> {
+        self.bytes(name).map(|b| match b {
+            ConstBytes::Stored(b) => b.len() as u64,
+            ConstBytes::F32(v) => v.len() as u64 * 4,
+        })
+    }
 }
 
 /// The per-step inputs: each slot's contents as device words (little-endian).
@@ -140,9 +148,48 @@ impl CopyBandwidth {
 }
 
 /// The backend-neutral contract: the driver above it never branches on a backend.
+///
+/// An executor may drive a tensor-parallel group of [`Executor::ranks`] devices in lockstep (a
+/// [`crate::Coordinator`]): then each rank has its own weights and graph, given through
+/// [`Executor::load_weights_ranked`] and [`Executor::add_entry_ranked`], and every other call
+/// applies to every rank.
 pub trait Executor {
-    /// The target entries are planned for.
+    /// The target entries are planned for (rank 0's, in a group).
     fn target(&self) -> &Target;
+    /// Ranks driven in lockstep: 1 for one device.
+    fn ranks(&self) -> usize {
+        1
+    }
+    /// [`Executor::load_weights`] with one source per rank, in rank order.
+    fn load_weights_ranked(
+        &mut self,
+        sources: Vec<Box<dyn ConstSource>>,
+    ) -> Result<ExecutableId, ExecError> {
+        let given = sources.len();
+        match <[Box<dyn ConstSource>; 1]>::try_from(sources) {
+            Ok([source]) => self.load_weights(source),
+            Err(_) => Err(ExecError::RankCount {
+                ranks: self.ranks(),
+                given,
+            }),
+        }
+    }
+    /// [`Executor::add_entry`] with one graph per rank, in rank order (the same step shape
+    /// traced for each rank).
+    fn add_entry_ranked(
+        &mut self,
+        executable: ExecutableId,
+        graphs: &[Graph],
+        label: &str,
+    ) -> Result<EntryId, ExecError> {
+        match graphs {
+            [graph] => self.add_entry(executable, graph, label),
+            _ => Err(ExecError::RankCount {
+                ranks: self.ranks(),
+                given: graphs.len(),
+            }),
+        }
+    }
     /// Uploads a model's constants once, as one executable. A constant too large for one
     /// buffer of the target is uploaded as the row chunks the first entry that reads it binds.
     fn load_weights(&mut self, source: Box<dyn ConstSource>) -> Result<ExecutableId, ExecError>;

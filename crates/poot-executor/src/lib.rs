@@ -2,6 +2,7 @@
 //! object-safe [`Executor`] the driver drives.
 
 mod chain;
+mod coordinator;
 mod device;
 mod engine;
 mod error;
@@ -11,7 +12,8 @@ mod limits;
 pub mod suite;
 
 pub use chain::{ChainCounter, ChainFeed, PagedFeed};
-pub use device::{Device, Launch};
+pub use coordinator::{Coordinator, GroupAbort, RankExecutor};
+pub use device::{Command, Device, Launch};
 pub use engine::Engine;
 pub use error::{DeviceError, ExecError};
 pub use executor::{

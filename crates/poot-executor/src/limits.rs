@@ -19,6 +19,8 @@ pub struct DeviceLimits {
     /// Buffers one kernel may bind (a WebGPU limit; effectively unbounded on CUDA).
     pub max_bindings: u32,
     pub subgroup_sizes: (u32, u32),
+    /// Ranks of the tensor-parallel group the device is one rank of (1 for a device alone).
+    pub group_ranks: usize,
     /// The most loop iterations one thread may run in total, where the driver caps it
     /// (lavapipe stops every loop of a thread after 65535 iterations).
     pub max_loop_iterations: Option<u32>,
@@ -38,6 +40,7 @@ impl DeviceLimits {
                 max_bindings: self.max_bindings,
                 subgroup_size: self.subgroup_sizes.1,
                 memory_bytes: self.memory_bytes,
+                group_ranks: self.group_ranks,
             },
         }
     }

@@ -578,6 +578,11 @@ impl Builder {
     ) -> Result<Traced, BuilderError> {
         self.eqn(OpKind::IndexedMatMul, &[lhs, rhs, idx])
     }
+
+    /// The sum of `x` over the `ranks` graphs of a tensor-parallel group.
+    pub fn all_reduce_sum(&self, x: Traced, ranks: usize) -> Result<Traced, BuilderError> {
+        self.eqn(OpKind::AllReduceSum { ranks }, &[x])
+    }
 }
 
 fn scoped(scope: &[String], leaf: &str) -> String {
@@ -611,6 +616,7 @@ fn param_bytes(op: &OpKind) -> usize {
         | OpKind::ArgMax { .. }
         | OpKind::ArgTopK { .. }
         | OpKind::MatMul { .. }
-        | OpKind::IndexedMatMul => 0,
+        | OpKind::IndexedMatMul
+        | OpKind::AllReduceSum { .. } => 0,
     }
 }

@@ -276,6 +276,13 @@ pub enum OpKind {
     /// Per-row expert contraction: `lhs [T, K]`, `rhs [E, N, K]`, `idx [T]` to `[T, N]`, row `t`
     /// against expert `idx[t]`.
     IndexedMatMul,
+    /// The elementwise sum of one f32 value over the `ranks` graphs of a tensor-parallel group,
+    /// each rank holding its own partial value; every rank gets the same sum. A collective, not
+    /// a kernel: a group of one is the identity, and a graph evaluated or planned alone with
+    /// `ranks > 1` is refused rather than silently summing nothing.
+    AllReduceSum {
+        ranks: usize,
+    },
 }
 
 impl OpKind {
@@ -303,6 +310,7 @@ impl OpKind {
             OpKind::ArgTopK { .. } => "arg_top_k",
             OpKind::MatMul { .. } => "matmul",
             OpKind::IndexedMatMul => "indexed_matmul",
+            OpKind::AllReduceSum { .. } => "all_reduce_sum",
         }
     }
 
@@ -777,6 +785,17 @@ impl OpKind {
                 }
                 Ok(TensorType::new(DType::F32, vec![t, n]))
             }
+            OpKind::AllReduceSum { ranks } => {
+                arity(op, inputs, 1)?;
+                if *ranks == 0 {
+                    return Err(InferError::GroupSize { ranks: *ranks });
+                }
+                if inputs[0].dtype != DType::F32 {
+                    return Err(dtype_err(op, 0, inputs[0].dtype, "f32"));
+                }
+                checked_elems(op, &inputs[0].shape)?;
+                Ok(inputs[0].clone())
+            }
         }
     }
 }
@@ -860,6 +879,9 @@ pub enum InferError {
     /// A shape whose element count does not fit in memory addressing.
     #[error("{op}: shape element count overflows")]
     Overflow { op: &'static str },
+    /// A collective over a group of no ranks.
+    #[error("all_reduce_sum: a group of {ranks} ranks (at least 1)")]
+    GroupSize { ranks: usize },
     /// A packed value whose last axis is not a whole number of blocks.
     #[error("{op}: packed {dtype} shape {shape} is not whole blocks along its last axis")]
     PackedBlocks {

@@ -80,6 +80,7 @@ fn params(op: &OpKind) -> String {
         | OpKind::Reduce { axis, .. }
         | OpKind::ArgMax { axis } => format!("[axis={axis}]"),
         OpKind::ArgTopK { k } => format!("[k={k}]"),
+        OpKind::AllReduceSum { ranks } => format!("[ranks={ranks}]"),
         OpKind::MatMul { transpose_rhs } => {
             if *transpose_rhs {
                 "[rhs^T]".to_string()

@@ -18,7 +18,8 @@ pub mod target;
 use poot_graph_ir::Graph;
 
 pub use plan::{
-    BufferDecl, BufferId, BufferRole, DeviceWords, Dispatch, HostValue, MemoryUse, Plan,
+    BufferDecl, BufferId, BufferRole, Collective, CollectiveOp, DeviceWords, Dispatch, HostValue,
+    MemoryUse, Plan,
 };
 pub use refusal::PlanError;
 pub use target::{Backend, Target, TargetLimits};

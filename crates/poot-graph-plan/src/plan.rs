@@ -49,6 +49,30 @@ pub struct Dispatch {
     pub label: String,
 }
 
+/// A collective the step runs between two dispatches: not a kernel but a call into the device's
+/// group (NCCL on PTX), recorded into the same replay as the kernels.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Collective {
+    /// Runs after the first `before` dispatches and before the rest.
+    pub before: usize,
+    pub op: CollectiveOp,
+    /// The rank's partial value (f32 words).
+    pub src: BufferId,
+    /// Where every rank receives the result (another buffer than `src`).
+    pub dst: BufferId,
+    /// f32 elements of `src` and `dst`.
+    pub n_elems: u64,
+    /// The graph value it computes (`l3.attn_out`), for diagnostics.
+    pub label: String,
+}
+
+/// What a [`Collective`] does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CollectiveOp {
+    /// The elementwise f32 sum over the `ranks` ranks of the group.
+    AllReduceSum { ranks: usize },
+}
+
 /// Where a host-visible value lives and how its words read.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostValue {
@@ -88,6 +112,9 @@ pub struct Plan {
     pub kernels: Vec<Kernel>,
     pub buffers: Vec<BufferDecl>,
     pub dispatches: Vec<Dispatch>,
+    /// The collectives the step runs between its dispatches, in order (empty on a device
+    /// alone).
+    pub collectives: Vec<Collective>,
     /// Each slot of the graph: the buffer the host writes, as device words.
     pub slots: Vec<(Slot, HostValue)>,
     /// Each state input's buffer (updated in place: the state output lands in the same buffer).

@@ -88,6 +88,17 @@ pub enum PlanError {
         label: String,
         dtype: DType,
     },
+    /// A collective over another number of ranks than the device's group holds (a graph traced
+    /// for another group size, or a rank's graph planned for a device alone).
+    #[error(
+        "{backend}: `{label}` is an all-reduce over {ranks} ranks; the device is one of a group of {group_ranks}"
+    )]
+    GroupRanks {
+        backend: Backend,
+        label: String,
+        ranks: usize,
+        group_ranks: usize,
+    },
     /// A value's element count does not fit 32-bit kernel indexing.
     #[error("value `{label}` has {n_elems} elements; kernels index with 32 bits")]
     IndexOverflow { label: String, n_elems: u64 },

@@ -43,6 +43,9 @@ pub struct TargetLimits {
     pub subgroup_size: u32,
     /// Device memory a plan's buffers may take in all, when known.
     pub memory_bytes: Option<u64>,
+    /// Ranks of the tensor-parallel group the device is one rank of (1 for a device alone).
+    /// A collective over any other number of ranks is refused.
+    pub group_ranks: usize,
 }
 
 /// A backend and its device's limits.
@@ -67,6 +70,7 @@ impl Target {
                 subgroup_size: 32,
                 // What an H200 reports as usable (of its 141 GB).
                 memory_bytes: Some(139 << 30),
+                group_ranks: 1,
             },
         }
     }
@@ -85,6 +89,7 @@ impl Target {
                 subgroup_size: 32,
                 // A 16 GiB desktop card.
                 memory_bytes: Some(16 << 30),
+                group_ranks: 1,
             },
         }
     }
@@ -97,5 +102,12 @@ impl Target {
         // The one heap Mesa 22's lavapipe reports (it allocates from host memory).
         t.limits.memory_bytes = Some(2 << 30);
         t
+    }
+
+    /// This target as rank of a tensor-parallel group of `ranks` (each rank plans against its
+    /// own device's limits).
+    pub fn in_group(mut self, ranks: usize) -> Target {
+        self.limits.group_ranks = ranks;
+        self
     }
 }

@@ -190,6 +190,7 @@ fn every_fixture_family_computes_the_same_with_its_largest_constants_split() {
         for (_, name, ty) in graph.consts() {
             let bytes = match model.weights().const_data(name, ck.store()).unwrap() {
                 ConstData::Bytes(b) => b.to_vec(),
+                ConstData::Gathered(b) => b,
                 ConstData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
                 ConstData::Components(parts) => {
                     // Each component under its own name, as an executor binds it.

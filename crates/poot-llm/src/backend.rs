@@ -1,8 +1,11 @@
 //! Opening an executor: the one place the driver names a backend.
 
+use poot_executor::{Coordinator, RankExecutor};
 use poot_executor::{Device, DeviceError, Engine, Executor};
 use poot_graph_plan::Backend;
-use poot_ptx_device::PtxDevice;
+use poot_ptx_device::{PtxConfig, PtxDevice, open_group_devices};
+
+pub use poot_ptx_device::{GROUP_ENV_DEFAULTS, NCCL_LIBRARY_ENV};
 use poot_wgpu_device::{WgpuDevice, WgpuOptions};
 
 /// Which backend to run on.
@@ -23,6 +26,9 @@ pub enum BackendError {
         backend: Backend,
         source: DeviceError,
     },
+    /// A backend that runs no device groups was asked for several devices.
+    #[error("backend {backend} does not run a group of devices (tensor parallelism runs on ptx)")]
+    NoGroups { backend: Backend },
     /// Auto found no backend; each backend's reason is listed.
     #[error("no GPU backend is usable: ptx: {ptx}; wgpu: {wgpu}")]
     NoneUsable { ptx: DeviceError, wgpu: DeviceError },
@@ -43,6 +49,49 @@ fn engine<D: Device + 'static>(device: D, backend: Backend) -> OpenedExecutor {
         device_name,
         executor: Box::new(Engine::new(device, target)),
     }
+}
+
+/// Opens the chosen backend's first `ranks` devices as one tensor-parallel group (a
+/// [`poot_executor::Coordinator`] with a communicator between them): PTX only, which `Auto`
+/// picks. Build the driver with [`crate::Driver::placed`].
+pub fn open_group_executor(
+    choice: BackendChoice,
+    ranks: usize,
+) -> Result<OpenedExecutor, BackendError> {
+    if choice == BackendChoice::Wgpu {
+        return Err(BackendError::NoGroups {
+            backend: Backend::Wgpu,
+        });
+    }
+    let ordinals: Vec<usize> = (0..ranks).collect();
+    let unavailable = |source| BackendError::Unavailable {
+        backend: Backend::Ptx,
+        source,
+    };
+    let (devices, abort) =
+        open_group_devices(&ordinals, PtxConfig::default()).map_err(unavailable)?;
+    let name = devices
+        .first()
+        .map(|d| d.limits().name.clone())
+        .unwrap_or_default();
+    let execs: Vec<RankExecutor> = devices
+        .into_iter()
+        .map(|d| {
+            let target = d.limits().target(Backend::Ptx);
+            Box::new(Engine::new(d, target)) as RankExecutor
+        })
+        .collect();
+    let coordinator = Coordinator::new(execs, Some(abort)).map_err(|e| {
+        unavailable(DeviceError::Unavailable {
+            backend: "CUDA",
+            reason: e.to_string(),
+        })
+    })?;
+    Ok(OpenedExecutor {
+        backend: Backend::Ptx,
+        device_name: format!("{ranks} x {name} (tensor-parallel)"),
+        executor: Box::new(coordinator),
+    })
 }
 
 /// Opens the chosen backend's first device.

@@ -3,17 +3,21 @@
 //! this crate with the executor backends.
 
 pub mod backend;
+pub mod capacity;
 pub mod driver;
 pub mod encoders;
 pub mod handle;
+pub mod placement;
 pub mod sampling;
 pub mod weights;
 
-pub use backend::{BackendChoice, BackendError, OpenedExecutor, open_executor};
+pub use backend::{
+    BackendChoice, BackendError, OpenedExecutor, open_executor, open_group_executor,
+};
 pub use driver::{
     Driver, DriverError, DriverOptions, Feature, FinishReason, GenerateRequest, GeneratedToken,
-    Generation, GenerationControl, Incompatible, Layout, PreparedSetLimits, SeqEvent, SeqId,
-    SeqToken, Serving, StepPicks, TokenLogprob, Unprepared, entry_label,
+    Generation, GenerationControl, Incompatible, Layout, Placement, PreparedSetLimits, SeqEvent,
+    SeqId, SeqToken, Serving, StepPicks, TokenLogprob, Unprepared, entry_label,
 };
 pub use encoders::{EncoderError, SentenceEncoder};
 pub use handle::{HandleError, LoadOptions, ModelHandle};

@@ -7,35 +7,66 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use poot_executor::{ConstBytes, ConstSource};
-use poot_models::weights::ConstData;
+use poot_models::weights::{ConstData, WeightMap};
+use poot_models::{Shard, TraceError};
 
 use crate::handle::ModelHandle;
 
-/// The weights of a handle, shared with the handle.
+/// The weights of a handle, shared with the handle: the whole model's, or one tensor-parallel
+/// rank's slices of them.
 pub struct HandleWeights {
     handle: Arc<ModelHandle>,
+    /// A rank's weight map; `None` reads the model's own.
+    shard: Option<WeightMap>,
 }
 
 impl HandleWeights {
     pub fn new(handle: Arc<ModelHandle>) -> HandleWeights {
-        HandleWeights { handle }
+        HandleWeights {
+            handle,
+            shard: None,
+        }
+    }
+
+    /// The weights rank `shard.rank` of a tensor-parallel group uploads: its slices of the split
+    /// projections (a column slice gathered from the stored rows when uploaded), everything else
+    /// whole. Refused when the model does not split over the group.
+    pub fn for_rank(handle: Arc<ModelHandle>, shard: Shard) -> Result<HandleWeights, TraceError> {
+        let map = handle.model().shard_weights(shard)?.into_owned();
+        Ok(HandleWeights {
+            handle,
+            shard: (!shard.is_whole()).then_some(map),
+        })
+    }
+
+    fn map(&self) -> &WeightMap {
+        self.shard
+            .as_ref()
+            .unwrap_or_else(|| self.handle.model().weights())
     }
 }
 
 impl ConstSource for HandleWeights {
     fn names(&self) -> Vec<String> {
-        self.handle.model().weights().buffer_names()
+        self.map().buffer_names()
+    }
+
+    /// From the bound type (the stored bytes of its rows and columns), so a gathered slice is
+    /// not gathered to be measured; a component buffer from its stored bytes.
+    fn byte_len(&self, name: &str) -> Option<u64> {
+        if let Some(e) = self.map().by_const(name) {
+            return e.ty.size_bytes();
+        }
+        self.bytes(name).map(|b| match b {
+            ConstBytes::Stored(b) => b.len() as u64,
+            ConstBytes::F32(v) => v.len() as u64 * 4,
+        })
     }
 
     fn bytes(&self, name: &str) -> Option<ConstBytes<'_>> {
-        match self
-            .handle
-            .model()
-            .weights()
-            .buffer_data(name, self.handle.store())
-            .ok()?
-        {
+        match self.map().buffer_data(name, self.handle.store()).ok()? {
             ConstData::Bytes(b) => Some(ConstBytes::Stored(Cow::Borrowed(b))),
+            ConstData::Gathered(b) => Some(ConstBytes::Stored(Cow::Owned(b))),
             ConstData::F32(v) => Some(ConstBytes::F32(Cow::Borrowed(v))),
             // Components are served one by one under their own buffer names.
             ConstData::Components(_) => None,

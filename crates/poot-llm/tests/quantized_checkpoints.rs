@@ -172,6 +172,9 @@ impl Oracle<'_> {
                 .unwrap();
             let t = match data {
                 ConstData::Bytes(b) => HostTensor::from_le_bytes(ty.clone(), b).unwrap(),
+                ConstData::Gathered(b) => {
+                    HostTensor::from_le_bytes(ty.clone(), std::borrow::Cow::Owned(b)).unwrap()
+                }
                 ConstData::F32(v) => HostTensor::f32(ty.shape.clone(), v).unwrap(),
                 ConstData::Components(parts) => {
                     let DType::Components(format) = ty.dtype else {
@@ -321,6 +324,7 @@ fn wgpu_decodes_every_packed_layout_inside_the_contraction() {
             .iter()
             .map(|n| match weights.buffer_data(n, handle.store()).unwrap() {
                 ConstData::Bytes(b) => (b.len() as u64).div_ceil(4) * 4,
+                ConstData::Gathered(b) => (b.len() as u64).div_ceil(4) * 4,
                 ConstData::F32(v) => 4 * v.len() as u64,
                 ConstData::Components(_) => panic!("{n}: a buffer name is one buffer"),
             })

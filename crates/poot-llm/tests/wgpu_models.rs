@@ -50,6 +50,9 @@ impl Oracle<'_> {
                 .unwrap()
             {
                 ConstData::Bytes(b) => HostTensor::from_le_bytes(ty.clone(), b).unwrap(),
+                ConstData::Gathered(b) => HostTensor::from_le_bytes(ty.clone(), &b)
+                    .unwrap()
+                    .into_owned(),
                 ConstData::F32(v) => HostTensor::f32(ty.shape.clone(), v).unwrap(),
                 ConstData::Components(parts) => {
                     let poot_graph_ir::DType::Components(format) = ty.dtype else {
@@ -215,6 +218,9 @@ fn every_fixture_family_matches_the_oracle_on_wgpu() {
                         .unwrap()
                     {
                         ConstData::Bytes(b) => HostTensor::from_le_bytes(ty.clone(), b).unwrap(),
+                        ConstData::Gathered(b) => HostTensor::from_le_bytes(ty.clone(), &b)
+                            .unwrap()
+                            .into_owned(),
                         ConstData::F32(v) => HostTensor::f32(ty.shape.clone(), v).unwrap(),
                         ConstData::Components(parts) => {
                             let poot_graph_ir::DType::Components(format) = ty.dtype else {

@@ -36,6 +36,53 @@ pub enum TraceError {
         blocks: usize,
         why: &'static str,
     },
+    /// A tensor-parallel rank outside its group.
+    #[error("rank {rank} of a group of {ranks}")]
+    ShardRank { rank: usize, ranks: usize },
+    /// A model with fewer parts (key/value heads, feed-forward blocks) than a tensor-parallel
+    /// group has ranks, so some rank would hold none: choose a group of at most `count`.
+    #[error("{count} {what} cannot be shared by {ranks} ranks (each needs at least one)")]
+    TooFewParts {
+        what: &'static str,
+        count: usize,
+        ranks: usize,
+    },
+    /// A packed weight split along its rows' elements where a rank's share is not whole blocks
+    /// of its format: choose a group size that leaves each rank whole blocks.
+    #[error(
+        "`{name}`: {cols} columns over {ranks} ranks leaves {per_rank} per rank, not whole blocks of {block_elems}"
+    )]
+    PackedSplit {
+        name: String,
+        cols: usize,
+        ranks: usize,
+        per_rank: usize,
+        block_elems: usize,
+    },
+    /// A Hugging Face component-format linear (GPTQ, AWQ, FP8, FP4) in a tensor-parallel split:
+    /// its components are not sliced yet.
+    #[error(
+        "`{name}` is stored as {format} components, which tensor parallelism does not split yet (run it on one device)"
+    )]
+    ComponentSplit { name: String, format: String },
+    /// A split weight whose shape is not whole parts of `unit` features along the split axis
+    /// (its shape disagrees with the model's heads: a family bug).
+    #[error("`{name}` of shape {dims:?} does not split into parts of {unit} along axis {axis}")]
+    SplitShape {
+        name: String,
+        dims: Vec<usize>,
+        axis: usize,
+        unit: usize,
+    },
+    /// A model whose query heads are not a whole number per key/value head (a grouped-query
+    /// attention the group cannot split by key/value head).
+    #[error("{n_heads} query heads are not a whole number per key/value head ({n_kv_heads})")]
+    HeadGroups { n_heads: usize, n_kv_heads: usize },
+    /// A family whose tracer does not split its layers over a tensor-parallel group.
+    #[error(
+        "the `{family}` family does not run tensor-parallel (a group of {ranks} was asked for)"
+    )]
+    Unsharded { family: &'static str, ranks: usize },
     /// The cache capacity exceeds the positions the model was built for.
     #[error("capacity {capacity} exceeds the model's {max_positions} positions")]
     Positions {

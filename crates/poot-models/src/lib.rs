@@ -12,6 +12,7 @@ pub mod model;
 pub mod registry;
 pub mod schema;
 pub mod step;
+pub mod tensor_parallel;
 pub mod weights;
 
 pub mod test_support;
@@ -20,5 +21,5 @@ pub use error::{ModelError, TraceError};
 pub use model::{Model, ModelConfig, ModelKind, ModelParts};
 pub use registry::{FamilyEntry, Registry, SHIPPED};
 pub use schema::ModelSchema;
-pub use step::{KvLayout, LogitsMode, Program, StepShape, StepSpec};
+pub use step::{KvLayout, LogitsMode, Program, Shard, StepShape, StepSpec};
 pub use weights::{WeightMap, WeightRole};

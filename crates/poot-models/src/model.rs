@@ -1,10 +1,12 @@
 //! The `Model` trait every family implements.
 
+use std::borrow::Cow;
+
 use poot_graph_ir::{Builder, Graph, TraceLimits};
 
 use crate::error::TraceError;
 use crate::schema::ModelSchema;
-use crate::step::{Program, StepSpec};
+use crate::step::{Program, Shard, StepSpec};
 use crate::weights::WeightMap;
 
 /// Whether a model generates (a decoder with a `step` program) or encodes.
@@ -36,6 +38,20 @@ pub trait Model: Send + Sync {
     fn config(&self) -> &ModelConfig;
     fn schema(&self) -> &ModelSchema;
     fn weights(&self) -> &WeightMap;
+
+    /// The weight map rank `shard.rank` of a tensor-parallel group reads (its slices of the
+    /// split weights, see [`crate::tensor_parallel`]). A group of one reads [`Model::weights`];
+    /// a family whose tracer does not split its layers refuses any larger group.
+    fn shard_weights(&self, shard: Shard) -> Result<Cow<'_, WeightMap>, TraceError> {
+        Shard::new(shard.rank, shard.ranks)?;
+        if shard.is_whole() {
+            return Ok(Cow::Borrowed(self.weights()));
+        }
+        Err(TraceError::Unsharded {
+            family: self.config().family,
+            ranks: shard.ranks,
+        })
+    }
 
     /// The family's tracer body: the graph of one step. Called through [`Model::trace`], which
     /// has already checked the step against the schema and admitted its tokens.
@@ -75,6 +91,8 @@ pub trait Model: Send + Sync {
         if spec.program == Program::Step {
             s.check_kv()?;
         }
+        // A family that cannot split its layers refuses before tracing anything.
+        self.shard_weights(s.shard)?;
         let positions = if spec.program == Program::Step {
             s.capacity
         } else {

@@ -91,18 +91,16 @@ pub struct StateDecl {
 impl StateDecl {
     /// The f32 state's dims in a step of `shape`: `[rows, heads, capacity, head_dim]` for a
     /// contiguous cache, the pool `[blocks * block_tokens, heads, head_dim]` for a paged one
-    /// (the same for every step shape over that pool).
+    /// (the same for every step shape over that pool). A tensor-parallel rank holds its share
+    /// of the heads.
     pub fn dims(&self, shape: &StepShape) -> Vec<usize> {
+        let heads = shape.shard.share(self.heads).len();
         match shape.kv {
-            KvLayout::Contiguous => vec![shape.rows, self.heads, shape.capacity, self.head_dim],
+            KvLayout::Contiguous => vec![shape.rows, heads, shape.capacity, self.head_dim],
             KvLayout::Paged {
                 block_tokens,
                 blocks,
-            } => vec![
-                blocks.saturating_mul(block_tokens),
-                self.heads,
-                self.head_dim,
-            ],
+            } => vec![blocks.saturating_mul(block_tokens), heads, self.head_dim],
         }
     }
 }

@@ -92,6 +92,69 @@ pub enum LogitsMode {
     All,
 }
 
+/// Which part of a tensor-parallel group a step is traced for: rank `rank` of `ranks`. Each
+/// rank holds its share of the attention heads and feed-forward features (column-parallel
+/// query, key, value, gate and up projections; row-parallel output and down projections whose
+/// partial sums meet in an all-reduce), and a replicated copy of everything else. Shares are
+/// balanced, not necessarily equal ([`Shard::share`]): SmolLM2's three key/value heads split
+/// over two ranks as one and two. A group of one ([`Shard::WHOLE`]) is the ordinary step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Shard {
+    pub rank: usize,
+    pub ranks: usize,
+}
+
+impl Shard {
+    /// The whole model on one device.
+    pub const WHOLE: Shard = Shard { rank: 0, ranks: 1 };
+
+    /// Rank `rank` of `ranks`, refused unless `rank < ranks`.
+    pub fn new(rank: usize, ranks: usize) -> Result<Shard, TraceError> {
+        if rank < ranks {
+            Ok(Shard { rank, ranks })
+        } else {
+            Err(TraceError::ShardRank { rank, ranks })
+        }
+    }
+
+    /// Whether this is the whole model (a group of one).
+    pub fn is_whole(&self) -> bool {
+        self.ranks == 1
+    }
+
+    /// This rank's share of `count` indivisible parts: a balanced partition into consecutive
+    /// ranges (rank `r` holds `r * count / ranks .. (r + 1) * count / ranks`), so shares differ
+    /// by at most one part when `ranks` does not divide `count`. Empty when `count < ranks`.
+    pub fn share(&self, count: usize) -> std::ops::Range<usize> {
+        let ranks = self.ranks.max(1);
+        let at = |r: usize| (r as u128 * count as u128 / ranks as u128) as usize;
+        at(self.rank)..at(self.rank + 1)
+    }
+
+    /// [`Shard::share`] of `count` parts named `what` (heads, features), refused when some rank
+    /// would hold none.
+    pub fn part(
+        &self,
+        what: &'static str,
+        count: usize,
+    ) -> Result<std::ops::Range<usize>, TraceError> {
+        if count < self.ranks {
+            return Err(TraceError::TooFewParts {
+                what,
+                count,
+                ranks: self.ranks,
+            });
+        }
+        Ok(self.share(count))
+    }
+}
+
+impl Default for Shard {
+    fn default() -> Shard {
+        Shard::WHOLE
+    }
+}
+
 /// The semantic shape of one step: `rows` sequences of `tokens` new tokens each, over a cache of
 /// `capacity` positions. Built with [`StepShape::new`] and `with_*` setters so a new field never
 /// breaks a caller.
@@ -104,6 +167,8 @@ pub struct StepShape {
     pub logits: LogitsMode,
     /// Also return the final hidden state of every new token.
     pub hidden_carry: bool,
+    /// The part of a tensor-parallel group this step is for ([`Shard::WHOLE`] by default).
+    pub shard: Shard,
 }
 
 impl StepShape {
@@ -115,7 +180,13 @@ impl StepShape {
             kv: KvLayout::Contiguous,
             logits: LogitsMode::Last,
             hidden_carry: false,
+            shard: Shard::WHOLE,
         }
+    }
+
+    pub fn with_shard(mut self, shard: Shard) -> StepShape {
+        self.shard = shard;
+        self
     }
 
     pub fn with_kv(mut self, kv: KvLayout) -> StepShape {

@@ -139,10 +139,12 @@ impl fmt::Display for WeightRole {
 /// Where a bound constant's data comes from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum WeightSource {
-    /// A checkpoint tensor as stored, or a range of its rows (a fused projection's part).
+    /// A checkpoint tensor as stored, or a range of its rows (a fused projection's part, a
+    /// tensor-parallel rank's heads) and of each row's elements (a rank's input features).
     Tensor {
         name: String,
         rows: Option<Range<u64>>,
+        cols: Option<Range<u64>>,
     },
     /// A table the family computes from the config (rotary angles).
     Table(Arc<[f32]>),
@@ -164,6 +166,9 @@ pub struct WeightEntry {
 pub enum ConstData<'s> {
     /// Stored bytes (little-endian words or packed blocks), no alignment promised.
     Bytes(&'s [u8]),
+    /// Stored bytes of a column range of every row, copied together (a tensor-parallel rank's
+    /// slice of a row-parallel weight): still as stored, never converted.
+    Gathered(Vec<u8>),
     /// A computed f32 table.
     F32(&'s [f32]),
     /// A component-format constant's components: each role and its stored bytes, in the
@@ -444,6 +449,7 @@ impl WeightMap {
                 source: WeightSource::Tensor {
                     name: name.to_string(),
                     rows: None,
+                    cols: None,
                 },
             },
         );
@@ -490,6 +496,11 @@ impl WeightMap {
             },
         );
         Ok(())
+    }
+
+    /// Adds (or replaces) an entry as it is.
+    pub(crate) fn insert(&mut self, e: WeightEntry) {
+        self.entries.insert(e.role, e);
     }
 
     /// Binds `role` to a computed f32 table of `dims`.
@@ -563,13 +574,24 @@ impl WeightMap {
             })?;
         match &e.source {
             WeightSource::Table(t) => Ok(ConstData::F32(t)),
-            WeightSource::Tensor { name, rows } => {
+            WeightSource::Tensor { name, rows, cols } => {
                 let view = store.tensor(name)?;
                 let view = match rows {
                     Some(r) => view.rows(r.clone())?,
                     None => view,
                 };
-                Ok(ConstData::Bytes(view.bytes()))
+                let Some(cols) = cols else {
+                    return Ok(ConstData::Bytes(view.bytes()));
+                };
+                let k = view.shape().get(1).copied().unwrap_or(0);
+                crate::tensor_parallel::gather_cols(view.bytes(), view.stored_type(), k, cols)
+                    .filter(|_| view.shape().len() == 2)
+                    .map(ConstData::Gathered)
+                    .ok_or_else(|| ModelError::TensorShape {
+                        name: name.clone(),
+                        expected: vec![view.shape().first().copied().unwrap_or(0), cols.end],
+                        found: view.shape().to_vec(),
+                    })
             }
             WeightSource::Components(parts) => Ok(ConstData::Components(
                 parts

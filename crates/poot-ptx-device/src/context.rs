@@ -4,6 +4,10 @@
 //! in it afterwards), one non-blocking stream all work goes to, the poison cell, and the fault
 //! buffer kernels report a failed check through.
 //!
+//! A rank of a tensor-parallel group uses the device's primary context instead: NCCL makes the
+//! primary context current for its own resources (through the CUDA runtime), and its kernels
+//! run on our stream, so both must be the one context.
+//!
 //! The fault buffer (the renderer's layout, `poot_graph_plan::kernel::render::fault`) is
 //! host-mapped pinned memory: a failing check writes its code there and traps, and the host
 //! reads the code directly afterwards, without a copy the trapped context could no longer do.
@@ -29,6 +33,9 @@ pub(crate) fn cu(r: CUresult) -> Result<(), CUresult> {
 
 pub(crate) struct Context {
     pub(crate) ctx: CUcontext,
+    /// The device whose primary context this is (retained, released on drop); `None` for a
+    /// context of our own (destroyed on drop).
+    primary: Option<sys::CUdevice>,
     pub(crate) stream: CUstream,
     pub(crate) poison: PoisonCell,
     /// Host-mapped, zero-initialized fault buffer of `FAULT_WORDS` u32 words.
@@ -48,13 +55,16 @@ unsafe impl Send for Context {}
 unsafe impl Sync for Context {}
 
 impl Context {
-    /// Creates a context on `dev` with its stream and fault buffer.
+    /// Creates a context on `dev` (or retains its primary context) with its stream and fault
+    /// buffer.
     pub(crate) fn create(
         dev: sys::CUdevice,
         wait_timeout: Duration,
+        primary: bool,
     ) -> Result<Context, (&'static str, CUresult)> {
         let mut c = Context {
             ctx: std::ptr::null_mut(),
+            primary: None,
             stream: std::ptr::null_mut(),
             poison: PoisonCell::default(),
             fault_host: std::ptr::null_mut(),
@@ -65,13 +75,19 @@ impl Context {
         // SAFETY: out-pointers are valid; null creation parameters ask for a plain context.
         // On failure `c` drops and releases whatever was created so far.
         unsafe {
-            cu(sys::cuCtxCreate_v4(
-                &mut c.ctx,
-                std::ptr::null_mut(),
-                0,
-                dev,
-            ))
-            .map_err(|e| ("cuCtxCreate", e))?;
+            if primary {
+                cu(sys::cuDevicePrimaryCtxRetain(&mut c.ctx, dev))
+                    .map_err(|e| ("cuDevicePrimaryCtxRetain", e))?;
+                c.primary = Some(dev);
+            } else {
+                cu(sys::cuCtxCreate_v4(
+                    &mut c.ctx,
+                    std::ptr::null_mut(),
+                    0,
+                    dev,
+                ))
+                .map_err(|e| ("cuCtxCreate", e))?;
+            }
             cu(sys::cuCtxSetCurrent(c.ctx)).map_err(|e| ("cuCtxSetCurrent", e))?;
             cu(sys::cuStreamCreate(
                 &mut c.stream,
@@ -203,7 +219,14 @@ impl Drop for Context {
             if !self.fault_host.is_null() {
                 let _ = sys::cuMemFreeHost(self.fault_host.cast());
             }
-            let _ = sys::cuCtxDestroy_v2(self.ctx);
+            match self.primary {
+                Some(dev) => {
+                    let _ = sys::cuDevicePrimaryCtxRelease_v2(dev);
+                }
+                None => {
+                    let _ = sys::cuCtxDestroy_v2(self.ctx);
+                }
+            }
         }
     }
 }

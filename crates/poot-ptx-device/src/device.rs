@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::sys::{self, CUdevice_attribute, CUdeviceptr, CUgraphExec, CUresult};
-use poot_executor::{Device, DeviceError, DeviceLimits, Launch};
+use poot_executor::{Command, Device, DeviceError, DeviceLimits, Launch};
 use poot_graph_plan::kernel::Kernel;
 
 use crate::buffer::{Allocation, PtxBuffer};
@@ -30,6 +30,7 @@ use crate::cache::{self, CacheKey, DiskCache};
 use crate::context::{Context, cu};
 use crate::fault::{InFlight, classify, cuda_error_text, is_sticky};
 use crate::kernel::{LoadedModule, PtxKernel};
+use crate::nccl::NcclComm;
 use crate::nvrtc::{self, nvrtc_options, select_arch};
 use crate::recording::PtxRecording;
 use crate::source;
@@ -101,6 +102,9 @@ pub struct SourceKernel<'a> {
 
 /// A CUDA GPU as a poot [`Device`].
 pub struct PtxDevice {
+    /// The group's communicator when the device is a rank of one (declared before `ctx` so it
+    /// is destroyed while the context lives).
+    group: Option<Arc<NcclComm>>,
     ctx: Arc<Context>,
     limits: DeviceLimits,
     compute_capability: (u32, u32),
@@ -185,6 +189,16 @@ impl PtxDevice {
 
     /// Opens CUDA device `ordinal` with `config`.
     pub fn open_with(ordinal: usize, config: PtxConfig) -> Result<PtxDevice, DeviceError> {
+        PtxDevice::open_in(ordinal, config, false)
+    }
+
+    /// Opens CUDA device `ordinal` in its own context, or (`primary`, for a rank of a group) in
+    /// the device's primary context.
+    pub(crate) fn open_in(
+        ordinal: usize,
+        config: PtxConfig,
+        primary: bool,
+    ) -> Result<PtxDevice, DeviceError> {
         // cudarc panics on the first call into a library it cannot load: check both first.
         // SAFETY: these only try to load the libraries.
         if !unsafe { sys::is_culib_present() } {
@@ -288,7 +302,7 @@ impl PtxDevice {
             ))
         })?;
 
-        let ctx = Context::create(dev, config.wait_timeout).map_err(|(call, e)| {
+        let ctx = Context::create(dev, config.wait_timeout, primary).map_err(|(call, e)| {
             if is_sticky(e) {
                 unavailable(format!(
                     "{call}: {}; a kernel fault earlier in this process left CUDA unusable here, a new process can use the GPU",
@@ -310,8 +324,10 @@ impl PtxDevice {
             max_bindings: u32::MAX,
             subgroup_sizes: (warp, warp),
             max_loop_iterations: None,
+            group_ranks: 1,
         };
         Ok(PtxDevice {
+            group: None,
             ctx: Arc::new(ctx),
             limits,
             compute_capability: cc,
@@ -365,6 +381,22 @@ impl PtxDevice {
     /// Changes the bound on every wait for the device.
     pub fn set_wait_timeout(&mut self, timeout: Duration) {
         self.ctx.set_wait_timeout(timeout);
+    }
+
+    /// Makes the device rank `comm.rank` of a group of `ranks` (it then runs collectives).
+    pub(crate) fn join_group(&mut self, comm: Arc<NcclComm>, ranks: usize) {
+        self.group = Some(comm);
+        self.limits.group_ranks = ranks;
+    }
+
+    /// Binds the device's context to the calling thread (before a group's NCCL calls).
+    pub(crate) fn make_current(&self) -> Result<(), DeviceError> {
+        self.enter()
+    }
+
+    /// The device's rank in its group, when it is one.
+    pub fn rank(&self) -> Option<usize> {
+        self.group.as_ref().map(|g| g.rank)
     }
 
     /// The first failure, when the device is poisoned.
@@ -563,6 +595,51 @@ impl PtxDevice {
         Ok(())
     }
 
+    /// Submits the group's all-reduce of `n_elems` f32 from `src` into `dst` (eagerly, or into
+    /// a capture). A device alone refuses; buffers of another device or too small are refused
+    /// before NCCL sees them; an NCCL failure poisons the device.
+    fn submit_all_reduce(
+        &self,
+        src: &PtxBuffer,
+        dst: &PtxBuffer,
+        n_elems: u64,
+    ) -> Result<(), DeviceError> {
+        let Some(comm) = &self.group else {
+            return Err(DeviceError::NoCollectives {
+                device: self.limits.name.clone(),
+            });
+        };
+        let bytes = n_elems.saturating_mul(4);
+        for b in [src, dst] {
+            if !self.owns(&b.alloc.ctx) {
+                return Err(bad_launch(
+                    "all-reduce",
+                    "a buffer belongs to another device".to_string(),
+                ));
+            }
+            if b.alloc.bytes < bytes {
+                return Err(bad_launch(
+                    "all-reduce",
+                    format!("{n_elems} f32 in a buffer of {} B", b.alloc.bytes),
+                ));
+            }
+        }
+        if Arc::ptr_eq(&src.alloc, &dst.alloc) {
+            return Err(bad_launch(
+                "all-reduce",
+                "source and destination are one buffer".to_string(),
+            ));
+        }
+        let n = usize::try_from(n_elems)
+            .map_err(|_| bad_launch("all-reduce", format!("{n_elems} elements")))?;
+        comm.all_reduce(src.alloc.ptr, dst.alloc.ptr, n, self.ctx.stream)
+            .map_err(|reason| {
+                self.ctx
+                    .poison
+                    .record(DeviceError::Collective { reason }, Some("all-reduce"))
+            })
+    }
+
     /// Submits one checked launch to the stream (eagerly, or into a capture).
     fn submit(&self, l: &Launch<'_, Self>) -> Result<(), CUresult> {
         let k = l.kernel;
@@ -685,6 +762,22 @@ impl PtxDevice {
 
     /// Captures `launches` into a graph and instantiates it.
     fn capture(&self, launches: &[Launch<'_, Self>]) -> Result<CUgraphExec, DeviceError> {
+        let commands: Vec<Command<'_, Self>> = launches
+            .iter()
+            .map(|l| {
+                Command::Launch(Launch {
+                    kernel: l.kernel,
+                    grid: l.grid,
+                    args: l.args,
+                })
+            })
+            .collect();
+        self.capture_commands(&commands)
+    }
+
+    /// Captures `commands` (launches, and the group's all-reduces) into a graph and
+    /// instantiates it.
+    fn capture_commands(&self, commands: &[Command<'_, Self>]) -> Result<CUgraphExec, DeviceError> {
         let stream = self.ctx.stream;
         // SAFETY: the stream is ours and not capturing; thread-local mode keeps other threads'
         // CUDA calls out of the capture.
@@ -696,9 +789,20 @@ impl PtxDevice {
         };
         cu(r).map_err(|e| self.cuda_failure("cuStreamBeginCapture", e))?;
         let mut launched = Ok(());
-        for l in launches {
-            if let Err(e) = self.submit(l) {
-                launched = Err((l.kernel.name.clone(), e));
+        for c in commands {
+            let submitted = match c {
+                Command::Launch(l) => self.submit(l).map_err(|e| {
+                    self.cuda_failure(
+                        &format!("cuLaunchKernel of `{}` during capture", l.kernel.name),
+                        e,
+                    )
+                }),
+                Command::AllReduceSum { src, dst, n_elems } => {
+                    self.submit_all_reduce(src, dst, *n_elems)
+                }
+            };
+            if let Err(e) = submitted {
+                launched = Err(e);
                 break;
             }
         }
@@ -706,9 +810,7 @@ impl PtxDevice {
         // SAFETY: ends the capture begun above (also after a failed launch, so the stream leaves
         // capture mode).
         let ended = cu(unsafe { sys::cuStreamEndCapture(stream, &mut graph) });
-        if let Err((name, e)) = launched {
-            return Err(self.cuda_failure(&format!("cuLaunchKernel of `{name}` during capture"), e));
-        }
+        launched?;
         ended.map_err(|e| self.cuda_failure("cuStreamEndCapture", e))?;
         let mut exec: CUgraphExec = std::ptr::null_mut();
         // SAFETY: `graph` is the captured graph; it is destroyed once instantiated (the exec is
@@ -839,38 +941,87 @@ impl Device for PtxDevice {
     }
 
     fn record(&mut self, launches: &[Launch<'_, Self>]) -> Result<PtxRecording, DeviceError> {
+        let commands: Vec<Command<'_, Self>> = launches
+            .iter()
+            .map(|l| {
+                Command::Launch(Launch {
+                    kernel: l.kernel,
+                    grid: l.grid,
+                    args: l.args,
+                })
+            })
+            .collect();
+        self.record_commands(&commands)
+    }
+
+    /// Captures the launches and the group's all-reduces (NCCL records into CUDA graphs) into
+    /// one graph; every rank of the group must replay its recordings in the same order.
+    fn record_commands(
+        &mut self,
+        commands: &[Command<'_, Self>],
+    ) -> Result<PtxRecording, DeviceError> {
         self.enter()?;
-        for l in launches {
-            self.check_launch(l)?;
-        }
-        self.n_recordings += 1;
-        let names: Vec<&str> = launches.iter().map(|l| &*l.kernel.name).collect();
-        let label: Arc<str> = Arc::from(recording_label(self.n_recordings, &names));
+        let mut names: Vec<&str> = Vec::with_capacity(commands.len());
+        let mut group = None;
         let mut modules: Vec<Arc<LoadedModule>> = Vec::new();
         let mut buffers: Vec<Arc<Allocation>> = Vec::new();
-        for l in launches {
-            if !modules.iter().any(|m| Arc::ptr_eq(m, &l.kernel.module)) {
-                modules.push(Arc::clone(&l.kernel.module));
+        let mut keep = |b: &PtxBuffer| {
+            if !buffers.iter().any(|a| Arc::ptr_eq(a, &b.alloc)) {
+                buffers.push(Arc::clone(&b.alloc));
             }
-            for b in l.args {
-                if !buffers.iter().any(|a| Arc::ptr_eq(a, &b.alloc)) {
-                    buffers.push(Arc::clone(&b.alloc));
+        };
+        for c in commands {
+            match c {
+                Command::Launch(l) => {
+                    self.check_launch(l)?;
+                    names.push(&l.kernel.name);
+                    if !modules.iter().any(|m| Arc::ptr_eq(m, &l.kernel.module)) {
+                        modules.push(Arc::clone(&l.kernel.module));
+                    }
+                    l.args.iter().for_each(|b| keep(b));
+                }
+                Command::AllReduceSum { src, dst, .. } => {
+                    let Some(comm) = &self.group else {
+                        return Err(DeviceError::NoCollectives {
+                            device: self.limits.name.clone(),
+                        });
+                    };
+                    group = Some(Arc::clone(comm));
+                    names.push("all-reduce");
+                    keep(src);
+                    keep(dst);
                 }
             }
         }
-        let exec = if launches.is_empty() {
+        self.n_recordings += 1;
+        let label: Arc<str> = Arc::from(recording_label(self.n_recordings, &names));
+        let exec = if commands.is_empty() {
             None
         } else {
-            Some(self.capture(launches)?)
+            Some(self.capture_commands(commands)?)
         };
         Ok(PtxRecording {
             exec,
+            group,
             ctx: Arc::clone(&self.ctx),
             label,
-            n_launches: launches.len(),
+            n_launches: commands.len(),
             _modules: modules,
             _buffers: buffers,
         })
+    }
+
+    /// One eager NCCL all-reduce on the device's stream.
+    fn all_reduce_sum(
+        &mut self,
+        src: &PtxBuffer,
+        dst: &PtxBuffer,
+        n_elems: u64,
+    ) -> Result<(), DeviceError> {
+        self.enter()?;
+        self.submit_all_reduce(src, dst, n_elems)?;
+        self.in_flight.push(Arc::from("all-reduce"));
+        Ok(())
     }
 
     fn replay(&mut self, recording: &PtxRecording) -> Result<(), DeviceError> {
@@ -996,7 +1147,12 @@ impl Drop for PtxDevice {
     fn drop(&mut self) {
         // Let submitted work finish (bounded) before the modules and, with the last reference,
         // the context are released; a hang poisons the context, which is then leaked.
-        let _ = self.ctx.ready_to_release();
+        let released = self.ctx.ready_to_release();
+        // A rank whose device cannot go on aborts its communicator rather than destroying it
+        // (a destroy would wait for work that never ends).
+        if !released && let Some(comm) = &self.group {
+            comm.abort();
+        }
     }
 }
 

@@ -24,7 +24,9 @@ mod cache;
 mod context;
 mod device;
 mod fault;
+mod group;
 mod kernel;
+mod nccl;
 mod nvrtc;
 mod recording;
 mod source;
@@ -32,6 +34,8 @@ mod wait;
 
 pub use buffer::PtxBuffer;
 pub use device::{CompileStats, DEFAULT_WAIT_TIMEOUT, PtxConfig, PtxDevice, SourceKernel};
+pub use group::{GROUP_ENV_DEFAULTS, open_group, open_group_devices};
 pub use kernel::PtxKernel;
+pub use nccl::NCCL_LIBRARY_ENV;
 pub use nvrtc::{nvrtc_options, select_arch};
 pub use recording::PtxRecording;

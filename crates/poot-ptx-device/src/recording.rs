@@ -7,12 +7,16 @@ use cudarc::driver::sys::{self, CUgraphExec};
 use crate::buffer::Allocation;
 use crate::context::Context;
 use crate::kernel::LoadedModule;
+use crate::nccl::NcclComm;
 
 /// A recorded sequence of launches of a [`PtxDevice`](crate::PtxDevice), replayed with one
 /// `cuGraphLaunch`. It keeps the modules and buffers its launches use alive.
 pub struct PtxRecording {
     /// `None` for a recording of no launches (replaying it does nothing).
     pub(crate) exec: Option<CUgraphExec>,
+    /// The communicator its all-reduces use: NCCL's graph resources refer to it, so it is
+    /// destroyed after the graph (and before the context, declared after it).
+    pub(crate) group: Option<Arc<NcclComm>>,
     pub(crate) ctx: Arc<Context>,
     /// How fault reports name this recording.
     pub(crate) label: Arc<str>,
@@ -52,6 +56,10 @@ impl Drop for PtxRecording {
     fn drop(&mut self) {
         let Some(exec) = self.exec else { return };
         if !self.ctx.ready_to_release() {
+            // The graph is leaked with the dead context; its communicator must not wait on it.
+            if let Some(comm) = &self.group {
+                comm.abort();
+            }
             return;
         }
         // SAFETY: the exec was instantiated in this context and is destroyed exactly once; a

@@ -129,5 +129,6 @@ pub(crate) fn device_limits(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> 
             .saturating_sub(RESERVED_BINDINGS),
         subgroup_sizes: (info.subgroup_min_size, info.subgroup_max_size),
         max_loop_iterations: None,
+        group_ranks: 1,
     }
 }

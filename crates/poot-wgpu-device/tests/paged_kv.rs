@@ -85,6 +85,7 @@ impl ConstSource for Weights {
     fn bytes(&self, name: &str) -> Option<ConstBytes<'_>> {
         Some(match self.0.const_data(name)? {
             ConstData::Bytes(b) => ConstBytes::Stored(b.into()),
+            ConstData::Gathered(b) => ConstBytes::Stored(b.into()),
             ConstData::F32(v) => ConstBytes::F32(v.into()),
             // The fixture's weights are dense: no component buffers to serve.
             ConstData::Components(_) => return None,
@@ -139,6 +140,9 @@ impl Oracle<'_> {
         for (_, name, ty) in graph.consts() {
             let v = match self.fixture.const_data(name).unwrap() {
                 ConstData::Bytes(b) => HostTensor::from_le_bytes(ty.clone(), b).unwrap(),
+                ConstData::Gathered(b) => HostTensor::from_le_bytes(ty.clone(), &b)
+                    .unwrap()
+                    .into_owned(),
                 ConstData::F32(v) => HostTensor::f32(ty.shape.clone(), v).unwrap(),
                 ConstData::Components(parts) => {
                     let poot_graph_ir::DType::Components(format) = ty.dtype else {

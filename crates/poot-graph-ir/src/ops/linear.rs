@@ -24,6 +24,28 @@ pub fn linear(
     }
 }
 
+/// The row-parallel half of a tensor-parallel projection: `x` `[.., K / ranks]` holds this
+/// rank's slice of the features and `w` `[N, K / ranks]` the matching columns of the weight;
+/// the partial products are summed over the group's `ranks` graphs, then `bias` is added once.
+/// With `ranks == 1` this is exactly [`linear`] (no collective is recorded).
+pub fn row_parallel_linear(
+    b: &Builder,
+    x: Traced,
+    w: Traced,
+    bias: Option<Traced>,
+    ranks: usize,
+) -> Result<Traced, BuilderError> {
+    if ranks == 1 {
+        return linear(b, x, w, bias);
+    }
+    let partial = linear(b, x, w, None)?;
+    let y = b.all_reduce_sum(partial, ranks)?;
+    match bias {
+        None => Ok(y),
+        Some(bias) => super::binary_bcast(b, BinaryOp::Add, y, to_f32(b, bias)?),
+    }
+}
+
 /// Rows of an embedding table for integer `ids` (any shape), as f32; a stored f16/bf16 or
 /// packed table converts only the gathered rows.
 pub fn embed(b: &Builder, table: Traced, ids: Traced) -> Result<Traced, BuilderError> {

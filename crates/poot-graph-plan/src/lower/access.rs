@@ -397,7 +397,8 @@ impl Lowering<'_> {
             | OpKind::ArgMax { .. }
             | OpKind::ArgTopK { .. }
             | OpKind::MatMul { .. }
-            | OpKind::IndexedMatMul => {
+            | OpKind::IndexedMatMul
+            | OpKind::AllReduceSum { .. } => {
                 return Err(PlanError::Unplaced {
                     label: self.label(v),
                 });

@@ -58,7 +58,8 @@ pub fn is_elementwise_like(op: &OpKind) -> bool {
         | OpKind::ArgMax { .. }
         | OpKind::ArgTopK { .. }
         | OpKind::MatMul { .. }
-        | OpKind::IndexedMatMul => false,
+        | OpKind::IndexedMatMul
+        | OpKind::AllReduceSum { .. } => false,
     }
 }
 
@@ -102,7 +103,9 @@ fn read_kind(op: &OpKind, operand: usize) -> Read {
         | OpKind::ScatterUpdate { .. }
         | OpKind::MatMul { .. }
         | OpKind::IndexedMatMul
-        | OpKind::ArgTopK { .. } => Read::Other,
+        | OpKind::ArgTopK { .. }
+        // A collective reads its operand's buffer, not elements a kernel could compute.
+        | OpKind::AllReduceSum { .. } => Read::Other,
     }
 }
 
@@ -173,7 +176,8 @@ fn op_cost(op: &OpKind) -> u32 {
         | OpKind::ArgMax { .. }
         | OpKind::ArgTopK { .. }
         | OpKind::MatMul { .. }
-        | OpKind::IndexedMatMul => 1,
+        | OpKind::IndexedMatMul
+        | OpKind::AllReduceSum { .. } => 1,
     }
 }
 

@@ -84,6 +84,8 @@ pub(crate) struct Lowering<'g> {
     /// Each distinct kernel's index, by its text.
     kernel_index: HashMap<String, usize>,
     dispatches: Vec<PlannedDispatch>,
+    /// Collectives, each with the number of dispatches planned before it.
+    collectives: Vec<(usize, PlannedCollective)>,
     /// Equations already computed by an earlier equation's kernel (horizontal fusion), or
     /// computed later by a later one's (see `deferred`).
     done: std::collections::HashSet<usize>,
@@ -98,6 +100,15 @@ pub(crate) struct PlannedDispatch {
     kernel: usize,
     grid: [u32; 3],
     args: Vec<LBuf>,
+    label: String,
+}
+
+/// A collective before physical buffer assignment.
+pub(crate) struct PlannedCollective {
+    op: crate::plan::CollectiveOp,
+    src: LBuf,
+    dst: LBuf,
+    n_elems: u64,
     label: String,
 }
 
@@ -124,6 +135,7 @@ fn lower_with(g: &Graph, target: &Target, rewrite_attention: bool) -> Result<Pla
         kernels: Vec::new(),
         kernel_index: HashMap::new(),
         dispatches: Vec::new(),
+        collectives: Vec::new(),
         done: std::collections::HashSet::new(),
         deferred: HashMap::new(),
         deferred_to: HashMap::new(),
@@ -147,6 +159,62 @@ fn lower_with(g: &Graph, target: &Target, rewrite_attention: bool) -> Result<Pla
 }
 
 impl<'g> Lowering<'g> {
+    /// The all-reduce of eqn `i` over `ranks`: a collective step from its operand's buffer into
+    /// its own (the identity, as a copy, for a group of one). Refused unless the target is one
+    /// rank of a group of exactly `ranks`.
+    fn emit_all_reduce(&mut self, i: usize, ranks: usize) -> Result<(), PlanError> {
+        let e = &self.g.eqns()[i];
+        let (v, x) = (e.out, e.inputs[0]);
+        let group_ranks = self.target.limits.group_ranks;
+        if ranks != group_ranks {
+            return Err(PlanError::GroupRanks {
+                backend: self.target.backend,
+                label: self.label(v),
+                ranks,
+                group_ranks,
+            });
+        }
+        let src = self.materialized(x)?;
+        let dst = self.scratch_for(v)?;
+        if ranks == 1 {
+            return self.emit_copy(v, src, dst);
+        }
+        self.collectives.push((
+            self.dispatches.len(),
+            PlannedCollective {
+                op: crate::plan::CollectiveOp::AllReduceSum { ranks },
+                src,
+                dst,
+                n_elems: u64::from(self.n_elems(v)?),
+                label: self.label(v),
+            },
+        ));
+        Ok(())
+    }
+
+    /// The buffer of `v`, computing it into one of its own first when kernels compute it in
+    /// place (a collective reads buffers, not elements).
+    fn materialized(&mut self, v: ValueId) -> Result<LBuf, PlanError> {
+        if let Some(b) = self.lbuf[v.index()] {
+            return Ok(b);
+        }
+        let eqn = self.cls.producer[v.index()].ok_or_else(|| PlanError::Unplaced {
+            label: self.label(v),
+        })?;
+        match self.cls.placement[v.index()] {
+            Placement::Inline => {
+                self.cls.placement[v.index()] = Placement::Materialized;
+                self.emit_elementwise(eqn)?;
+            }
+            Placement::RowReduce => {
+                self.cls.placement[v.index()] = Placement::Materialized;
+                self.emit_reduce(eqn)?;
+            }
+            Placement::Input | Placement::Materialized | Placement::View | Placement::Absorbed => {}
+        }
+        self.buffer_of(v)
+    }
+
     fn label(&self, v: ValueId) -> String {
         let info = &self.g.values()[v.index()];
         if info.label.is_empty() {
@@ -455,7 +523,22 @@ impl<'g> Lowering<'g> {
             .map(|b| (b.role.clone(), b.size_bytes))
             .collect();
         let pinned: Vec<LBuf> = outputs.iter().map(|o| LBuf(o.buffer.0)).collect();
-        let uses: Vec<&[LBuf]> = self.dispatches.iter().map(|d| d.args.as_slice()).collect();
+        // Every step in order, collectives among the dispatches, so a buffer a collective
+        // reads or writes lives across it.
+        let collective_args: Vec<[LBuf; 2]> = self
+            .collectives
+            .iter()
+            .map(|(_, c)| [c.src, c.dst])
+            .collect();
+        let mut uses: Vec<&[LBuf]> = Vec::new();
+        let mut next = self.collectives.iter().zip(&collective_args).peekable();
+        for (i, d) in self.dispatches.iter().enumerate() {
+            while let Some((_, args)) = next.next_if(|((before, _), _)| *before == i) {
+                uses.push(args.as_slice());
+            }
+            uses.push(d.args.as_slice());
+        }
+        uses.extend(next.map(|(_, args)| args.as_slice()));
         let assignment = buffers::assign(&infos, &uses, &pinned);
         let remap = |b: crate::plan::BufferId| assignment.map[b.0 as usize];
         let slots = slots.into_iter().map(|(s, mut h)| {
@@ -491,11 +574,24 @@ impl<'g> Lowering<'g> {
                 label: d.label.clone(),
             })
             .collect();
+        let collectives = self
+            .collectives
+            .iter()
+            .map(|(before, c)| crate::plan::Collective {
+                before: *before,
+                op: c.op,
+                src: assignment.map[c.src.0 as usize],
+                dst: assignment.map[c.dst.0 as usize],
+                n_elems: c.n_elems,
+                label: c.label.clone(),
+            })
+            .collect();
         Ok(Plan {
             target: self.target.clone(),
             kernels: self.kernels,
             buffers: assignment.buffers,
             dispatches,
+            collectives,
             slots: slots.collect(),
             states: states.collect(),
             consts: consts.collect(),
@@ -516,6 +612,7 @@ impl<'g> Lowering<'g> {
                 None => self.emit_sibling_matmuls(i, *transpose_rhs),
             },
             OpKind::IndexedMatMul => self.emit_indexed_matmul(i),
+            OpKind::AllReduceSum { ranks } => self.emit_all_reduce(i, *ranks),
             OpKind::Literal(_)
             | OpKind::Iota { .. }
             | OpKind::Unary(_)

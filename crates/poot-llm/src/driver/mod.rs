@@ -18,9 +18,10 @@ use poot_executor::{
     ChainCounter, ChainFeed, ChainId, EntryId, ExecError, ExecutableId, Executor, PagedFeed,
 };
 use poot_graph_ir::{Slot, TraceLimits};
-use poot_models::{KvLayout, StepShape, StepSpec, TraceError};
+use poot_models::{KvLayout, Shard, StepShape, StepSpec, TraceError};
 
 use crate::handle::{HandleError, ModelHandle};
+pub use crate::placement::Placement;
 use crate::sampling::{
     HISTORY_SLOT, Head, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS, SEED_SLOT, Sampler, ShortReadback,
     append_head,
@@ -279,6 +280,14 @@ pub enum DriverError {
     /// A feature the request asks for that this driver does not run yet.
     #[error("{0} is not supported by this driver yet")]
     Unsupported(&'static str),
+    /// A placement the executor cannot run: it drives another number of devices than the
+    /// placement spans.
+    #[error("{placement} needs an executor over {needed} devices; this one drives {ranks}")]
+    Placement {
+        placement: Placement,
+        needed: usize,
+        ranks: usize,
+    },
     /// A token id outside the vocabulary came back from the device.
     #[error("the device returned token {token}, outside the vocabulary of {vocab}")]
     BadToken { token: i32, vocab: usize },
@@ -312,10 +321,11 @@ pub(crate) struct EntryKey {
     pub head: Head,
 }
 
-/// One model on one executor.
+/// One model on one executor (one device, or a group of devices driven as one).
 pub struct Driver<S = Serving> {
     handle: Arc<ModelHandle>,
     exec: Box<dyn Executor>,
+    placement: Placement,
     exe: ExecutableId,
     options: DriverOptions,
     entries: HashMap<EntryKey, EntryId>,
@@ -336,6 +346,11 @@ impl<S> Driver<S> {
 
     pub fn options(&self) -> DriverOptions {
         self.options
+    }
+
+    /// Where the model runs.
+    pub fn placement(&self) -> Placement {
+        self.placement
     }
 
     /// The KV layout serving uses (contiguous until `serve` picks one).
@@ -370,9 +385,26 @@ impl Driver<Unprepared> {
     /// Binds `handle` to `exec`, loading its weights once.
     pub fn new(
         handle: Arc<ModelHandle>,
-        mut exec: Box<dyn Executor>,
+        exec: Box<dyn Executor>,
         options: DriverOptions,
     ) -> Result<Driver<Unprepared>, DriverError> {
+        Driver::placed(handle, exec, Placement::Single, options)
+    }
+
+    /// Binds `handle` to `coordinator`, an executor over the devices `placement` spans (a
+    /// [`poot_executor::Coordinator`], such as the ptx backend's `open_group`), loading each
+    /// device's weights once. A tensor-parallel group uploads each rank's slices of the split
+    /// weights and traces every entry once per rank; a group with more ranks than the model has
+    /// key/value heads is a typed [`DriverError::Trace`]. A
+    /// layer pipeline is refused as not supported yet. Size the devices first with
+    /// [`crate::capacity::Planner`].
+    pub fn placed(
+        handle: Arc<ModelHandle>,
+        mut coordinator: Box<dyn Executor>,
+        placement: Placement,
+        options: DriverOptions,
+    ) -> Result<Driver<Unprepared>, DriverError> {
+        let exec = &mut coordinator;
         let max_positions = handle.config().max_positions;
         if options.capacity == 0
             || options.capacity > max_positions
@@ -386,10 +418,38 @@ impl Driver<Unprepared> {
                 max_positions,
             });
         }
-        let exe = exec.load_weights(Box::new(HandleWeights::new(Arc::clone(&handle))))?;
+        let ranks = exec.ranks();
+        if placement.devices() != ranks {
+            return Err(DriverError::Placement {
+                placement,
+                needed: placement.devices(),
+                ranks,
+            });
+        }
+        let sources: Vec<Box<dyn poot_executor::ConstSource>> = match placement {
+            Placement::Single => vec![Box::new(HandleWeights::new(Arc::clone(&handle)))],
+            Placement::TensorParallel { ranks } => {
+                let mut sources: Vec<Box<dyn poot_executor::ConstSource>> = Vec::new();
+                for rank in 0..ranks {
+                    let shard = Shard::new(rank, ranks)?;
+                    sources.push(Box::new(HandleWeights::for_rank(
+                        Arc::clone(&handle),
+                        shard,
+                    )?));
+                }
+                sources
+            }
+            Placement::Pipeline { .. } => {
+                return Err(DriverError::Unsupported(
+                    "a layer pipeline (Placement::Pipeline)",
+                ));
+            }
+        };
+        let exe = exec.load_weights_ranked(sources)?;
         Ok(Driver {
             handle,
-            exec,
+            exec: coordinator,
+            placement,
             exe,
             options,
             entries: HashMap::new(),
@@ -410,6 +470,7 @@ impl Driver<Unprepared> {
         let Driver {
             handle,
             exec,
+            placement,
             exe,
             options,
             entries,
@@ -420,6 +481,7 @@ impl Driver<Unprepared> {
         Ok(Driver {
             handle,
             exec,
+            placement,
             exe,
             options,
             entries,
@@ -485,11 +547,22 @@ impl Driver<Unprepared> {
             });
         }
         let spec = StepSpec::step(shape);
-        let graph = self.handle.model().trace(&spec, self.options.trace)?;
-        let graph = append_head(graph, key.head, self.options.trace, self.options.rows)?;
-        let entry = self
-            .exec
-            .add_entry(self.exe, &graph, &entry_label(&spec, Some(key.head)))?;
+        // One graph per rank of a tensor-parallel group (the whole model on one device).
+        let ranks = self.exec.ranks();
+        let mut graphs = Vec::with_capacity(ranks);
+        for rank in 0..ranks {
+            let spec = StepSpec::step(shape.with_shard(Shard::new(rank, ranks)?));
+            let graph = self.handle.model().trace(&spec, self.options.trace)?;
+            graphs.push(append_head(
+                graph,
+                key.head,
+                self.options.trace,
+                self.options.rows,
+            )?);
+        }
+        let entry =
+            self.exec
+                .add_entry_ranked(self.exe, &graphs, &entry_label(&spec, Some(key.head)))?;
         self.entries.insert(key, entry);
         // The log-probability record is a second output a chain does not keep: those steps
         // wait on the host.

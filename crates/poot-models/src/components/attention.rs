@@ -6,6 +6,7 @@ use poot_graph_ir::{Builder, Traced};
 
 use super::{Norm, Step, apply_norm};
 use crate::error::TraceError;
+use crate::tensor_parallel::Heads;
 use crate::weights::{Role, WeightRole};
 
 /// Which rotary table pair a layer reads, and how it pairs features.
@@ -49,6 +50,19 @@ pub fn attention(
 ) -> Result<Traced, TraceError> {
     let role = |r| WeightRole::layer(layer, r);
     let (rows, tokens) = (step.shape.rows, step.shape.tokens);
+    // A tensor-parallel rank attends over its share of the key/value heads and the query heads
+    // that read them, so each query head still meets its own key/value head.
+    let shard = step.shape.shard;
+    let (n_heads, n_kv_heads) = if shard.is_whole() {
+        (p.n_heads, p.n_kv_heads)
+    } else {
+        Heads {
+            n_heads: p.n_heads,
+            n_kv_heads: p.n_kv_heads,
+            head_dim: p.head_dim,
+        }
+        .share(shard)?
+    };
     let heads = |x: Traced, n: usize, norm_role: Option<Role>| -> Result<Traced, TraceError> {
         let x = b.reshape(x, [rows, tokens, n, p.head_dim])?;
         let x = match (norm_role, p.qk_norm) {
@@ -67,15 +81,15 @@ pub fn attention(
     };
     let mut q = heads(
         proj(Role::AttnQ, Role::AttnQBias)?,
-        p.n_heads,
+        n_heads,
         Some(Role::QNorm),
     )?;
     let mut k = heads(
         proj(Role::AttnK, Role::AttnKBias)?,
-        p.n_kv_heads,
+        n_kv_heads,
         Some(Role::KNorm),
     )?;
-    let v = heads(proj(Role::AttnV, Role::AttnVBias)?, p.n_kv_heads, None)?;
+    let v = heads(proj(Role::AttnV, Role::AttnVBias)?, n_kv_heads, None)?;
     if let Some(rope) = p.rope {
         let cos = step.weight(b, WeightRole::global(Role::RopeCos(rope.table)))?;
         let sin = step.weight(b, WeightRole::global(Role::RopeSin(rope.table)))?;
@@ -90,7 +104,7 @@ pub fn attention(
         }
         KvSource::SelfOnly => (k, v, step.padding_mask(b)?),
     };
-    let n_rep = p.n_heads / p.n_kv_heads.max(1);
+    let n_rep = n_heads / n_kv_heads.max(1);
     let o = ops::attention_masked(
         b,
         q,
@@ -104,12 +118,13 @@ pub fn attention(
         },
     )?;
     let o = b.transpose(o, vec![0, 2, 1, 3])?;
-    let o = b.reshape(o, [rows, tokens, p.n_heads * p.head_dim])?;
-    let o = ops::linear(
+    let o = b.reshape(o, [rows, tokens, n_heads * p.head_dim])?;
+    let o = ops::row_parallel_linear(
         b,
         o,
         step.weight(b, role(Role::AttnO))?,
         step.weight_opt(b, role(Role::AttnOBias))?,
+        shard.ranks,
     )?;
     Ok(b.name(o, "attn_out")?)
 }

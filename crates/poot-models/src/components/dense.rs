@@ -1,6 +1,7 @@
 //! The shared wrapper for dense decoders: a family reads its config into a
 //! [`DenseDecoderSpec`], binds its name table, and gets its tracer from here.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use poot_graph_ir::ops::RopeStyle;
@@ -14,7 +15,8 @@ use crate::config::SourceKind;
 use crate::error::{ModelError, TraceError};
 use crate::model::{Model, ModelConfig};
 use crate::schema::ModelSchema;
-use crate::step::{Program, StepSpec};
+use crate::step::{Program, Shard, StepSpec};
+use crate::tensor_parallel::Heads;
 use crate::weights::{NameTable, Role, TensorIndex, WeightMap, WeightRole};
 
 /// Per-layer attention choices (which rotary table, which window).
@@ -165,6 +167,23 @@ impl Model for DenseDecoder {
         &self.weights
     }
 
+    /// Checks the heads split over the group before narrowing the weights, so a refusal names
+    /// what cannot be shared.
+    fn shard_weights(&self, shard: Shard) -> Result<Cow<'_, WeightMap>, TraceError> {
+        Shard::new(shard.rank, shard.ranks)?;
+        if shard.is_whole() {
+            return Ok(Cow::Borrowed(&self.weights));
+        }
+        let s = &self.spec;
+        let heads = Heads {
+            n_heads: s.n_heads,
+            n_kv_heads: s.n_kv_heads,
+            head_dim: s.head_dim,
+        };
+        heads.share(shard)?;
+        Ok(Cow::Owned(self.weights.shard(shard, heads)?))
+    }
+
     fn trace_into(&self, spec: &StepSpec, b: Builder) -> Result<Graph, TraceError> {
         if spec.program != Program::Step {
             return Err(TraceError::NoProgram {
@@ -172,7 +191,8 @@ impl Model for DenseDecoder {
             });
         }
         let s = &self.spec;
-        let step = Step::new(&b, spec.shape, &self.weights)?;
+        let weights = self.shard_weights(spec.shape.shard)?;
+        let step = Step::new(&b, spec.shape, &weights)?;
         let stack = StackParams {
             embed_scale: s.embed_scale,
             learned_positions: false,

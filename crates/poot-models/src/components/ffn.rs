@@ -37,7 +37,13 @@ pub fn gated_ffn(
     let gate = ops::linear(b, x, w(Role::FfnGate)?, None)?;
     let up = ops::linear(b, x, w(Role::FfnUp)?, None)?;
     let h = b.mul(activate(b, gate, act)?, up)?;
-    Ok(ops::linear(b, h, w(Role::FfnDown)?, None)?)
+    Ok(ops::row_parallel_linear(
+        b,
+        h,
+        w(Role::FfnDown)?,
+        None,
+        step.shape.shard.ranks,
+    )?)
 }
 
 /// `down(act(up(x) + bu)) + bd` (encoders).
@@ -56,7 +62,13 @@ pub fn plain_ffn(
         step.weight_opt(b, role(Role::FfnUpBias))?,
     )?;
     let h = activate(b, up, act)?;
-    let down = ops::linear(b, h, step.weight(b, role(Role::FfnDown))?, None)?;
+    let down = ops::row_parallel_linear(
+        b,
+        h,
+        step.weight(b, role(Role::FfnDown))?,
+        None,
+        step.shape.shard.ranks,
+    )?;
     match step.weight_opt(b, role(Role::FfnDownBias))? {
         Some(bias) => Ok(binary_bcast(b, BinaryOp::Add, down, ops::to_f32(b, bias)?)?),
         None => Ok(down),

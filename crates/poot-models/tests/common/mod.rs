@@ -67,6 +67,9 @@ pub fn bind_weights<'s>(graph: &Graph, loaded: &'s Loaded) -> Inputs<'s> {
             ConstData::Bytes(b) => {
                 HostTensor::from_le_bytes(ty.clone(), b).expect("stored bytes match type")
             }
+            ConstData::Gathered(b) => HostTensor::from_le_bytes(ty.clone(), &b)
+                .expect("stored bytes match type")
+                .into_owned(),
             ConstData::F32(v) => HostTensor::f32(ty.shape.clone(), v).expect("table"),
             ConstData::Components(parts) => {
                 let poot_graph_ir::DType::Components(format) = ty.dtype else {
