@@ -831,6 +831,7 @@ const CLANG_PRELUDE: &str = r#"
 #define __device__ __attribute__((device))
 #define __shared__ __attribute__((shared))
 #define __forceinline__ __attribute__((always_inline)) inline
+#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
 #include "__clang_cuda_builtin_vars.h"
 static __device__ __forceinline__ void __trap() { __builtin_trap(); }

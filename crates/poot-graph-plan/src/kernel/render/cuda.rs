@@ -149,6 +149,15 @@ impl Cuda<'_> {
                 otherwise,
             } => {
                 let cond = self.expr(cond)?;
+                if let ([Stmt::Fault { code }], true) = (&then[..], otherwise.is_empty()) {
+                    // A check as an opaque call (see `poot_fault_if`).
+                    self.libs.insert(CudaLib::Fault);
+                    out.line(format!(
+                        "poot_fault_if({}, poot_fault, {code}u);",
+                        strip_parens(&cond)
+                    ));
+                    return Ok(());
+                }
                 out.open(format!("if ({}) {{", strip_parens(&cond)));
                 self.block(out, then)?;
                 if !otherwise.is_empty() {

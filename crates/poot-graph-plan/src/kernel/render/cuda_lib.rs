@@ -313,4 +313,12 @@ static __device__ __forceinline__ void poot_trap(unsigned int* f, unsigned int c
     __threadfence_system();
     __trap();
 }
+
+// A check that traps when `failed`, as a call the optimizer keeps opaque: NVRTC 13.0 crashed
+// (segfault) compiling a kernel that repeats an inlined check of the same index.
+static __device__ __noinline__ void poot_fault_if(bool failed, unsigned int* f, unsigned int code) {
+    if (failed) {
+        poot_trap(f, code);
+    }
+}
 ";
