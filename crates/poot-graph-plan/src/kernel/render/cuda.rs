@@ -151,7 +151,7 @@ impl Cuda<'_> {
                 let cond = self.expr(cond)?;
                 if let ([Stmt::Fault { code }], true) = (&then[..], otherwise.is_empty()) {
                     // A check as an opaque call (see `poot_fault_if`).
-                    self.libs.insert(CudaLib::Fault);
+                    self.libs.insert(CudaLib::FaultIf);
                     out.line(format!(
                         "poot_fault_if({}, poot_fault, {code}u);",
                         strip_parens(&cond)

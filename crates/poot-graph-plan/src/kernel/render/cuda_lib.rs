@@ -31,6 +31,7 @@ pub(crate) enum CudaLib {
     DivU32,
     RemU32,
     Fault,
+    FaultIf,
 }
 
 impl CudaLib {
@@ -38,6 +39,7 @@ impl CudaLib {
     pub(crate) fn deps(self) -> &'static [CudaLib] {
         match self {
             CudaLib::LoadF16 => &[CudaLib::F16ToF32],
+            CudaLib::FaultIf => &[CudaLib::Fault],
             CudaLib::F16ToF32
             | CudaLib::LoadByte
             | CudaLib::LoadBf16
@@ -85,6 +87,7 @@ impl CudaLib {
             CudaLib::DivU32 => DIV_U32,
             CudaLib::RemU32 => REM_U32,
             CudaLib::Fault => FAULT,
+            CudaLib::FaultIf => FAULT_IF,
         }
     }
 }
@@ -313,7 +316,9 @@ static __device__ __forceinline__ void poot_trap(unsigned int* f, unsigned int c
     __threadfence_system();
     __trap();
 }
+";
 
+const FAULT_IF: &str = "\
 // A check that traps when `failed`, as a call the optimizer keeps opaque: NVRTC 13.0 crashed
 // (segfault) compiling a kernel that repeats an inlined check of the same index.
 static __device__ __noinline__ void poot_fault_if(bool failed, unsigned int* f, unsigned int code) {
