@@ -1371,8 +1371,7 @@ fn fusion_cases() -> Vec<Case> {
     ));
 
     // Attention shapes the rewrite takes: (name, heads, kv heads, tokens, positions, qk dim,
-    // v dim, masked rows). Positions past 64 with few rows split into partitions; keys are
-    // staged through shared memory when a power-of-two chunk of 4 or more divides the qk dim.
+    // v dim, masked rows). Positions past 64 with few rows split into partitions.
     let attention_shapes = [
         (
             "attention, unsplit, rows with nothing visible",
@@ -1415,7 +1414,7 @@ fn fusion_cases() -> Vec<Case> {
             false,
         ),
         (
-            "attention, qk dim 6 (keys read by each position's thread, not staged)",
+            "attention, qk dim 6, v dim 10, split",
             3,
             1,
             2,

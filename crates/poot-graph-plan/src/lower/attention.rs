@@ -13,8 +13,7 @@
 //! one workgroup per (row, head, token) and partition of the cache positions: it stages the
 //! query in shared memory (computing its rotary embedding and norm there), then walks the
 //! positions a tile at a time with an online softmax, reading keys and values of the shared
-//! KV head directly (GQA costs no copy); a tile's keys pass through shared memory a chunk of
-//! features at a time, so a warp reads consecutive words. A masked position costs its mask test only: no key or
+//! KV head directly (GQA costs no copy). A masked position costs its mask test only: no key or
 //! value is read for it. With few rows the positions are split across partitions whose partial
 //! results (running max, sum, weighted values) a second kernel combines (flash decoding).
 //!
@@ -44,28 +43,6 @@ const PARTITION_POSITIONS: usize = 64;
 const ROWS_WITHOUT_SPLIT: usize = 128;
 /// The most partitions of one row (their weights sit in shared memory while combining).
 const MAX_PARTITIONS: usize = 1024;
-
-/// The most shared memory the staged key tile takes (more only costs occupancy).
-const STAGED_KEY_BYTES: u32 = 16 << 10;
-
-/// Shared arrays staging a tile's keys (see `key_staging`).
-#[derive(Clone, Copy)]
-struct KeyStaging {
-    keys: crate::kernel::SharedId,
-    visible: crate::kernel::SharedId,
-    /// Key features staged per pass.
-    dims: u32,
-}
-
-/// What the staged key read needs of the tile loop: the row, the tile's first position,
-/// whether this thread's position is visible, and the staged query with its length.
-struct StagedRows<'e> {
-    bht: &'e [Expr],
-    tile: &'e Expr,
-    visible: &'e Expr,
-    query: crate::kernel::SharedId,
-    dqk: u32,
-}
 
 /// One recognised attention.
 #[derive(Clone, Debug)]
@@ -347,7 +324,6 @@ impl Lowering<'_> {
             Ty::U32,
             min(start.clone() + u32c(chunk as u32), u32c(s_len as u32)),
         );
-        let staging = self.key_staging(&mut cx, dqk as u32, wg);
         let tile = cx.kb.begin_for(start, end.clone(), u32c(wg));
         let s = cx.kb.let_(Ty::U32, tile.clone() + local_id());
         let valid = lt(s.clone(), end.clone());
@@ -360,29 +336,13 @@ impl Lowering<'_> {
             None => valid,
         };
         let vis = cx.kb.let_(Ty::Bool, vis);
-        let dot = cx.kb.var(Ty::F32, Expr::F32(0.0));
-        match staging {
-            Some(st) => {
-                let rows = StagedRows {
-                    bht: &bht,
-                    tile: &tile,
-                    visible: &vis,
-                    query: q_sh,
-                    dqk: dqk as u32,
-                };
-                self.staged_dot(&mut cx, a, st, &rows, dot)?;
-            }
-            None => {
-                cx.kb.begin_if(vis.clone());
-                let dd = cx.kb.begin_for(u32c(0), u32c(dqk as u32), u32c(1));
-                let kv = self.value_at(&mut cx, a.k, &at_s(&bht, s.clone(), dd.clone()))?;
-                cx.kb.set(dot, Expr::Var(dot) + load_shared(q_sh, dd) * kv);
-                cx.kb.end();
-                cx.kb.end();
-            }
-        }
         let score = cx.kb.var(Ty::F32, neg_inf());
         cx.kb.begin_if(vis.clone());
+        let dot = cx.kb.var(Ty::F32, Expr::F32(0.0));
+        let dd = cx.kb.begin_for(u32c(0), u32c(dqk as u32), u32c(1));
+        let kv = self.value_at(&mut cx, a.k, &at_s(&bht, s.clone(), dd.clone()))?;
+        cx.kb.set(dot, Expr::Var(dot) + load_shared(q_sh, dd) * kv);
+        cx.kb.end();
         let sidx = at(s.clone());
         cx.set_known(a.scores, &sidx, Expr::Var(dot));
         let logit = self.compute(&mut cx, a.logits, &sidx)?;
@@ -486,76 +446,6 @@ impl Lowering<'_> {
         if parts > 1 {
             self.emit_attention_combine(a, target, out, parts, s_len)?;
         }
-        Ok(())
-    }
-
-    /// Shared memory for reading a tile's keys coalesced: `dims` features of every position at
-    /// a time, rows padded by one word against bank conflicts. `None` when no chunk dividing
-    /// the key length fits (the keys are then read by each position's thread).
-    fn key_staging(&self, cx: &mut KernelCtx, dqk: u32, wg: u32) -> Option<KeyStaging> {
-        let used = 4 * (dqk + 2 * wg);
-        let budget = self
-            .target
-            .limits
-            .max_shared_bytes
-            .saturating_sub(used)
-            .min(STAGED_KEY_BYTES);
-        let dims = [64u32, 32, 16, 8, 4]
-            .into_iter()
-            .find(|&c| dqk.is_multiple_of(c) && 4 * wg * (c + 2) <= budget)?;
-        Some(KeyStaging {
-            keys: cx.kb.shared("k_tile", Ty::F32, wg * (dims + 1)),
-            visible: cx.kb.shared("visible", Ty::U32, wg),
-            dims,
-        })
-    }
-
-    /// `dot += q . k[s]` for this thread's position `s`, the keys of the whole tile staged
-    /// through shared memory a chunk of features at a time (consecutive threads read
-    /// consecutive features of a position). Summed in feature order, as the direct read does;
-    /// positions not visible are neither read nor summed. Every thread reaches every barrier.
-    fn staged_dot(
-        &mut self,
-        cx: &mut KernelCtx,
-        a: &Attention,
-        st: KeyStaging,
-        rows: &StagedRows<'_>,
-        dot: crate::kernel::Var,
-    ) -> Result<(), PlanError> {
-        let wg = cx.kb.workgroup();
-        let (c, pitch) = (st.dims, st.dims + 1);
-        cx.kb.store_shared(
-            st.visible,
-            local_id(),
-            select(rows.visible.clone(), u32c(1), u32c(0)),
-        );
-        let d0 = cx.kb.begin_for(u32c(0), u32c(rows.dqk), u32c(c));
-        cx.kb.barrier();
-        let e = cx.kb.begin_for(local_id(), u32c(wg * c), u32c(wg));
-        let i = cx.kb.let_(Ty::U32, e.clone() / u32c(c));
-        let j = cx.kb.let_(Ty::U32, e % u32c(c));
-        cx.kb
-            .begin_if(cmp(CmpOp::Ne, load_shared(st.visible, i.clone()), u32c(0)));
-        let at = at_s(
-            rows.bht,
-            rows.tile.clone() + i.clone(),
-            d0.clone() + j.clone(),
-        );
-        let kv = self.value_at(cx, a.k, &at)?;
-        cx.kb.store_shared(st.keys, i * u32c(pitch) + j, kv);
-        cx.kb.end();
-        cx.kb.end();
-        cx.kb.barrier();
-        cx.kb.begin_if(rows.visible.clone());
-        let jj = cx.kb.begin_for(u32c(0), u32c(c), u32c(1));
-        let k = load_shared(st.keys, local_id() * u32c(pitch) + jj.clone());
-        cx.kb.set(
-            dot,
-            Expr::Var(dot) + load_shared(rows.query, d0.clone() + jj) * k,
-        );
-        cx.kb.end();
-        cx.kb.end();
-        cx.kb.end();
         Ok(())
     }
 
