@@ -17,11 +17,13 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
-use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
+use common::oracle::Oracle;
 use poot_executor::{EntryId, Executor, StepInputs, StepOutputs};
 use poot_graph_ir::{DType, Graph, Slot, TraceLimits};
 use poot_llm::{
@@ -154,62 +156,6 @@ fn assert_projections_packed(handle: &ModelHandle, family: &str, name: &str) {
     assert_eq!(head.ty.dtype, DType::F32, "{name}: lm_head is dense");
 }
 
-/// The oracle's side: the model's graphs on the CPU with the KV cache carried.
-struct Oracle<'h> {
-    handle: &'h ModelHandle,
-    states: Vec<(String, HostTensor<'static>)>,
-}
-
-impl Oracle<'_> {
-    fn step(&mut self, graph: &Graph, tokens: &[i32], start: usize) -> Vec<f32> {
-        let mut inputs = Inputs::new();
-        for (_, name, ty) in graph.consts() {
-            let data = self
-                .handle
-                .model()
-                .weights()
-                .const_data(name, self.handle.store())
-                .unwrap();
-            let t = match data {
-                ConstData::Bytes(b) => HostTensor::from_le_bytes(ty.clone(), b).unwrap(),
-                ConstData::Gathered(b) => {
-                    HostTensor::from_le_bytes(ty.clone(), std::borrow::Cow::Owned(b)).unwrap()
-                }
-                ConstData::F32(v) => HostTensor::f32(ty.shape.clone(), v).unwrap(),
-                ConstData::Components(parts) => {
-                    let DType::Components(format) = ty.dtype else {
-                        panic!("components bound to a {} constant", ty.dtype)
-                    };
-                    let parts = parts
-                        .into_iter()
-                        .map(|(role, b)| (role.to_string(), std::borrow::Cow::Borrowed(b)))
-                        .collect();
-                    HostTensor::components(format, ty.shape.clone(), parts).unwrap()
-                }
-            };
-            inputs.set_const(name, t);
-        }
-        let pos: Vec<i32> = (start..start + tokens.len()).map(|p| p as i32).collect();
-        inputs.set_slot(
-            Slot::Token,
-            HostTensor::i32([1, tokens.len()], tokens.to_vec()).unwrap(),
-        );
-        inputs.set_slot(Slot::Pos, HostTensor::i32([1, tokens.len()], pos).unwrap());
-        let prev = std::mem::take(&mut self.states);
-        for (_, name, ty) in graph.states() {
-            let value = match prev.iter().find(|(n, _)| n == name) {
-                Some((_, v)) => v.view(),
-                None => HostTensor::f32(ty.shape.clone(), vec![0f32; ty.shape.n_elems().unwrap()])
-                    .unwrap(),
-            };
-            inputs.set_state(name, value);
-        }
-        let out = eval(graph, &inputs, EvalOptions::default()).unwrap();
-        self.states = out.state.clone();
-        out.outputs[0].to_f32_vec().unwrap()
-    }
-}
-
 fn trace(handle: &ModelHandle, tokens: usize) -> Graph {
     handle
         .model()
@@ -261,10 +207,7 @@ fn the_oracle_matches_transformers_on_every_packed_layout() {
         let handle = load(&dir);
         assert_projections_packed(&handle, family, name);
         let (prefill, decode) = (trace(&handle, r.prompt_ids.len()), trace(&handle, 1));
-        let mut oracle = Oracle {
-            handle: &handle,
-            states: Vec::new(),
-        };
+        let mut oracle = Oracle::new(&handle);
         let mut logits = oracle.step(&prefill, &r.prompt_ids, 0);
         let mut worst = 0f32;
         for step in 0..r.logits.len() {
@@ -352,10 +295,7 @@ fn wgpu_decodes_every_packed_layout_inside_the_contraction() {
             .add_entry(exe, &decode_graph, &entry_label(&spec(1), None))
             .unwrap();
         exec.reset_state(step).unwrap();
-        let mut oracle = Oracle {
-            handle: &handle,
-            states: Vec::new(),
-        };
+        let mut oracle = Oracle::new(&handle);
         let mut got = device_step(exec.as_mut(), prefill, &r.prompt_ids, 0);
         let mut want = oracle.step(&prefill_graph, &r.prompt_ids, 0);
         let mut worst = 0f32;

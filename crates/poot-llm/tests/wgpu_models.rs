@@ -5,12 +5,16 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use common::oracle::Oracle;
+
 use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
 use poot_executor::{EntryId, ExecutableId, Executor, StepInputs, StepOutputs};
-use poot_graph_ir::{Graph, Slot, TraceLimits};
+use poot_graph_ir::{Slot, TraceLimits};
 use poot_llm::{
     BackendChoice, HandleWeights, LoadOptions, ModelHandle, entry_label, open_executor,
 };
@@ -29,62 +33,6 @@ fn executor() -> Option<Box<dyn Executor>> {
             eprintln!("SKIP: {e}");
             None
         }
-    }
-}
-
-/// The oracle's side of one model: the same graphs, evaluated on the CPU with carried state.
-struct Oracle<'h> {
-    handle: &'h ModelHandle,
-    states: Vec<(String, HostTensor<'static>)>,
-}
-
-impl Oracle<'_> {
-    fn step(&mut self, graph: &Graph, tokens: &[i32], start: usize) -> Vec<f32> {
-        let mut inputs = Inputs::new();
-        for (_, name, ty) in graph.consts() {
-            let t = match self
-                .handle
-                .model()
-                .weights()
-                .const_data(name, self.handle.store())
-                .unwrap()
-            {
-                ConstData::Bytes(b) => HostTensor::from_le_bytes(ty.clone(), b).unwrap(),
-                ConstData::Gathered(b) => HostTensor::from_le_bytes(ty.clone(), &b)
-                    .unwrap()
-                    .into_owned(),
-                ConstData::F32(v) => HostTensor::f32(ty.shape.clone(), v).unwrap(),
-                ConstData::Components(parts) => {
-                    let poot_graph_ir::DType::Components(format) = ty.dtype else {
-                        panic!("components bound to a {} constant", ty.dtype)
-                    };
-                    let parts = parts
-                        .into_iter()
-                        .map(|(role, b)| (role.to_string(), std::borrow::Cow::Borrowed(b)))
-                        .collect();
-                    HostTensor::components(format, ty.shape.clone(), parts).unwrap()
-                }
-            };
-            inputs.set_const(name, t);
-        }
-        let pos: Vec<i32> = (start..start + tokens.len()).map(|p| p as i32).collect();
-        inputs.set_slot(
-            Slot::Token,
-            HostTensor::i32([1, tokens.len()], tokens.to_vec()).unwrap(),
-        );
-        inputs.set_slot(Slot::Pos, HostTensor::i32([1, tokens.len()], pos).unwrap());
-        let prev = std::mem::take(&mut self.states);
-        for (_, name, ty) in graph.states() {
-            let value = match prev.iter().find(|(n, _)| n == name) {
-                Some((_, v)) => v.view(),
-                None => HostTensor::f32(ty.shape.clone(), vec![0f32; ty.shape.n_elems().unwrap()])
-                    .unwrap(),
-            };
-            inputs.set_state(name, value);
-        }
-        let out = eval(graph, &inputs, EvalOptions::default()).unwrap();
-        self.states = out.state.clone();
-        out.outputs[0].to_f32_vec().unwrap()
     }
 }
 
@@ -141,10 +89,7 @@ fn check_greedy(
         .add_entry(exe, &decode_graph, &entry_label(&spec(1), None))
         .unwrap();
     exec.reset_state(step).unwrap();
-    let mut oracle = Oracle {
-        handle,
-        states: Vec::new(),
-    };
+    let mut oracle = Oracle::new(handle);
     let mut got = device_step(exec, prefill, prompt, 0);
     let mut want = oracle.step(&prefill_graph, prompt, 0);
     let mut tokens = Vec::new();
