@@ -149,16 +149,9 @@ impl ConstSource for Counting {
     fn bytes(&self, name: &str) -> Option<ConstBytes<'_>> {
         let data = self.inner.bytes(name);
         if let Some(d) = &data {
-            self.progress.inc(const_len(d));
+            self.progress.inc(d.len());
         }
         data
-    }
-}
-
-fn const_len(data: &ConstBytes<'_>) -> u64 {
-    match data {
-        ConstBytes::Stored(b) => b.len() as u64,
-        ConstBytes::F32(v) => v.len() as u64 * 4,
     }
 }
 

@@ -23,6 +23,20 @@ pub enum ConstBytes<'a> {
     F32(Cow<'a, [f32]>),
 }
 
+impl ConstBytes<'_> {
+    /// Bytes the constant occupies (4 per f32 of a table).
+    pub fn len(&self) -> u64 {
+        match self {
+            ConstBytes::Stored(b) => b.len() as u64,
+            ConstBytes::F32(v) => v.len() as u64 * 4,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Where an executable's constants come from: every name a graph may bind, and its bytes as
 /// stored. The driver implements it over a model's weight map and the weight store.
 pub trait ConstSource: Send {
@@ -31,10 +45,7 @@ pub trait ConstSource: Send {
     /// The length of `name`'s bytes, without producing them where a source can tell (a
     /// gathered slice); by default from [`ConstSource::bytes`].
     fn byte_len(&self, name: &str) -> Option<u64> {
-        self.bytes(name).map(|b| match b {
-            ConstBytes::Stored(b) => b.len() as u64,
-            ConstBytes::F32(v) => v.len() as u64 * 4,
-        })
+        self.bytes(name).map(|b| b.len())
     }
 }
 

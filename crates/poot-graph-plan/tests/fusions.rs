@@ -74,16 +74,21 @@ fn only_decode_shaped_contractions_take_the_gemv_kernel() {
     assert_eq!(k.iter().filter(|&&k| k == "matmul").count(), 2, "{k:?}");
 }
 
-#[test]
-fn a_residual_add_and_a_gated_activation_are_epilogues() {
+/// A residual gated feed-forward over `rows` tokens of 64 features, planned.
+fn gated_feed_forward(rows: usize) -> Plan {
     let b = Builder::new(TraceLimits::standard(64));
-    let x = input(&b, "x", &[1, 1, 64]);
+    let x = input(&b, "x", &[1, rows, 64]);
     let g = ops::linear(&b, x, input(&b, "wg", &[128, 64]), None).unwrap();
     let u = ops::linear(&b, x, input(&b, "wu", &[128, 64]), None).unwrap();
     let h = ops::swiglu(&b, g, u).unwrap();
     let d = ops::linear(&b, h, input(&b, "wd", &[64, 128]), None).unwrap();
     let y = b.add(x, d).unwrap();
-    let p = plan(&b.finish(Outputs::new(y)).unwrap());
+    plan(&b.finish(Outputs::new(y)).unwrap())
+}
+
+#[test]
+fn a_residual_add_and_a_gated_activation_are_epilogues() {
+    let p = gated_feed_forward(1);
     assert_eq!(kinds(&p), ["gemv_epilogue", "gemv_epilogue"]);
 }
 
@@ -183,14 +188,7 @@ fn a_prefill_chunks_norm_and_projections_are_one_tiled_kernel() {
 
 #[test]
 fn a_prefill_feed_forward_is_two_tiled_epilogues() {
-    let b = Builder::new(TraceLimits::standard(64));
-    let x = input(&b, "x", &[1, 40, 64]);
-    let g = ops::linear(&b, x, input(&b, "wg", &[128, 64]), None).unwrap();
-    let u = ops::linear(&b, x, input(&b, "wu", &[128, 64]), None).unwrap();
-    let h = ops::swiglu(&b, g, u).unwrap();
-    let d = ops::linear(&b, h, input(&b, "wd", &[64, 128]), None).unwrap();
-    let y = b.add(x, d).unwrap();
-    let p = plan(&b.finish(Outputs::new(y)).unwrap());
+    let p = gated_feed_forward(40);
     assert_eq!(kinds(&p), ["gemm_epilogue", "gemm_epilogue"]);
 }
 

@@ -57,10 +57,7 @@ impl ConstSource for HandleWeights {
         if let Some(e) = self.map().by_const(name) {
             return e.ty.size_bytes();
         }
-        self.bytes(name).map(|b| match b {
-            ConstBytes::Stored(b) => b.len() as u64,
-            ConstBytes::F32(v) => v.len() as u64 * 4,
-        })
+        self.bytes(name).map(|b| b.len())
     }
 
     fn bytes(&self, name: &str) -> Option<ConstBytes<'_>> {
