@@ -9,13 +9,13 @@
 # Phases, each within one 10-minute call (files persist between calls on a warm machine):
 #   bash bench/h200.sh build          build llama-bench with CUDA (resumable: run it again
 #                                     if it says the build is unfinished)
-#   bash bench/h200.sh models [NAME..] write the synthetic models (default: 1B F16, 8B Q4_0,
-#                                     8B Q4_K_M)
+#   bash bench/h200.sh models [NAME..] write the synthetic models (default: all five)
 #   bash bench/h200.sh bench [NAME..] run poot bench and llama-bench on each model (default:
 #                                     all), then print the table
 #   bash bench/h200.sh table          print the table from the results so far
 #   bash bench/h200.sh all            every phase in turn
-# Models: smollm2 (SmolLM2-135M Q4_1), llama1b-f16, llama8b-q4_0, llama8b-q4_k_m.
+# Models: smollm2 (SmolLM2-135M Q4_1), llama1b-f16, llama1b-q4_0, llama8b-f16, llama8b-q4_0,
+# llama8b-q4_k_m.
 #
 # Environment: POOT_BENCH_DIR (work folder, default /tmp/poot-bench), PROMPT (512), GEN (128),
 # REPEATS (5), BACKEND (ptx), POOT_ARGS (more `poot bench` flags), BUILD_SECONDS (540),
@@ -35,7 +35,7 @@ LLAMA_BENCH="$LLAMA_SRC/build/bin/llama-bench"
 POOT="$W/bin/poot"
 MODELS="$W/models"
 RESULTS="$W/results"
-ALL_MODELS=(smollm2 llama1b-f16 llama8b-q4_0 llama8b-q4_k_m)
+ALL_MODELS=(smollm2 llama1b-f16 llama1b-q4_0 llama8b-f16 llama8b-q4_0 llama8b-q4_k_m)
 mkdir -p "$W" "$OUTDIR" "$MODELS" "$RESULTS" "$W/bin"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 # poot's compiled-kernel cache persists between calls on the same machine.
@@ -66,6 +66,8 @@ model_path() {
   case "$1" in
     smollm2) echo "$MODELS/smollm2-135m-instruct-q4_1.gguf" ;;
     llama1b-f16) echo "$MODELS/llama-1b-f16.gguf" ;;
+    llama1b-q4_0) echo "$MODELS/llama-1b-q4_0.gguf" ;;
+    llama8b-f16) echo "$MODELS/llama-8b-f16.gguf" ;;
     llama8b-q4_0) echo "$MODELS/llama-8b-q4_0.gguf" ;;
     llama8b-q4_k_m) echo "$MODELS/llama-8b-q4_k_m.gguf" ;;
     *) return 1 ;;
@@ -152,7 +154,8 @@ models() {
     fi
   fi
   local spec name shape kind path
-  for spec in "llama1b-f16 1b f16" "llama8b-q4_0 8b q4_0" "llama8b-q4_k_m 8b q4_k_m"; do
+  for spec in "llama1b-f16 1b f16" "llama1b-q4_0 1b q4_0" "llama8b-f16 8b f16" \
+    "llama8b-q4_0 8b q4_0" "llama8b-q4_k_m 8b q4_k_m"; do
     read -r name shape kind <<<"$spec"
     if [ $# -gt 0 ] && [[ " $* " != *" $name "* ]]; then
       continue

@@ -48,7 +48,7 @@ def row(results: Path, name: str):
     if poot is None:
         reason = (results / f"{name}.poot.log")
         why = reason.read_text().strip().splitlines()[-1:] if reason.exists() else ["no result"]
-        return f"| {name} | poot failed: {' '.join(why)[:120]} |" + " |" * 8, None
+        return f"| {name} | poot failed: {' '.join(why)[:120]} |" + " |" * 9, None
     p, n = poot["prompt_tokens"], poot["gen_tokens"]
     bw = poot["bandwidth_bytes_per_s"]
     context = poot["mean_context"]
@@ -59,7 +59,8 @@ def row(results: Path, name: str):
     llama_fraction = llama_bytes * llama_decode / bw if llama_decode and bw else None
     ratio = poot["decode_tok_s"] / llama_decode if llama_decode else None
     line = (
-        f"| {name} | {poot['bytes_per_token'] / 1e6:.1f} MB | {fmt(poot['decode_tok_s'])} | "
+        f"| {name} | {poot['bytes_per_token'] / 1e6:.1f} MB | {fmt(bw / poot['bytes_per_token'])} | "
+        f"{fmt(poot['decode_tok_s'])} | "
         f"{fmt(llama_decode)} | {fmt(ratio)} | {fmt(100 * poot['bandwidth_fraction'], '%')} | "
         f"{fmt(None if llama_fraction is None else 100 * llama_fraction, '%')} | "
         f"{poot['dispatches_per_token']} | {fmt(poot['prefill_tok_s'])} | {fmt(llama_prefill)} |"
@@ -75,11 +76,11 @@ def main() -> None:
         {p.name.split(".")[0] for p in results.glob("*.poot.*")}
     )
     print(
-        "| model | bytes/token | poot decode tok/s | llama.cpp decode tok/s | poot/llama.cpp | "
+        "| model | bytes/token | roofline tok/s | poot decode tok/s | llama.cpp decode tok/s | poot/llama.cpp | "
         "poot of bandwidth | llama.cpp of bandwidth | dispatches/token | poot prefill tok/s | "
         "llama.cpp prefill tok/s |"
     )
-    print("|" + " --- |" * 10)
+    print("|" + " --- |" * 11)
     notes = []
     for name in names:
         line, extra = row(results, name)

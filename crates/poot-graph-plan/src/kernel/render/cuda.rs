@@ -21,8 +21,9 @@ use super::code::Code;
 use super::cuda_lib::CudaLib;
 use super::fault::can_fault;
 use super::literal::{F32Spelling, spell_f32};
+use super::unroll::{self, Ranges};
 use super::{RenderError, entry_name, names};
-use crate::kernel::ir::{Access, BinOp, Builtin, Expr, Half, Kernel, Stmt, Ty, UnOp, Word};
+use crate::kernel::ir::{Access, BinOp, Builtin, Expr, Half, Kernel, Stmt, Ty, UnOp, Var, Word};
 
 /// Renders `k` as one CUDA C translation unit holding one `extern "C"` kernel.
 pub fn render_cuda(k: &Kernel) -> Result<String, RenderError> {
@@ -31,6 +32,7 @@ pub fn render_cuda(k: &Kernel) -> Result<String, RenderError> {
         k,
         facts,
         libs: BTreeSet::new(),
+        ranges: Ranges::default(),
     };
     let mut body = Code::at_depth(1);
     for (i, s) in k.shared.iter().enumerate() {
@@ -91,6 +93,8 @@ struct Cuda<'k> {
     k: &'k Kernel,
     facts: Facts,
     libs: BTreeSet<CudaLib>,
+    /// What is known of the u32 constants' values, for writing loops out.
+    ranges: Ranges,
 }
 
 fn ty(t: Ty) -> &'static str {
@@ -117,12 +121,15 @@ impl Cuda<'_> {
     fn stmt(&mut self, out: &mut Code, s: &Stmt) -> Result<(), RenderError> {
         match s {
             Stmt::Let { var, ty: t, value } => {
+                let mutated = self.facts.mutated.contains(var);
+                if !mutated
+                    && *t == Ty::U32
+                    && let Some(range) = self.ranges.of(self.k, value)
+                {
+                    self.ranges.set(*var, range);
+                }
                 let value = self.expr(value)?;
-                let constness = if self.facts.mutated.contains(var) {
-                    ""
-                } else {
-                    "const "
-                };
+                let constness = if mutated { "" } else { "const " };
                 out.line(format!(
                     "{constness}{} {} = {value};",
                     ty(*t),
@@ -174,6 +181,24 @@ impl Cuda<'_> {
                 body,
             } => {
                 let v = names::var(*var);
+                if let Some(u) = unroll::plan(self.k, &self.ranges, start, end, step, body) {
+                    return self.written_out(out, *var, start, body, u);
+                }
+                if let Some((end, step)) = unroll::cannot_wrap(self.k, &self.ranges, end, step) {
+                    // A plain loop, which the compiler may unroll itself.
+                    if let Some((lo, _)) = self.ranges.of(self.k, start)
+                        && lo < end
+                    {
+                        self.ranges.set(*var, (lo, end - 1));
+                    }
+                    let start = self.expr(start)?;
+                    out.open(format!(
+                        "for (unsigned int {v} = {start}; {v} < {end}u; {v} += {step}u) {{"
+                    ));
+                    self.block(out, body)?;
+                    out.close("}");
+                    return Ok(());
+                }
                 out.open("{");
                 out.line(format!("const unsigned int {v}_end = {};", self.expr(end)?));
                 out.line(format!(
@@ -199,6 +224,42 @@ impl Cuda<'_> {
                 out.line(format!("poot_trap(poot_fault, {code}u);"));
             }
         }
+        Ok(())
+    }
+
+    /// Loop `var` from `start` as planned by [`unroll::plan`]: each iteration a block of its
+    /// own, those past `u.unchecked` behind a test of the counter.
+    fn written_out(
+        &mut self,
+        out: &mut Code,
+        var: Var,
+        start: &Expr,
+        body: &[Stmt],
+        u: unroll::Unrolled,
+    ) -> Result<(), RenderError> {
+        let v = names::var(var);
+        self.ranges.set(var, u.counter);
+        out.open("{");
+        out.line(format!(
+            "// {} iterations of v += {}u while v < {}u, written out",
+            u.trips, u.step, u.end
+        ));
+        out.line(format!(
+            "const unsigned int {v}_first = {};",
+            self.expr(start)?
+        ));
+        for t in 0..u.trips {
+            let at = format!("{v}_first + {}u", t * u.step);
+            if t < u.unchecked {
+                out.open("{");
+            } else {
+                out.open(format!("if ({at} < {}u) {{", u.end));
+            }
+            out.line(format!("const unsigned int {v} = {at};"));
+            self.block(out, body)?;
+            out.close("}");
+        }
+        out.close("}");
         Ok(())
     }
 

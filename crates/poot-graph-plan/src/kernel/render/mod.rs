@@ -21,7 +21,9 @@
 //!   first iteration, then runs the body for `var = start, start + step, ...` while `var < end`.
 //!   The counter never wraps past `u32::MAX`: the loop stops when the next value would reach
 //!   `end` or overflow. A step the IR forbids (0) is refused when it is a constant; one that
-//!   only turns out 0 at run time runs the body once rather than hanging the device.
+//!   only turns out 0 at run time runs the body once rather than hanging the device. CUDA
+//!   writes out a loop whose trip count per thread its bounds analysis proves small (see
+//!   `unroll`): the same iterations in the same order, so the same values.
 //! - **Buffers.** Parameter `i` is an array of 32-bit words. `Load`/`Store` index words.
 //!   `LoadByte` reads byte `b` of a u32 buffer as little-endian words:
 //!   `(w[b >> 2] >> ((b & 3) * 8)) & 0xff`. `LoadHalf` reads 16-bit half `i`, the low half of
@@ -69,6 +71,7 @@ mod cuda_lib;
 pub mod fault;
 mod literal;
 mod names;
+mod unroll;
 pub mod wgsl;
 mod wgsl_lib;
 

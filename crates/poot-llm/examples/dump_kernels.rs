@@ -1,0 +1,63 @@
+//! Writes the CUDA source of every kernel in a checkpoint's greedy decode step, one file per
+//! kernel, with the step's dispatches (kernel, grid, label) in `dispatches.txt`: what the PTX
+//! backend compiles, readable without a GPU.
+//!
+//!   dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T]
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use poot_graph_ir::TraceLimits;
+use poot_graph_plan::kernel::render::{entry_name, render_cuda};
+use poot_graph_plan::{Target, compile};
+use poot_llm::sampling::append_head;
+use poot_llm::{Head, LoadOptions, ModelHandle};
+use poot_models::{Registry, StepShape, StepSpec};
+
+fn flag(args: &[String], name: &str, default: usize) -> usize {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map_or(default, |v| v.parse().unwrap())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T]";
+    let path = PathBuf::from(args.get(1).expect(usage));
+    let out = PathBuf::from(args.get(2).expect(usage));
+    let capacity = flag(&args, "--capacity", 1024);
+    let tokens = flag(&args, "--tokens", 1);
+    let handle = Arc::new(
+        ModelHandle::load(
+            &path,
+            &Registry::builtin().unwrap(),
+            &LoadOptions::default(),
+        )
+        .unwrap(),
+    );
+    let limits = TraceLimits::standard(tokens as u64);
+    let spec = StepSpec::step(StepShape::new(1, tokens, capacity));
+    let graph = handle.model().trace(&spec, limits).unwrap();
+    let graph = append_head(graph, Head::Greedy, limits, 1).unwrap();
+    let plan = compile(&graph, &Target::ptx_preset()).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    for k in &plan.kernels {
+        let src = render_cuda(k).unwrap();
+        std::fs::write(out.join(format!("{}.cu", entry_name(k))), src).unwrap();
+    }
+    let mut listing = String::new();
+    for d in &plan.dispatches {
+        let k = &plan.kernels[d.kernel];
+        listing.push_str(&format!("{} {:?} {}\n", entry_name(k), d.grid, d.label));
+    }
+    std::fs::write(out.join("dispatches.txt"), listing).unwrap();
+    println!(
+        "{} kernels, {} dispatches -> {}",
+        plan.kernels.len(),
+        plan.dispatches.len(),
+        out.display()
+    );
+}
