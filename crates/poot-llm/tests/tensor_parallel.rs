@@ -1,7 +1,8 @@
-//! Tensor parallelism through the driver, on lavapipe: a Coordinator of wgpu devices whose
-//! collectives are emulated on the host (a test device only: each all-reduce waits for the
-//! rank's work, reads its partial sums back, adds every rank's in rank order and writes the sum
-//! back; no backend ships it). Everything but NCCL is the real path: the rank graphs, their
+//! Tensor parallelism and the layer pipeline through the driver, on lavapipe: a Coordinator of
+//! wgpu devices whose collectives are emulated on the host (a test device only: each collective
+//! waits for the rank's work and reads its operand back; an all-reduce adds every rank's in rank
+//! order, a broadcast takes the root's words, and the result is written back; no backend ships
+//! it). Everything but NCCL is the real path: the rank graphs, their
 //! plans with collectives among the dispatches, the recordings, chained decode replays, the
 //! Coordinator's lockstep and its poisoning. Greedy tokens must equal the single device's.
 //!
@@ -28,8 +29,17 @@ use poot_llm::{
 use poot_models::{Registry, TraceError};
 use poot_wgpu_device::{WgpuDevice, WgpuOptions};
 
+/// What an emulated collective makes of the ranks' parts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Combine {
+    /// The f32 sum in rank order.
+    Sum,
+    /// Rank `root`'s words.
+    From(usize),
+}
+
 /// The host-side meeting point of an emulated group: each round every rank deposits its part,
-/// and each takes the sum (in rank order) once all have. An abort wakes every waiter with an
+/// and each takes the result (the sum in rank order, or the root's part) once all have. An abort wakes every waiter with an
 /// error; a rank that waits longer than the timeout fails too, so a broken test cannot hang.
 struct Bus {
     ranks: usize,
@@ -40,9 +50,9 @@ struct Bus {
 #[derive(Default)]
 struct BusState {
     round: u64,
-    parts: Vec<Option<Vec<f32>>>,
+    parts: Vec<Option<(Combine, Vec<u32>)>>,
     taken: usize,
-    sum: Vec<f32>,
+    result: Vec<u32>,
     aborted: Option<String>,
 }
 
@@ -60,7 +70,12 @@ impl Bus {
         })
     }
 
-    fn exchange(&self, rank: usize, part: Vec<f32>) -> Result<Vec<f32>, DeviceError> {
+    fn exchange(
+        &self,
+        rank: usize,
+        combine: Combine,
+        part: Vec<u32>,
+    ) -> Result<Vec<u32>, DeviceError> {
         let failed = |why: String| DeviceError::Collective { reason: why };
         let mut s = self.state.lock().unwrap();
         // Wait for the previous round to be taken by everyone.
@@ -75,15 +90,34 @@ impl Bus {
             }
         }
         let round = s.round;
-        s.parts[rank] = Some(part);
+        s.parts[rank] = Some((combine, part));
         if s.parts.iter().all(Option::is_some) {
-            let mut sum = s.parts[0].clone().unwrap();
-            for p in s.parts[1..].iter().flatten() {
-                for (a, x) in sum.iter_mut().zip(p) {
-                    *a += *x;
+            let parts: Vec<&(Combine, Vec<u32>)> = s.parts.iter().flatten().collect();
+            // Ranks that did not meet at the same collective are a bug the test must show.
+            let result = if parts.iter().any(|(c, _)| *c != combine) {
+                Err(format!(
+                    "ranks met at different collectives: {:?}",
+                    parts.iter().map(|(c, _)| *c).collect::<Vec<_>>()
+                ))
+            } else {
+                match combine {
+                    Combine::Sum => {
+                        let mut sum: Vec<f32> =
+                            parts[0].1.iter().map(|w| f32::from_bits(*w)).collect();
+                        for (_, p) in &parts[1..] {
+                            for (a, x) in sum.iter_mut().zip(p) {
+                                *a += f32::from_bits(*x);
+                            }
+                        }
+                        Ok(sum.iter().map(|x| x.to_bits()).collect())
+                    }
+                    Combine::From(root) => Ok(parts[root].1.clone()),
                 }
+            };
+            match result {
+                Ok(r) => s.result = r,
+                Err(e) => s.aborted = Some(e),
             }
-            s.sum = sum;
             s.round += 1;
             self.turned.notify_all();
         }
@@ -97,14 +131,17 @@ impl Bus {
                 return Err(failed("emulated collective timed out".into()));
             }
         }
-        let sum = s.sum.clone();
+        if let Some(a) = &s.aborted {
+            return Err(failed(a.clone()));
+        }
+        let result = s.result.clone();
         s.taken += 1;
         if s.taken == self.ranks {
             s.taken = 0;
             s.parts.iter_mut().for_each(|p| *p = None);
             self.turned.notify_all();
         }
-        Ok(sum)
+        Ok(result)
     }
 }
 
@@ -130,7 +167,8 @@ struct Emulated {
 
 enum Segment {
     Kernels(<WgpuDevice as Device>::Recording),
-    AllReduce {
+    Collective {
+        combine: Combine,
         src: <WgpuDevice as Device>::Buffer,
         dst: <WgpuDevice as Device>::Buffer,
         n_elems: u64,
@@ -138,8 +176,9 @@ enum Segment {
 }
 
 impl Emulated {
-    fn reduce(
+    fn collective(
         &mut self,
+        combine: Combine,
         src: &<WgpuDevice as Device>::Buffer,
         dst: &<WgpuDevice as Device>::Buffer,
         n_elems: u64,
@@ -147,12 +186,12 @@ impl Emulated {
         self.inner.synchronize()?;
         let mut bytes = vec![0u8; n_elems as usize * 4];
         self.inner.read(src, 0, &mut bytes)?;
-        let part: Vec<f32> = bytes
+        let part: Vec<u32> = bytes
             .chunks_exact(4)
-            .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
             .collect();
-        let sum = self.bus.exchange(self.rank, part)?;
-        let out: Vec<u8> = sum.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let result = self.bus.exchange(self.rank, combine, part)?;
+        let out: Vec<u8> = result.iter().flat_map(|x| x.to_le_bytes()).collect();
         self.inner.write(dst, 0, &out)
     }
 }
@@ -210,12 +249,20 @@ impl Device for Emulated {
                     grid: l.grid,
                     args: l.args,
                 }),
-                Command::AllReduceSum { src, dst, n_elems } => {
+                Command::AllReduceSum { src, dst, n_elems }
+                | Command::Broadcast {
+                    src, dst, n_elems, ..
+                } => {
                     if !run.is_empty() {
                         segments.push(Segment::Kernels(self.inner.record(&run)?));
                         run.clear();
                     }
-                    segments.push(Segment::AllReduce {
+                    let combine = match c {
+                        Command::Broadcast { root, .. } => Combine::From(*root),
+                        _ => Combine::Sum,
+                    };
+                    segments.push(Segment::Collective {
+                        combine,
                         src: (*src).clone(),
                         dst: (*dst).clone(),
                         n_elems: *n_elems,
@@ -234,7 +281,16 @@ impl Device for Emulated {
         dst: &Self::Buffer,
         n_elems: u64,
     ) -> Result<(), DeviceError> {
-        self.reduce(src, dst, n_elems)
+        self.collective(Combine::Sum, src, dst, n_elems)
+    }
+    fn broadcast(
+        &mut self,
+        src: &Self::Buffer,
+        dst: &Self::Buffer,
+        n_elems: u64,
+        root: usize,
+    ) -> Result<(), DeviceError> {
+        self.collective(Combine::From(root), src, dst, n_elems)
     }
     fn replay(&mut self, recording: &Self::Recording) -> Result<(), DeviceError> {
         self.replays += 1;
@@ -246,7 +302,12 @@ impl Device for Emulated {
         for s in recording {
             match s {
                 Segment::Kernels(r) => self.inner.replay(r)?,
-                Segment::AllReduce { src, dst, n_elems } => self.reduce(src, dst, *n_elems)?,
+                Segment::Collective {
+                    combine,
+                    src,
+                    dst,
+                    n_elems,
+                } => self.collective(*combine, src, dst, *n_elems)?,
             }
         }
         Ok(())
