@@ -16,17 +16,18 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use poot_executor::{
-    Command, Coordinator, Device, DeviceError, DeviceLimits, Engine, ExecError, GroupAbort, Launch,
-    RankExecutor,
+    Command, ConstSource, Coordinator, Device, DeviceError, DeviceLimits, Engine, ExecError,
+    GroupAbort, Launch, RankExecutor,
 };
 use poot_graph_plan::Backend;
 use poot_graph_plan::kernel::Kernel;
 use poot_llm::capacity::{CapacityError, Planner};
 use poot_llm::{
-    Driver, DriverError, DriverOptions, GenerateRequest, Layout, LoadOptions, ModelHandle,
-    Placement, Sampler,
+    Driver, DriverError, DriverOptions, GenerateRequest, HandleWeights, Layout, LoadOptions,
+    ModelHandle, Placement, Sampler,
 };
-use poot_models::{Registry, TraceError};
+use poot_models::weights::Role;
+use poot_models::{Registry, Stage, TraceError};
 use poot_wgpu_device::{WgpuDevice, WgpuOptions};
 
 /// What an emulated collective makes of the ranks' parts.
@@ -432,6 +433,93 @@ fn a_group_of_two_on_lavapipe_generates_the_single_devices_tokens() {
 }
 
 #[test]
+fn a_pipeline_of_two_on_lavapipe_generates_the_single_devices_tokens() {
+    let handle = tiny_chat();
+    let options = DriverOptions::new(64, 4);
+    let single = match poot_llm::open_executor(poot_llm::BackendChoice::Wgpu) {
+        Ok(o) => o.executor,
+        Err(e) => {
+            eprintln!("SKIP: {e}");
+            return;
+        }
+    };
+    let mut one = Driver::new(Arc::clone(&handle), single, options)
+        .unwrap()
+        .serve(Layout::Contiguous)
+        .map_err(|r| r.1)
+        .unwrap();
+    let want = greedy(&mut one, PROMPT, 12).unwrap();
+    let Some(group) = emulated_group(2, None) else {
+        return;
+    };
+    let mut two = Driver::placed(
+        Arc::clone(&handle),
+        Box::new(group),
+        Placement::Pipeline { stages: 2 },
+        options,
+    )
+    .unwrap()
+    .serve(Layout::Contiguous)
+    .map_err(|r| r.1)
+    .unwrap();
+    assert_eq!(two.placement(), Placement::Pipeline { stages: 2 });
+    // Each stage uploads one layer: the first with the embedding, the second with the final
+    // norm and the head (untied), both with the rotary tables.
+    let (d, v) = (64u64, 512u64);
+    let rope = 2 * 512 * 8 * 4;
+    let layer = ((64 * d + 2 * 32 * d + d * 64 + 3 * 128 * d) + 2 * d) * 4;
+    assert_eq!(
+        two.executor().stats().weight_bytes,
+        v * d * 4 + d * 4 + rope + layer,
+        "the larger stage's weights (the last)"
+    );
+    // Prefill in chunks, then decode chained on the device (the hand-over and the picks'
+    // broadcast inside each replay).
+    let got = greedy(&mut two, PROMPT, 12).unwrap();
+    eprintln!("one device: {want:?}; two stages: {got:?}");
+    assert_eq!(got, want);
+    // A second generation reuses the entries and the cache; sampling heads run too.
+    assert_eq!(
+        greedy(&mut two, &PROMPT[..3], 6).unwrap(),
+        greedy(&mut one, &PROMPT[..3], 6).unwrap()
+    );
+    let sampled = |d: &mut Driver| {
+        let mut req = GenerateRequest::new(PROMPT.to_vec(), 8, Sampler::new(0.8, 20, 0.9, 7));
+        req.ignore_eos = true;
+        req.top_logprobs = Some(3);
+        let g = d.generate(req, &mut |_| ControlFlow::Continue(())).unwrap();
+        (g.tokens, g.logprobs)
+    };
+    let (want_tokens, want_logprobs) = sampled(&mut one);
+    let (got_tokens, got_logprobs) = sampled(&mut two);
+    assert_eq!(got_tokens, want_tokens);
+    for (a, b) in got_logprobs.iter().zip(&want_logprobs) {
+        assert!((a.logprob - b.logprob).abs() <= 1e-5, "{a:?} vs {b:?}");
+        let ids = |t: &poot_llm::TokenLogprob| t.top.iter().map(|x| x.0).collect::<Vec<_>>();
+        assert_eq!(ids(a), ids(b));
+    }
+    drop(two);
+    // Two rows over a paged pool: each stage holds its layer's blocks.
+    let Some(group) = emulated_group(2, None) else {
+        return;
+    };
+    let mut paged = Driver::placed(
+        Arc::clone(&handle),
+        Box::new(group),
+        Placement::Pipeline { stages: 2 },
+        options.with_rows(2),
+    )
+    .unwrap()
+    .serve(Layout::Paged {
+        block_tokens: 16,
+        blocks: 9,
+    })
+    .map_err(|r| r.1)
+    .unwrap();
+    assert_eq!(greedy(&mut paged, PROMPT, 12).unwrap(), want);
+}
+
+#[test]
 fn a_failing_rank_poisons_the_group() {
     let handle = tiny_chat();
     // Rank 1 fails its third replay (inside the first generation's prefill); rank 0 is then
@@ -489,18 +577,41 @@ fn placements_the_driver_cannot_run_are_refused() {
         Err(e) => panic!("unexpected: {e}"),
         Ok(_) => panic!("a group of 2 ran a placement over 4"),
     }
+    // Three stages over the fixture's two layers: one would hold none.
+    let Some(group) = emulated_group(3, None) else {
+        return;
+    };
+    match Driver::placed(
+        Arc::clone(&handle),
+        Box::new(group),
+        Placement::Pipeline { stages: 3 },
+        options,
+    ) {
+        Err(DriverError::Trace(e)) => assert!(
+            matches!(
+                *e,
+                TraceError::TooManyStages {
+                    stages: 3,
+                    layers: 2
+                }
+            ),
+            "{e}"
+        ),
+        Err(e) => panic!("unexpected: {e}"),
+        Ok(_) => panic!("three stages held two layers"),
+    }
     let Some(group) = emulated_group(2, None) else {
         return;
     };
     match Driver::placed(
         Arc::clone(&handle),
         Box::new(group),
-        Placement::Pipeline { stages: 2 },
+        Placement::Pipeline { stages: 3 },
         options,
     ) {
-        Err(DriverError::Unsupported(what)) => assert!(what.contains("pipeline")),
+        Err(DriverError::Placement { needed, ranks, .. }) => assert_eq!((needed, ranks), (3, 2)),
         Err(e) => panic!("unexpected: {e}"),
-        Ok(_) => panic!("a pipeline ran"),
+        Ok(_) => panic!("a group of 2 ran a pipeline of 3"),
     }
     // Four ranks do not divide the fixture's two key/value heads.
     let Some(group) = emulated_group(4, None) else {
@@ -717,4 +828,139 @@ fn smollm2_over_two_uneven_ranks_on_lavapipe_generates_transformers_tokens() {
         greedy(&mut driver, &prompt, 4).unwrap(),
         vec![7042, 30, 198, 198]
     );
+}
+
+#[test]
+fn smollm2_over_two_stages_on_lavapipe_generates_the_single_devices_tokens() {
+    let Some(path) = smollm2() else {
+        return;
+    };
+    let registry = Registry::builtin().unwrap();
+    let handle = Arc::new(ModelHandle::load(&path, &registry, &LoadOptions::default()).unwrap());
+    let prompt = handle
+        .text()
+        .unwrap()
+        .encode("The capital of France is")
+        .unwrap();
+    let options = DriverOptions::new(64, 8);
+    let single = match poot_llm::open_executor(poot_llm::BackendChoice::Wgpu) {
+        Ok(o) => o.executor,
+        Err(e) => {
+            eprintln!("SKIP: {e}");
+            return;
+        }
+    };
+    let mut one = Driver::new(Arc::clone(&handle), single, options)
+        .unwrap()
+        .serve(Layout::Contiguous)
+        .map_err(|r| r.1)
+        .unwrap();
+    let want = greedy(&mut one, &prompt, 12).unwrap();
+    drop(one);
+    let Some(group) = emulated_group(2, None) else {
+        return;
+    };
+    let mut two = Driver::placed(
+        Arc::clone(&handle),
+        Box::new(group),
+        Placement::Pipeline { stages: 2 },
+        options,
+    )
+    .unwrap()
+    .serve(Layout::Contiguous)
+    .map_err(|r| r.1)
+    .unwrap();
+    let got = greedy(&mut two, &prompt, 12).unwrap();
+    eprintln!("one device: {want:?}; two stages: {got:?}");
+    assert_eq!(got, want);
+    // transformers' greedy continuation starts it (crates/poot-models/tests/fixtures/real).
+    assert_eq!(got[..4], [7042, 30, 198, 198]);
+}
+
+/// Bytes `weights` uploads: each buffer in whole words (a stage holds no constant twice).
+fn uploaded_bytes(weights: &HandleWeights) -> u64 {
+    weights
+        .names()
+        .iter()
+        .map(|n| weights.byte_len(n).unwrap().div_ceil(4) * 4)
+        .sum()
+}
+
+/// Bytes of the whole model's entries of `roles`, in whole words.
+fn role_bytes(handle: &ModelHandle, roles: impl Fn(Role) -> bool) -> u64 {
+    handle
+        .model()
+        .weights()
+        .iter()
+        .filter(|e| e.role.layer.is_none() && roles(e.role.role))
+        .map(|e| e.ty.size_bytes().unwrap().div_ceil(4) * 4)
+        .sum()
+}
+
+#[test]
+fn the_planner_fits_each_pipeline_stage_with_its_layers() {
+    let Some(path) = smollm2() else {
+        return;
+    };
+    let registry = Registry::builtin().unwrap();
+    let handle = Arc::new(ModelHandle::load(&path, &registry, &LoadOptions::default()).unwrap());
+    let single = Planner::new(&handle, &with_memory(1 << 30, 1), Placement::Single).unwrap();
+    let whole = &single.devices()[0];
+    let layers = 30u64;
+    let per_layer_kv = whole.kv_bytes_per_position / layers;
+    let rope = role_bytes(&handle, |r| {
+        matches!(r, Role::RopeCos(_) | Role::RopeSin(_))
+    });
+    let embed = role_bytes(&handle, |r| r == Role::TokenEmbed);
+    for (stages, split) in [
+        (2usize, vec![15u64, 15]),
+        (3, vec![10, 10, 10]),
+        (4, vec![8, 8, 7, 7]),
+    ] {
+        let pp = Planner::new(
+            &handle,
+            &with_memory(1 << 30, stages),
+            Placement::Pipeline { stages },
+        )
+        .unwrap();
+        let mut start = 0;
+        let mut weight_sum = 0;
+        for (d, n) in pp.devices().iter().zip(&split) {
+            assert_eq!(d.layers, start as usize..(start + n) as usize);
+            start += n;
+            assert_eq!(d.kv_bytes_per_position, n * per_layer_kv);
+            // What the driver uploads to the stage is what the planner counts.
+            let stage = Stage::new(d.index, stages).unwrap();
+            let uploaded = HandleWeights::for_stage(Arc::clone(&handle), stage).unwrap();
+            assert_eq!(
+                d.weight_bytes,
+                uploaded_bytes(&uploaded),
+                "stage {}",
+                d.index
+            );
+            weight_sum += d.weight_bytes;
+        }
+        assert_eq!(start, layers);
+        // The whole model's bytes, plus the rotary tables on every further stage and the tied
+        // embedding twice (the first stage's embedding, the last's head; once alone).
+        assert_eq!(
+            weight_sum,
+            whole.weight_bytes + (stages as u64 - 1) * rope + embed,
+            "{stages} stages"
+        );
+    }
+    // 31 stages would leave one with none.
+    match Planner::new(
+        &handle,
+        &with_memory(1 << 30, 31),
+        Placement::Pipeline { stages: 31 },
+    ) {
+        Err(CapacityError::Stages { stages, layers }) => assert_eq!((stages, layers), (31, 30)),
+        Err(e) => panic!("unexpected: {e}"),
+        Ok(_) => panic!("31 stages over 30 layers"),
+    }
+    assert!(matches!(
+        Planner::new(&handle, &[], Placement::Pipeline { stages: 0 }),
+        Err(CapacityError::Stages { stages: 0, .. })
+    ));
 }
