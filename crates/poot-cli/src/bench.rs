@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use poot_executor::CopyBandwidth;
 use poot_llm::{
-    Driver, DriverOptions, FinishReason, GenerateRequest, Generation, Layout, ModelHandle, Sampler,
-    Serving,
+    Driver, DriverOptions, FinishReason, GenerateRequest, Generation, Layout, ModelHandle,
+    Placement, Sampler, Serving,
 };
 use poot_models::ModelKind;
 use serde_json::json;
@@ -53,7 +53,9 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
     let sizing = bench_sizing(&args, handle.config().max_positions)?;
 
     let started = Instant::now();
-    let mut opened = run::open(args.backend.choice(), args.tensor_parallel)?;
+    let placement = args.placement.placement();
+    run::check_placement(&handle, placement)?;
+    let mut opened = run::open(args.backend.choice(), placement)?;
     status.line(format!(
         "backend {} on {} (opened in {:.1} s)",
         opened.backend,
@@ -76,12 +78,7 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
     let started = Instant::now();
     let options = DriverOptions::new(sizing.capacity, sizing.prefill_chunk);
     let executor = progress::reporting(opened.executor, &status, sizing.prefill_chunk);
-    let driver = Driver::placed(
-        Arc::clone(&handle),
-        executor,
-        run::placement_of(args.tensor_parallel),
-        options,
-    )?;
+    let driver = Driver::placed(Arc::clone(&handle), executor, placement, options)?;
     let upload_seconds = started.elapsed().as_secs_f64();
     let started = Instant::now();
     let mut driver = driver.serve(Layout::Contiguous).map_err(|refused| {
@@ -122,7 +119,7 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
         layers: handle.config().n_layers,
         backend: opened.backend.to_string(),
         device: opened.device_name.clone(),
-        ranks: args.tensor_parallel as usize,
+        placement,
         prompt,
         generate,
         sizing,
@@ -232,9 +229,9 @@ struct Report {
     layers: usize,
     backend: String,
     device: String,
-    /// Devices of the tensor-parallel group (1 alone): each reads its share of a token's
-    /// bytes at its own bandwidth.
-    ranks: usize,
+    /// Where the model ran: a tensor-parallel group's devices each read their share of a
+    /// token's bytes at once; a pipeline's stages read theirs one after another.
+    placement: Placement,
     prompt: usize,
     generate: usize,
     sizing: Sizing,
@@ -264,10 +261,15 @@ impl Report {
         self.traffic.bytes_at(self.mean_context())
     }
 
-    /// The time a decode token takes at the measured bandwidth (of every device of a group
-    /// together), in seconds.
+    /// The time a decode token takes at the measured bandwidth (of every device of a
+    /// tensor-parallel group together; of one device at a time for a pipeline's stages), in
+    /// seconds.
     fn floor_seconds(&self) -> f64 {
-        let bw = self.bandwidth.bytes_per_second() * self.ranks as f64;
+        let at_once = match self.placement {
+            Placement::TensorParallel { ranks } => ranks,
+            Placement::Single | Placement::Pipeline { .. } => 1,
+        };
+        let bw = self.bandwidth.bytes_per_second() * at_once as f64;
         if bw > 0.0 {
             self.bytes_per_token() / bw
         } else {
@@ -295,8 +297,8 @@ impl Report {
                 format!(
                     "{:.1} GB/s measured (device-to-device copy, read + write){}",
                     self.bandwidth.bytes_per_second() / 1e9,
-                    if self.ranks > 1 {
-                        format!(" on each of {} devices", self.ranks)
+                    if self.placement.devices() > 1 {
+                        format!(" on each of {} devices", self.placement.devices())
                     } else {
                         String::new()
                     }
@@ -364,7 +366,14 @@ impl Report {
             "layers": self.layers,
             "backend": self.backend,
             "device": self.device,
-            "tensor_parallel": self.ranks,
+            "tensor_parallel": match self.placement {
+                Placement::TensorParallel { ranks } => ranks,
+                Placement::Single | Placement::Pipeline { .. } => 1,
+            },
+            "pipeline_stages": match self.placement {
+                Placement::Pipeline { stages } => stages,
+                Placement::Single | Placement::TensorParallel { .. } => 1,
+            },
             "prompt_tokens": self.prompt,
             "gen_tokens": self.generate,
             "repeats": self.runs.len(),

@@ -118,11 +118,43 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
 
+    #[command(flatten)]
+    pub placement: PlacementArgs,
+}
+
+/// How a generating command places the model on the devices.
+#[derive(Clone, Copy, Debug, Args)]
+pub struct PlacementArgs {
     /// Split the model over the first N CUDA devices as one tensor-parallel group (NCCL; the
     /// ptx backend): each GPU holds its share of every layer's heads and feed-forward and of
     /// the KV cache. 1 runs on one device without NCCL.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64), allow_negative_numbers = true)]
     pub tensor_parallel: u32,
+
+    /// Run the model as a layer pipeline over the first N CUDA devices (NCCL; the ptx
+    /// backend): each GPU holds consecutive layers and their KV cache (the first also the
+    /// embedding, the last the final norm and the head), and hands the hidden state to the
+    /// next. At most the model's layer count; not with --tensor-parallel. 1 runs on one device
+    /// without NCCL.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64), allow_negative_numbers = true, conflicts_with = "tensor_parallel")]
+    pub pipeline_stages: u32,
+}
+
+impl PlacementArgs {
+    /// Where the driver places the model.
+    pub fn placement(&self) -> poot_llm::Placement {
+        if self.tensor_parallel > 1 {
+            poot_llm::Placement::TensorParallel {
+                ranks: self.tensor_parallel as usize,
+            }
+        } else if self.pipeline_stages > 1 {
+            poot_llm::Placement::Pipeline {
+                stages: self.pipeline_stages as usize,
+            }
+        } else {
+            poot_llm::Placement::Single
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -281,11 +313,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Split the model over the first N CUDA devices as one tensor-parallel group (NCCL; the
-    /// ptx backend): each GPU holds its share of every layer's heads and feed-forward and of
-    /// the KV cache. 1 runs on one device without NCCL.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64), allow_negative_numbers = true)]
-    pub tensor_parallel: u32,
+    #[command(flatten)]
+    pub placement: PlacementArgs,
 }
 
 #[derive(Debug, Args)]

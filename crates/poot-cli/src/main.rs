@@ -28,12 +28,12 @@ fn main() -> ExitCode {
         eprintln!("error: internal error (a bug in poot): {info}");
     }));
     let cli = Cli::parse();
-    let tensor_parallel = match &cli.command {
-        Command::Run(a) => a.tensor_parallel,
-        Command::Bench(a) => a.tensor_parallel,
+    let devices = match &cli.command {
+        Command::Run(a) => a.placement.placement().devices(),
+        Command::Bench(a) => a.placement.placement().devices(),
         Command::Models(_) | Command::Embed(_) => 1,
     };
-    if tensor_parallel > 1 {
+    if devices > 1 {
         // NCCL's settings (NVLink multicast off), before any thread that could read the
         // environment starts; a value the caller set stays.
         for (key, value) in poot_llm::backend::GROUP_ENV_DEFAULTS {

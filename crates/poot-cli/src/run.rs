@@ -8,8 +8,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use poot_llm::{
     BackendChoice, Driver, DriverError, DriverOptions, GenerateRequest, Layout, LoadOptions,
-    MAX_LOGIT_BIAS, ModelHandle, OpenedExecutor, Penalties, Sampler, Serving, open_executor,
-    open_group_executor,
+    MAX_LOGIT_BIAS, ModelHandle, OpenedExecutor, Penalties, Sampler, Serving, open_placed_executor,
 };
 use poot_models::{ModelKind, Registry};
 use poot_text::TextServices;
@@ -221,7 +220,8 @@ impl Session {
             BackendArg::Wgpu => BackendChoice::Wgpu,
         };
         let started = Instant::now();
-        let opened = open(choice, args.tensor_parallel)?;
+        check_placement(handle, args.placement.placement())?;
+        let opened = open(choice, args.placement.placement())?;
         status.line(format!(
             "backend {} on {} (opened in {:.1} s)",
             opened.backend,
@@ -242,7 +242,7 @@ impl Session {
         let driver = Driver::placed(
             Arc::clone(handle),
             executor,
-            placement_of(args.tensor_parallel),
+            args.placement.placement(),
             options,
         )?;
         let uploaded = started.elapsed().as_secs_f64();
@@ -303,24 +303,26 @@ impl Session {
     }
 }
 
-/// The backend's executor: one device, or a tensor-parallel group of `tensor_parallel`.
-pub fn open(choice: BackendChoice, tensor_parallel: u32) -> Result<OpenedExecutor, CliError> {
-    Ok(if tensor_parallel > 1 {
-        open_group_executor(choice, tensor_parallel as usize)?
-    } else {
-        open_executor(choice)?
-    })
+/// Refuses a placement the model cannot take (a pipeline with more stages than layers) before
+/// any device opens.
+pub fn check_placement(
+    handle: &ModelHandle,
+    placement: poot_llm::Placement,
+) -> Result<(), CliError> {
+    if let poot_llm::Placement::Pipeline { stages } = placement {
+        poot_models::Stage::new(0, stages)
+            .and_then(|s| s.layers(handle.config().n_layers))
+            .map_err(|e| CliError::Driver(e.into()))?;
+    }
+    Ok(())
 }
 
-/// Where the driver places the model for `--tensor-parallel`.
-pub fn placement_of(tensor_parallel: u32) -> poot_llm::Placement {
-    if tensor_parallel > 1 {
-        poot_llm::Placement::TensorParallel {
-            ranks: tensor_parallel as usize,
-        }
-    } else {
-        poot_llm::Placement::Single
-    }
+/// The backend's executor over the devices `placement` spans: one device, or a group.
+pub fn open(
+    choice: BackendChoice,
+    placement: poot_llm::Placement,
+) -> Result<OpenedExecutor, CliError> {
+    Ok(open_placed_executor(choice, placement)?)
 }
 
 /// Chats on stdin until `/exit` or end of input.

@@ -122,6 +122,8 @@ fn help_names_the_commands_and_the_sampling_flags() {
         "--frequency-penalty",
         "--logit-bias",
         "--top-logprobs",
+        "--tensor-parallel",
+        "--pipeline-stages",
     ] {
         assert!(help.contains(flag), "{flag} missing from {help}");
     }
@@ -182,6 +184,9 @@ fn bad_flag_values_are_refused_before_loading() {
         ("--top-logprobs", "-1"),
         ("--tensor-parallel", "0"),
         ("--tensor-parallel", "65"),
+        ("--pipeline-stages", "0"),
+        ("--pipeline-stages", "-2"),
+        ("--pipeline-stages", "65"),
     ] {
         let o = poot(&["run", "smollm2", "hello", flag, value]);
         assert_one_error(&o, flag);
@@ -294,7 +299,7 @@ fn models_lists_the_packaged_checkpoints_and_refuses_unknown_names() {
 }
 
 #[test]
-fn tensor_parallel_is_refused_on_wgpu_and_without_cuda_in_one_line() {
+fn groups_are_refused_on_wgpu_and_without_cuda_in_one_line() {
     let dir = repo().join("crates/poot-serve/tests/fixtures/tiny-chat");
     let dir = dir.to_str().unwrap();
     for cmd in ["run", "bench"] {
@@ -304,13 +309,29 @@ fn tensor_parallel_is_refused_on_wgpu_and_without_cuda_in_one_line() {
         } else {
             args.extend(["--prompt-tokens", "4", "--gen-tokens", "2"]);
         }
-        let o = poot(&[&args[..], &["--tensor-parallel", "2", "--backend", "wgpu"]].concat());
-        assert_one_error(&o, "does not run a group of devices");
-        // On a machine without two CUDA devices the group is a typed refusal too.
-        if open_executor(BackendChoice::Ptx).is_err() {
-            let o = poot(&[&args[..], &["--tensor-parallel", "2", "--backend", "ptx"]].concat());
-            assert_one_error(&o, "ptx");
+        for flag in ["--tensor-parallel", "--pipeline-stages"] {
+            let o = poot(&[&args[..], &[flag, "2", "--backend", "wgpu"]].concat());
+            assert_one_error(&o, "does not run a group of devices");
+            // On a machine without two CUDA devices the group is a typed refusal too.
+            if open_executor(BackendChoice::Ptx).is_err() {
+                let o = poot(&[&args[..], &[flag, "2", "--backend", "ptx"]].concat());
+                assert_one_error(&o, "ptx");
+            }
         }
+        // One placement or the other, refused before anything loads.
+        let o = poot(
+            &[
+                &args[..],
+                &["--tensor-parallel", "2", "--pipeline-stages", "2"],
+            ]
+            .concat(),
+        );
+        assert_one_error(&o, "cannot be used with");
+        assert!(!stderr(&o).contains("loading"), "{}", stderr(&o));
+        // Three stages over the fixture's two layers, refused before the backend opens.
+        let o = poot(&[&args[..], &["--pipeline-stages", "3", "--backend", "ptx"]].concat());
+        assert_one_error(&o, "a pipeline of 3 stages over 2 layers");
+        assert!(!stderr(&o).contains("backend ptx on"), "{}", stderr(&o));
     }
 }
 
@@ -416,6 +437,8 @@ fn help_names_bench_and_embed_with_their_flags() {
         "--backend",
         "--json",
         "--probe-mib",
+        "--tensor-parallel",
+        "--pipeline-stages",
     ] {
         assert!(help.contains(flag), "{flag} missing from {help}");
     }

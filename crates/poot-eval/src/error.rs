@@ -131,11 +131,11 @@ pub enum Fault {
     /// evaluator bug, reported rather than a panic.
     #[error("a window at element {base} reaches past a buffer of {len} elements")]
     WindowLayout { base: usize, len: usize },
-    /// An all-reduce over a group of `ranks` in a graph evaluated alone: a rank's partial value
-    /// means nothing without the others'. Evaluate the group's graphs together with
-    /// [`crate::eval_group`].
-    #[error("an all-reduce over {ranks} ranks needs the whole group (eval_group)")]
-    Collective { ranks: usize },
+    /// A collective (`op`: an all-reduce, a broadcast) over a group of `ranks` in a graph
+    /// evaluated alone: a rank's value means nothing without the others'. Evaluate the group's
+    /// graphs together with [`crate::eval_group`].
+    #[error("{op} over {ranks} ranks needs the whole group (eval_group)")]
+    Collective { op: &'static str, ranks: usize },
     /// The op produced data that does not match the type the graph records for its output.
     /// This is an evaluator bug, reported rather than a panic.
     #[error("produced data that does not fit the recorded type: {0}")]

@@ -20,9 +20,10 @@ const KEEP: usize = usize::MAX;
 /// The bindings are checked first (see [`Inputs`]); then each equation runs in order. A runtime
 /// fault (an index out of range, an integer division by zero, a packed format with no decode)
 /// stops the walk with [`EvalError::Fault`] naming the equation, its op and the value it defines.
-/// An all-reduce over a group of one is the identity; one over a larger group is
-/// [`Fault::Collective`] (a rank's graph means nothing alone: evaluate the group with
-/// [`crate::eval_group`]). No graph that validates makes this panic.
+/// A collective over a group of one is the identity (an all-reduce sums one part, a broadcast
+/// hands the only rank its own value); one over a larger group is [`Fault::Collective`] (a
+/// rank's graph means nothing alone: evaluate the group with [`crate::eval_group`]). No graph
+/// that validates makes this panic.
 pub fn eval<'i>(
     graph: &Graph,
     inputs: &'i Inputs<'_>,
@@ -32,9 +33,15 @@ pub fn eval<'i>(
     loop {
         match walk.advance()? {
             Paused::Done => return walk.finish(),
-            Paused::AllReduce { eqn, ranks } => {
-                if ranks != 1 {
-                    return Err(walk.fault(eqn, Fault::Collective { ranks }));
+            Paused::Collective { eqn, op } => {
+                if op.ranks() != 1 {
+                    return Err(walk.fault(
+                        eqn,
+                        Fault::Collective {
+                            op: op.name(),
+                            ranks: op.ranks(),
+                        },
+                    ));
                 }
                 let alone = walk.collective_input(eqn)?.data().clone();
                 walk.complete(alone)?;
@@ -48,9 +55,65 @@ pub fn eval<'i>(
 pub(crate) enum Paused {
     /// Every equation ran.
     Done,
-    /// Equation `eqn` is an all-reduce over `ranks` ranks: its operand is ready, its result
-    /// waits for [`Walk::complete`].
-    AllReduce { eqn: usize, ranks: usize },
+    /// Equation `eqn` is the collective `op`: its operand is ready, its result waits for
+    /// [`Walk::complete`].
+    Collective { eqn: usize, op: Collective },
+}
+
+/// A collective a walk pauses at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Collective {
+    AllReduceSum { ranks: usize },
+    BroadcastFrom { root: usize, ranks: usize },
+}
+
+impl Collective {
+    /// The collective of `op`, if it is one.
+    fn of(op: &OpKind) -> Option<Collective> {
+        match *op {
+            OpKind::AllReduceSum { ranks } => Some(Collective::AllReduceSum { ranks }),
+            OpKind::BroadcastFrom { root, ranks } => {
+                Some(Collective::BroadcastFrom { root, ranks })
+            }
+            OpKind::Literal(_)
+            | OpKind::Iota { .. }
+            | OpKind::Unary(_)
+            | OpKind::Binary(_)
+            | OpKind::Compare(_)
+            | OpKind::Select
+            | OpKind::Cast { .. }
+            | OpKind::Reshape { .. }
+            | OpKind::Broadcast { .. }
+            | OpKind::Transpose { .. }
+            | OpKind::Slice { .. }
+            | OpKind::Concat { .. }
+            | OpKind::Gather { .. }
+            | OpKind::TakeAlong { .. }
+            | OpKind::DynamicSlice { .. }
+            | OpKind::DynamicUpdateSlice
+            | OpKind::ScatterUpdate { .. }
+            | OpKind::Reduce { .. }
+            | OpKind::ArgMax { .. }
+            | OpKind::ArgTopK { .. }
+            | OpKind::MatMul { .. }
+            | OpKind::IndexedMatMul => None,
+        }
+    }
+
+    /// The group size the graph was traced for.
+    pub(crate) fn ranks(self) -> usize {
+        match self {
+            Collective::AllReduceSum { ranks } | Collective::BroadcastFrom { ranks, .. } => ranks,
+        }
+    }
+
+    /// The op's name, as faults name it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduceSum { .. } => "all_reduce_sum",
+            Collective::BroadcastFrom { .. } => "broadcast_from",
+        }
+    }
 }
 
 /// One graph's evaluation, run equation by equation and paused at each collective so a group's
@@ -104,8 +167,8 @@ impl<'g, 'i> Walk<'g, 'i> {
     pub(crate) fn advance(&mut self) -> Result<Paused, EvalError> {
         while let Some(eqn) = self.graph.eqns().get(self.next) {
             let i = self.next;
-            if let OpKind::AllReduceSum { ranks } = eqn.op {
-                return Ok(Paused::AllReduce { eqn: i, ranks });
+            if let Some(op) = Collective::of(&eqn.op) {
+                return Ok(Paused::Collective { eqn: i, op });
             }
             let data = run(i, eqn, &mut self.env, &self.last_use, self.options)
                 .map_err(|f| self.fault(i, f))?;
@@ -329,6 +392,13 @@ fn run<'i>(
             matmul::indexed_matmul(args.get(0)?, args.get(1)?, args.get(2)?, f64_acc)
         }
         // The walk stops before a collective: a group completes it (`Walk::complete`).
-        OpKind::AllReduceSum { ranks } => Err(Fault::Collective { ranks: *ranks }),
+        OpKind::AllReduceSum { ranks } => Err(Fault::Collective {
+            op: "all_reduce_sum",
+            ranks: *ranks,
+        }),
+        OpKind::BroadcastFrom { ranks, .. } => Err(Fault::Collective {
+            op: "broadcast_from",
+            ranks: *ranks,
+        }),
     }
 }

@@ -1,5 +1,6 @@
-//! The group oracle: the graphs of a tensor-parallel group evaluated in lockstep, each rank on
-//! its own inputs, meeting at every all-reduce.
+//! The group oracle: the graphs of a group (the ranks of a tensor-parallel group, the stages of
+//! a layer pipeline) evaluated in lockstep, each rank on its own inputs, meeting at every
+//! collective.
 //!
 //! **Meaning of `AllReduceSum`.** Every rank's walk runs up to its next all-reduce; the operands
 //! are then summed element by element in rank order (`((x0 + x1) + x2) + ...`, each addition
@@ -7,13 +8,17 @@
 //! [`EvalOptions::accumulate_f64`](crate::EvalOptions)) and every rank continues with the same
 //! sum. A device's collective may associate the sum differently (NCCL's ring or tree order), so
 //! devices are compared with it at a reassociation tolerance.
+//!
+//! **Meaning of `BroadcastFrom`.** Every rank's walk runs up to its next collective; every rank
+//! then continues with rank `root`'s operand, element for element (the other ranks' operands,
+//! placeholders of the same type, are not read). Exact: a device's broadcast copies words.
 
 use std::borrow::Cow;
 
 use poot_graph_ir::Graph;
 
 use crate::error::EvalError;
-use crate::eval::{Paused, Walk};
+use crate::eval::{Collective, Paused, Walk};
 use crate::evaluation::Evaluation;
 use crate::inputs::Inputs;
 use crate::options::EvalOptions;
@@ -22,8 +27,9 @@ use crate::tensor::TensorData;
 /// Evaluates the `graphs` of one group (rank `r` is `graphs[r]`, bound by `inputs[r]`) in
 /// lockstep and returns every rank's evaluation, in rank order.
 ///
-/// Each all-reduce must be met by every rank, in the same order, over the group's size and the
-/// same type; ranks that diverge are [`EvalError::GroupDiverged`]. A rank's own failure is
+/// Each collective must be met by every rank, in the same order, as the same op over the
+/// group's size (and, for a broadcast, the same root) and the same type; ranks that diverge are
+/// [`EvalError::GroupDiverged`]. A rank's own failure is
 /// [`EvalError::Rank`] naming it.
 pub fn eval_group<'i>(
     graphs: &[&Graph],
@@ -55,12 +61,19 @@ pub fn eval_group<'i>(
         let describe = |r: usize, p: Paused| -> String {
             match p {
                 Paused::Done => "the end of its graph".to_string(),
-                Paused::AllReduce { eqn, ranks } => {
+                Paused::Collective { eqn, op } => {
                     let ty = walks[r]
                         .collective_input(eqn)
                         .map(|t| t.ty().to_string())
                         .unwrap_or_default();
-                    format!("an all-reduce over {ranks} ranks of {ty}")
+                    match op {
+                        Collective::AllReduceSum { ranks } => {
+                            format!("an all-reduce over {ranks} ranks of {ty}")
+                        }
+                        Collective::BroadcastFrom { root, ranks } => {
+                            format!("a broadcast from rank {root} over {ranks} ranks of {ty}")
+                        }
+                    }
                 }
             }
         };
@@ -75,32 +88,54 @@ pub fn eval_group<'i>(
                 });
             }
         }
-        match pauses[0] {
+        let op = match pauses[0] {
             Paused::Done => break,
-            Paused::AllReduce { ranks: n, .. } if n != ranks => {
+            Paused::Collective { op, .. } if op.ranks() != ranks => {
                 return Err(EvalError::GroupDiverged {
                     rank: 0,
-                    expected: format!("an all-reduce over the group's {ranks} ranks"),
+                    expected: format!("a collective over the group's {ranks} ranks"),
                     found: first,
                 });
             }
-            Paused::AllReduce { .. } => {}
-        }
-        let mut parts = Vec::with_capacity(ranks);
-        for (r, (w, p)) in walks.iter().zip(&pauses).enumerate() {
-            let Paused::AllReduce { eqn, .. } = *p else {
-                break;
+            Paused::Collective { op, .. } => op,
+        };
+        let result =
+            match op {
+                Collective::AllReduceSum { .. } => {
+                    let mut parts = Vec::with_capacity(ranks);
+                    for (r, (w, p)) in walks.iter().zip(&pauses).enumerate() {
+                        let Paused::Collective { eqn, .. } = *p else {
+                            break;
+                        };
+                        let t = w.collective_input(eqn).map_err(in_rank(r))?;
+                        parts.push(t.as_f32().map_err(|e| {
+                            in_rank(r)(w.fault(eqn, crate::error::Fault::Produced(e)))
+                        })?);
+                    }
+                    TensorData::F32(Cow::Owned(sum_in_rank_order(
+                        &parts,
+                        options.accumulate_f64,
+                    )))
+                }
+                // Every rank met the same root (checked above), inside the group (`infer`).
+                Collective::BroadcastFrom { root, .. } => {
+                    let (Some(w), Some(&Paused::Collective { eqn, .. })) =
+                        (walks.get(root), pauses.get(root))
+                    else {
+                        return Err(EvalError::GroupDiverged {
+                            rank: 0,
+                            expected: format!("a root among the group's {ranks} ranks"),
+                            found: first,
+                        });
+                    };
+                    w.collective_input(eqn)
+                        .map_err(in_rank(root))?
+                        .data()
+                        .clone()
+                }
             };
-            let t = w.collective_input(eqn).map_err(in_rank(r))?;
-            parts.push(
-                t.as_f32()
-                    .map_err(|e| in_rank(r)(w.fault(eqn, crate::error::Fault::Produced(e))))?,
-            );
-        }
-        let sum = sum_in_rank_order(&parts, options.accumulate_f64);
         for (r, w) in walks.iter_mut().enumerate() {
-            w.complete(TensorData::F32(Cow::Owned(sum.clone())))
-                .map_err(in_rank(r))?;
+            w.complete(result.clone()).map_err(in_rank(r))?;
         }
     }
     walks

@@ -40,9 +40,10 @@
 //! whole row at a time from its components, exactly as `PackedFormat::decode_row` does. `Gather` of a packed rank-2 table decodes only the gathered
 //! rows, to f32.
 //!
-//! **Collectives.** `AllReduceSum` sums one value over the graphs of a tensor-parallel group:
-//! alone, a group of one is the identity; [`eval_group`] runs a group's graphs in lockstep and
-//! sums in rank order (see its module).
+//! **Collectives.** `AllReduceSum` sums one value over the graphs of a tensor-parallel group;
+//! `BroadcastFrom` hands every rank the root rank's value (a layer pipeline's hand-over between
+//! stages). Alone, a group of one is the identity for both; [`eval_group`] runs a group's graphs
+//! in lockstep, summing in rank order and copying the root's value (see its module).
 //!
 //! **Indices.** Runtime indices (gather, take-along, scatter, expert ids) and dynamic window
 //! starts are never wrapped or clamped: one outside its axis is [`Fault::IndexOutOfRange`] or

@@ -79,7 +79,13 @@ fn a_rank_alone_is_refused() {
     match e {
         EvalError::Fault { op, fault, .. } => {
             assert_eq!(op, "all_reduce_sum");
-            assert_eq!(*fault, Fault::Collective { ranks: 2 });
+            assert_eq!(
+                *fault,
+                Fault::Collective {
+                    op: "all_reduce_sum",
+                    ranks: 2
+                }
+            );
         }
         e => panic!("unexpected: {e}"),
     }
@@ -133,4 +139,130 @@ fn a_rank_that_faults_is_named() {
         }
         e => panic!("unexpected: {e}"),
     }
+}
+
+/// A three-stage hand-over: each rank adds `w` to what it holds, and broadcasts from rank 0
+/// then rank 1 carry the running value along; rank 2's result is `x + 3w` (rank 0 starts from
+/// `x`). Ranks pass placeholders (zeros) to broadcasts they are not the root of. Also an i32
+/// value broadcast from the last rank.
+fn stage_graph(rank: usize, ranks: usize) -> Graph {
+    let b = Builder::new(TraceLimits::standard(16));
+    let f32x4 = TensorType::new(poot_graph_ir::DType::F32, vec![4]);
+    let x = b.constant("x", f32x4.clone()).unwrap();
+    let w = b.constant("w", f32x4).unwrap();
+    let zeros = || b.broadcast(b.lit_f32(0.0).unwrap(), [4]).unwrap();
+    let mut h = if rank == 0 { x } else { zeros() };
+    for root in 0..ranks - 1 {
+        if root == rank {
+            h = b.add(h, w).unwrap();
+        }
+        let sent = if root == rank { h } else { zeros() };
+        let got = b.broadcast_from(sent, root, ranks).unwrap();
+        if root + 1 == rank {
+            h = got;
+        }
+    }
+    if rank == ranks - 1 {
+        h = b.add(h, w).unwrap();
+    }
+    let id = b.lit_i32(if rank == ranks - 1 { 7 } else { -1 }).unwrap();
+    let id = b.broadcast_from(id, ranks - 1, ranks).unwrap();
+    let h = b.broadcast_from(h, ranks - 1, ranks).unwrap();
+    b.finish(Outputs::new(h).and(id)).unwrap()
+}
+
+#[test]
+fn a_broadcast_hands_every_rank_the_roots_value() {
+    let ranks = 3;
+    let graphs: Vec<Graph> = (0..ranks).map(|r| stage_graph(r, ranks)).collect();
+    let x = [1.0f32, -2.0, f32::NAN, 1e30];
+    let w = [0.5f32, 0.25, 1.0, 1e30];
+    // Only rank 0's x and each rank's w are read; other ranks hold other values of x.
+    let ins: Vec<Inputs> = (0..ranks)
+        .map(|r| {
+            if r == 0 {
+                inputs(&x, &w)
+            } else {
+                inputs(&[9.0; 4], &w)
+            }
+        })
+        .collect();
+    let refs: Vec<&Graph> = graphs.iter().collect();
+    let outs = eval_group(&refs, &ins, EvalOptions::default()).unwrap();
+    let want: Vec<f32> = x.iter().zip(&w).map(|(x, w)| x + w + w + w).collect();
+    for o in &outs {
+        let got = o.outputs[0].as_f32().unwrap();
+        assert!(
+            got.iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{got:?} != {want:?}"
+        );
+        assert_eq!(o.outputs[1].as_i32().unwrap(), &[7]);
+    }
+    // A group of one: every broadcast is the identity, alone or as a group.
+    let one = stage_graph(0, 1);
+    let ins = [inputs(&x, &w)];
+    let alone = eval(&one, &ins[0], EvalOptions::default()).unwrap();
+    let group = eval_group(&[&one], &ins, EvalOptions::default()).unwrap();
+    assert_eq!(alone.outputs[0].as_f32().unwrap()[0], 1.5);
+    assert_eq!(
+        alone.outputs[0].as_f32().unwrap()[..2],
+        group[0].outputs[0].as_f32().unwrap()[..2]
+    );
+    // A rank of the group alone is refused.
+    match eval(&graphs[1], &ins[0], EvalOptions::default()).unwrap_err() {
+        EvalError::Fault { op, fault, .. } => {
+            assert_eq!(op, "broadcast_from");
+            assert_eq!(
+                *fault,
+                Fault::Collective {
+                    op: "broadcast_from",
+                    ranks: 3
+                }
+            );
+        }
+        e => panic!("unexpected: {e}"),
+    }
+}
+
+#[test]
+fn ranks_that_broadcast_from_different_roots_or_types_are_refused() {
+    let one_root = |root: usize, dtype| {
+        let b = Builder::new(TraceLimits::standard(16));
+        let x = b.constant("x", TensorType::new(dtype, vec![4])).unwrap();
+        let y = b.broadcast_from(x, root, 2).unwrap();
+        b.finish(Outputs::new(y)).unwrap()
+    };
+    let f32s = || Inputs::new().with_const("x", HostTensor::f32([4], vec![1.0; 4]).unwrap());
+    let ins = [f32s(), f32s()];
+    let (a, b) = (
+        one_root(0, poot_graph_ir::DType::F32),
+        one_root(1, poot_graph_ir::DType::F32),
+    );
+    match eval_group(&[&a, &b], &ins, EvalOptions::default()).unwrap_err() {
+        EvalError::GroupDiverged {
+            rank,
+            expected,
+            found,
+        } => {
+            assert_eq!(rank, 1);
+            assert_eq!(expected, "a broadcast from rank 0 over 2 ranks of f32[4]");
+            assert_eq!(found, "a broadcast from rank 1 over 2 ranks of f32[4]");
+        }
+        e => panic!("unexpected: {e}"),
+    }
+    // A graph for a group of two run by three ranks.
+    let ins3 = [f32s(), f32s(), f32s()];
+    let e = eval_group(&[&a, &a, &a], &ins3, EvalOptions::default()).unwrap_err();
+    assert!(matches!(e, EvalError::GroupDiverged { rank: 0, .. }), "{e}");
+    // An all-reduce where a peer broadcasts.
+    let g = rank_graph(2);
+    let e = eval_group(
+        &[&a, &g],
+        &[f32s(), inputs(&[1.0; 4], &[1.0; 4])],
+        EvalOptions::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, EvalError::GroupDiverged { rank: 1, .. }), "{e}");
 }

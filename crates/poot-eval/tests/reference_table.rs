@@ -430,6 +430,18 @@ fn rows() -> Vec<Row> {
         Tol::Exact,
     ));
     r.push(row(
+        "broadcast_from over one rank",
+        OpKind::BroadcastFrom { root: 0, ranks: 1 },
+        vec![f(&[13], vals(SPECIAL))],
+        Tol::Exact,
+    ));
+    r.push(row(
+        "broadcast_from over one rank, i32",
+        OpKind::BroadcastFrom { root: 0, ranks: 1 },
+        vec![inp(I32, &[3, 5], Gen::Int(-1000, 1000))],
+        Tol::Exact,
+    ));
+    r.push(row(
         "reshape",
         OpKind::Reshape {
             shape: Shape::new([6, 4]),

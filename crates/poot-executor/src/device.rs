@@ -25,6 +25,14 @@ pub enum Command<'a, D: Device + ?Sized> {
         dst: &'a D::Buffer,
         n_elems: u64,
     },
+    /// Rank `root`'s first `n_elems` 32-bit words of `src`, written to `dst` on every rank (the
+    /// other ranks' `src` is not read).
+    Broadcast {
+        src: &'a D::Buffer,
+        dst: &'a D::Buffer,
+        n_elems: u64,
+        root: usize,
+    },
 }
 
 /// A backend. Implementations hold the context; every method that touches the device returns a
@@ -82,7 +90,7 @@ pub trait Device {
                     grid: l.grid,
                     args: l.args,
                 }),
-                Command::AllReduceSum { .. } => {
+                Command::AllReduceSum { .. } | Command::Broadcast { .. } => {
                     return Err(DeviceError::NoCollectives {
                         device: self.limits().name.clone(),
                     });
@@ -100,6 +108,21 @@ pub trait Device {
         _src: &Self::Buffer,
         _dst: &Self::Buffer,
         _n_elems: u64,
+    ) -> Result<(), DeviceError> {
+        Err(DeviceError::NoCollectives {
+            device: self.limits().name.clone(),
+        })
+    }
+
+    /// Queues a broadcast of rank `root`'s first `n_elems` 32-bit words of `src` into `dst` on
+    /// every rank of the device's group, ordered after earlier work. A device alone (the
+    /// default) refuses with [`DeviceError::NoCollectives`].
+    fn broadcast(
+        &mut self,
+        _src: &Self::Buffer,
+        _dst: &Self::Buffer,
+        _n_elems: u64,
+        _root: usize,
     ) -> Result<(), DeviceError> {
         Err(DeviceError::NoCollectives {
             device: self.limits().name.clone(),

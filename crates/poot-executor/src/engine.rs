@@ -846,6 +846,12 @@ fn collective_command<'a, D: Device>(
             dst,
             n_elems: c.n_elems,
         },
+        poot_graph_plan::CollectiveOp::Broadcast { root, .. } => Command::Broadcast {
+            src,
+            dst,
+            n_elems: c.n_elems,
+            root,
+        },
     })
 }
 

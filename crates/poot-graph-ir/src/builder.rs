@@ -583,6 +583,17 @@ impl Builder {
     pub fn all_reduce_sum(&self, x: Traced, ranks: usize) -> Result<Traced, BuilderError> {
         self.eqn(OpKind::AllReduceSum { ranks }, &[x])
     }
+
+    /// Rank `root`'s `x` on every one of the `ranks` graphs of a group (each rank passes a value
+    /// of the same type; only root's is read).
+    pub fn broadcast_from(
+        &self,
+        x: Traced,
+        root: usize,
+        ranks: usize,
+    ) -> Result<Traced, BuilderError> {
+        self.eqn(OpKind::BroadcastFrom { root, ranks }, &[x])
+    }
 }
 
 fn scoped(scope: &[String], leaf: &str) -> String {
@@ -617,6 +628,7 @@ fn param_bytes(op: &OpKind) -> usize {
         | OpKind::ArgTopK { .. }
         | OpKind::MatMul { .. }
         | OpKind::IndexedMatMul
-        | OpKind::AllReduceSum { .. } => 0,
+        | OpKind::AllReduceSum { .. }
+        | OpKind::BroadcastFrom { .. } => 0,
     }
 }

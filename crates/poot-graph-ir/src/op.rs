@@ -283,6 +283,15 @@ pub enum OpKind {
     AllReduceSum {
         ranks: usize,
     },
+    /// Rank `root`'s value of one operand over the `ranks` graphs of a group (a layer
+    /// pipeline's hand-over from one stage to the next): every rank gets root's value whatever
+    /// its own operand holds (a placeholder of the same type). f32, i32 or u32 (moved as 32-bit
+    /// words, never converted). A collective, not a kernel: a group of one is the identity, and
+    /// a graph evaluated or planned alone with `ranks > 1` is refused.
+    BroadcastFrom {
+        root: usize,
+        ranks: usize,
+    },
 }
 
 impl OpKind {
@@ -311,6 +320,7 @@ impl OpKind {
             OpKind::MatMul { .. } => "matmul",
             OpKind::IndexedMatMul => "indexed_matmul",
             OpKind::AllReduceSum { .. } => "all_reduce_sum",
+            OpKind::BroadcastFrom { .. } => "broadcast_from",
         }
     }
 
@@ -788,10 +798,27 @@ impl OpKind {
             OpKind::AllReduceSum { ranks } => {
                 arity(op, inputs, 1)?;
                 if *ranks == 0 {
-                    return Err(InferError::GroupSize { ranks: *ranks });
+                    return Err(InferError::GroupSize { op, ranks: *ranks });
                 }
                 if inputs[0].dtype != DType::F32 {
                     return Err(dtype_err(op, 0, inputs[0].dtype, "f32"));
+                }
+                checked_elems(op, &inputs[0].shape)?;
+                Ok(inputs[0].clone())
+            }
+            OpKind::BroadcastFrom { root, ranks } => {
+                arity(op, inputs, 1)?;
+                if *ranks == 0 {
+                    return Err(InferError::GroupSize { op, ranks: *ranks });
+                }
+                if root >= ranks {
+                    return Err(InferError::GroupRoot {
+                        root: *root,
+                        ranks: *ranks,
+                    });
+                }
+                if !matches!(inputs[0].dtype, DType::F32 | DType::I32 | DType::U32) {
+                    return Err(dtype_err(op, 0, inputs[0].dtype, "f32, i32 or u32"));
                 }
                 checked_elems(op, &inputs[0].shape)?;
                 Ok(inputs[0].clone())
@@ -880,8 +907,11 @@ pub enum InferError {
     #[error("{op}: shape element count overflows")]
     Overflow { op: &'static str },
     /// A collective over a group of no ranks.
-    #[error("all_reduce_sum: a group of {ranks} ranks (at least 1)")]
-    GroupSize { ranks: usize },
+    #[error("{op}: a group of {ranks} ranks (at least 1)")]
+    GroupSize { op: &'static str, ranks: usize },
+    /// A broadcast from a rank outside its group.
+    #[error("broadcast_from: root rank {root} is outside a group of {ranks} ranks")]
+    GroupRoot { root: usize, ranks: usize },
     /// A packed value whose last axis is not a whole number of blocks.
     #[error("{op}: packed {dtype} shape {shape} is not whole blocks along its last axis")]
     PackedBlocks {

@@ -81,6 +81,7 @@ fn params(op: &OpKind) -> String {
         | OpKind::ArgMax { axis } => format!("[axis={axis}]"),
         OpKind::ArgTopK { k } => format!("[k={k}]"),
         OpKind::AllReduceSum { ranks } => format!("[ranks={ranks}]"),
+        OpKind::BroadcastFrom { root, ranks } => format!("[root={root} ranks={ranks}]"),
         OpKind::MatMul { transpose_rhs } => {
             if *transpose_rhs {
                 "[rhs^T]".to_string()

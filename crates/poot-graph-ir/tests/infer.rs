@@ -372,3 +372,45 @@ proptest! {
         prop_assert_eq!(out.dims(), want.as_slice());
     }
 }
+
+#[test]
+fn collectives_keep_their_operands_type() {
+    use DType::*;
+    let bcast = |root, ranks| OpKind::BroadcastFrom { root, ranks };
+    for d in [F32, I32, U32] {
+        assert_eq!(infer(bcast(1, 3), &[t(d, &[2, 4])]).unwrap(), t(d, &[2, 4]));
+    }
+    assert_eq!(infer(bcast(0, 1), &[t(F32, &[])]).unwrap(), t(F32, &[]));
+    assert_eq!(
+        infer(bcast(3, 3), &[t(F32, &[2])]).unwrap_err(),
+        InferError::GroupRoot { root: 3, ranks: 3 }
+    );
+    assert_eq!(
+        infer(bcast(0, 0), &[t(F32, &[2])]).unwrap_err(),
+        InferError::GroupSize {
+            op: "broadcast_from",
+            ranks: 0
+        }
+    );
+    // Words move as they are: a type stored in fewer bits is refused, not widened.
+    for d in [F16, BF16, U8, Bool] {
+        assert!(matches!(
+            infer(bcast(0, 2), &[t(d, &[2])]),
+            Err(InferError::DType {
+                op: "broadcast_from",
+                ..
+            })
+        ));
+    }
+    assert!(matches!(
+        infer(bcast(0, 2), &[t(F32, &[2]), t(F32, &[2])]),
+        Err(InferError::Arity { .. })
+    ));
+    assert_eq!(
+        infer(OpKind::AllReduceSum { ranks: 0 }, &[t(F32, &[2])]).unwrap_err(),
+        InferError::GroupSize {
+            op: "all_reduce_sum",
+            ranks: 0
+        }
+    );
+}

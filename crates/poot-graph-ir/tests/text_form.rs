@@ -77,3 +77,18 @@ fn component_constants_render_their_layout() {
     assert_eq!(text, want, "\n{text}");
     assert_eq!(component_const_name("w.a", "qweight"), "w.a:qweight");
 }
+
+#[test]
+fn collectives_render_their_group() {
+    let b = Builder::new(TraceLimits::standard(4));
+    let x = b
+        .slot_named("x", TensorType::new(DType::I32, vec![1, 2]))
+        .unwrap();
+    let y = b.broadcast_from(x, 1, 2).unwrap();
+    let g = b.finish(Outputs::new(y)).unwrap();
+    let text = g.to_string();
+    assert!(
+        text.contains("%1:i32[1,2] = broadcast_from[root=1 ranks=2] %0"),
+        "\n{text}"
+    );
+}

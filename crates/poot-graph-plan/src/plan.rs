@@ -56,11 +56,12 @@ pub struct Collective {
     /// Runs after the first `before` dispatches and before the rest.
     pub before: usize,
     pub op: CollectiveOp,
-    /// The rank's partial value (f32 words).
+    /// The rank's operand: its partial value (f32 words) for an all-reduce; for a broadcast the
+    /// root's value (32-bit words of any type), unread on the other ranks.
     pub src: BufferId,
     /// Where every rank receives the result (another buffer than `src`).
     pub dst: BufferId,
-    /// f32 elements of `src` and `dst`.
+    /// 32-bit elements of `src` and `dst`.
     pub n_elems: u64,
     /// The graph value it computes (`l3.attn_out`), for diagnostics.
     pub label: String,
@@ -71,6 +72,25 @@ pub struct Collective {
 pub enum CollectiveOp {
     /// The elementwise f32 sum over the `ranks` ranks of the group.
     AllReduceSum { ranks: usize },
+    /// Rank `root`'s words, copied to every rank of the group of `ranks`.
+    Broadcast { root: usize, ranks: usize },
+}
+
+impl CollectiveOp {
+    /// The group size the collective was planned for.
+    pub fn ranks(self) -> usize {
+        match self {
+            CollectiveOp::AllReduceSum { ranks } | CollectiveOp::Broadcast { ranks, .. } => ranks,
+        }
+    }
+
+    /// How refusals name it.
+    pub fn what(self) -> &'static str {
+        match self {
+            CollectiveOp::AllReduceSum { .. } => "an all-reduce",
+            CollectiveOp::Broadcast { .. } => "a broadcast",
+        }
+    }
 }
 
 /// Where a host-visible value lives and how its words read.

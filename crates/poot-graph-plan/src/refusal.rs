@@ -91,11 +91,13 @@ pub enum PlanError {
     /// A collective over another number of ranks than the device's group holds (a graph traced
     /// for another group size, or a rank's graph planned for a device alone).
     #[error(
-        "{backend}: `{label}` is an all-reduce over {ranks} ranks; the device is one of a group of {group_ranks}"
+        "{backend}: `{label}` is {what} over {ranks} ranks; the device is one of a group of {group_ranks}"
     )]
     GroupRanks {
         backend: Backend,
         label: String,
+        /// The collective: `an all-reduce`, `a broadcast`.
+        what: &'static str,
         ranks: usize,
         group_ranks: usize,
     },

@@ -8,6 +8,8 @@ use poot_ptx_device::{PtxConfig, PtxDevice, open_group_devices};
 pub use poot_ptx_device::{GROUP_ENV_DEFAULTS, NCCL_LIBRARY_ENV};
 use poot_wgpu_device::{WgpuDevice, WgpuOptions};
 
+use crate::placement::Placement;
+
 /// Which backend to run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendChoice {
@@ -27,7 +29,9 @@ pub enum BackendError {
         source: DeviceError,
     },
     /// A backend that runs no device groups was asked for several devices.
-    #[error("backend {backend} does not run a group of devices (tensor parallelism runs on ptx)")]
+    #[error(
+        "backend {backend} does not run a group of devices (tensor parallelism and the layer pipeline run on ptx)"
+    )]
     NoGroups { backend: Backend },
     /// Auto found no backend; each backend's reason is listed.
     #[error("no GPU backend is usable: ptx: {ptx}; wgpu: {wgpu}")]
@@ -51,9 +55,10 @@ fn engine<D: Device + 'static>(device: D, backend: Backend) -> OpenedExecutor {
     }
 }
 
-/// Opens the chosen backend's first `ranks` devices as one tensor-parallel group (a
-/// [`poot_executor::Coordinator`] with a communicator between them): PTX only, which `Auto`
-/// picks. Build the driver with [`crate::Driver::placed`].
+/// Opens the chosen backend's first `ranks` devices as one group (a
+/// [`poot_executor::Coordinator`] with a communicator between them, for a tensor-parallel group
+/// or a layer pipeline): PTX only, which `Auto` picks. Build the driver with
+/// [`crate::Driver::placed`].
 pub fn open_group_executor(
     choice: BackendChoice,
     ranks: usize,
@@ -89,9 +94,25 @@ pub fn open_group_executor(
     })?;
     Ok(OpenedExecutor {
         backend: Backend::Ptx,
-        device_name: format!("{ranks} x {name} (tensor-parallel)"),
+        device_name: format!("{ranks} x {name}"),
         executor: Box::new(coordinator),
     })
+}
+
+/// Opens the devices `placement` spans: the chosen backend's first device for a placement on
+/// one, else its first devices as one group ([`open_group_executor`]), named with the
+/// placement. Build the driver with [`crate::Driver::placed`] and the same placement.
+pub fn open_placed_executor(
+    choice: BackendChoice,
+    placement: Placement,
+) -> Result<OpenedExecutor, BackendError> {
+    let devices = placement.devices();
+    if devices <= 1 {
+        return open_executor(choice);
+    }
+    let mut opened = open_group_executor(choice, devices)?;
+    opened.device_name = format!("{} ({placement})", opened.device_name);
+    Ok(opened)
 }
 
 /// Opens the chosen backend's first device.

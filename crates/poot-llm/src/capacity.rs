@@ -5,15 +5,16 @@
 //! A tensor-parallel rank holds its slices of the split weights, the replicated ones whole, and
 //! its share of every layer's key/value heads; a pipeline stage holds its layers whole (the
 //! first stage also the embeddings, the last the final norm and head, every stage the rotary
-//! tables). Weight bytes count each constant as the executor uploads it (whole words, and a
-//! tied embedding and head once).
+//! tables: the split and the weights of [`poot_models::pipeline`], which the driver uploads).
+//! Weight bytes count each constant as the executor uploads it (whole words, and a tied
+//! embedding and head once on a device that holds both).
 
 use std::collections::HashSet;
 use std::ops::Range;
 
 use poot_graph_plan::Target;
-use poot_models::weights::{Role, WeightEntry, WeightMap, WeightSource};
-use poot_models::{Program, Shard, TraceError};
+use poot_models::weights::{WeightMap, WeightSource};
+use poot_models::{Program, Shard, Stage, TraceError};
 
 use crate::handle::ModelHandle;
 use crate::placement::Placement;
@@ -56,7 +57,8 @@ pub enum CapacityError {
     /// does not run tensor-parallel).
     #[error(transparent)]
     Trace(#[from] TraceError),
-    /// A pipeline with more stages than the model has layers.
+    /// A pipeline of no stages, or of more stages than the model has layers (a stage would
+    /// hold none).
     #[error("a pipeline of {stages} stages over {layers} layers")]
     Stages { stages: usize, layers: usize },
     /// A device cannot hold its weights. More devices, or a smaller weight format, may fit.
@@ -113,8 +115,14 @@ impl Planner {
             .program(Program::Step)
             .map(|p| p.states.clone())
             .unwrap_or_default();
+        if let Placement::Pipeline { stages } = placement
+            && (stages == 0 || stages > layers)
+        {
+            return Err(CapacityError::Stages { stages, layers });
+        }
         let mut devices = Vec::with_capacity(needed);
         for (index, target) in targets.iter().enumerate() {
+            // The weights the driver uploads to this device, and the layers whose cache it holds.
             let (map, held, shard) = match placement {
                 Placement::Single => (model.weights().clone(), 0..layers, Shard::WHOLE),
                 Placement::TensorParallel { ranks } => {
@@ -122,19 +130,12 @@ impl Planner {
                     (model.shard_weights(shard)?.into_owned(), 0..layers, shard)
                 }
                 Placement::Pipeline { stages } => {
-                    if stages > layers {
-                        return Err(CapacityError::Stages { stages, layers });
-                    }
-                    let held = stage_layers(index, stages, layers);
-                    (model.weights().clone(), held, Shard::WHOLE)
+                    let stage = Stage::new(index, stages)?;
+                    let map = model.placed_weights(Shard::WHOLE, stage)?.into_owned();
+                    (map, stage.layers(layers)?, Shard::WHOLE)
                 }
             };
-            let first = held.start == 0;
-            let last = held.end == layers;
-            let weight_bytes = weight_bytes(&map, |e| match e.role.layer {
-                Some(l) => held.contains(&l),
-                None => held_globally(e.role.role, first, last),
-            });
+            let weight_bytes = weight_bytes(&map);
             let kv_bytes_per_position = states
                 .iter()
                 .filter(|s| held.contains(&s.layer))
@@ -214,62 +215,12 @@ impl Planner {
     }
 }
 
-/// Layers of pipeline stage `stage` of `stages`: consecutive, the first `layers % stages`
-/// stages one layer more.
-fn stage_layers(stage: usize, stages: usize, layers: usize) -> Range<usize> {
-    let (each, extra) = (layers / stages, layers % stages);
-    let start = stage * each + stage.min(extra);
-    start..start + each + usize::from(stage < extra)
-}
-
-/// Whether a pipeline stage (the first, the last, both, or neither) holds a model-wide role.
-fn held_globally(role: Role, first: bool, last: bool) -> bool {
-    match role {
-        Role::TokenEmbed
-        | Role::PositionEmbed
-        | Role::TokenTypeEmbed
-        | Role::EmbedNorm
-        | Role::EmbedNormBias => first,
-        Role::FinalNorm
-        | Role::FinalNormBias
-        | Role::Head
-        | Role::Pooler
-        | Role::PoolerBias
-        | Role::Classifier
-        | Role::ClassifierBias => last,
-        Role::RopeCos(_) | Role::RopeSin(_) => true,
-        Role::AttnNorm
-        | Role::AttnNormBias
-        | Role::AttnQ
-        | Role::AttnQBias
-        | Role::AttnK
-        | Role::AttnKBias
-        | Role::AttnV
-        | Role::AttnVBias
-        | Role::AttnO
-        | Role::AttnOBias
-        | Role::QNorm
-        | Role::KNorm
-        | Role::PostAttnNorm
-        | Role::PostAttnNormBias
-        | Role::FfnNorm
-        | Role::FfnNormBias
-        | Role::PostFfnNorm
-        | Role::PostFfnNormBias
-        | Role::FfnGate
-        | Role::FfnUp
-        | Role::FfnUpBias
-        | Role::FfnDown
-        | Role::FfnDownBias => true,
-    }
-}
-
-/// Bytes the executor uploads for the entries of `map` that `held` keeps: whole words per
-/// constant, constants over the same stored bytes once.
-fn weight_bytes(map: &WeightMap, held: impl Fn(&WeightEntry) -> bool) -> u64 {
+/// Bytes the executor uploads for the entries of `map`: whole words per constant, constants
+/// over the same stored bytes once.
+fn weight_bytes(map: &WeightMap) -> u64 {
     let mut seen = HashSet::new();
     let mut total = 0u64;
-    for e in map.iter().filter(|e| held(e)) {
+    for e in map.iter() {
         if let WeightSource::Tensor { name, rows, cols } = &e.source
             && !seen.insert((name.clone(), rows.clone(), cols.clone()))
         {

@@ -13,6 +13,7 @@ pub mod weights;
 
 pub use backend::{
     BackendChoice, BackendError, OpenedExecutor, open_executor, open_group_executor,
+    open_placed_executor,
 };
 pub use driver::{
     Driver, DriverError, DriverOptions, Feature, FinishReason, GenerateRequest, GeneratedToken,

@@ -8,15 +8,15 @@ use std::sync::Arc;
 
 use poot_executor::{ConstBytes, ConstSource};
 use poot_models::weights::{ConstData, WeightMap};
-use poot_models::{Shard, TraceError};
+use poot_models::{Shard, Stage, TraceError};
 
 use crate::handle::ModelHandle;
 
-/// The weights of a handle, shared with the handle: the whole model's, or one tensor-parallel
-/// rank's slices of them.
+/// The weights of a handle, shared with the handle: the whole model's, one tensor-parallel
+/// rank's slices of them, or one pipeline stage's.
 pub struct HandleWeights {
     handle: Arc<ModelHandle>,
-    /// A rank's weight map; `None` reads the model's own.
+    /// A rank's or a stage's weight map; `None` reads the model's own.
     shard: Option<WeightMap>,
 }
 
@@ -36,6 +36,20 @@ impl HandleWeights {
         Ok(HandleWeights {
             handle,
             shard: (!shard.is_whole()).then_some(map),
+        })
+    }
+
+    /// The weights pipeline stage `stage` uploads: its layers', and the embeddings (the first
+    /// stage), the final norm and head (the last) and the rotary tables it reads. Refused when
+    /// the pipeline has more stages than the model has layers.
+    pub fn for_stage(handle: Arc<ModelHandle>, stage: Stage) -> Result<HandleWeights, TraceError> {
+        let map = handle
+            .model()
+            .placed_weights(Shard::WHOLE, stage)?
+            .into_owned();
+        Ok(HandleWeights {
+            handle,
+            shard: (!stage.is_whole()).then_some(map),
         })
     }
 

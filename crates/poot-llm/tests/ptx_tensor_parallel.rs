@@ -1,8 +1,9 @@
-//! Tensor parallelism on real GPUs: the driver on one PTX device against the same driver placed
-//! over a group of PTX devices with NCCL (as many as the machine has, up to 4; one GPU is a
-//! group of one, which still opens NCCL and runs the Coordinator and the primary-context
-//! path). Greedy tokens must be equal, for the serving fixture and for SmolLM2, whose three
-//! key/value heads two ranks share as one and two. Without CUDA each test prints SKIP.
+//! Tensor parallelism and the layer pipeline on real GPUs: the driver on one PTX device against
+//! the same driver placed over a group of PTX devices with NCCL (as many as the machine has, up
+//! to 4; one GPU is a group of one, which still opens NCCL and runs the Coordinator and the
+//! primary-context path). Greedy tokens must be equal, for the serving fixture and for SmolLM2,
+//! whose three key/value heads two ranks share as one and two, and whose 30 layers two stages
+//! hold as 15 and 15. Without CUDA each test prints SKIP.
 
 #![allow(clippy::unwrap_used)]
 
@@ -38,8 +39,15 @@ fn greedy(driver: &mut Driver, prompt: &[u32], max_new: usize) -> Vec<u32> {
         .tokens
 }
 
-/// Greedy tokens of `handle` for `prompt` on one device and on a group of up to `most`.
-fn compare(handle: Arc<ModelHandle>, prompt: &[u32], max_new: usize, most: usize) {
+/// Greedy tokens of `handle` for `prompt` on one device and on a group of up to `most`, placed
+/// as `placement` says for the group's size.
+fn compare(
+    handle: Arc<ModelHandle>,
+    prompt: &[u32],
+    max_new: usize,
+    most: usize,
+    placement: fn(usize) -> Placement,
+) {
     let options = DriverOptions::new(256, 16);
     let single = match open_executor(BackendChoice::Ptx) {
         Ok(o) => o.executor,
@@ -58,28 +66,31 @@ fn compare(handle: Arc<ModelHandle>, prompt: &[u32], max_new: usize, most: usize
     let Some((ranks, opened)) = group(most) else {
         return;
     };
+    let placement = placement(ranks);
     println!(
-        "{}: {ranks} ranks on {}",
+        "{}: {placement} on {}",
         handle.config().family,
         opened.device_name
     );
-    let mut placed = Driver::placed(
-        Arc::clone(&handle),
-        opened.executor,
-        Placement::TensorParallel { ranks },
-        options,
-    )
-    .unwrap()
-    .serve(Layout::Contiguous)
-    .map_err(|r| r.1)
-    .unwrap();
+    let mut placed = Driver::placed(Arc::clone(&handle), opened.executor, placement, options)
+        .unwrap()
+        .serve(Layout::Contiguous)
+        .map_err(|r| r.1)
+        .unwrap();
     let got = greedy(&mut placed, prompt, max_new);
-    println!("one device {want:?}\n{ranks} ranks    {got:?}");
+    println!("one device {want:?}\n{placement}: {got:?}");
     assert_eq!(got, want);
 }
 
-#[test]
-fn the_serving_fixture_on_a_group_generates_the_single_devices_tokens() {
+fn tensor_parallel(ranks: usize) -> Placement {
+    Placement::TensorParallel { ranks }
+}
+
+fn pipeline(stages: usize) -> Placement {
+    Placement::Pipeline { stages }
+}
+
+fn tiny_chat() -> Arc<ModelHandle> {
     // The build's checkout, or the repository root this binary runs in (a copy on the GPU
     // machine).
     let built =
@@ -90,13 +101,29 @@ fn the_serving_fixture_on_a_group_generates_the_single_devices_tokens() {
         PathBuf::from("crates/poot-serve/tests/fixtures/tiny-chat")
     };
     let registry = Registry::builtin().unwrap();
-    let handle = Arc::new(ModelHandle::load(&dir, &registry, &LoadOptions::default()).unwrap());
-    // Two key/value heads: at most two ranks.
-    compare(handle, &[5, 60, 300, 11, 2, 90, 17], 24, 2);
+    Arc::new(ModelHandle::load(&dir, &registry, &LoadOptions::default()).unwrap())
 }
 
 #[test]
-fn smollm2_on_a_group_generates_the_single_devices_tokens() {
+fn the_serving_fixture_on_a_group_generates_the_single_devices_tokens() {
+    // Two key/value heads: at most two ranks.
+    compare(
+        tiny_chat(),
+        &[5, 60, 300, 11, 2, 90, 17],
+        24,
+        2,
+        tensor_parallel,
+    );
+}
+
+#[test]
+fn the_serving_fixture_on_a_pipeline_generates_the_single_devices_tokens() {
+    // Two layers: at most two stages.
+    compare(tiny_chat(), &[5, 60, 300, 11, 2, 90, 17], 24, 2, pipeline);
+}
+
+/// SmolLM2 and its prompt, or `None` after a SKIP line.
+fn smollm2() -> Option<(Arc<ModelHandle>, Vec<u32>)> {
     let cache = std::env::var_os("POOT_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -105,7 +132,7 @@ fn smollm2_on_a_group_generates_the_single_devices_tokens() {
     let path = cache.join("models/smollm2-135m-instruct-q4_1.gguf");
     if !path.exists() {
         println!("SKIP: {} not found", path.display());
-        return;
+        return None;
     }
     let registry = Registry::builtin().unwrap();
     let handle = Arc::new(ModelHandle::load(&path, &registry, &LoadOptions::default()).unwrap());
@@ -114,6 +141,22 @@ fn smollm2_on_a_group_generates_the_single_devices_tokens() {
         .unwrap()
         .encode("The capital of France is")
         .unwrap();
+    Some((handle, prompt))
+}
+
+#[test]
+fn smollm2_on_a_group_generates_the_single_devices_tokens() {
+    let Some((handle, prompt)) = smollm2() else {
+        return;
+    };
     // Three key/value heads: at most three ranks.
-    compare(handle, &prompt, 32, 3);
+    compare(handle, &prompt, 32, 3, tensor_parallel);
+}
+
+#[test]
+fn smollm2_on_a_pipeline_generates_the_single_devices_tokens() {
+    let Some((handle, prompt)) = smollm2() else {
+        return;
+    };
+    compare(handle, &prompt, 32, 4, pipeline);
 }

@@ -1,7 +1,8 @@
-//! Tensor parallelism through the driver, on lavapipe: a Coordinator of wgpu devices whose
-//! collectives are emulated on the host (a test device only: each all-reduce waits for the
-//! rank's work, reads its partial sums back, adds every rank's in rank order and writes the sum
-//! back; no backend ships it). Everything but NCCL is the real path: the rank graphs, their
+//! Tensor parallelism and the layer pipeline through the driver, on lavapipe: a Coordinator of
+//! wgpu devices whose collectives are emulated on the host (a test device only: each collective
+//! waits for the rank's work and reads its operand back; an all-reduce adds every rank's in rank
+//! order, a broadcast takes the root's words, and the result is written back; no backend ships
+//! it). Everything but NCCL is the real path: the rank graphs, their
 //! plans with collectives among the dispatches, the recordings, chained decode replays, the
 //! Coordinator's lockstep and its poisoning. Greedy tokens must equal the single device's.
 //!
@@ -15,21 +16,31 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use poot_executor::{
-    Command, Coordinator, Device, DeviceError, DeviceLimits, Engine, ExecError, GroupAbort, Launch,
-    RankExecutor,
+    Command, ConstSource, Coordinator, Device, DeviceError, DeviceLimits, Engine, ExecError,
+    GroupAbort, Launch, RankExecutor,
 };
 use poot_graph_plan::Backend;
 use poot_graph_plan::kernel::Kernel;
 use poot_llm::capacity::{CapacityError, Planner};
 use poot_llm::{
-    Driver, DriverError, DriverOptions, GenerateRequest, Layout, LoadOptions, ModelHandle,
-    Placement, Sampler,
+    Driver, DriverError, DriverOptions, GenerateRequest, HandleWeights, Layout, LoadOptions,
+    ModelHandle, Placement, Sampler,
 };
-use poot_models::{Registry, TraceError};
+use poot_models::weights::Role;
+use poot_models::{Registry, Stage, TraceError};
 use poot_wgpu_device::{WgpuDevice, WgpuOptions};
 
+/// What an emulated collective makes of the ranks' parts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Combine {
+    /// The f32 sum in rank order.
+    Sum,
+    /// Rank `root`'s words.
+    From(usize),
+}
+
 /// The host-side meeting point of an emulated group: each round every rank deposits its part,
-/// and each takes the sum (in rank order) once all have. An abort wakes every waiter with an
+/// and each takes the result (the sum in rank order, or the root's part) once all have. An abort wakes every waiter with an
 /// error; a rank that waits longer than the timeout fails too, so a broken test cannot hang.
 struct Bus {
     ranks: usize,
@@ -40,9 +51,9 @@ struct Bus {
 #[derive(Default)]
 struct BusState {
     round: u64,
-    parts: Vec<Option<Vec<f32>>>,
+    parts: Vec<Option<(Combine, Vec<u32>)>>,
     taken: usize,
-    sum: Vec<f32>,
+    result: Vec<u32>,
     aborted: Option<String>,
 }
 
@@ -60,7 +71,12 @@ impl Bus {
         })
     }
 
-    fn exchange(&self, rank: usize, part: Vec<f32>) -> Result<Vec<f32>, DeviceError> {
+    fn exchange(
+        &self,
+        rank: usize,
+        combine: Combine,
+        part: Vec<u32>,
+    ) -> Result<Vec<u32>, DeviceError> {
         let failed = |why: String| DeviceError::Collective { reason: why };
         let mut s = self.state.lock().unwrap();
         // Wait for the previous round to be taken by everyone.
@@ -75,15 +91,34 @@ impl Bus {
             }
         }
         let round = s.round;
-        s.parts[rank] = Some(part);
+        s.parts[rank] = Some((combine, part));
         if s.parts.iter().all(Option::is_some) {
-            let mut sum = s.parts[0].clone().unwrap();
-            for p in s.parts[1..].iter().flatten() {
-                for (a, x) in sum.iter_mut().zip(p) {
-                    *a += *x;
+            let parts: Vec<&(Combine, Vec<u32>)> = s.parts.iter().flatten().collect();
+            // Ranks that did not meet at the same collective are a bug the test must show.
+            let result = if parts.iter().any(|(c, _)| *c != combine) {
+                Err(format!(
+                    "ranks met at different collectives: {:?}",
+                    parts.iter().map(|(c, _)| *c).collect::<Vec<_>>()
+                ))
+            } else {
+                match combine {
+                    Combine::Sum => {
+                        let mut sum: Vec<f32> =
+                            parts[0].1.iter().map(|w| f32::from_bits(*w)).collect();
+                        for (_, p) in &parts[1..] {
+                            for (a, x) in sum.iter_mut().zip(p) {
+                                *a += f32::from_bits(*x);
+                            }
+                        }
+                        Ok(sum.iter().map(|x| x.to_bits()).collect())
+                    }
+                    Combine::From(root) => Ok(parts[root].1.clone()),
                 }
+            };
+            match result {
+                Ok(r) => s.result = r,
+                Err(e) => s.aborted = Some(e),
             }
-            s.sum = sum;
             s.round += 1;
             self.turned.notify_all();
         }
@@ -97,14 +132,17 @@ impl Bus {
                 return Err(failed("emulated collective timed out".into()));
             }
         }
-        let sum = s.sum.clone();
+        if let Some(a) = &s.aborted {
+            return Err(failed(a.clone()));
+        }
+        let result = s.result.clone();
         s.taken += 1;
         if s.taken == self.ranks {
             s.taken = 0;
             s.parts.iter_mut().for_each(|p| *p = None);
             self.turned.notify_all();
         }
-        Ok(sum)
+        Ok(result)
     }
 }
 
@@ -130,7 +168,8 @@ struct Emulated {
 
 enum Segment {
     Kernels(<WgpuDevice as Device>::Recording),
-    AllReduce {
+    Collective {
+        combine: Combine,
         src: <WgpuDevice as Device>::Buffer,
         dst: <WgpuDevice as Device>::Buffer,
         n_elems: u64,
@@ -138,8 +177,9 @@ enum Segment {
 }
 
 impl Emulated {
-    fn reduce(
+    fn collective(
         &mut self,
+        combine: Combine,
         src: &<WgpuDevice as Device>::Buffer,
         dst: &<WgpuDevice as Device>::Buffer,
         n_elems: u64,
@@ -147,12 +187,12 @@ impl Emulated {
         self.inner.synchronize()?;
         let mut bytes = vec![0u8; n_elems as usize * 4];
         self.inner.read(src, 0, &mut bytes)?;
-        let part: Vec<f32> = bytes
+        let part: Vec<u32> = bytes
             .chunks_exact(4)
-            .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
             .collect();
-        let sum = self.bus.exchange(self.rank, part)?;
-        let out: Vec<u8> = sum.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let result = self.bus.exchange(self.rank, combine, part)?;
+        let out: Vec<u8> = result.iter().flat_map(|x| x.to_le_bytes()).collect();
         self.inner.write(dst, 0, &out)
     }
 }
@@ -210,12 +250,20 @@ impl Device for Emulated {
                     grid: l.grid,
                     args: l.args,
                 }),
-                Command::AllReduceSum { src, dst, n_elems } => {
+                Command::AllReduceSum { src, dst, n_elems }
+                | Command::Broadcast {
+                    src, dst, n_elems, ..
+                } => {
                     if !run.is_empty() {
                         segments.push(Segment::Kernels(self.inner.record(&run)?));
                         run.clear();
                     }
-                    segments.push(Segment::AllReduce {
+                    let combine = match c {
+                        Command::Broadcast { root, .. } => Combine::From(*root),
+                        _ => Combine::Sum,
+                    };
+                    segments.push(Segment::Collective {
+                        combine,
                         src: (*src).clone(),
                         dst: (*dst).clone(),
                         n_elems: *n_elems,
@@ -234,7 +282,16 @@ impl Device for Emulated {
         dst: &Self::Buffer,
         n_elems: u64,
     ) -> Result<(), DeviceError> {
-        self.reduce(src, dst, n_elems)
+        self.collective(Combine::Sum, src, dst, n_elems)
+    }
+    fn broadcast(
+        &mut self,
+        src: &Self::Buffer,
+        dst: &Self::Buffer,
+        n_elems: u64,
+        root: usize,
+    ) -> Result<(), DeviceError> {
+        self.collective(Combine::From(root), src, dst, n_elems)
     }
     fn replay(&mut self, recording: &Self::Recording) -> Result<(), DeviceError> {
         self.replays += 1;
@@ -246,7 +303,12 @@ impl Device for Emulated {
         for s in recording {
             match s {
                 Segment::Kernels(r) => self.inner.replay(r)?,
-                Segment::AllReduce { src, dst, n_elems } => self.reduce(src, dst, *n_elems)?,
+                Segment::Collective {
+                    combine,
+                    src,
+                    dst,
+                    n_elems,
+                } => self.collective(*combine, src, dst, *n_elems)?,
             }
         }
         Ok(())
@@ -371,6 +433,93 @@ fn a_group_of_two_on_lavapipe_generates_the_single_devices_tokens() {
 }
 
 #[test]
+fn a_pipeline_of_two_on_lavapipe_generates_the_single_devices_tokens() {
+    let handle = tiny_chat();
+    let options = DriverOptions::new(64, 4);
+    let single = match poot_llm::open_executor(poot_llm::BackendChoice::Wgpu) {
+        Ok(o) => o.executor,
+        Err(e) => {
+            eprintln!("SKIP: {e}");
+            return;
+        }
+    };
+    let mut one = Driver::new(Arc::clone(&handle), single, options)
+        .unwrap()
+        .serve(Layout::Contiguous)
+        .map_err(|r| r.1)
+        .unwrap();
+    let want = greedy(&mut one, PROMPT, 12).unwrap();
+    let Some(group) = emulated_group(2, None) else {
+        return;
+    };
+    let mut two = Driver::placed(
+        Arc::clone(&handle),
+        Box::new(group),
+        Placement::Pipeline { stages: 2 },
+        options,
+    )
+    .unwrap()
+    .serve(Layout::Contiguous)
+    .map_err(|r| r.1)
+    .unwrap();
+    assert_eq!(two.placement(), Placement::Pipeline { stages: 2 });
+    // Each stage uploads one layer: the first with the embedding, the second with the final
+    // norm and the head (untied), both with the rotary tables.
+    let (d, v) = (64u64, 512u64);
+    let rope = 2 * 512 * 8 * 4;
+    let layer = ((64 * d + 2 * 32 * d + d * 64 + 3 * 128 * d) + 2 * d) * 4;
+    assert_eq!(
+        two.executor().stats().weight_bytes,
+        v * d * 4 + d * 4 + rope + layer,
+        "the larger stage's weights (the last)"
+    );
+    // Prefill in chunks, then decode chained on the device (the hand-over and the picks'
+    // broadcast inside each replay).
+    let got = greedy(&mut two, PROMPT, 12).unwrap();
+    eprintln!("one device: {want:?}; two stages: {got:?}");
+    assert_eq!(got, want);
+    // A second generation reuses the entries and the cache; sampling heads run too.
+    assert_eq!(
+        greedy(&mut two, &PROMPT[..3], 6).unwrap(),
+        greedy(&mut one, &PROMPT[..3], 6).unwrap()
+    );
+    let sampled = |d: &mut Driver| {
+        let mut req = GenerateRequest::new(PROMPT.to_vec(), 8, Sampler::new(0.8, 20, 0.9, 7));
+        req.ignore_eos = true;
+        req.top_logprobs = Some(3);
+        let g = d.generate(req, &mut |_| ControlFlow::Continue(())).unwrap();
+        (g.tokens, g.logprobs)
+    };
+    let (want_tokens, want_logprobs) = sampled(&mut one);
+    let (got_tokens, got_logprobs) = sampled(&mut two);
+    assert_eq!(got_tokens, want_tokens);
+    for (a, b) in got_logprobs.iter().zip(&want_logprobs) {
+        assert!((a.logprob - b.logprob).abs() <= 1e-5, "{a:?} vs {b:?}");
+        let ids = |t: &poot_llm::TokenLogprob| t.top.iter().map(|x| x.0).collect::<Vec<_>>();
+        assert_eq!(ids(a), ids(b));
+    }
+    drop(two);
+    // Two rows over a paged pool: each stage holds its layer's blocks.
+    let Some(group) = emulated_group(2, None) else {
+        return;
+    };
+    let mut paged = Driver::placed(
+        Arc::clone(&handle),
+        Box::new(group),
+        Placement::Pipeline { stages: 2 },
+        options.with_rows(2),
+    )
+    .unwrap()
+    .serve(Layout::Paged {
+        block_tokens: 16,
+        blocks: 9,
+    })
+    .map_err(|r| r.1)
+    .unwrap();
+    assert_eq!(greedy(&mut paged, PROMPT, 12).unwrap(), want);
+}
+
+#[test]
 fn a_failing_rank_poisons_the_group() {
     let handle = tiny_chat();
     // Rank 1 fails its third replay (inside the first generation's prefill); rank 0 is then
@@ -428,18 +577,41 @@ fn placements_the_driver_cannot_run_are_refused() {
         Err(e) => panic!("unexpected: {e}"),
         Ok(_) => panic!("a group of 2 ran a placement over 4"),
     }
+    // Three stages over the fixture's two layers: one would hold none.
+    let Some(group) = emulated_group(3, None) else {
+        return;
+    };
+    match Driver::placed(
+        Arc::clone(&handle),
+        Box::new(group),
+        Placement::Pipeline { stages: 3 },
+        options,
+    ) {
+        Err(DriverError::Trace(e)) => assert!(
+            matches!(
+                *e,
+                TraceError::TooManyStages {
+                    stages: 3,
+                    layers: 2
+                }
+            ),
+            "{e}"
+        ),
+        Err(e) => panic!("unexpected: {e}"),
+        Ok(_) => panic!("three stages held two layers"),
+    }
     let Some(group) = emulated_group(2, None) else {
         return;
     };
     match Driver::placed(
         Arc::clone(&handle),
         Box::new(group),
-        Placement::Pipeline { stages: 2 },
+        Placement::Pipeline { stages: 3 },
         options,
     ) {
-        Err(DriverError::Unsupported(what)) => assert!(what.contains("pipeline")),
+        Err(DriverError::Placement { needed, ranks, .. }) => assert_eq!((needed, ranks), (3, 2)),
         Err(e) => panic!("unexpected: {e}"),
-        Ok(_) => panic!("a pipeline ran"),
+        Ok(_) => panic!("a group of 2 ran a pipeline of 3"),
     }
     // Four ranks do not divide the fixture's two key/value heads.
     let Some(group) = emulated_group(4, None) else {
@@ -656,4 +828,139 @@ fn smollm2_over_two_uneven_ranks_on_lavapipe_generates_transformers_tokens() {
         greedy(&mut driver, &prompt, 4).unwrap(),
         vec![7042, 30, 198, 198]
     );
+}
+
+#[test]
+fn smollm2_over_two_stages_on_lavapipe_generates_the_single_devices_tokens() {
+    let Some(path) = smollm2() else {
+        return;
+    };
+    let registry = Registry::builtin().unwrap();
+    let handle = Arc::new(ModelHandle::load(&path, &registry, &LoadOptions::default()).unwrap());
+    let prompt = handle
+        .text()
+        .unwrap()
+        .encode("The capital of France is")
+        .unwrap();
+    let options = DriverOptions::new(64, 8);
+    let single = match poot_llm::open_executor(poot_llm::BackendChoice::Wgpu) {
+        Ok(o) => o.executor,
+        Err(e) => {
+            eprintln!("SKIP: {e}");
+            return;
+        }
+    };
+    let mut one = Driver::new(Arc::clone(&handle), single, options)
+        .unwrap()
+        .serve(Layout::Contiguous)
+        .map_err(|r| r.1)
+        .unwrap();
+    let want = greedy(&mut one, &prompt, 12).unwrap();
+    drop(one);
+    let Some(group) = emulated_group(2, None) else {
+        return;
+    };
+    let mut two = Driver::placed(
+        Arc::clone(&handle),
+        Box::new(group),
+        Placement::Pipeline { stages: 2 },
+        options,
+    )
+    .unwrap()
+    .serve(Layout::Contiguous)
+    .map_err(|r| r.1)
+    .unwrap();
+    let got = greedy(&mut two, &prompt, 12).unwrap();
+    eprintln!("one device: {want:?}; two stages: {got:?}");
+    assert_eq!(got, want);
+    // transformers' greedy continuation starts it (crates/poot-models/tests/fixtures/real).
+    assert_eq!(got[..4], [7042, 30, 198, 198]);
+}
+
+/// Bytes `weights` uploads: each buffer in whole words (a stage holds no constant twice).
+fn uploaded_bytes(weights: &HandleWeights) -> u64 {
+    weights
+        .names()
+        .iter()
+        .map(|n| weights.byte_len(n).unwrap().div_ceil(4) * 4)
+        .sum()
+}
+
+/// Bytes of the whole model's entries of `roles`, in whole words.
+fn role_bytes(handle: &ModelHandle, roles: impl Fn(Role) -> bool) -> u64 {
+    handle
+        .model()
+        .weights()
+        .iter()
+        .filter(|e| e.role.layer.is_none() && roles(e.role.role))
+        .map(|e| e.ty.size_bytes().unwrap().div_ceil(4) * 4)
+        .sum()
+}
+
+#[test]
+fn the_planner_fits_each_pipeline_stage_with_its_layers() {
+    let Some(path) = smollm2() else {
+        return;
+    };
+    let registry = Registry::builtin().unwrap();
+    let handle = Arc::new(ModelHandle::load(&path, &registry, &LoadOptions::default()).unwrap());
+    let single = Planner::new(&handle, &with_memory(1 << 30, 1), Placement::Single).unwrap();
+    let whole = &single.devices()[0];
+    let layers = 30u64;
+    let per_layer_kv = whole.kv_bytes_per_position / layers;
+    let rope = role_bytes(&handle, |r| {
+        matches!(r, Role::RopeCos(_) | Role::RopeSin(_))
+    });
+    let embed = role_bytes(&handle, |r| r == Role::TokenEmbed);
+    for (stages, split) in [
+        (2usize, vec![15u64, 15]),
+        (3, vec![10, 10, 10]),
+        (4, vec![8, 8, 7, 7]),
+    ] {
+        let pp = Planner::new(
+            &handle,
+            &with_memory(1 << 30, stages),
+            Placement::Pipeline { stages },
+        )
+        .unwrap();
+        let mut start = 0;
+        let mut weight_sum = 0;
+        for (d, n) in pp.devices().iter().zip(&split) {
+            assert_eq!(d.layers, start as usize..(start + n) as usize);
+            start += n;
+            assert_eq!(d.kv_bytes_per_position, n * per_layer_kv);
+            // What the driver uploads to the stage is what the planner counts.
+            let stage = Stage::new(d.index, stages).unwrap();
+            let uploaded = HandleWeights::for_stage(Arc::clone(&handle), stage).unwrap();
+            assert_eq!(
+                d.weight_bytes,
+                uploaded_bytes(&uploaded),
+                "stage {}",
+                d.index
+            );
+            weight_sum += d.weight_bytes;
+        }
+        assert_eq!(start, layers);
+        // The whole model's bytes, plus the rotary tables on every further stage and the tied
+        // embedding twice (the first stage's embedding, the last's head; once alone).
+        assert_eq!(
+            weight_sum,
+            whole.weight_bytes + (stages as u64 - 1) * rope + embed,
+            "{stages} stages"
+        );
+    }
+    // 31 stages would leave one with none.
+    match Planner::new(
+        &handle,
+        &with_memory(1 << 30, 31),
+        Placement::Pipeline { stages: 31 },
+    ) {
+        Err(CapacityError::Stages { stages, layers }) => assert_eq!((stages, layers), (31, 30)),
+        Err(e) => panic!("unexpected: {e}"),
+        Ok(_) => panic!("31 stages over 30 layers"),
+    }
+    assert!(matches!(
+        Planner::new(&handle, &[], Placement::Pipeline { stages: 0 }),
+        Err(CapacityError::Stages { stages: 0, .. })
+    ));
 }

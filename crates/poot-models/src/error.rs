@@ -39,6 +39,27 @@ pub enum TraceError {
     /// A tensor-parallel rank outside its group.
     #[error("rank {rank} of a group of {ranks}")]
     ShardRank { rank: usize, ranks: usize },
+    /// A pipeline stage outside its pipeline (also any stage of a pipeline of none).
+    #[error("stage {index} of a pipeline of {stages}")]
+    StageIndex { index: usize, stages: usize },
+    /// A layer pipeline with more stages than the model has layers, so some stage would hold
+    /// none: choose at most `layers` stages.
+    #[error("a pipeline of {stages} stages over {layers} layers (each stage needs at least one)")]
+    TooManyStages { stages: usize, layers: usize },
+    /// A step traced for a tensor-parallel rank and a pipeline stage at once: a placement is
+    /// one or the other.
+    #[error(
+        "rank {rank} of {ranks} and stage {stage} of {stages} at once (a step is one or the other)"
+    )]
+    ShardedStage {
+        rank: usize,
+        ranks: usize,
+        stage: usize,
+        stages: usize,
+    },
+    /// A pipeline stage of a program other than the decoder step (an encoder pass runs whole).
+    #[error("the {program} program does not run as a pipeline stage")]
+    StagedProgram { program: Program },
     /// A model with fewer parts (key/value heads, feed-forward blocks) than a tensor-parallel
     /// group has ranks, so some rank would hold none: choose a group of at most `count`.
     #[error("{count} {what} cannot be shared by {ranks} ranks (each needs at least one)")]

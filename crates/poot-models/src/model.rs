@@ -6,7 +6,7 @@ use poot_graph_ir::{Builder, Graph, TraceLimits};
 
 use crate::error::TraceError;
 use crate::schema::ModelSchema;
-use crate::step::{Program, Shard, StepSpec};
+use crate::step::{Program, Shard, Stage, StepSpec};
 use crate::weights::WeightMap;
 
 /// Whether a model generates (a decoder with a `step` program) or encodes.
@@ -53,14 +53,35 @@ pub trait Model: Send + Sync {
         })
     }
 
+    /// The weight map one device of a placement reads: rank `shard`'s slices
+    /// ([`Model::shard_weights`]), or pipeline stage `stage`'s layers and the model-wide weights
+    /// it holds ([`WeightMap::stage`]). A step is a rank or a stage, never both.
+    fn placed_weights(&self, shard: Shard, stage: Stage) -> Result<Cow<'_, WeightMap>, TraceError> {
+        if stage.is_whole() {
+            return self.shard_weights(shard);
+        }
+        if !shard.is_whole() {
+            return Err(TraceError::ShardedStage {
+                rank: shard.rank,
+                ranks: shard.ranks,
+                stage: stage.index,
+                stages: stage.stages,
+            });
+        }
+        Ok(Cow::Owned(
+            self.weights().stage(stage, self.config().n_layers)?,
+        ))
+    }
+
     /// The family's tracer body: the graph of one step. Called through [`Model::trace`], which
     /// has already checked the step against the schema and admitted its tokens.
     fn trace_into(&self, spec: &StepSpec, b: Builder) -> Result<Graph, TraceError>;
 
     /// Traces one step under `limits`: checks the program, the carried inputs, the shape and
     /// its KV geometry, admits the token count before the body runs, then checks the traced
-    /// graph carries exactly the program's declared states, each of the shape the schema
-    /// declares for this step ([`crate::schema::StateDecl::dims`]).
+    /// graph carries exactly the program's declared states (a pipeline stage: those of its
+    /// layers), each of the shape the schema declares for this step
+    /// ([`crate::schema::StateDecl::dims`]).
     fn trace(&self, spec: &StepSpec, limits: TraceLimits) -> Result<Graph, TraceError> {
         let decl = self
             .schema()
@@ -91,8 +112,24 @@ pub trait Model: Send + Sync {
         if spec.program == Program::Step {
             s.check_kv()?;
         }
-        // A family that cannot split its layers refuses before tracing anything.
-        self.shard_weights(s.shard)?;
+        // A family that cannot split its layers refuses before tracing anything, as does a
+        // pipeline stage of an encoder or of more stages than layers.
+        if !s.stage.is_whole() && spec.program != Program::Step {
+            return Err(TraceError::StagedProgram {
+                program: spec.program,
+            });
+        }
+        let held = s.stage.layers(self.config().n_layers)?;
+        if s.stage.is_whole() {
+            self.shard_weights(s.shard)?;
+        } else if !s.shard.is_whole() {
+            return Err(TraceError::ShardedStage {
+                rank: s.shard.rank,
+                ranks: s.shard.ranks,
+                stage: s.stage.index,
+                stages: s.stage.stages,
+            });
+        }
         let positions = if spec.program == Program::Step {
             s.capacity
         } else {
@@ -107,7 +144,12 @@ pub trait Model: Send + Sync {
         let b = Builder::new(limits);
         b.admit_tokens(s.total_tokens())?;
         let graph = self.trace_into(spec, b)?;
-        let mut declared: Vec<String> = decl.states.iter().map(|d| d.name.clone()).collect();
+        let mut declared: Vec<String> = decl
+            .states
+            .iter()
+            .filter(|d| s.stage.is_whole() || held.contains(&d.layer))
+            .map(|d| d.name.clone())
+            .collect();
         let mut traced: Vec<String> = graph.states().map(|(_, n, _)| n.to_string()).collect();
         declared.sort();
         traced.sort();

@@ -155,6 +155,72 @@ impl Default for Shard {
     }
 }
 
+/// Which stage of a layer pipeline a step is traced for: stage `index` of `stages`. Each stage
+/// holds consecutive layers ([`Stage::layers`], the balanced split of
+/// [`crate::pipeline::stage_layers`]) with their KV cache; the first also embeds the tokens,
+/// the last also holds the final norm and the head. Stages hand the hidden state on through
+/// broadcasts ([`crate::pipeline`]). A pipeline of one ([`Stage::WHOLE`]) is the ordinary step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Stage {
+    pub index: usize,
+    pub stages: usize,
+}
+
+impl Stage {
+    /// The whole model on one device.
+    pub const WHOLE: Stage = Stage {
+        index: 0,
+        stages: 1,
+    };
+
+    /// Stage `index` of `stages`, refused unless `index < stages`.
+    pub fn new(index: usize, stages: usize) -> Result<Stage, TraceError> {
+        if index < stages {
+            Ok(Stage { index, stages })
+        } else {
+            Err(TraceError::StageIndex { index, stages })
+        }
+    }
+
+    /// Whether this is the whole model (a pipeline of one).
+    pub fn is_whole(&self) -> bool {
+        self.stages == 1
+    }
+
+    /// Whether this stage embeds the tokens.
+    pub fn is_first(&self) -> bool {
+        self.index == 0
+    }
+
+    /// Whether this stage holds the final norm and the head.
+    pub fn is_last(&self) -> bool {
+        self.index + 1 == self.stages
+    }
+
+    /// The layers of a model of `n_layers` this stage holds, refused when some stage would hold
+    /// none.
+    pub fn layers(&self, n_layers: usize) -> Result<std::ops::Range<usize>, TraceError> {
+        Stage::new(self.index, self.stages)?;
+        if !self.is_whole() && self.stages > n_layers {
+            return Err(TraceError::TooManyStages {
+                stages: self.stages,
+                layers: n_layers,
+            });
+        }
+        Ok(crate::pipeline::stage_layers(
+            self.index,
+            self.stages,
+            n_layers,
+        ))
+    }
+}
+
+impl Default for Stage {
+    fn default() -> Stage {
+        Stage::WHOLE
+    }
+}
+
 /// The semantic shape of one step: `rows` sequences of `tokens` new tokens each, over a cache of
 /// `capacity` positions. Built with [`StepShape::new`] and `with_*` setters so a new field never
 /// breaks a caller.
@@ -169,6 +235,8 @@ pub struct StepShape {
     pub hidden_carry: bool,
     /// The part of a tensor-parallel group this step is for ([`Shard::WHOLE`] by default).
     pub shard: Shard,
+    /// The stage of a layer pipeline this step is for ([`Stage::WHOLE`] by default).
+    pub stage: Stage,
 }
 
 impl StepShape {
@@ -181,11 +249,17 @@ impl StepShape {
             logits: LogitsMode::Last,
             hidden_carry: false,
             shard: Shard::WHOLE,
+            stage: Stage::WHOLE,
         }
     }
 
     pub fn with_shard(mut self, shard: Shard) -> StepShape {
         self.shard = shard;
+        self
+    }
+
+    pub fn with_stage(mut self, stage: Stage) -> StepShape {
+        self.stage = stage;
         self
     }
 

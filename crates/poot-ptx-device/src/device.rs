@@ -132,6 +132,23 @@ fn driver_unavailable(call: &str, e: CUresult) -> DeviceError {
 
 /// A launch or replay refused on the host before it reached CUDA (an engine bug); it does not
 /// poison the device.
+/// A collective of the device's group, as [`PtxDevice::submit_collective`] queues it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GroupOp {
+    AllReduceSum,
+    Broadcast { root: usize },
+}
+
+impl GroupOp {
+    /// How failures and recordings name it.
+    fn name(self) -> &'static str {
+        match self {
+            GroupOp::AllReduceSum => "all-reduce",
+            GroupOp::Broadcast { .. } => "broadcast",
+        }
+    }
+}
+
 fn bad_launch(kernel: &str, reason: String) -> DeviceError {
     DeviceError::BadLaunch {
         kernel: kernel.to_string(),
@@ -595,15 +612,18 @@ impl PtxDevice {
         Ok(())
     }
 
-    /// Submits the group's all-reduce of `n_elems` f32 from `src` into `dst` (eagerly, or into
-    /// a capture). A device alone refuses; buffers of another device or too small are refused
-    /// before NCCL sees them; an NCCL failure poisons the device.
-    fn submit_all_reduce(
+    /// Submits the group's collective `op` over `n_elems` 32-bit words from `src` into `dst`
+    /// (eagerly, or into a capture). A device alone refuses; buffers of another device or too
+    /// small, and a broadcast root outside the group, are refused before NCCL sees them; an NCCL
+    /// failure poisons the device.
+    fn submit_collective(
         &self,
+        op: GroupOp,
         src: &PtxBuffer,
         dst: &PtxBuffer,
         n_elems: u64,
     ) -> Result<(), DeviceError> {
+        let name = op.name();
         let Some(comm) = &self.group else {
             return Err(DeviceError::NoCollectives {
                 device: self.limits.name.clone(),
@@ -613,31 +633,44 @@ impl PtxDevice {
         for b in [src, dst] {
             if !self.owns(&b.alloc.ctx) {
                 return Err(bad_launch(
-                    "all-reduce",
+                    name,
                     "a buffer belongs to another device".to_string(),
                 ));
             }
             if b.alloc.bytes < bytes {
                 return Err(bad_launch(
-                    "all-reduce",
-                    format!("{n_elems} f32 in a buffer of {} B", b.alloc.bytes),
+                    name,
+                    format!("{n_elems} words in a buffer of {} B", b.alloc.bytes),
                 ));
             }
         }
         if Arc::ptr_eq(&src.alloc, &dst.alloc) {
             return Err(bad_launch(
-                "all-reduce",
+                name,
                 "source and destination are one buffer".to_string(),
             ));
         }
         let n = usize::try_from(n_elems)
-            .map_err(|_| bad_launch("all-reduce", format!("{n_elems} elements")))?;
-        comm.all_reduce(src.alloc.ptr, dst.alloc.ptr, n, self.ctx.stream)
-            .map_err(|reason| {
-                self.ctx
-                    .poison
-                    .record(DeviceError::Collective { reason }, Some("all-reduce"))
-            })
+            .map_err(|_| bad_launch(name, format!("{n_elems} elements")))?;
+        let (src, dst, stream) = (src.alloc.ptr, dst.alloc.ptr, self.ctx.stream);
+        let submitted = match op {
+            GroupOp::AllReduceSum => comm.all_reduce(src, dst, n, stream),
+            GroupOp::Broadcast { root } => {
+                let ranks = self.limits.group_ranks;
+                if root >= ranks {
+                    return Err(bad_launch(
+                        name,
+                        format!("root rank {root} outside a group of {ranks}"),
+                    ));
+                }
+                comm.broadcast(src, dst, n, root, stream)
+            }
+        };
+        submitted.map_err(|reason| {
+            self.ctx
+                .poison
+                .record(DeviceError::Collective { reason }, Some(name))
+        })
     }
 
     /// Submits one checked launch to the stream (eagerly, or into a capture).
@@ -775,7 +808,7 @@ impl PtxDevice {
         self.capture_commands(&commands)
     }
 
-    /// Captures `commands` (launches, and the group's all-reduces) into a graph and
+    /// Captures `commands` (launches, and the group's all-reduces and broadcasts) into a graph and
     /// instantiates it.
     fn capture_commands(&self, commands: &[Command<'_, Self>]) -> Result<CUgraphExec, DeviceError> {
         let stream = self.ctx.stream;
@@ -798,8 +831,14 @@ impl PtxDevice {
                     )
                 }),
                 Command::AllReduceSum { src, dst, n_elems } => {
-                    self.submit_all_reduce(src, dst, *n_elems)
+                    self.submit_collective(GroupOp::AllReduceSum, src, dst, *n_elems)
                 }
+                Command::Broadcast {
+                    src,
+                    dst,
+                    n_elems,
+                    root,
+                } => self.submit_collective(GroupOp::Broadcast { root: *root }, src, dst, *n_elems),
             };
             if let Err(e) = submitted {
                 launched = Err(e);
@@ -980,14 +1019,18 @@ impl Device for PtxDevice {
                     }
                     l.args.iter().for_each(|b| keep(b));
                 }
-                Command::AllReduceSum { src, dst, .. } => {
+                Command::AllReduceSum { src, dst, .. } | Command::Broadcast { src, dst, .. } => {
                     let Some(comm) = &self.group else {
                         return Err(DeviceError::NoCollectives {
                             device: self.limits.name.clone(),
                         });
                     };
                     group = Some(Arc::clone(comm));
-                    names.push("all-reduce");
+                    names.push(if matches!(c, Command::Broadcast { .. }) {
+                        "broadcast"
+                    } else {
+                        "all-reduce"
+                    });
                     keep(src);
                     keep(dst);
                 }
@@ -1019,8 +1062,22 @@ impl Device for PtxDevice {
         n_elems: u64,
     ) -> Result<(), DeviceError> {
         self.enter()?;
-        self.submit_all_reduce(src, dst, n_elems)?;
+        self.submit_collective(GroupOp::AllReduceSum, src, dst, n_elems)?;
         self.in_flight.push(Arc::from("all-reduce"));
+        Ok(())
+    }
+
+    /// One eager NCCL broadcast on the device's stream.
+    fn broadcast(
+        &mut self,
+        src: &PtxBuffer,
+        dst: &PtxBuffer,
+        n_elems: u64,
+        root: usize,
+    ) -> Result<(), DeviceError> {
+        self.enter()?;
+        self.submit_collective(GroupOp::Broadcast { root }, src, dst, n_elems)?;
+        self.in_flight.push(Arc::from("broadcast"));
         Ok(())
     }
 

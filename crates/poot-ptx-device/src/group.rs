@@ -1,6 +1,7 @@
-//! A tensor-parallel group of CUDA devices: one rank per device ordinal, each in its device's
-//! primary context with a stream of its own, and one NCCL communicator per rank, created
-//! together. Each rank's all-reduces are captured into its CUDA graphs with its kernels, so a
+//! A group of CUDA devices (the ranks of a tensor-parallel group, the stages of a layer
+//! pipeline): one rank per device ordinal, each in its device's primary context with a stream of
+//! its own, and one NCCL communicator per rank, created together. Each rank's all-reduces and
+//! broadcasts are captured into its CUDA graphs with its kernels, so a
 //! step is still one graph launch per rank. [`open_group`] wraps the ranks' engines in a
 //! [`Coordinator`] whose abort hook aborts every communicator when a rank fails.
 //!

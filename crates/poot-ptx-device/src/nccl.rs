@@ -1,5 +1,6 @@
-//! NCCL, loaded at run time like the rest of CUDA: the communicators of a tensor-parallel group
-//! and the all-reduce a rank records into its CUDA graphs.
+//! NCCL, loaded at run time like the rest of CUDA: the communicators of a group (tensor-parallel
+//! ranks, pipeline stages) and the all-reduces and broadcasts a rank records into its CUDA
+//! graphs.
 //!
 //! The types are cudarc's NCCL bindings; the library is opened here rather than through cudarc's
 //! loader because NCCL installs (the `nvidia-nccl` Python wheels, distribution packages) name it
@@ -32,6 +33,15 @@ type AllReduce = unsafe extern "C" fn(
     ncclComm_t,
     CUstream,
 ) -> c_int;
+type Broadcast = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    ncclDataType_t,
+    c_int,
+    ncclComm_t,
+    CUstream,
+) -> c_int;
 type CommCall = unsafe extern "C" fn(ncclComm_t) -> c_int;
 type AsyncError = unsafe extern "C" fn(ncclComm_t, *mut c_int) -> c_int;
 type ErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
@@ -44,6 +54,7 @@ pub(crate) struct Nccl {
     group_start: GroupCall,
     group_end: GroupCall,
     all_reduce: AllReduce,
+    broadcast: Broadcast,
     comm_abort: CommCall,
     comm_destroy: CommCall,
     comm_get_async_error: AsyncError,
@@ -115,6 +126,7 @@ fn load() -> Result<Nccl, String> {
         group_start: sym(&lib, "ncclGroupStart")?,
         group_end: sym(&lib, "ncclGroupEnd")?,
         all_reduce: sym(&lib, "ncclAllReduce")?,
+        broadcast: sym(&lib, "ncclBroadcast")?,
         comm_abort: sym(&lib, "ncclCommAbort")?,
         comm_destroy: sym(&lib, "ncclCommDestroy")?,
         comm_get_async_error: sym(&lib, "ncclCommGetAsyncError")?,
@@ -252,6 +264,36 @@ impl NcclComm {
             )
         };
         self.nccl.check("ncclAllReduce", code)?;
+        self.async_error()
+    }
+
+    /// Queues (or, inside a stream capture, records) the copy of rank `root`'s first `n_words`
+    /// 32-bit words of `src` into `dst` on every rank of the group, on `stream`.
+    pub(crate) fn broadcast(
+        &self,
+        src: u64,
+        dst: u64,
+        n_words: usize,
+        root: usize,
+        stream: CUstream,
+    ) -> Result<(), String> {
+        let comm = self.handle()?;
+        let root = c_int::try_from(root).map_err(|_| format!("root rank {root}"))?;
+        // SAFETY: `src` and `dst` are device allocations of at least `n_words` words in the
+        // communicator's context (checked by the caller); the stream is that context's. Words
+        // move as u32: a broadcast copies, it never converts.
+        let code = unsafe {
+            (self.nccl.broadcast)(
+                src as *const c_void,
+                dst as *mut c_void,
+                n_words,
+                ncclDataType_t::ncclUint32,
+                root,
+                comm,
+                stream,
+            )
+        };
+        self.nccl.check("ncclBroadcast", code)?;
         self.async_error()
     }
 

@@ -14,7 +14,7 @@ use crate::nccl::NcclComm;
 pub struct PtxRecording {
     /// `None` for a recording of no launches (replaying it does nothing).
     pub(crate) exec: Option<CUgraphExec>,
-    /// The communicator its all-reduces use: NCCL's graph resources refer to it, so it is
+    /// The communicator its collectives use: NCCL's graph resources refer to it, so it is
     /// destroyed after the graph (and before the context, declared after it).
     pub(crate) group: Option<Arc<NcclComm>>,
     pub(crate) ctx: Arc<Context>,

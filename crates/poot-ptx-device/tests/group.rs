@@ -1,5 +1,5 @@
-//! A tensor-parallel group of CUDA devices with NCCL: opening it (typed refusals without CUDA or
-//! NCCL, with a repeated or missing ordinal), and its all-reduce run eagerly and replayed from a
+//! A group of CUDA devices with NCCL: opening it (typed refusals without CUDA or NCCL, with a
+//! repeated or missing ordinal), and its all-reduce and broadcast run eagerly and replayed from a
 //! captured CUDA graph among kernels, on every GPU present (up to 4; one GPU is a group of one,
 //! which still runs NCCL). On a machine without CUDA each test prints SKIP.
 
@@ -114,6 +114,87 @@ fn a_groups_all_reduce_sums_every_ranks_buffer_eagerly_and_replayed() {
 }
 
 #[test]
+fn a_groups_broadcast_copies_the_roots_words_eagerly_and_replayed() {
+    let Some(mut devices) = group() else { return };
+    let ranks = devices.len();
+    let n = 1000usize;
+    println!("{ranks} ranks on {}", devices[0].limits().name);
+    // Rank r holds words r * 1_000_000 + i (a NaN payload in word 0 of every rank, so the copy
+    // is checked bit for bit); every root in turn.
+    let words = |r: usize| -> Vec<u32> {
+        (0..n)
+            .map(|i| {
+                if i == 0 {
+                    0x7fc0_0000 | r as u32
+                } else {
+                    (r * 1_000_000 + i) as u32
+                }
+            })
+            .collect()
+    };
+    let bytes = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    std::thread::scope(|s| {
+        for (r, d) in devices.iter_mut().enumerate() {
+            s.spawn(move || {
+                let src = d.alloc(4 * n as u64).unwrap();
+                let mid = d.alloc(4 * n as u64).unwrap();
+                let dst = d.alloc(4 * n as u64).unwrap();
+                d.write(&src, 0, &bytes(&words(r))).unwrap();
+                let mut out = vec![0u8; 4 * n];
+                for root in 0..ranks {
+                    d.broadcast(&src, &dst, n as u64, root).unwrap();
+                    d.read(&dst, 0, &mut out).unwrap();
+                    assert_eq!(out, bytes(&words(root)), "rank {r}, root {root}, eager");
+                }
+                // A root outside the group is refused before NCCL sees it.
+                assert!(matches!(
+                    d.broadcast(&src, &dst, n as u64, ranks),
+                    Err(DeviceError::BadLaunch { .. })
+                ));
+                // Captured between two kernels: dst = 2 * src (as f32), broadcast dst -> mid
+                // from the last rank, dst = 2 * mid, replayed twice.
+                let k = d.compile(&doubling(n as u32)).unwrap();
+                let grid = [(n as u32).div_ceil(64), 1, 1];
+                let root = ranks - 1;
+                let plain: Vec<u8> = (0..n)
+                    .flat_map(|i| (i as f32 + r as f32 * 1000.0).to_le_bytes())
+                    .collect();
+                d.write(&src, 0, &plain).unwrap();
+                let rec = d
+                    .record_commands(&[
+                        Command::Launch(Launch {
+                            kernel: &k,
+                            grid,
+                            args: &[&src, &dst],
+                        }),
+                        Command::Broadcast {
+                            src: &dst,
+                            dst: &mid,
+                            n_elems: n as u64,
+                            root,
+                        },
+                        Command::Launch(Launch {
+                            kernel: &k,
+                            grid,
+                            args: &[&mid, &dst],
+                        }),
+                    ])
+                    .unwrap();
+                let want: Vec<f32> = (0..n)
+                    .map(|i| 4.0 * (i as f32 + root as f32 * 1000.0))
+                    .collect();
+                for _ in 0..2 {
+                    d.replay(&rec).unwrap();
+                    d.synchronize().unwrap();
+                    d.read(&dst, 0, &mut out).unwrap();
+                    assert_eq!(f32s(&out), want, "rank {r}, replayed");
+                }
+            });
+        }
+    });
+}
+
+#[test]
 fn the_test_kernel_renders() {
     let k = doubling(1000);
     k.validate().unwrap();
@@ -139,6 +220,17 @@ fn a_device_alone_refuses_collectives() {
         src: &a,
         dst: &b,
         n_elems: 4,
+    }]);
+    assert!(matches!(refused, Err(DeviceError::NoCollectives { .. })));
+    assert!(matches!(
+        d.broadcast(&a, &b, 4, 0),
+        Err(DeviceError::NoCollectives { .. })
+    ));
+    let refused = d.record_commands(&[Command::Broadcast {
+        src: &a,
+        dst: &b,
+        n_elems: 4,
+        root: 0,
     }]);
     assert!(matches!(refused, Err(DeviceError::NoCollectives { .. })));
     assert!(d.poisoned().is_none());

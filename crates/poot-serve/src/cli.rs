@@ -73,6 +73,19 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
 
+    /// Split the model over the first N CUDA devices as one tensor-parallel group (NCCL; the
+    /// ptx backend): each GPU holds its share of every layer's heads and feed-forward and of
+    /// the KV cache. 1 runs on one device without NCCL.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub tensor_parallel: u32,
+
+    /// Run the model as a layer pipeline over the first N CUDA devices (NCCL; the ptx
+    /// backend): each GPU holds consecutive layers and their KV cache (the first also the
+    /// embedding, the last the final norm and the head). At most the model's layer count; not
+    /// with --tensor-parallel. 1 runs on one device without NCCL.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64), conflicts_with = "tensor_parallel")]
+    pub pipeline_stages: u32,
+
     /// KV positions per sequence: prompt plus generated tokens (default: the smaller of 2048
     /// and the model's positions).
     #[arg(short = 'c', long, value_name = "N", alias = "max-model-len", value_parser = clap::value_parser!(u32).range(1..))]
@@ -113,4 +126,21 @@ pub struct ServeArgs {
     /// requests without one may fill the context.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub default_max_tokens: u32,
+}
+
+impl ServeArgs {
+    /// Where the driver places the generating model.
+    pub fn placement(&self) -> poot_llm::Placement {
+        if self.tensor_parallel > 1 {
+            poot_llm::Placement::TensorParallel {
+                ranks: self.tensor_parallel as usize,
+            }
+        } else if self.pipeline_stages > 1 {
+            poot_llm::Placement::Pipeline {
+                stages: self.pipeline_stages as usize,
+            }
+        } else {
+            poot_llm::Placement::Single
+        }
+    }
 }

@@ -204,6 +204,9 @@ pub enum ServeError {
     /// The driver refused the options or failed to prepare its entries.
     #[error("preparing the driver: {0}")]
     Driver(#[from] DriverError),
+    /// The model does not fit the devices of its placement.
+    #[error("placing the model: {0}")]
+    Capacity(#[from] poot_llm::capacity::CapacityError),
     /// The embedding model could not be loaded.
     #[error("loading the embedding model {path}: {source}")]
     Encoder {

@@ -21,11 +21,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
+use poot_llm::capacity::Planner;
 use poot_llm::{
     BackendChoice, Driver, DriverOptions, Layout, LoadOptions, ModelHandle, OpenedExecutor,
-    open_executor,
+    Placement, open_executor, open_placed_executor,
 };
-use poot_models::{ModelKind, Program, Registry};
+use poot_models::{ModelKind, Program, Registry, Stage};
 
 use crate::cli::{BackendArg, ServeArgs};
 use crate::embeddings::Embedder;
@@ -41,6 +42,16 @@ const DEFAULT_PREFILL_CHUNK: usize = 64;
 
 fn main() {
     let args = ServeArgs::parse();
+    if args.placement().devices() > 1 {
+        // NCCL's settings (NVLink multicast off), before any thread that could read the
+        // environment starts; a value the caller set stays.
+        for (key, value) in poot_llm::backend::GROUP_ENV_DEFAULTS {
+            if std::env::var_os(key).is_none() {
+                // SAFETY: the process is still single-threaded here.
+                unsafe { std::env::set_var(key, value) };
+            }
+        }
+    }
     if let Err(e) = serve(args) {
         eprintln!("poot-serve: {e}");
         std::process::exit(1);
@@ -74,13 +85,20 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
         Some(c) => c as usize,
         None => DEFAULT_PREFILL_CHUNK.min(context),
     };
+    let placement = args.placement();
+    if let Placement::Pipeline { stages } = placement {
+        // More stages than layers fails before the devices open.
+        Stage::new(0, stages)
+            .and_then(|s| s.layers(handle.config().n_layers))
+            .map_err(|e| ServeError::Options(format!("--pipeline-stages {stages}: {e}")))?;
+    }
     let rows = args.parallel as usize;
     let block_tokens = args.block_size as usize;
     let kv_blocks = args.kv_blocks;
     // Checked here so a bad flag fails before the device opens; sized again once it has.
     layout(rows, context, block_tokens, kv_blocks, None)?;
-    let per_block = kv_bytes_per_position(&handle).saturating_mul(block_tokens as u64);
     let weight_bytes = handle.store().total_bytes();
+    let fit_handle = Arc::clone(&handle);
     let options = DriverOptions::new(context, prefill_chunk)
         .with_rows(rows)
         .with_chain(args.decode_chain as usize);
@@ -89,18 +107,17 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let started = Instant::now();
     let engine = Engine::spawn(
         move || {
-            let opened = open(backend)?;
+            let opened = open_placed(backend, placement)?;
             eprintln!("backend {} on {}", opened.backend, opened.device_name);
             // A device that reports no memory size is not capped.
-            let fit = opened
-                .executor
-                .target()
-                .limits
-                .memory_bytes
-                .map(|memory| blocks_that_fit(memory, weight_bytes, per_block));
+            let target = opened.executor.target();
+            let fit =
+                blocks_on_every_device(&fit_handle, target, placement, block_tokens, weight_bytes)?;
             let layout = layout(rows, context, block_tokens, kv_blocks, fit)?;
-            eprintln!("KV {layout:?} (blocks of {per_block} B; {fit:?} fit the device's memory)");
-            Driver::new(engine_handle, opened.executor, options)?
+            eprintln!(
+                "KV {layout:?} ({fit:?} blocks of {block_tokens} positions fit each device's memory)"
+            );
+            Driver::placed(engine_handle, opened.executor, placement, options)?
                 .serve(layout)
                 .map_err(|refused| ServeError::Driver(refused.1))
         },
@@ -205,6 +222,36 @@ fn blocks_that_fit(memory_bytes: u64, weight_bytes: u64, per_block: u64) -> usiz
     usize::try_from(budget / per_block.max(1)).unwrap_or(usize::MAX)
 }
 
+/// KV blocks of `block_tokens` positions that fit on every device of `placement` (each like
+/// `target`) beside its weights: alone, the whole store's `weight_bytes` and every layer's
+/// cache; in a group, each device's weights and share of a block as the capacity planner fits
+/// them. `None` when the device reports no memory size (not capped).
+fn blocks_on_every_device(
+    handle: &ModelHandle,
+    target: &poot_graph_plan::Target,
+    placement: Placement,
+    block_tokens: usize,
+    weight_bytes: u64,
+) -> Result<Option<usize>, ServeError> {
+    let Some(memory) = target.limits.memory_bytes else {
+        return Ok(None);
+    };
+    if placement == Placement::Single {
+        let per_block = kv_bytes_per_position(handle).saturating_mul(block_tokens as u64);
+        return Ok(Some(blocks_that_fit(memory, weight_bytes, per_block)));
+    }
+    let targets = vec![target.clone(); placement.devices()];
+    let planner = Planner::new(handle, &targets, placement)?;
+    Ok(planner
+        .devices()
+        .iter()
+        .map(|d| {
+            let per_block = d.kv_bytes_per_position.saturating_mul(block_tokens as u64);
+            blocks_that_fit(memory, d.weight_bytes, per_block)
+        })
+        .min())
+}
+
 /// One row needs no block tables; several share a paged pool, by default with enough blocks
 /// for every row at full context, or as many as `fit` the device when that is fewer (plus the
 /// pool's scratch block); a request then waits for blocks.
@@ -300,13 +347,21 @@ fn load(path: &Path) -> Result<Arc<ModelHandle>, ServeError> {
     Ok(Arc::new(handle))
 }
 
-fn open(backend: BackendArg) -> Result<OpenedExecutor, ServeError> {
-    let choice = match backend {
+fn choice(backend: BackendArg) -> BackendChoice {
+    match backend {
         BackendArg::Auto => BackendChoice::Auto,
         BackendArg::Wgpu => BackendChoice::Wgpu,
         BackendArg::Ptx => BackendChoice::Ptx,
-    };
-    Ok(open_executor(choice)?)
+    }
+}
+
+fn open(backend: BackendArg) -> Result<OpenedExecutor, ServeError> {
+    Ok(open_executor(choice(backend))?)
+}
+
+/// The devices `placement` spans: one, or a group.
+fn open_placed(backend: BackendArg, placement: Placement) -> Result<OpenedExecutor, ServeError> {
+    Ok(open_placed_executor(choice(backend), placement)?)
 }
 
 /// A checkpoint's default model id: its file or directory name without the extension.
@@ -342,6 +397,44 @@ mod tests {
         assert_eq!(
             layout(1, 256, 16, None, Some(5)).unwrap(),
             Layout::Contiguous
+        );
+    }
+
+    #[test]
+    fn a_pipeline_fits_each_stages_share_of_a_block_beside_its_weights() {
+        let dir =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-chat");
+        let handle = load(&dir).unwrap();
+        let gib = 1u64 << 30;
+        let mut target = poot_graph_plan::Target::ptx_preset();
+        target.limits.memory_bytes = Some(2 * gib);
+        let weights = handle.store().total_bytes();
+        // tiny-chat: 2 layers of 2 key/value heads of 16, f32 keys and values: 512 B per
+        // position, 8 KiB per block of 16; 0.8 GiB usable of 2 GiB less 1 GiB of scratch.
+        let usable = 2 * gib / 10 * 9 - gib;
+        let one = blocks_on_every_device(&handle, &target, Placement::Single, 16, weights)
+            .unwrap()
+            .unwrap();
+        assert_eq!(one as u64, (usable - weights) / 8192);
+        // Each of two stages holds one layer's half of every block, beside its weights.
+        let pp = Placement::Pipeline { stages: 2 };
+        let planner = Planner::new(&handle, &[target.clone(), target.clone()], pp).unwrap();
+        let heaviest = planner
+            .devices()
+            .iter()
+            .map(|d| d.weight_bytes)
+            .max()
+            .unwrap();
+        let two = blocks_on_every_device(&handle, &target, pp, 16, weights)
+            .unwrap()
+            .unwrap();
+        assert_eq!(two as u64, (usable - heaviest) / 4096);
+        assert!(two > one);
+        // No memory size: not capped.
+        target.limits.memory_bytes = None;
+        assert_eq!(
+            blocks_on_every_device(&handle, &target, pp, 16, weights).unwrap(),
+            None
         );
     }
 

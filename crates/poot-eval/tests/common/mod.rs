@@ -349,7 +349,7 @@ pub fn reference(op: &OpKind, ins: &[(DType, Ref)]) -> Ref {
         OpKind::MatMul { transpose_rhs } => naive::matmul(x(0), x(1), *transpose_rhs),
         OpKind::IndexedMatMul => naive::indexed_matmul(x(0), x(1), x(2)),
         // A group of one (the table's rows are single graphs; groups are tested in `group.rs`).
-        OpKind::AllReduceSum { .. } => x(0).clone(),
+        OpKind::AllReduceSum { .. } | OpKind::BroadcastFrom { .. } => x(0).clone(),
     }
 }
 

@@ -398,7 +398,8 @@ impl Lowering<'_> {
             | OpKind::ArgTopK { .. }
             | OpKind::MatMul { .. }
             | OpKind::IndexedMatMul
-            | OpKind::AllReduceSum { .. } => {
+            | OpKind::AllReduceSum { .. }
+            | OpKind::BroadcastFrom { .. } => {
                 return Err(PlanError::Unplaced {
                     label: self.label(v),
                 });

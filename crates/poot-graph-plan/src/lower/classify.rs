@@ -59,7 +59,8 @@ pub fn is_elementwise_like(op: &OpKind) -> bool {
         | OpKind::ArgTopK { .. }
         | OpKind::MatMul { .. }
         | OpKind::IndexedMatMul
-        | OpKind::AllReduceSum { .. } => false,
+        | OpKind::AllReduceSum { .. }
+        | OpKind::BroadcastFrom { .. } => false,
     }
 }
 
@@ -105,7 +106,8 @@ fn read_kind(op: &OpKind, operand: usize) -> Read {
         | OpKind::IndexedMatMul
         | OpKind::ArgTopK { .. }
         // A collective reads its operand's buffer, not elements a kernel could compute.
-        | OpKind::AllReduceSum { .. } => Read::Other,
+        | OpKind::AllReduceSum { .. }
+        | OpKind::BroadcastFrom { .. } => Read::Other,
     }
 }
 
@@ -177,7 +179,8 @@ fn op_cost(op: &OpKind) -> u32 {
         | OpKind::ArgTopK { .. }
         | OpKind::MatMul { .. }
         | OpKind::IndexedMatMul
-        | OpKind::AllReduceSum { .. } => 1,
+        | OpKind::AllReduceSum { .. }
+        | OpKind::BroadcastFrom { .. } => 1,
     }
 }
 

@@ -29,7 +29,7 @@ use self::classify::{Classification, Placement, classify};
 use self::context::{KernelCtx, LBuf};
 use self::dequant::FormatTable;
 use crate::kernel::Kernel;
-use crate::plan::{BufferRole, DeviceWords, HostValue, Plan};
+use crate::plan::{BufferRole, CollectiveOp, DeviceWords, HostValue, Plan};
 use crate::refusal::PlanError;
 use crate::target::Target;
 
@@ -105,7 +105,7 @@ pub(crate) struct PlannedDispatch {
 
 /// A collective before physical buffer assignment.
 pub(crate) struct PlannedCollective {
-    op: crate::plan::CollectiveOp,
+    op: CollectiveOp,
     src: LBuf,
     dst: LBuf,
     n_elems: u64,
@@ -159,17 +159,19 @@ fn lower_with(g: &Graph, target: &Target, rewrite_attention: bool) -> Result<Pla
 }
 
 impl<'g> Lowering<'g> {
-    /// The all-reduce of eqn `i` over `ranks`: a collective step from its operand's buffer into
-    /// its own (the identity, as a copy, for a group of one). Refused unless the target is one
-    /// rank of a group of exactly `ranks`.
-    fn emit_all_reduce(&mut self, i: usize, ranks: usize) -> Result<(), PlanError> {
+    /// The collective `op` of eqn `i` (an all-reduce, a broadcast): a collective step from its
+    /// operand's buffer into its own (the identity, as a copy, for a group of one). Refused
+    /// unless the target is one rank of a group of exactly the op's size.
+    fn emit_collective(&mut self, i: usize, op: CollectiveOp) -> Result<(), PlanError> {
         let e = &self.g.eqns()[i];
         let (v, x) = (e.out, e.inputs[0]);
         let group_ranks = self.target.limits.group_ranks;
+        let ranks = op.ranks();
         if ranks != group_ranks {
             return Err(PlanError::GroupRanks {
                 backend: self.target.backend,
                 label: self.label(v),
+                what: op.what(),
                 ranks,
                 group_ranks,
             });
@@ -182,7 +184,7 @@ impl<'g> Lowering<'g> {
         self.collectives.push((
             self.dispatches.len(),
             PlannedCollective {
-                op: crate::plan::CollectiveOp::AllReduceSum { ranks },
+                op,
                 src,
                 dst,
                 n_elems: u64::from(self.n_elems(v)?),
@@ -612,7 +614,16 @@ impl<'g> Lowering<'g> {
                 None => self.emit_sibling_matmuls(i, *transpose_rhs),
             },
             OpKind::IndexedMatMul => self.emit_indexed_matmul(i),
-            OpKind::AllReduceSum { ranks } => self.emit_all_reduce(i, *ranks),
+            OpKind::AllReduceSum { ranks } => {
+                self.emit_collective(i, CollectiveOp::AllReduceSum { ranks: *ranks })
+            }
+            OpKind::BroadcastFrom { root, ranks } => self.emit_collective(
+                i,
+                CollectiveOp::Broadcast {
+                    root: *root,
+                    ranks: *ranks,
+                },
+            ),
             OpKind::Literal(_)
             | OpKind::Iota { .. }
             | OpKind::Unary(_)

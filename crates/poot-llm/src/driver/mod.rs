@@ -18,7 +18,8 @@ use poot_executor::{
     ChainCounter, ChainFeed, ChainId, EntryId, ExecError, ExecutableId, Executor, PagedFeed,
 };
 use poot_graph_ir::{Slot, TraceLimits};
-use poot_models::{KvLayout, Shard, StepShape, StepSpec, TraceError};
+use poot_models::pipeline::broadcast_outputs;
+use poot_models::{KvLayout, Shard, Stage, StepShape, StepSpec, TraceError};
 
 use crate::handle::{HandleError, ModelHandle};
 pub use crate::placement::Placement;
@@ -393,11 +394,13 @@ impl Driver<Unprepared> {
 
     /// Binds `handle` to `coordinator`, an executor over the devices `placement` spans (a
     /// [`poot_executor::Coordinator`], such as the ptx backend's `open_group`), loading each
-    /// device's weights once. A tensor-parallel group uploads each rank's slices of the split
-    /// weights and traces every entry once per rank; a group with more ranks than the model has
-    /// key/value heads is a typed [`DriverError::Trace`]. A
-    /// layer pipeline is refused as not supported yet. Size the devices first with
-    /// [`crate::capacity::Planner`].
+    /// device's weights once and tracing every entry once per device. A tensor-parallel group
+    /// uploads each rank's slices of the split weights; a group with more ranks than the model
+    /// has key/value heads is a typed [`DriverError::Trace`]. A layer pipeline uploads each
+    /// stage's layers (the split [`crate::capacity::Planner`] fits), and each stage's entries end
+    /// in a broadcast of the last stage's picks, so the group's outputs (rank 0's) and every
+    /// stage's chained decode read them; more stages than layers is a typed
+    /// [`DriverError::Trace`]. Size the devices first with [`crate::capacity::Planner`].
     pub fn placed(
         handle: Arc<ModelHandle>,
         mut coordinator: Box<dyn Executor>,
@@ -439,10 +442,16 @@ impl Driver<Unprepared> {
                 }
                 sources
             }
-            Placement::Pipeline { .. } => {
-                return Err(DriverError::Unsupported(
-                    "a layer pipeline (Placement::Pipeline)",
-                ));
+            Placement::Pipeline { stages } => {
+                let mut sources: Vec<Box<dyn poot_executor::ConstSource>> = Vec::new();
+                for index in 0..stages {
+                    let stage = Stage::new(index, stages)?;
+                    sources.push(Box::new(HandleWeights::for_stage(
+                        Arc::clone(&handle),
+                        stage,
+                    )?));
+                }
+                sources
             }
         };
         let exe = exec.load_weights_ranked(sources)?;
@@ -547,18 +556,18 @@ impl Driver<Unprepared> {
             });
         }
         let spec = StepSpec::step(shape);
-        // One graph per rank of a tensor-parallel group (the whole model on one device).
-        let ranks = self.exec.ranks();
-        let mut graphs = Vec::with_capacity(ranks);
-        for rank in 0..ranks {
-            let spec = StepSpec::step(shape.with_shard(Shard::new(rank, ranks)?));
-            let graph = self.handle.model().trace(&spec, self.options.trace)?;
-            graphs.push(append_head(
-                graph,
-                key.head,
-                self.options.trace,
-                self.options.rows,
-            )?);
+        // One graph per device: a tensor-parallel rank's, a pipeline stage's (whose picks are
+        // then the last stage's on every stage), or the whole model's.
+        let devices = self.placement.devices();
+        let mut graphs = Vec::with_capacity(devices);
+        for rank in 0..devices {
+            let placed = self.placement.rank_shape(rank, shape)?;
+            let graph = self
+                .handle
+                .model()
+                .trace(&StepSpec::step(placed), self.options.trace)?;
+            let graph = append_head(graph, key.head, self.options.trace, self.options.rows)?;
+            graphs.push(broadcast_outputs(graph, placed.stage, self.options.trace)?);
         }
         let entry =
             self.exec

@@ -191,7 +191,7 @@ impl Model for DenseDecoder {
             });
         }
         let s = &self.spec;
-        let weights = self.shard_weights(spec.shape.shard)?;
+        let weights = self.placed_weights(spec.shape.shard, spec.shape.stage)?;
         let step = Step::new(&b, spec.shape, &weights)?;
         let stack = StackParams {
             embed_scale: s.embed_scale,
@@ -200,6 +200,8 @@ impl Model for DenseDecoder {
             final_norm: Some(s.norm),
             final_softcap: s.final_softcap,
             head: true,
+            hidden: s.config.hidden_size,
+            vocab: s.config.vocab_size,
         };
         let layer = LayerParams {
             norm: s.norm,

@@ -6,6 +6,7 @@ use poot_graph_ir::{BinaryOp, Builder, Traced};
 
 use super::{Norm, Step, apply_norm};
 use crate::error::TraceError;
+use crate::pipeline;
 use crate::step::LogitsMode;
 use crate::weights::{Role, WeightRole};
 
@@ -25,6 +26,10 @@ pub struct StackParams {
     pub final_softcap: Option<f32>,
     /// Whether the stack ends in the vocabulary head; an encoder returns hidden states.
     pub head: bool,
+    /// The hidden size and the vocabulary: the types a pipeline stage that does not compute a
+    /// value (the embeddings, the logits) passes in its place.
+    pub hidden: usize,
+    pub vocab: usize,
 }
 
 /// Where a layer's norms sit.
@@ -53,6 +58,12 @@ pub struct StackOutput {
 
 /// Embeds the step's tokens, runs `layer` once per layer inside a `l{i}` scope, applies the
 /// final norm and the head.
+///
+/// A pipeline stage ([`crate::step::Stage`]) runs only its layers: the first stage embeds the
+/// tokens, a later one continues from the hidden state its predecessor hands over
+/// ([`pipeline::hand_over`], the same broadcasts in the same order on every stage), and only
+/// the last computes the final norm and the head; the others return zeros of the hidden
+/// state's and the logits' types in their place (see [`crate::pipeline`]).
 pub fn standard_stack(
     b: &Builder,
     step: &Step,
@@ -60,6 +71,81 @@ pub fn standard_stack(
     layers: usize,
     mut layer: impl FnMut(&Builder, usize, Traced) -> Result<Traced, TraceError>,
 ) -> Result<StackOutput, TraceError> {
+    let stage = step.shape.stage;
+    let held = stage.layers(layers)?;
+    let (rows, tokens) = (step.shape.rows, step.shape.tokens);
+    let mut x = if stage.is_first() {
+        embed(b, step, params)?
+    } else {
+        b.name(
+            pipeline::placeholder(b, [rows, tokens, params.hidden])?,
+            "stage.placeholder",
+        )?
+    };
+    for root in 0..stage.stages {
+        if root == stage.index {
+            for l in held.clone() {
+                x = b.scope(&format!("l{l}"), |b| -> Result<Traced, TraceError> {
+                    let y = layer(b, l, x)?;
+                    Ok(b.name(y, "out")?)
+                })?;
+            }
+        }
+        x = pipeline::hand_over(b, x, stage, root)?;
+    }
+    if !stage.is_last() {
+        let hidden = b.name(
+            pipeline::placeholder(b, [rows, tokens, params.hidden])?,
+            "hidden",
+        )?;
+        let logits = match (params.head, step.shape.logits) {
+            (false, _) => None,
+            (true, LogitsMode::All) => Some(vec![rows, tokens, params.vocab]),
+            (true, LogitsMode::Last) => Some(vec![rows, params.vocab]),
+        };
+        let logits = match logits {
+            Some(dims) => Some(b.name(pipeline::placeholder(b, dims)?, "logits")?),
+            None => None,
+        };
+        return Ok(StackOutput { logits, hidden });
+    }
+    if let Some(norm) = params.final_norm {
+        x = apply_norm(b, step, x, WeightRole::global(Role::FinalNorm), norm)?;
+    }
+    let hidden = b.name(x, "hidden")?;
+    if !params.head {
+        return Ok(StackOutput {
+            logits: None,
+            hidden,
+        });
+    }
+    let d = *b.dims(hidden)?.last().unwrap_or(&0);
+    let picked = match step.shape.logits {
+        LogitsMode::All => hidden,
+        LogitsMode::Last => {
+            let last = b.slice(hidden, vec![0, tokens - 1, 0], vec![rows, tokens, d])?;
+            b.reshape(last, [rows, d])?
+        }
+    };
+    let mut logits = ops::linear(
+        b,
+        picked,
+        step.weight(b, WeightRole::global(Role::Head))?,
+        None,
+    )?;
+    if let Some(c) = params.final_softcap {
+        let inner = b.tanh(b.mul(logits, scalar_like(b, 1.0 / c, logits)?)?)?;
+        logits = b.mul(inner, scalar_like(b, c, inner)?)?;
+    }
+    Ok(StackOutput {
+        logits: Some(b.name(logits, "logits")?),
+        hidden,
+    })
+}
+
+/// The embedded tokens: scaled, with learned positions (and segments) and their norm when the
+/// stack has them.
+fn embed(b: &Builder, step: &Step, params: &StackParams) -> Result<Traced, TraceError> {
     let mut x = ops::embed(
         b,
         step.weight(b, WeightRole::global(Role::TokenEmbed))?,
@@ -85,46 +171,7 @@ pub fn standard_stack(
     if let Some(norm) = params.embed_norm {
         x = apply_norm(b, step, x, WeightRole::global(Role::EmbedNorm), norm)?;
     }
-    let mut x = b.name(x, "embed")?;
-    for l in 0..layers {
-        x = b.scope(&format!("l{l}"), |b| -> Result<Traced, TraceError> {
-            let y = layer(b, l, x)?;
-            Ok(b.name(y, "out")?)
-        })?;
-    }
-    if let Some(norm) = params.final_norm {
-        x = apply_norm(b, step, x, WeightRole::global(Role::FinalNorm), norm)?;
-    }
-    let hidden = b.name(x, "hidden")?;
-    if !params.head {
-        return Ok(StackOutput {
-            logits: None,
-            hidden,
-        });
-    }
-    let (rows, tokens) = (step.shape.rows, step.shape.tokens);
-    let d = *b.dims(hidden)?.last().unwrap_or(&0);
-    let picked = match step.shape.logits {
-        LogitsMode::All => hidden,
-        LogitsMode::Last => {
-            let last = b.slice(hidden, vec![0, tokens - 1, 0], vec![rows, tokens, d])?;
-            b.reshape(last, [rows, d])?
-        }
-    };
-    let mut logits = ops::linear(
-        b,
-        picked,
-        step.weight(b, WeightRole::global(Role::Head))?,
-        None,
-    )?;
-    if let Some(c) = params.final_softcap {
-        let inner = b.tanh(b.mul(logits, scalar_like(b, 1.0 / c, logits)?)?)?;
-        logits = b.mul(inner, scalar_like(b, c, inner)?)?;
-    }
-    Ok(StackOutput {
-        logits: Some(b.name(logits, "logits")?),
-        hidden,
-    })
+    Ok(b.name(x, "embed")?)
 }
 
 /// One residual layer: the mixer then the feed-forward, each wrapped in its norms.

@@ -309,6 +309,8 @@ impl Model for Bert {
             final_norm: None,
             final_softcap: None,
             head: false,
+            hidden: self.config.hidden_size,
+            vocab: self.config.vocab_size,
         };
         let layer = LayerParams {
             norm,
