@@ -43,8 +43,21 @@ impl Ranges {
             Expr::Var(v) => self.known.get(v).copied(),
             Expr::Builtin(Builtin::LocalId) => Some((0, u64::from(k.workgroup.max(1)) - 1)),
             Expr::Binary(op, a, b) => {
-                let (la, ua) = self.of(k, a)?;
-                let (lb, ub) = self.of(k, b)?;
+                let (ra, rb) = (self.of(k, a), self.of(k, b));
+                // A mask, a shift or a remainder bounds its result whatever the other operand.
+                match (op, ra, rb) {
+                    (BinOp::And, None, Some((_, ub))) | (BinOp::And, Some((_, ub)), None) => {
+                        return Some((0, ub));
+                    }
+                    (BinOp::Shr, None, Some((lb, ub))) if lb == ub && lb < 32 => {
+                        return Some((0, MAX >> lb));
+                    }
+                    (BinOp::Rem, None, Some((lb, ub))) if lb == ub && lb > 0 => {
+                        return Some((0, lb - 1));
+                    }
+                    _ => {}
+                }
+                let ((la, ua), (lb, ub)) = (ra?, rb?);
                 match op {
                     BinOp::Add => fits((la + lb, ua + ub)),
                     BinOp::Sub if la >= ub => Some((la - ub, ua - lb)),
@@ -246,5 +259,14 @@ mod tests {
         assert_eq!(r.of(&k, &(u32c(3) - Expr::Var(Var(0)))), None);
         assert_eq!(r.of(&k, &(u32c(u32::MAX) + local_id())), None);
         assert_eq!(r.of(&k, &(local_id() % u32c(8))), Some((0, 7)));
+        // A loaded word is unknown, but masked or shifted it is bounded.
+        let word = crate::kernel::build::load(crate::kernel::ParamId(0), u32c(0));
+        assert_eq!(r.of(&k, &word), None);
+        assert_eq!(
+            r.of(&k, &((word.clone() >> u32c(4)) & u32c(15))),
+            Some((0, 15))
+        );
+        assert_eq!(r.of(&k, &(word.clone() >> u32c(24))), Some((0, 255)));
+        assert_eq!(r.of(&k, &(word % u32c(10))), Some((0, 9)));
     }
 }
