@@ -137,10 +137,6 @@ impl ApiError {
             } => ApiError::context(*prompt, *max_new, *capacity),
             DriverError::EmptyPrompt => ApiError::invalid_value("prompt", "the prompt is empty"),
             DriverError::Sampling(why) => ApiError::invalid(format!("{e}"), sampling_param(why)),
-            DriverError::Unsupported(what) => ApiError {
-                code: Some("unsupported"),
-                ..ApiError::invalid(format!("{e}"), unsupported_param(what))
-            },
             _ => ApiError::engine(format!("the engine refused the request: {e}")),
         }
     }
@@ -169,15 +165,6 @@ fn sampling_param(why: &str) -> Option<&'static str> {
     .into_iter()
     .find(|(prefix, _)| why.starts_with(prefix))
     .map(|(_, param)| param)
-}
-
-fn unsupported_param(what: &str) -> Option<&'static str> {
-    match what {
-        "penalties" => Some("frequency_penalty"),
-        "logit bias" => Some("logit_bias"),
-        "log-probabilities" => Some("logprobs"),
-        _ => None,
-    }
 }
 
 impl IntoResponse for ApiError {

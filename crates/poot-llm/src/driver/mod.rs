@@ -278,9 +278,6 @@ pub enum DriverError {
     /// The request's sampling parameters are invalid for this model.
     #[error("invalid sampling parameters: {0}")]
     Sampling(String),
-    /// A feature the request asks for that this driver does not run yet.
-    #[error("{0} is not supported by this driver yet")]
-    Unsupported(&'static str),
     /// A placement the executor cannot run: it drives another number of devices than the
     /// placement spans.
     #[error("{placement} needs an executor over {needed} devices; this one drives {ranks}")]
