@@ -371,36 +371,48 @@ fn greedy(driver: &mut Driver, prompt: &[u32], max_new: usize) -> Result<Vec<u32
 
 const PROMPT: &[u32] = &[5, 60, 300, 11, 2, 90, 17];
 
+/// `handle` on one lavapipe device, serving contiguous rows; `None` (with a SKIP line) where no
+/// Vulkan device opens.
+fn single(handle: &Arc<ModelHandle>, options: DriverOptions) -> Option<Driver> {
+    let executor = match poot_llm::open_executor(poot_llm::BackendChoice::Wgpu) {
+        Ok(o) => o.executor,
+        Err(e) => {
+            eprintln!("SKIP: {e}");
+            return None;
+        }
+    };
+    let driver = Driver::new(Arc::clone(handle), executor, options).unwrap();
+    Some(driver.serve(Layout::Contiguous).map_err(|r| r.1).unwrap())
+}
+
+/// `handle` placed over an emulated group of lavapipe devices, serving `layout`.
+fn placed(
+    handle: &Arc<ModelHandle>,
+    placement: Placement,
+    options: DriverOptions,
+    layout: Layout,
+) -> Option<Driver> {
+    let group = emulated_group(placement.devices(), None)?;
+    let driver = Driver::placed(Arc::clone(handle), Box::new(group), placement, options).unwrap();
+    Some(driver.serve(layout).map_err(|r| r.1).unwrap())
+}
+
 #[test]
 fn a_group_of_two_on_lavapipe_generates_the_single_devices_tokens() {
     let handle = tiny_chat();
     let options = DriverOptions::new(64, 4);
-    let single = match poot_llm::open_executor(poot_llm::BackendChoice::Wgpu) {
-        Ok(o) => o.executor,
-        Err(e) => {
-            eprintln!("SKIP: {e}");
-            return;
-        }
-    };
-    let mut one = Driver::new(Arc::clone(&handle), single, options)
-        .unwrap()
-        .serve(Layout::Contiguous)
-        .map_err(|r| r.1)
-        .unwrap();
-    let want = greedy(&mut one, PROMPT, 12).unwrap();
-    let Some(group) = emulated_group(2, None) else {
+    let Some(mut one) = single(&handle, options) else {
         return;
     };
-    let mut two = Driver::placed(
-        Arc::clone(&handle),
-        Box::new(group),
+    let want = greedy(&mut one, PROMPT, 12).unwrap();
+    let Some(mut two) = placed(
+        &handle,
         Placement::TensorParallel { ranks: 2 },
         options,
-    )
-    .unwrap()
-    .serve(Layout::Contiguous)
-    .map_err(|r| r.1)
-    .unwrap();
+        Layout::Contiguous,
+    ) else {
+        return;
+    };
     assert_eq!(two.placement(), Placement::TensorParallel { ranks: 2 });
     // Prefill in chunks, then decode chained on the device (collectives inside each replay).
     let got = greedy(&mut two, PROMPT, 12).unwrap();
@@ -413,22 +425,17 @@ fn a_group_of_two_on_lavapipe_generates_the_single_devices_tokens() {
     );
     drop(two);
     // Two rows over a paged pool: each rank holds its heads' share of every block.
-    let Some(group) = emulated_group(2, None) else {
-        return;
-    };
-    let mut paged = Driver::placed(
-        Arc::clone(&handle),
-        Box::new(group),
+    let Some(mut paged) = placed(
+        &handle,
         Placement::TensorParallel { ranks: 2 },
         options.with_rows(2),
-    )
-    .unwrap()
-    .serve(Layout::Paged {
-        block_tokens: 16,
-        blocks: 9,
-    })
-    .map_err(|r| r.1)
-    .unwrap();
+        Layout::Paged {
+            block_tokens: 16,
+            blocks: 9,
+        },
+    ) else {
+        return;
+    };
     assert_eq!(greedy(&mut paged, PROMPT, 12).unwrap(), want);
 }
 
@@ -436,32 +443,18 @@ fn a_group_of_two_on_lavapipe_generates_the_single_devices_tokens() {
 fn a_pipeline_of_two_on_lavapipe_generates_the_single_devices_tokens() {
     let handle = tiny_chat();
     let options = DriverOptions::new(64, 4);
-    let single = match poot_llm::open_executor(poot_llm::BackendChoice::Wgpu) {
-        Ok(o) => o.executor,
-        Err(e) => {
-            eprintln!("SKIP: {e}");
-            return;
-        }
-    };
-    let mut one = Driver::new(Arc::clone(&handle), single, options)
-        .unwrap()
-        .serve(Layout::Contiguous)
-        .map_err(|r| r.1)
-        .unwrap();
-    let want = greedy(&mut one, PROMPT, 12).unwrap();
-    let Some(group) = emulated_group(2, None) else {
+    let Some(mut one) = single(&handle, options) else {
         return;
     };
-    let mut two = Driver::placed(
-        Arc::clone(&handle),
-        Box::new(group),
+    let want = greedy(&mut one, PROMPT, 12).unwrap();
+    let Some(mut two) = placed(
+        &handle,
         Placement::Pipeline { stages: 2 },
         options,
-    )
-    .unwrap()
-    .serve(Layout::Contiguous)
-    .map_err(|r| r.1)
-    .unwrap();
+        Layout::Contiguous,
+    ) else {
+        return;
+    };
     assert_eq!(two.placement(), Placement::Pipeline { stages: 2 });
     // Each stage uploads one layer: the first with the embedding, the second with the final
     // norm and the head (untied), both with the rotary tables.
@@ -500,22 +493,17 @@ fn a_pipeline_of_two_on_lavapipe_generates_the_single_devices_tokens() {
     }
     drop(two);
     // Two rows over a paged pool: each stage holds its layer's blocks.
-    let Some(group) = emulated_group(2, None) else {
-        return;
-    };
-    let mut paged = Driver::placed(
-        Arc::clone(&handle),
-        Box::new(group),
+    let Some(mut paged) = placed(
+        &handle,
         Placement::Pipeline { stages: 2 },
         options.with_rows(2),
-    )
-    .unwrap()
-    .serve(Layout::Paged {
-        block_tokens: 16,
-        blocks: 9,
-    })
-    .map_err(|r| r.1)
-    .unwrap();
+        Layout::Paged {
+            block_tokens: 16,
+            blocks: 9,
+        },
+    ) else {
+        return;
+    };
     assert_eq!(greedy(&mut paged, PROMPT, 12).unwrap(), want);
 }
 
@@ -843,33 +831,19 @@ fn smollm2_over_two_stages_on_lavapipe_generates_the_single_devices_tokens() {
         .encode("The capital of France is")
         .unwrap();
     let options = DriverOptions::new(64, 8);
-    let single = match poot_llm::open_executor(poot_llm::BackendChoice::Wgpu) {
-        Ok(o) => o.executor,
-        Err(e) => {
-            eprintln!("SKIP: {e}");
-            return;
-        }
-    };
-    let mut one = Driver::new(Arc::clone(&handle), single, options)
-        .unwrap()
-        .serve(Layout::Contiguous)
-        .map_err(|r| r.1)
-        .unwrap();
-    let want = greedy(&mut one, &prompt, 12).unwrap();
-    drop(one);
-    let Some(group) = emulated_group(2, None) else {
+    let Some(mut one) = single(&handle, options) else {
         return;
     };
-    let mut two = Driver::placed(
-        Arc::clone(&handle),
-        Box::new(group),
+    let want = greedy(&mut one, &prompt, 12).unwrap();
+    drop(one);
+    let Some(mut two) = placed(
+        &handle,
         Placement::Pipeline { stages: 2 },
         options,
-    )
-    .unwrap()
-    .serve(Layout::Contiguous)
-    .map_err(|r| r.1)
-    .unwrap();
+        Layout::Contiguous,
+    ) else {
+        return;
+    };
     let got = greedy(&mut two, &prompt, 12).unwrap();
     eprintln!("one device: {want:?}; two stages: {got:?}");
     assert_eq!(got, want);
