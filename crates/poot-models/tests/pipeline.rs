@@ -14,32 +14,11 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use poot_eval::{EvalOptions, HostTensor, Inputs, eval, eval_group};
+use poot_eval::{EvalOptions, HostTensor, eval, eval_group};
 use poot_graph_ir::{Graph, OpKind, Slot, TraceLimits};
 use poot_models::pipeline::{broadcast_outputs, stage_layers};
-use poot_models::weights::{ConstData, Role, WeightMap};
+use poot_models::weights::{Role, WeightMap};
 use poot_models::{Program, Shard, Stage, StepShape, StepSpec, TraceError};
-
-/// Binds every constant of a stage's graph from that stage's weight map (so a stage reading a
-/// weight it does not hold fails here).
-fn bind_stage<'s>(graph: &Graph, weights: &'s WeightMap, loaded: &'s Loaded) -> Inputs<'s> {
-    let mut inputs = Inputs::new();
-    for (_, name, ty) in graph.consts() {
-        let data = weights
-            .const_data(name, loaded.checkpoint.store())
-            .unwrap_or_else(|e| panic!("{name} is not in the stage's weights: {e}"));
-        let t = match data {
-            ConstData::Bytes(b) => HostTensor::from_le_bytes(ty.clone(), b).unwrap(),
-            ConstData::Gathered(b) => HostTensor::from_le_bytes(ty.clone(), &b)
-                .unwrap()
-                .into_owned(),
-            ConstData::F32(v) => HostTensor::f32(ty.shape.clone(), v).unwrap(),
-            ConstData::Components(_) => panic!("{name}: the test models store no packed layouts"),
-        };
-        inputs.set_const(name, t);
-    }
-    inputs
-}
 
 /// One contiguous-KV sequence decoded by a pipeline of `stages` (1: the whole model, evaluated
 /// alone with `eval`).
@@ -95,7 +74,7 @@ impl<'m> PipelineSession<'m> {
         let graphs = self.graphs(t);
         let mut all_inputs = Vec::new();
         for (s, g) in graphs.iter().enumerate() {
-            let mut inputs = bind_stage(g, &self.weights[s], self.loaded);
+            let mut inputs = bind_from(g, &self.weights[s], self.loaded);
             let pos: Vec<i32> = (start..start + t).map(|p| p as i32).collect();
             inputs.set_slot(
                 Slot::Token,

@@ -14,29 +14,12 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use poot_eval::{EvalOptions, HostTensor, Inputs, eval_group};
+use poot_eval::{EvalOptions, HostTensor, eval_group};
 use poot_graph_ir::{Graph, OpKind, Slot, TraceLimits};
-use poot_models::weights::{ConstData, WeightMap};
+use poot_models::weights::WeightMap;
 use poot_models::{Shard, StepShape, StepSpec, TraceError};
 
 const TOLERANCE: f32 = 1e-4;
-
-/// Binds every constant of a rank's graph from that rank's weight map.
-fn bind_rank<'s>(graph: &Graph, weights: &'s WeightMap, loaded: &'s Loaded) -> Inputs<'s> {
-    let mut inputs = Inputs::new();
-    for (_, name, ty) in graph.consts() {
-        let t = match weights.const_data(name, loaded.checkpoint.store()).unwrap() {
-            ConstData::Bytes(b) => HostTensor::from_le_bytes(ty.clone(), b).unwrap(),
-            ConstData::Gathered(b) => HostTensor::from_le_bytes(ty.clone(), &b)
-                .unwrap()
-                .into_owned(),
-            ConstData::F32(v) => HostTensor::f32(ty.shape.clone(), v).unwrap(),
-            ConstData::Components(_) => panic!("{name}: the test models store no packed layouts"),
-        };
-        inputs.set_const(name, t);
-    }
-    inputs
-}
 
 /// One contiguous-KV sequence decoded by a group of `ranks` on the group oracle.
 struct GroupSession<'m> {
@@ -80,7 +63,7 @@ impl<'m> GroupSession<'m> {
         }
         let mut all_inputs = Vec::new();
         for (r, g) in graphs.iter().enumerate() {
-            let mut inputs = bind_rank(g, &self.weights[r], self.loaded);
+            let mut inputs = bind_from(g, &self.weights[r], self.loaded);
             let pos: Vec<i32> = (start..start + t).map(|p| p as i32).collect();
             inputs.set_slot(
                 Slot::Token,

@@ -54,15 +54,23 @@ pub fn load(path: &Path) -> Loaded {
     }
 }
 
-/// Binds every constant of `graph` from the weight map and the store, as stored.
+/// Binds every constant of `graph` from the model's weight map and the store, as stored.
 pub fn bind_weights<'s>(graph: &Graph, loaded: &'s Loaded) -> Inputs<'s> {
+    bind_from(graph, loaded.model.weights(), loaded)
+}
+
+/// Binds every constant of `graph` from `weights` (a rank's or a stage's share of the model, so
+/// a graph reading a weight its share lacks fails here) and the store, as stored.
+pub fn bind_from<'s>(
+    graph: &Graph,
+    weights: &'s poot_models::weights::WeightMap,
+    loaded: &'s Loaded,
+) -> Inputs<'s> {
     let mut inputs = Inputs::new();
     for (_, name, ty) in graph.consts() {
-        let data = loaded
-            .model
-            .weights()
+        let data = weights
             .const_data(name, loaded.checkpoint.store())
-            .expect("weight bound");
+            .unwrap_or_else(|e| panic!("{name} is not in the weights: {e}"));
         let t = match data {
             ConstData::Bytes(b) => {
                 HostTensor::from_le_bytes(ty.clone(), b).expect("stored bytes match type")
