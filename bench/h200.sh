@@ -13,6 +13,7 @@
 #   bash bench/h200.sh bench [NAME..] run poot bench and llama-bench on each model (default:
 #                                     all), then print the table
 #   bash bench/h200.sh table          print the table from the results so far
+#   bash bench/h200.sh path NAME      print where model NAME is written (bench/ab.sh uses it)
 #   bash bench/h200.sh all            every phase in turn
 # Models: smollm2 (SmolLM2-135M Q4_1), llama1b-f16, llama1b-q4_0, llama8b-f16, llama8b-q4_0,
 # llama8b-q4_k_m.
@@ -228,6 +229,7 @@ shift || true
 case "$phase" in
   build) build ;;
   models) models "$@" ;;
+  path) model_path "${1:-}" ;;
   bench) bench "$@" ;;
   table) table ;;
   all) build && models && bench ;;
