@@ -39,7 +39,7 @@ bash bench/h200.sh models "${names[@]}" >"$W/ab/models.log" 2>&1 &
 models=$!
 if [ "${SUITE:-1}" = 1 ] && [ -x "$W/ab/greedy_check-b" ]; then
   echo "== suite (b)"
-  POOT_CACHE="$W/cache-b" "$W/ab/greedy_check-b" ptx /nonexistent none --suite 2>&1 |
+  POOT_CACHE="$W/cache-b" "$W/ab/greedy_check-b" ptx --suite-only 2>&1 |
     grep -E "^FAIL|^suite:"
 fi
 wait "$models"

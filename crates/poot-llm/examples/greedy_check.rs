@@ -3,6 +3,7 @@
 //! with timings. Optionally runs the shared device suite first.
 //!
 //!   greedy_check <ptx|wgpu|auto> <checkpoint> <reference.json> [--suite] [--decode-steps N]
+//!   greedy_check <ptx|wgpu|auto> --suite-only
 //!
 //! Prints one line per case and `N passed, M failed`; exits non-zero on a failure. The host
 //! takes the argmax of the logits here: the on-device sampling suffix belongs to the driver.
@@ -90,8 +91,12 @@ fn argmax(v: &[f32]) -> usize {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() < 4 {
-        eprintln!("usage: greedy_check <ptx|wgpu|auto> <checkpoint> <reference.json> [--suite]");
+    let suite_only = args.iter().any(|a| a == "--suite-only");
+    if args.len() < 4 && !(suite_only && args.len() == 3) {
+        eprintln!(
+            "usage: greedy_check <ptx|wgpu|auto> <checkpoint> <reference.json> [--suite] \
+             | greedy_check <ptx|wgpu|auto> --suite-only"
+        );
         std::process::exit(2);
     }
     let choice = match args[1].as_str() {
@@ -109,7 +114,7 @@ fn main() {
     println!("backend {} on {}", opened.backend, opened.device_name);
     let mut failed = 0usize;
     let mut passed = 0usize;
-    if args.iter().any(|a| a == "--suite") {
+    if suite_only || args.iter().any(|a| a == "--suite") {
         let t0 = Instant::now();
         let outcomes = poot_executor::suite::run(opened.executor.as_mut());
         for o in outcomes.iter().filter(|o| !o.passed) {
@@ -124,6 +129,9 @@ fn main() {
         );
         failed += bad;
         passed += outcomes.len() - bad;
+        if suite_only {
+            std::process::exit(i32::from(bad > 0));
+        }
     }
     let registry = Registry::builtin().unwrap();
     let t0 = Instant::now();
