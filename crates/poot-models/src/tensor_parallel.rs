@@ -497,3 +497,137 @@ pub(crate) fn gather_cols(
     }
     Some(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+
+    use poot_formats::{AwqFormat, Fp8Format, GptqFormat, GptqZeros, ScaleType};
+
+    use super::*;
+
+    fn gptq(act_order: bool) -> ComponentFormat {
+        let group = GroupSize::Elems(NonZeroU32::new(32).unwrap_or(NonZeroU32::MIN));
+        ComponentFormat::new(PackedFormat::Gptq(GptqFormat {
+            group,
+            act_order,
+            zeros: GptqZeros::V1PlusOne,
+        }))
+        .unwrap_or_else(|| panic!("gptq"))
+    }
+
+    fn formats() -> Vec<ComponentFormat> {
+        let awq = PackedFormat::Awq(AwqFormat {
+            group: GroupSize::Elems(NonZeroU32::new(64).unwrap_or(NonZeroU32::MIN)),
+        });
+        let fp8 = |scaling| {
+            PackedFormat::Fp8(Fp8Format {
+                scaling,
+                scale_type: ScaleType::F32,
+            })
+        };
+        [
+            awq,
+            fp8(Fp8Scaling::PerChannel),
+            fp8(Fp8Scaling::PerTensor),
+            fp8(Fp8Scaling::Block128),
+            PackedFormat::Fp4E2M1,
+        ]
+        .into_iter()
+        .filter_map(ComponentFormat::new)
+        .chain([gptq(false), gptq(true)])
+        .collect()
+    }
+
+    /// Every component's slice of a `[n, k]` linear has the dims of the share's own component.
+    fn assert_slices_are_the_shares_components(
+        f: ComponentFormat,
+        dims: [usize; 2],
+        axis: usize,
+        range: Range<usize>,
+    ) {
+        let slices = component_slices("w", f, &dims, axis, range.clone())
+            .unwrap_or_else(|e| panic!("{f} axis {axis} {range:?}: {e}"));
+        let whole = f.components(&dims).unwrap_or_default();
+        let mut share_dims = dims;
+        share_dims[axis] = range.len();
+        let share = f.components(&share_dims).unwrap_or_default();
+        for spec in &share {
+            let (_, rows, cols) = slices
+                .iter()
+                .find(|(role, _, _)| *role == spec.name)
+                .unwrap_or_else(|| panic!("{f}: no slice of {}", spec.name));
+            let full = &whole
+                .iter()
+                .find(|s| s.name == spec.name)
+                .unwrap_or_else(|| panic!("{f}: {}", spec.name))
+                .dims;
+            let mut got = full.clone();
+            if let Some(r) = rows {
+                got[0] = (r.end - r.start) as usize;
+            }
+            if let Some(c) = cols {
+                got[1] = (c.end - c.start) as usize;
+            }
+            assert_eq!(got, spec.dims, "{f} axis {axis} {range:?}: {}", spec.name);
+        }
+    }
+
+    #[test]
+    fn aligned_shares_slice_into_the_shares_own_components() {
+        for f in formats() {
+            for (axis, range) in [(0, 0..128), (0, 128..320), (1, 128..256), (1, 0..128)] {
+                if axis == 1 && f == gptq(true) {
+                    continue;
+                }
+                assert_slices_are_the_shares_components(f, [320, 256], axis, range);
+            }
+        }
+        // Within one 128x128 tile, and a partial last group or tile.
+        let block = formats()[3];
+        assert_slices_are_the_shares_components(block, [320, 256], 0, 32..96);
+        assert_slices_are_the_shares_components(gptq(false), [64, 80], 1, 32..80);
+        assert_slices_are_the_shares_components(block, [320, 256], 0, 256..320);
+    }
+
+    #[test]
+    fn shares_off_the_packing_are_refused() {
+        let refused = |f: ComponentFormat, axis: usize, range: Range<usize>| match component_slices(
+            "w.l0.attn.o",
+            f,
+            &[320, 256],
+            axis,
+            range.clone(),
+        ) {
+            Err(TraceError::ComponentSplit {
+                name,
+                align,
+                start,
+                end,
+                ..
+            }) => {
+                assert_eq!(
+                    (name.as_str(), start, end),
+                    ("w.l0.attn.o", range.start, range.end)
+                );
+                align
+            }
+            other => panic!("{f} axis {axis} {range:?}: {other:?}"),
+        };
+        let all = formats();
+        let (awq, block, fp4) = (all[0], all[3], all[4]);
+        // Packed zeros hold 8 output rows a word; GPTQ's inputs pack 8 a word, in groups of 32.
+        assert_eq!(refused(gptq(false), 0, 0..36), 8);
+        assert_eq!(refused(awq, 0, 4..64), 8);
+        assert_eq!(refused(gptq(false), 1, 16..128), 32);
+        assert_eq!(refused(awq, 1, 32..128), 64);
+        assert_eq!(refused(block, 0, 160..320), 128);
+        assert_eq!(refused(block, 1, 64..192), 128);
+        assert_eq!(refused(fp4, 1, 0..48), 32);
+        assert!(component_slices("w", fp4, &[320, 256], 0, 1..3).is_ok());
+        assert!(matches!(
+            component_slices("w", gptq(true), &[320, 256], 1, 0..128),
+            Err(TraceError::ComponentActOrder { .. })
+        ));
+    }
+}
