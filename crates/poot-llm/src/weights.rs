@@ -1,7 +1,8 @@
 //! A model's constants as an executor reads them: every name its weight map binds, with the
 //! stored bytes from the weight store (or the computed table). A component-format constant (a
 //! GPTQ, AWQ, FP8 or FP4 linear) is one buffer per component, each its stored bytes as they are
-//! in the checkpoint: nothing is decoded or copied on the host.
+//! in the checkpoint: nothing is decoded on the host, and only a tensor-parallel rank's column
+//! slice of a tensor (dense, blocks or a component) is copied, gathered from its rows.
 
 use std::borrow::Cow;
 use std::sync::Arc;

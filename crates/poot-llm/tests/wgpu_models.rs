@@ -173,7 +173,7 @@ fn every_fixture_family_matches_the_oracle_on_wgpu() {
                             };
                             let parts = parts
                                 .into_iter()
-                                .map(|(role, b)| (role.to_string(), std::borrow::Cow::Borrowed(b)))
+                                .map(|(role, b)| (role.to_string(), b))
                                 .collect();
                             HostTensor::components(format, ty.shape.clone(), parts).unwrap()
                         }

@@ -80,12 +80,29 @@ pub enum TraceError {
         per_rank: usize,
         block_elems: usize,
     },
-    /// A Hugging Face component-format linear (GPTQ, AWQ, FP8, FP4) in a tensor-parallel split:
-    /// its components are not sliced yet.
+    /// A Hugging Face component-format linear (GPTQ, AWQ, FP8, FP4) whose tensor-parallel share
+    /// does not fall on what its format packs together: choose a group whose shares are whole.
     #[error(
-        "`{name}` is stored as {format} components, which tensor parallelism does not split yet (run it on one device)"
+        "`{name}` ({format}): a rank's {axis} {start}..{end} of {len} are not whole {unit} (it needs multiples of {align}); choose a rank count whose shares are whole {unit}"
     )]
-    ComponentSplit { name: String, format: String },
+    ComponentSplit {
+        name: String,
+        format: String,
+        /// `output rows` (a column-parallel split) or `input columns` (row-parallel).
+        axis: &'static str,
+        start: usize,
+        end: usize,
+        len: usize,
+        align: usize,
+        /// What the format packs together along the axis (`quantization groups of 32`).
+        unit: String,
+    },
+    /// A GPTQ act-order linear (a `g_idx` that is not `k / group`) split along its input
+    /// columns: a rank's columns would read groups in any order.
+    #[error(
+        "`{name}` ({format}) is GPTQ act-order (desc_act): its input columns do not split over a tensor-parallel group (run it on one device, or use a checkpoint quantized without desc_act)"
+    )]
+    ComponentActOrder { name: String, format: String },
     /// A split weight whose shape is not whole parts of `unit` features along the split axis
     /// (its shape disagrees with the model's heads: a family bug).
     #[error("`{name}` of shape {dims:?} does not split into parts of {unit} along axis {axis}")]

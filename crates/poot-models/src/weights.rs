@@ -2,6 +2,7 @@
 //! names. Graphs name constants by role (`w.l3.attn.q`), never by checkpoint spelling; the
 //! family's name table holds the spelling.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
@@ -149,8 +150,20 @@ pub enum WeightSource {
     /// A table the family computes from the config (rotary angles).
     Table(Arc<[f32]>),
     /// A component-format constant (a GPTQ, AWQ, FP8 or FP4 linear): each component's role
-    /// and the checkpoint tensor that stores it, in the format's order.
-    Components(Vec<(&'static str, String)>),
+    /// and the checkpoint tensor that stores it (or a tensor-parallel rank's slice of it), in
+    /// the format's order.
+    Components(Vec<ComponentSource>),
+}
+
+/// One component of a component-format constant: its role (`qweight`), the checkpoint tensor
+/// storing it, and the range of its rows and of each row's elements a rank reads (in the
+/// component tensor's own elements: packed words, groups, scale tiles), `None` for all.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ComponentSource {
+    pub role: &'static str,
+    pub tensor: String,
+    pub rows: Option<Range<u64>>,
+    pub cols: Option<Range<u64>>,
 }
 
 /// One bound constant.
@@ -171,9 +184,9 @@ pub enum ConstData<'s> {
     Gathered(Vec<u8>),
     /// A computed f32 table.
     F32(&'s [f32]),
-    /// A component-format constant's components: each role and its stored bytes, in the
-    /// format's order.
-    Components(Vec<(&'static str, &'s [u8])>),
+    /// A component-format constant's components: each role and its stored bytes (a slice's
+    /// column range gathered into a copy), in the format's order.
+    Components(Vec<(&'static str, Cow<'s, [u8]>)>),
 }
 
 /// Shape and stored type of a checkpoint tensor, without its bytes.
@@ -492,7 +505,18 @@ impl WeightMap {
             WeightEntry {
                 role,
                 ty: TensorType::new(DType::Components(format), dims),
-                source: WeightSource::Components(linear.components),
+                source: WeightSource::Components(
+                    linear
+                        .components
+                        .into_iter()
+                        .map(|(role, tensor)| ComponentSource {
+                            role,
+                            tensor,
+                            rows: None,
+                            cols: None,
+                        })
+                        .collect(),
+                ),
             },
         );
         Ok(())
@@ -575,29 +599,16 @@ impl WeightMap {
         match &e.source {
             WeightSource::Table(t) => Ok(ConstData::F32(t)),
             WeightSource::Tensor { name, rows, cols } => {
-                let view = store.tensor(name)?;
-                let view = match rows {
-                    Some(r) => view.rows(r.clone())?,
-                    None => view,
-                };
-                let Some(cols) = cols else {
-                    return Ok(ConstData::Bytes(view.bytes()));
-                };
-                let k = view.shape().get(1).copied().unwrap_or(0);
-                crate::tensor_parallel::gather_cols(view.bytes(), view.stored_type(), k, cols)
-                    .filter(|_| view.shape().len() == 2)
-                    .map(ConstData::Gathered)
-                    .ok_or_else(|| ModelError::TensorShape {
-                        name: name.clone(),
-                        expected: vec![view.shape().first().copied().unwrap_or(0), cols.end],
-                        found: view.shape().to_vec(),
-                    })
+                Ok(match stored_slice(store, name, rows, cols)? {
+                    Cow::Borrowed(b) => ConstData::Bytes(b),
+                    Cow::Owned(b) => ConstData::Gathered(b),
+                })
             }
             WeightSource::Components(parts) => Ok(ConstData::Components(
                 parts
                     .iter()
-                    .map(|(role, name)| Ok((*role, store.tensor(name)?.bytes())))
-                    .collect::<Result<_, poot_load::LoadError>>()?,
+                    .map(|c| Ok((c.role, stored_slice(store, &c.tensor, &c.rows, &c.cols)?)))
+                    .collect::<Result<_, ModelError>>()?,
             )),
         }
     }
@@ -609,11 +620,9 @@ impl WeightMap {
         for e in self.entries.values() {
             let name = e.role.const_name();
             match &e.source {
-                WeightSource::Components(parts) => names.extend(
-                    parts
-                        .iter()
-                        .map(|(role, _)| component_const_name(&name, role)),
-                ),
+                WeightSource::Components(parts) => {
+                    names.extend(parts.iter().map(|c| component_const_name(&name, c.role)))
+                }
                 WeightSource::Tensor { .. } | WeightSource::Table(_) => names.push(name),
             }
         }
@@ -633,7 +642,10 @@ impl WeightMap {
             return parts
                 .into_iter()
                 .find(|(r, _)| *r == role)
-                .map(|(_, bytes)| ConstData::Bytes(bytes))
+                .map(|(_, bytes)| match bytes {
+                    Cow::Borrowed(b) => ConstData::Bytes(b),
+                    Cow::Owned(b) => ConstData::Gathered(b),
+                })
                 .ok_or_else(|| ModelError::MissingTensor {
                     name: buffer_name.to_string(),
                     role: const_name.to_string(),
@@ -641,4 +653,31 @@ impl WeightMap {
         }
         self.const_data(buffer_name, store)
     }
+}
+
+/// The stored bytes of checkpoint tensor `name`, or of its `rows` and each row's `cols` (the
+/// columns gathered into a copy).
+fn stored_slice<'s>(
+    store: &'s WeightStore,
+    name: &str,
+    rows: &Option<Range<u64>>,
+    cols: &Option<Range<u64>>,
+) -> Result<Cow<'s, [u8]>, ModelError> {
+    let view = store.tensor(name)?;
+    let view = match rows {
+        Some(r) => view.rows(r.clone())?,
+        None => view,
+    };
+    let Some(cols) = cols else {
+        return Ok(Cow::Borrowed(view.bytes()));
+    };
+    let k = view.shape().get(1).copied().unwrap_or(0);
+    crate::tensor_parallel::gather_cols(view.bytes(), view.stored_type(), k, cols)
+        .filter(|_| view.shape().len() == 2)
+        .map(Cow::Owned)
+        .ok_or_else(|| ModelError::TensorShape {
+            name: name.to_string(),
+            expected: vec![view.shape().first().copied().unwrap_or(0), cols.end],
+            found: view.shape().to_vec(),
+        })
 }

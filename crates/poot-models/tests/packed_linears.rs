@@ -60,7 +60,7 @@ fn a_gptq_linear_binds_its_stored_components() {
         let ConstData::Bytes(b) = w.buffer_data(&name, ck.store()).unwrap() else {
             panic!("{name}: one buffer")
         };
-        assert_eq!(b, *bytes);
+        assert_eq!(b, &**bytes);
     }
     assert!(w.buffer_data("w.l0.attn.q:nope", ck.store()).is_err());
     // A shape the config does not imply is refused as for a dense tensor.

@@ -368,3 +368,159 @@ fn smollm2_splits_over_two_and_three_ranks_not_four() {
         e => panic!("unexpected: {e}"),
     }
 }
+
+// ---- Component-format (GPTQ, AWQ, FP8, FP4) linears ------------------------------------------
+
+/// The random Llama checkpoints of every Hugging Face packed layout that
+/// `scripts/ref/models/gen_quantized_checkpoints.py` writes (`tp`: at its `--tp` dimensions,
+/// whose halves are whole 128x128 FP8 tiles), or `None` after a SKIP line when no Python
+/// imports what it needs.
+fn quantized(test: &str, tp: bool) -> Option<PathBuf> {
+    let cache = std::env::var_os("POOT_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/poot")
+        });
+    let mut candidates: Vec<String> = std::env::var("POOT_PYTHON").into_iter().collect();
+    candidates.push(cache.join("venv/bin/python").display().to_string());
+    candidates.push("python3".to_owned());
+    let Some(py) = candidates.into_iter().find(|py| {
+        std::process::Command::new(py)
+            .args(["-c", "import numpy, torch, transformers, safetensors"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        eprintln!("SKIP {test}: no Python imports numpy, torch, transformers and safetensors");
+        return None;
+    };
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "tp-quantized-{}-{}",
+        if tp { "tp" } else { "default" },
+        std::process::id()
+    ));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts/ref/models/gen_quantized_checkpoints.py");
+    let mut cmd = std::process::Command::new(py);
+    cmd.arg(&script);
+    if tp {
+        cmd.arg("--tp");
+    }
+    let run = cmd.arg(&out).output().unwrap();
+    assert!(
+        run.status.success(),
+        "{}: {}",
+        script.display(),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    Some(out)
+}
+
+#[test]
+fn component_format_linears_split_over_two() {
+    let Some(dir) = quantized("component_format_linears_split_over_two", true) else {
+        return;
+    };
+    let prompt = [1, 17, 200, 45, 3, 99, 128, 7, 64];
+    for layout in [
+        "gptq",
+        "awq",
+        "fp8_channel",
+        "fp8_tensor",
+        "fp8_block",
+        "mxfp4",
+    ] {
+        let loaded = load(&dir.join(layout));
+        // Every projection is a component-format constant, and each rank's is its share.
+        let q = loaded.model.weights().by_const("w.l0.attn.q").unwrap();
+        assert!(
+            matches!(q.ty.dtype, poot_graph_ir::DType::Components(_)),
+            "{layout}: {}",
+            q.ty.dtype
+        );
+        let rank = loaded
+            .model
+            .shard_weights(Shard::new(1, 2).unwrap())
+            .unwrap()
+            .into_owned();
+        for (name, dims) in [
+            ("w.l0.attn.q", [128, 256]),
+            ("w.l0.attn.k", [64, 256]),
+            ("w.l0.attn.o", [256, 128]),
+            ("w.l1.ffn.up", [256, 256]),
+            ("w.l1.ffn.down", [256, 256]),
+        ] {
+            assert_eq!(
+                rank.by_const(name).unwrap().ty.dims(),
+                dims,
+                "{layout} {name}"
+            );
+        }
+        eprintln!("{layout}:");
+        let tokens = group_matches_whole(&loaded, 2, &prompt, 4);
+        // The group's tokens are also transformers' on the dequantized weights.
+        let reference: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(layout).join("reference.json")).unwrap(),
+        )
+        .unwrap();
+        let want: Vec<i32> = reference["greedy_ids"].as_array().unwrap()[..4]
+            .iter()
+            .map(|t| t.as_i64().unwrap() as i32)
+            .collect();
+        assert_eq!(tokens, want, "{layout}: transformers' greedy tokens");
+    }
+}
+
+#[test]
+fn component_shares_off_their_packing_are_refused() {
+    let test = "component_shares_off_their_packing_are_refused";
+    let Some(default) = quantized(test, false) else {
+        return;
+    };
+    // Intermediate 320 over two ranks: 160 features each, and 160 starts inside the second
+    // 128x128 scale tile of the gate projection's outputs.
+    let loaded = load(&default.join("fp8_block"));
+    match GroupSession::new(&loaded, 2, 16).err().unwrap() {
+        TraceError::ComponentSplit {
+            name,
+            format,
+            axis,
+            start,
+            end,
+            len,
+            align,
+            ..
+        } => {
+            assert_eq!(name, "w.l0.ffn.gate");
+            assert_eq!(format, "fp8_e4m3{block128,f32}");
+            assert_eq!(
+                (axis, start, end, len, align),
+                ("output rows", 160, 320, 320, 128)
+            );
+        }
+        e => panic!("unexpected: {e}"),
+    }
+    // Its attention splits within one tile per rank, and the other layouts split whole.
+    for layout in ["gptq", "awq", "fp8_channel", "mxfp4"] {
+        let loaded = load(&default.join(layout));
+        assert!(
+            loaded
+                .model
+                .shard_weights(Shard::new(1, 2).unwrap())
+                .is_ok(),
+            "{layout}"
+        );
+    }
+    // GPTQ act-order: the output projection's inputs (rows of heads) cannot split.
+    let loaded = load(&default.join("gptq_act_order"));
+    let e = GroupSession::new(&loaded, 2, 16).err().unwrap();
+    match &e {
+        TraceError::ComponentActOrder { name, format } => {
+            assert_eq!(
+                (name.as_str(), format.as_str()),
+                ("w.l0.attn.o", "gptq_int4{g32,act,v1}")
+            );
+        }
+        e => panic!("unexpected: {e}"),
+    }
+    assert!(e.to_string().contains("desc_act"), "{e}");
+}

@@ -150,7 +150,7 @@ impl Oracle<'_> {
                     };
                     let parts = parts
                         .into_iter()
-                        .map(|(role, b)| (role.to_string(), std::borrow::Cow::Borrowed(b)))
+                        .map(|(role, b)| (role.to_string(), b))
                         .collect();
                     HostTensor::components(format, ty.shape.clone(), parts).unwrap()
                 }

@@ -2,7 +2,10 @@
 """Writes tiny random-weight Llama checkpoints quantized in each Hugging Face packed layout, and
 the transformers reference each is checked against.
 
-Usage: python gen_quantized_checkpoints.py OUT_DIR
+Usage: python gen_quantized_checkpoints.py [--tp] OUT_DIR
+
+--tp writes the same layouts at dimensions whose halves are whole 128x128 FP8 tiles (hidden 256,
+intermediate 512, head_dim 64), for splitting over a tensor-parallel group of two.
 
 For each layout below, OUT_DIR/<name>/ gets
   config.json         a Llama config with the layout's quantization_config
@@ -36,7 +39,8 @@ dequantized back from those stored tensors with each library's own dequantizatio
                         (the even column in the low nibble), weight_scale U8 [N, K/32] E8M0;
                         W = e2m1(code) * 2^(scale - 127).
 
-K = 128 (attention and gate/up inputs) and 320 (down: 2.5 tiles of 128, 5 groups of 64).
+K = 128 (attention and gate/up inputs) and 320 (down: 2.5 tiles of 128, 5 groups of 64); with
+--tp, 256 and 512.
 Everything is seeded: the same versions write the same bytes.
 """
 
@@ -404,7 +408,13 @@ def main(out):
         print(f"{name}: written, worst dequantization error {err:.3f} of the largest weight")
 
 
+TP_DIMS = dict(hidden_size=256, intermediate_size=512, head_dim=64)
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    if args[:1] == ["--tp"]:
+        CONFIG.update(TP_DIMS)
+        args = args[1:]
+    if len(args) != 1:
         sys.exit(__doc__)
-    main(sys.argv[1])
+    main(args[0])

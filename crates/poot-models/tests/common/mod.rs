@@ -85,7 +85,7 @@ pub fn bind_from<'s>(
                 };
                 let parts = parts
                     .into_iter()
-                    .map(|(role, b)| (role.to_string(), std::borrow::Cow::Borrowed(b)))
+                    .map(|(role, b)| (role.to_string(), b))
                     .collect();
                 HostTensor::components(format, ty.shape.clone(), parts)
                     .expect("components match the format")
