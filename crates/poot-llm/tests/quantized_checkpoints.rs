@@ -24,6 +24,7 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
 use common::oracle::Oracle;
+use common::python::generator_python;
 use poot_executor::{EntryId, Executor, StepInputs, StepOutputs};
 use poot_graph_ir::{DType, Graph, Slot, TraceLimits};
 use poot_llm::{
@@ -58,39 +59,12 @@ struct Reference {
     logits: Vec<Vec<f32>>,
 }
 
-fn cache() -> PathBuf {
-    std::env::var_os("POOT_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/poot")
-        })
-}
-
-/// A Python that imports what the generator needs, or why there is none.
-fn python() -> Result<String, String> {
-    let mut candidates: Vec<String> = std::env::var("POOT_PYTHON").into_iter().collect();
-    candidates.push(cache().join("venv/bin/python").display().to_string());
-    candidates.push("python3".to_owned());
-    for py in &candidates {
-        let ok = Command::new(py)
-            .args(["-c", "import numpy, torch, transformers, safetensors"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            return Ok(py.clone());
-        }
-    }
-    Err(format!(
-        "none of {candidates:?} imports numpy, torch, transformers and safetensors (scripts/pyenv.sh)"
-    ))
-}
-
 /// The generated checkpoints' directory (written once per test binary), or `None` after a
 /// skip line.
 fn checkpoints(test: &str) -> Option<&'static Path> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let dir = DIR.get_or_init(|| {
-        let py = python()?;
+        let py = generator_python()?;
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("quantized_checkpoints-{}", std::process::id()));
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

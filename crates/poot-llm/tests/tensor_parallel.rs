@@ -10,6 +10,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -29,6 +31,8 @@ use poot_llm::{
 use poot_models::weights::Role;
 use poot_models::{Registry, Stage, TraceError};
 use poot_wgpu_device::{WgpuDevice, WgpuOptions};
+
+use common::python::generator_python;
 
 /// What an emulated collective makes of the ranks' parts.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -943,22 +947,12 @@ fn the_planner_fits_each_pipeline_stage_with_its_layers() {
 /// packing (`scripts/ref/models/gen_quantized_checkpoints.py --tp`), or `None` after a SKIP
 /// line when no Python imports what the generator needs.
 fn gptq_checkpoint() -> Option<PathBuf> {
-    let cache = std::env::var_os("POOT_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/poot")
-        });
-    let mut candidates: Vec<String> = std::env::var("POOT_PYTHON").into_iter().collect();
-    candidates.push(cache.join("venv/bin/python").display().to_string());
-    candidates.push("python3".to_owned());
-    let Some(py) = candidates.into_iter().find(|py| {
-        std::process::Command::new(py)
-            .args(["-c", "import numpy, torch, transformers, safetensors"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }) else {
-        eprintln!("SKIP: no Python imports numpy, torch, transformers and safetensors");
-        return None;
+    let py = match generator_python() {
+        Ok(py) => py,
+        Err(why) => {
+            eprintln!("SKIP: {why}");
+            return None;
+        }
     };
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("tp-quantized-{}", std::process::id()));

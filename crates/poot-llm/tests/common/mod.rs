@@ -1,1 +1,2 @@
 pub mod oracle;
+pub mod python;
