@@ -1,7 +1,7 @@
 //! The evaluation walk: bind the inputs, run each equation in order, release values after their
 //! last reader, and collect the outputs and carried state.
 
-use poot_graph_ir::{Eqn, Graph, OpKind, ValueId};
+use poot_graph_ir::{CollectiveOp, Eqn, Graph, OpKind, ValueId};
 
 use crate::error::{EvalError, Fault};
 use crate::evaluation::Evaluation;
@@ -38,7 +38,7 @@ pub fn eval<'i>(
                     return Err(walk.fault(
                         eqn,
                         Fault::Collective {
-                            op: op.name(),
+                            op: graph.eqns()[eqn].op.name(),
                             ranks: op.ranks(),
                         },
                     ));
@@ -57,63 +57,7 @@ pub(crate) enum Paused {
     Done,
     /// Equation `eqn` is the collective `op`: its operand is ready, its result waits for
     /// [`Walk::complete`].
-    Collective { eqn: usize, op: Collective },
-}
-
-/// A collective a walk pauses at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Collective {
-    AllReduceSum { ranks: usize },
-    BroadcastFrom { root: usize, ranks: usize },
-}
-
-impl Collective {
-    /// The collective of `op`, if it is one.
-    fn of(op: &OpKind) -> Option<Collective> {
-        match *op {
-            OpKind::AllReduceSum { ranks } => Some(Collective::AllReduceSum { ranks }),
-            OpKind::BroadcastFrom { root, ranks } => {
-                Some(Collective::BroadcastFrom { root, ranks })
-            }
-            OpKind::Literal(_)
-            | OpKind::Iota { .. }
-            | OpKind::Unary(_)
-            | OpKind::Binary(_)
-            | OpKind::Compare(_)
-            | OpKind::Select
-            | OpKind::Cast { .. }
-            | OpKind::Reshape { .. }
-            | OpKind::Broadcast { .. }
-            | OpKind::Transpose { .. }
-            | OpKind::Slice { .. }
-            | OpKind::Concat { .. }
-            | OpKind::Gather { .. }
-            | OpKind::TakeAlong { .. }
-            | OpKind::DynamicSlice { .. }
-            | OpKind::DynamicUpdateSlice
-            | OpKind::ScatterUpdate { .. }
-            | OpKind::Reduce { .. }
-            | OpKind::ArgMax { .. }
-            | OpKind::ArgTopK { .. }
-            | OpKind::MatMul { .. }
-            | OpKind::IndexedMatMul => None,
-        }
-    }
-
-    /// The group size the graph was traced for.
-    pub(crate) fn ranks(self) -> usize {
-        match self {
-            Collective::AllReduceSum { ranks } | Collective::BroadcastFrom { ranks, .. } => ranks,
-        }
-    }
-
-    /// The op's name, as faults name it.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Collective::AllReduceSum { .. } => "all_reduce_sum",
-            Collective::BroadcastFrom { .. } => "broadcast_from",
-        }
-    }
+    Collective { eqn: usize, op: CollectiveOp },
 }
 
 /// One graph's evaluation, run equation by equation and paused at each collective so a group's
@@ -167,7 +111,7 @@ impl<'g, 'i> Walk<'g, 'i> {
     pub(crate) fn advance(&mut self) -> Result<Paused, EvalError> {
         while let Some(eqn) = self.graph.eqns().get(self.next) {
             let i = self.next;
-            if let Some(op) = Collective::of(&eqn.op) {
+            if let Some(op) = eqn.op.collective() {
                 return Ok(Paused::Collective { eqn: i, op });
             }
             let data = run(i, eqn, &mut self.env, &self.last_use, self.options)

@@ -15,10 +15,10 @@
 
 use std::borrow::Cow;
 
-use poot_graph_ir::Graph;
+use poot_graph_ir::{CollectiveOp, Graph};
 
 use crate::error::EvalError;
-use crate::eval::{Collective, Paused, Walk};
+use crate::eval::{Paused, Walk};
 use crate::evaluation::Evaluation;
 use crate::inputs::Inputs;
 use crate::options::EvalOptions;
@@ -67,10 +67,10 @@ pub fn eval_group<'i>(
                         .map(|t| t.ty().to_string())
                         .unwrap_or_default();
                     match op {
-                        Collective::AllReduceSum { ranks } => {
+                        CollectiveOp::AllReduceSum { ranks } => {
                             format!("an all-reduce over {ranks} ranks of {ty}")
                         }
-                        Collective::BroadcastFrom { root, ranks } => {
+                        CollectiveOp::Broadcast { root, ranks } => {
                             format!("a broadcast from rank {root} over {ranks} ranks of {ty}")
                         }
                     }
@@ -101,7 +101,7 @@ pub fn eval_group<'i>(
         };
         let result =
             match op {
-                Collective::AllReduceSum { .. } => {
+                CollectiveOp::AllReduceSum { .. } => {
                     let mut parts = Vec::with_capacity(ranks);
                     for (r, (w, p)) in walks.iter().zip(&pauses).enumerate() {
                         let Paused::Collective { eqn, .. } = *p else {
@@ -118,7 +118,7 @@ pub fn eval_group<'i>(
                     )))
                 }
                 // Every rank met the same root (checked above), inside the group (`infer`).
-                Collective::BroadcastFrom { root, .. } => {
+                CollectiveOp::Broadcast { root, .. } => {
                     let (Some(w), Some(&Paused::Collective { eqn, .. })) =
                         (walks.get(root), pauses.get(root))
                     else {

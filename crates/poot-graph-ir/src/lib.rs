@@ -22,7 +22,7 @@ pub use builder::{Builder, BuilderError, Extension, Outputs, Traced};
 pub use component_format::{ComponentFormat, component_const_name};
 pub use graph::{Eqn, Graph, GraphEdit, OutputIds, ValidationError, ValueInfo};
 pub use limits::{Resource, TraceLimits, Usage};
-pub use op::{BinaryOp, CompareOp, InferError, OpKind, ReduceOp, Scalar, UnaryOp};
+pub use op::{BinaryOp, CollectiveOp, CompareOp, InferError, OpKind, ReduceOp, Scalar, UnaryOp};
 pub use poot_formats::{GgmlType, PackedFormat};
 pub use storage::{Slot, Storage};
 pub use types::{DType, Shape, TensorType, ValueId};

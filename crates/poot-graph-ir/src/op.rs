@@ -294,7 +294,43 @@ pub enum OpKind {
     },
 }
 
+/// What a collective op does, for the readers that treat collectives alike (the group oracle,
+/// the planner's collective steps, the executor's commands).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CollectiveOp {
+    /// [`OpKind::AllReduceSum`].
+    AllReduceSum { ranks: usize },
+    /// [`OpKind::BroadcastFrom`].
+    Broadcast { root: usize, ranks: usize },
+}
+
+impl CollectiveOp {
+    /// The group size the collective was traced for.
+    pub fn ranks(self) -> usize {
+        match self {
+            CollectiveOp::AllReduceSum { ranks } | CollectiveOp::Broadcast { ranks, .. } => ranks,
+        }
+    }
+
+    /// How refusals name it.
+    pub fn what(self) -> &'static str {
+        match self {
+            CollectiveOp::AllReduceSum { .. } => "an all-reduce",
+            CollectiveOp::Broadcast { .. } => "a broadcast",
+        }
+    }
+}
+
 impl OpKind {
+    /// The collective this op is, if it is one.
+    pub fn collective(&self) -> Option<CollectiveOp> {
+        match *self {
+            OpKind::AllReduceSum { ranks } => Some(CollectiveOp::AllReduceSum { ranks }),
+            OpKind::BroadcastFrom { root, ranks } => Some(CollectiveOp::Broadcast { root, ranks }),
+            _ => None,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             OpKind::Literal(_) => "literal",

@@ -1,5 +1,6 @@
 //! A compiled plan: kernels, the buffers they bind, and the dispatch list one step replays.
 
+pub use poot_graph_ir::CollectiveOp;
 use poot_graph_ir::{DType, Slot, TensorType};
 
 use crate::kernel::Kernel;
@@ -65,32 +66,6 @@ pub struct Collective {
     pub n_elems: u64,
     /// The graph value it computes (`l3.attn_out`), for diagnostics.
     pub label: String,
-}
-
-/// What a [`Collective`] does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CollectiveOp {
-    /// The elementwise f32 sum over the `ranks` ranks of the group.
-    AllReduceSum { ranks: usize },
-    /// Rank `root`'s words, copied to every rank of the group of `ranks`.
-    Broadcast { root: usize, ranks: usize },
-}
-
-impl CollectiveOp {
-    /// The group size the collective was planned for.
-    pub fn ranks(self) -> usize {
-        match self {
-            CollectiveOp::AllReduceSum { ranks } | CollectiveOp::Broadcast { ranks, .. } => ranks,
-        }
-    }
-
-    /// How refusals name it.
-    pub fn what(self) -> &'static str {
-        match self {
-            CollectiveOp::AllReduceSum { .. } => "an all-reduce",
-            CollectiveOp::Broadcast { .. } => "a broadcast",
-        }
-    }
 }
 
 /// Where a host-visible value lives and how its words read.
