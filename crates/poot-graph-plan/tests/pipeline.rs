@@ -10,34 +10,12 @@
 
 mod common;
 
+use common::groups::{fixture, touches};
 use common::reference_models::*;
 use poot_graph_ir::{Builder, DType, Outputs, TensorType, TraceLimits};
-use poot_graph_plan::kernel::ir::Access;
 use poot_graph_plan::{BufferId, CollectiveOp, Plan, PlanError, Target, compile};
-use poot_load::LoadOptions;
 use poot_models::pipeline::broadcast_outputs;
-use poot_models::{KvLayout, Model, Registry, Stage, StepShape, StepSpec};
-
-fn fixture(name: &str) -> Box<dyn Model> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../poot-models/tests/fixtures/random")
-        .join(name);
-    let ck = poot_load::load(&dir, &LoadOptions::default()).unwrap();
-    let registry = Registry::builtin().unwrap();
-    (registry.resolve(ck.config()).unwrap().build)(ck.config(), ck.store())
-        .unwrap()
-        .model
-}
-
-/// Whether dispatch `d` of `plan` reads (`write == false`) or writes buffer `b`.
-fn touches(plan: &Plan, d: usize, b: BufferId, write: bool) -> bool {
-    let disp = &plan.dispatches[d];
-    let params = &plan.kernels[disp.kernel].params;
-    disp.args
-        .iter()
-        .zip(params)
-        .any(|(a, p)| *a == b && (!write || p.access == Access::ReadWrite))
-}
+use poot_models::{KvLayout, Stage, StepShape, StepSpec};
 
 /// Each collective is a broadcast of `ranks`, with the roots `roots` in order; each reads a
 /// buffer (of at least its words) into another that no dispatch overwrites before a later

@@ -8,33 +8,11 @@
 
 mod common;
 
+use common::groups::{fixture, touches};
 use common::reference_models::*;
 use poot_graph_ir::TraceLimits;
-use poot_graph_plan::kernel::ir::Access;
-use poot_graph_plan::{BufferId, CollectiveOp, Plan, PlanError, Target, compile};
-use poot_load::LoadOptions;
-use poot_models::{KvLayout, Model, Registry, Shard, StepShape, StepSpec};
-
-fn fixture(name: &str) -> Box<dyn Model> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../poot-models/tests/fixtures/random")
-        .join(name);
-    let ck = poot_load::load(&dir, &LoadOptions::default()).unwrap();
-    let registry = Registry::builtin().unwrap();
-    (registry.resolve(ck.config()).unwrap().build)(ck.config(), ck.store())
-        .unwrap()
-        .model
-}
-
-/// Whether dispatch `d` of `plan` reads (`write == false`) or writes buffer `b`.
-fn touches(plan: &Plan, d: usize, b: BufferId, write: bool) -> bool {
-    let disp = &plan.dispatches[d];
-    let params = &plan.kernels[disp.kernel].params;
-    disp.args
-        .iter()
-        .zip(params)
-        .any(|(a, p)| *a == b && (!write || p.access == Access::ReadWrite))
-}
+use poot_graph_plan::{CollectiveOp, Plan, PlanError, Target, compile};
+use poot_models::{KvLayout, Shard, StepShape, StepSpec};
 
 /// Each collective reads a buffer a dispatch before it wrote, into another buffer that a later
 /// dispatch reads before any dispatch overwrites it.

@@ -1,1 +1,2 @@
+pub mod groups;
 pub mod reference_models;
