@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
-use common::oracle::Oracle;
+use common::oracle::{Oracle, argmax, rel_err};
 use common::python::generator_python;
 use poot_executor::{EntryId, Executor, StepInputs, StepOutputs};
 use poot_graph_ir::{DType, Graph, Slot, TraceLimits};
@@ -138,24 +138,6 @@ fn trace(handle: &ModelHandle, tokens: usize) -> Graph {
             TraceLimits::standard(256),
         )
         .unwrap()
-}
-
-fn argmax(v: &[f32]) -> usize {
-    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b })
-}
-
-fn rel_err(got: &[f32], want: &[f32]) -> f32 {
-    let scale = want.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
-    got.iter()
-        .zip(want)
-        .map(|(g, w)| {
-            if g.is_finite() {
-                (g - w).abs() / scale
-            } else {
-                f32::INFINITY
-            }
-        })
-        .fold(0f32, f32::max)
 }
 
 /// A greedy pick against the reference's: equal, or a flip where the reference's top-two

@@ -10,7 +10,7 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::oracle::Oracle;
+use common::oracle::{Oracle, argmax, rel_err};
 
 use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
 use poot_executor::{EntryId, ExecutableId, Executor, StepInputs, StepOutputs};
@@ -44,24 +44,6 @@ fn device_step(exec: &mut dyn Executor, entry: EntryId, tokens: &[i32], start: u
     let mut out = StepOutputs::default();
     exec.step(entry, &inputs, &mut out).unwrap();
     out.f32(0).unwrap()
-}
-
-fn argmax(v: &[f32]) -> usize {
-    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b })
-}
-
-fn rel_err(got: &[f32], want: &[f32]) -> f32 {
-    let scale = want.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
-    got.iter()
-        .zip(want)
-        .map(|(g, w)| {
-            if g.is_finite() {
-                (g - w).abs() / scale
-            } else {
-                f32::INFINITY
-            }
-        })
-        .fold(0f32, f32::max)
 }
 
 /// Prefill `prompt` in one step, then `decode` greedy steps, on the device and the oracle;

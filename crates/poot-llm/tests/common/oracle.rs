@@ -72,3 +72,24 @@ impl<'h> Oracle<'h> {
         out.outputs[0].to_f32_vec().unwrap()
     }
 }
+
+/// The index of the largest value (the first of equals).
+pub fn argmax(v: &[f32]) -> usize {
+    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b })
+}
+
+/// The largest difference between `got` and `want` relative to `want`'s largest magnitude; a
+/// non-finite `got` is infinitely far.
+pub fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    let scale = want.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| {
+            if g.is_finite() {
+                (g - w).abs() / scale
+            } else {
+                f32::INFINITY
+            }
+        })
+        .fold(0f32, f32::max)
+}
