@@ -14,8 +14,8 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use poot_eval::{EvalOptions, HostTensor, eval, eval_group};
-use poot_graph_ir::{Graph, OpKind, Slot, TraceLimits};
+use poot_eval::{EvalOptions, eval, eval_group};
+use poot_graph_ir::{Graph, OpKind, TraceLimits};
 use poot_models::pipeline::{broadcast_outputs, stage_layers};
 use poot_models::weights::{Role, WeightMap};
 use poot_models::{Program, Shard, Stage, StepShape, StepSpec, TraceError};
@@ -27,7 +27,7 @@ struct PipelineSession<'m> {
     stages: usize,
     capacity: usize,
     weights: Vec<WeightMap>,
-    states: Vec<Vec<(String, HostTensor<'static>)>>,
+    states: Vec<Carried>,
 }
 
 impl<'m> PipelineSession<'m> {
@@ -74,22 +74,15 @@ impl<'m> PipelineSession<'m> {
         let graphs = self.graphs(t);
         let mut all_inputs = Vec::new();
         for (s, g) in graphs.iter().enumerate() {
-            let mut inputs = bind_from(g, &self.weights[s], self.loaded);
-            let pos: Vec<i32> = (start..start + t).map(|p| p as i32).collect();
-            inputs.set_slot(
-                Slot::Token,
-                HostTensor::i32([1, t], tokens.to_vec()).unwrap(),
-            );
-            inputs.set_slot(Slot::Pos, HostTensor::i32([1, t], pos).unwrap());
             let prev = std::mem::take(&mut self.states[s]);
-            for (_, name, ty) in g.states() {
-                let value = match prev.iter().find(|(n, _)| n == name) {
-                    Some((_, v)) => v.clone(),
-                    None => zeros(ty),
-                };
-                inputs.set_state(name, value);
-            }
-            all_inputs.push(inputs);
+            all_inputs.push(member_inputs(
+                g,
+                &self.weights[s],
+                self.loaded,
+                tokens,
+                start,
+                prev,
+            ));
         }
         let outs = if self.stages == 1 {
             vec![eval(&graphs[0], &all_inputs[0], EvalOptions::default()).unwrap()]
@@ -97,17 +90,7 @@ impl<'m> PipelineSession<'m> {
             let refs: Vec<&Graph> = graphs.iter().collect();
             eval_group(&refs, &all_inputs, EvalOptions::default()).unwrap()
         };
-        let logits: Vec<Vec<f32>> = outs
-            .iter()
-            .map(|o| o.outputs[0].to_f32_vec().unwrap())
-            .collect();
-        for (s, l) in logits.iter().enumerate().skip(1) {
-            assert!(same_bits(l, &logits[0]), "stage {s}'s logits differ");
-        }
-        for (s, o) in outs.into_iter().enumerate() {
-            self.states[s] = o.state;
-        }
-        logits.into_iter().next().unwrap()
+        agreed_logits(outs, &mut self.states, "stage")
     }
 
     /// Every stage's KV states by name, as f32.

@@ -14,8 +14,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use poot_eval::{EvalOptions, HostTensor, eval_group};
-use poot_graph_ir::{Graph, OpKind, Slot, TraceLimits};
+use poot_eval::{EvalOptions, eval_group};
+use poot_graph_ir::{Graph, OpKind, TraceLimits};
 use poot_models::weights::WeightMap;
 use poot_models::{Shard, StepShape, StepSpec, TraceError};
 
@@ -27,7 +27,7 @@ struct GroupSession<'m> {
     ranks: usize,
     capacity: usize,
     weights: Vec<WeightMap>,
-    states: Vec<Vec<(String, HostTensor<'static>)>>,
+    states: Vec<Carried>,
 }
 
 impl<'m> GroupSession<'m> {
@@ -63,41 +63,19 @@ impl<'m> GroupSession<'m> {
         }
         let mut all_inputs = Vec::new();
         for (r, g) in graphs.iter().enumerate() {
-            let mut inputs = bind_from(g, &self.weights[r], self.loaded);
-            let pos: Vec<i32> = (start..start + t).map(|p| p as i32).collect();
-            inputs.set_slot(
-                Slot::Token,
-                HostTensor::i32([1, t], tokens.to_vec()).unwrap(),
-            );
-            inputs.set_slot(Slot::Pos, HostTensor::i32([1, t], pos).unwrap());
             let prev = std::mem::take(&mut self.states[r]);
-            for (_, name, ty) in g.states() {
-                let value = match prev.iter().find(|(n, _)| n == name) {
-                    Some((_, v)) => v.clone(),
-                    None => zeros(ty),
-                };
-                inputs.set_state(name, value);
-            }
-            all_inputs.push(inputs);
+            all_inputs.push(member_inputs(
+                g,
+                &self.weights[r],
+                self.loaded,
+                tokens,
+                start,
+                prev,
+            ));
         }
         let refs: Vec<&Graph> = graphs.iter().collect();
         let outs = eval_group(&refs, &all_inputs, EvalOptions::default()).unwrap();
-        let logits: Vec<Vec<f32>> = outs
-            .iter()
-            .map(|o| o.outputs[0].to_f32_vec().unwrap())
-            .collect();
-        for (r, l) in logits.iter().enumerate().skip(1) {
-            assert!(
-                l.iter()
-                    .zip(&logits[0])
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "rank {r}'s logits differ from rank 0's"
-            );
-        }
-        for (r, o) in outs.into_iter().enumerate() {
-            self.states[r] = o.state;
-        }
-        logits.into_iter().next().unwrap()
+        agreed_logits(outs, &mut self.states, "rank")
     }
 }
 

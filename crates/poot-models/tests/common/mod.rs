@@ -240,3 +240,61 @@ pub fn mean_pool_normalized(
     let norm = mean.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
     mean.iter().map(|x| (x / norm) as f32).collect()
 }
+
+/// The state a group member carries from step to step, by name.
+pub type Carried = Vec<(String, HostTensor<'static>)>;
+
+/// Inputs of one step of `tokens` from position `start` through `graph` (a group member's):
+/// constants from `weights`, the token and position slots, and the state `prev` carried from
+/// the member's last step (zeros before its first).
+pub fn member_inputs<'s>(
+    graph: &Graph,
+    weights: &'s poot_models::weights::WeightMap,
+    loaded: &'s Loaded,
+    tokens: &[i32],
+    start: usize,
+    prev: Carried,
+) -> Inputs<'s> {
+    let t = tokens.len();
+    let mut inputs = bind_from(graph, weights, loaded);
+    let pos: Vec<i32> = (start..start + t).map(|p| p as i32).collect();
+    inputs.set_slot(
+        Slot::Token,
+        HostTensor::i32([1, t], tokens.to_vec()).unwrap(),
+    );
+    inputs.set_slot(Slot::Pos, HostTensor::i32([1, t], pos).unwrap());
+    for (_, name, ty) in graph.states() {
+        let value = match prev.iter().find(|(n, _)| n == name) {
+            Some((_, v)) => v.clone(),
+            None => zeros(ty),
+        };
+        inputs.set_state(name, value);
+    }
+    inputs
+}
+
+/// Member 0's logits (first output) of a group's step, after checking every member's are the
+/// same bits; each member's new state is kept in `states`. `member` names them in failures.
+pub fn agreed_logits(
+    outs: Vec<poot_eval::Evaluation<'_>>,
+    states: &mut [Carried],
+    member: &str,
+) -> Vec<f32> {
+    let logits: Vec<Vec<f32>> = outs
+        .iter()
+        .map(|o| o.outputs[0].to_f32_vec().unwrap())
+        .collect();
+    for (r, l) in logits.iter().enumerate().skip(1) {
+        assert!(
+            l.len() == logits[0].len()
+                && l.iter()
+                    .zip(&logits[0])
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{member} {r}'s logits differ from {member} 0's"
+        );
+    }
+    for (r, o) in outs.into_iter().enumerate() {
+        states[r] = o.state;
+    }
+    logits.into_iter().next().unwrap()
+}
