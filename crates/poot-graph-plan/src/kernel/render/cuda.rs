@@ -128,6 +128,12 @@ impl Cuda<'_> {
                 {
                     self.ranges.set(*var, range);
                 }
+                if !mutated
+                    && *t == Ty::I32
+                    && let Some(range) = self.ranges.signed_of(self.k, value)
+                {
+                    self.ranges.set_signed(*var, range);
+                }
                 let value = self.expr(value)?;
                 let constness = if mutated { "" } else { "const " };
                 out.line(format!(
@@ -338,6 +344,12 @@ impl Cuda<'_> {
                         .ranges
                         .of(self.k, x)
                         .is_some_and(|(_, hi)| hi < 1 << 23);
+                let small_signed = from == Ty::I32
+                    && *to == Ty::F32
+                    && self
+                        .ranges
+                        .signed_of(self.k, x)
+                        .is_some_and(|(lo, hi)| lo >= -(1 << 22) && hi < 1 << 22);
                 let x = self.expr(x)?;
                 if small {
                     // Exact for x < 2^23: 2^23 + x is an f32 whose mantissa is x. Cheaper than
@@ -345,6 +357,13 @@ impl Cuda<'_> {
                     // quantized weight passes through here).
                     format!(
                         "(__uint_as_float(0x4b000000u | {}) - 8388608.0f)",
+                        operand(&x)
+                    )
+                } else if small_signed {
+                    // The same for -2^22 <= x < 2^22 around 1.5 * 2^23 (Q4_0's and Q8_0's
+                    // signed codes).
+                    format!(
+                        "(__uint_as_float(0x4b400000u + (unsigned int){}) - 12582912.0f)",
                         operand(&x)
                     )
                 } else {
