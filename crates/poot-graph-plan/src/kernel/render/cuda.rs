@@ -187,13 +187,17 @@ impl Cuda<'_> {
                 body,
             } => {
                 let v = names::var(*var);
-                if let Some(u) = unroll::plan(self.k, &self.ranges, start, end, step, body) {
+                let assigned = unroll::assigns(body, *var);
+                if let Some(u) = unroll::plan(self.k, &self.ranges, start, end, step, body)
+                    && !assigned
+                {
                     return self.written_out(out, *var, start, body, u);
                 }
                 if let Some((end, step)) = unroll::cannot_wrap(self.k, &self.ranges, end, step) {
                     // A plain loop, which the compiler may unroll itself.
                     if let Some((lo, _)) = self.ranges.of(self.k, start)
                         && lo < end
+                        && !assigned
                     {
                         self.ranges.set(*var, (lo, end - 1));
                     }

@@ -213,6 +213,19 @@ fn count(body: &[Stmt]) -> u64 {
         .sum()
 }
 
+/// Whether `body` assigns `var` (then a loop counter's range says nothing of its values, and a
+/// written-out iteration, which declares it constant, would not compile).
+pub(crate) fn assigns(body: &[Stmt], var: Var) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Set { var: v, .. } => *v == var,
+        Stmt::If {
+            then, otherwise, ..
+        } => assigns(then, var) || assigns(otherwise, var),
+        Stmt::For { body, .. } => assigns(body, var),
+        _ => false,
+    })
+}
+
 /// Whether `body` holds a barrier (a written-out iteration that tests its counter would put it
 /// under a branch some threads skip).
 fn has_barrier(body: &[Stmt]) -> bool {
@@ -314,6 +327,22 @@ mod tests {
         );
         // A whole word reinterpreted could be anything.
         assert_eq!(r.signed_of(&k, &i32_of(word)), None);
+    }
+
+    #[test]
+    fn a_counter_assigned_in_its_body_is_seen() {
+        let set = Stmt::Set {
+            var: Var(3),
+            value: u32c(0),
+        };
+        let nested = [Stmt::If {
+            cond: Expr::Bool(true),
+            then: vec![set.clone()],
+            otherwise: Vec::new(),
+        }];
+        assert!(assigns(&nested, Var(3)));
+        assert!(!assigns(&nested, Var(4)));
+        assert!(!assigns(&[Stmt::Barrier], Var(3)));
     }
 
     #[test]
