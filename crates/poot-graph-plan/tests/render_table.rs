@@ -17,7 +17,7 @@ use std::process::Command;
 
 use poot_graph_plan::kernel::build::{
     KernelBuilder, bin, cast, cmp, eq, f32c, group_count_x, group_id, i32c, load, load_byte,
-    load_half, load_shared, local_id, lt, select, u32c, un,
+    load_half, load_shared, local_id, lt, mul_add, select, u32c, un,
 };
 use poot_graph_plan::kernel::render::{
     RenderError, can_fault, entry_name, render_cuda, render_wgsl,
@@ -279,6 +279,17 @@ fn operators_kernel(literals: bool) -> (Kernel, usize) {
             &probe,
             &mut slot,
             select(operand(Ty::Bool, 0), operand(t, 1), operand(t, 2)),
+        ));
+    }
+    // Fused multiply-add: run-time operands, and all literals (which WGSL must not fold).
+    for k in 0..2u32 {
+        let x = |i: u32| operand(Ty::F32, i + 3 * k);
+        typed += usize::from(try_store(
+            &mut b,
+            &io,
+            &probe,
+            &mut slot,
+            mul_add(x(0), x(1), x(2)),
         ));
     }
     (b.finish(), typed)
@@ -675,6 +686,7 @@ fn the_table_covers_every_variant() {
         "Binary",
         "Cmp",
         "Select",
+        "MulAdd",
         "Cast",
     ] {
         assert!(exprs.contains(&want), "no {want} expression");
@@ -745,6 +757,7 @@ fn walk_expr(e: &Expr, out: &mut Vec<&'static str>) {
             on_true,
             on_false,
         } => ("Select", vec![cond, on_true, on_false]),
+        Expr::MulAdd(a, b, c) => ("MulAdd", vec![a, b, c]),
         Expr::Cast(_, x) => ("Cast", vec![x]),
     };
     out.push(name);

@@ -330,6 +330,10 @@ impl Cuda<'_> {
                 let (c, t, f) = (self.expr(cond)?, self.expr(on_true)?, self.expr(on_false)?);
                 format!("({c} ? {t} : {f})")
             }
+            Expr::MulAdd(a, b, c) => {
+                let (a, b, c) = (self.expr(a)?, self.expr(b)?, self.expr(c)?);
+                format!("fmaf({a}, {b}, {c})")
+            }
             Expr::Cast(to, x) => {
                 let from = self.k.type_of(x)?;
                 let small = from == Ty::U32
