@@ -485,10 +485,12 @@ mod tests {
 
     /// The helpers both languages implement with the same bit-level algorithm use the same
     /// magic numbers in the same order (`F32ToI32` differs only in how it spells `i32::MIN`).
+    /// `F16ToF32` differs on purpose: CUDA multiplies a subnormal f32 by 2^112, which WGSL may
+    /// flush to zero, so WGSL keeps the integer path (each is checked against the oracle for
+    /// every half: `cuda_lib`'s tests and the device suite).
     #[test]
     fn shared_helpers_use_the_same_constants() {
         let pairs = [
-            (WgslLib::F16ToF32, CudaLib::F16ToF32),
             (WgslLib::LoadBf16(0), CudaLib::LoadBf16),
             (WgslLib::RoundF16, CudaLib::RoundF16),
             (WgslLib::RoundBf16, CudaLib::RoundBf16),
