@@ -661,10 +661,17 @@ fn the_table_covers_every_variant() {
     // Binary: Add/Sub/Mul/Div/Max/Min on f32, i32, u32; Rem on i32, u32; Pow on f32;
     // And/Or/Xor on i32, u32, bool; Shl/Shr of i32 and u32 by u32.
     let binary = 6 * 3 + 2 + 1 + 3 * 3 + 2 * 2;
-    let (compare, casts, selects) = (6 * 4, 4 * 4, 4);
-    assert_eq!(runtime, unary + binary + compare + casts + selects);
-    // With literals, four operand choices each, except comparisons and selects.
-    assert_eq!(literal, 4 * (unary + binary + casts) + compare + selects);
+    // Fused multiply-adds: two on f32.
+    let (compare, casts, selects, mul_adds) = (6 * 4, 4 * 4, 4, 2);
+    assert_eq!(
+        runtime,
+        unary + binary + compare + casts + selects + mul_adds
+    );
+    // With literals, four operand choices each, except comparisons, selects and multiply-adds.
+    assert_eq!(
+        literal,
+        4 * (unary + binary + casts) + compare + selects + mul_adds
+    );
 
     let mut exprs = Vec::new();
     let mut stmts = Vec::new();
@@ -856,6 +863,8 @@ static __device__ __forceinline__ unsigned int atomicOr(unsigned int* p, unsigne
 #define POOT_LIBDEVICE1(f) extern "C" __device__ float __nv_##f(float); static __device__ __forceinline__ float f(float x) { return __nv_##f(x); }
 POOT_LIBDEVICE1(expf) POOT_LIBDEVICE1(logf) POOT_LIBDEVICE1(sqrtf) POOT_LIBDEVICE1(tanhf) POOT_LIBDEVICE1(erff)
 POOT_LIBDEVICE1(floorf) POOT_LIBDEVICE1(ceilf) POOT_LIBDEVICE1(sinf) POOT_LIBDEVICE1(cosf) POOT_LIBDEVICE1(fabsf)
+extern "C" __device__ float __nv_fmaf(float, float, float);
+static __device__ __forceinline__ float fmaf(float x, float y, float z) { return __nv_fmaf(x, y, z); }
 extern "C" __device__ float __nv_powf(float, float);
 static __device__ __forceinline__ float powf(float x, float y) { return __nv_powf(x, y); }
 "#;
