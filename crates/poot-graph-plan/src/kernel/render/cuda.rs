@@ -3,8 +3,8 @@
 //! The source is self-contained for NVRTC: no `#include`, only what NVRTC declares by itself
 //! (`threadIdx`, `blockIdx`, `gridDim`, `__syncthreads`, `__trap`, `__threadfence_system`,
 //! atomics, `__float_as_uint`/`__uint_as_float` and the libdevice math functions `expf`,
-//! `logf`, `sqrtf`, `tanhf`, `erff`, `floorf`, `ceilf`, `sinf`, `cosf`, `powf`, `fabsf`). The
-//! entry point is `extern "C"`, named [`entry_name`](super::entry_name), with
+//! `logf`, `sqrtf`, `tanhf`, `erff`, `floorf`, `ceilf`, `sinf`, `cosf`, `powf`, `fabsf`,
+//! `fmaf`). The entry point is `extern "C"`, named [`entry_name`](super::entry_name), with
 //! `__launch_bounds__(workgroup)`; buffer parameters are `T* __restrict__`, `const` when
 //! read-only, in order, followed by `unsigned int* __restrict__ poot_fault` when the kernel can
 //! fault (see [`fault`](super::fault)).
@@ -339,6 +339,10 @@ impl Cuda<'_> {
             } => {
                 let (c, t, f) = (self.expr(cond)?, self.expr(on_true)?, self.expr(on_false)?);
                 format!("({c} ? {t} : {f})")
+            }
+            Expr::MulAdd(a, b, c) => {
+                let (a, b, c) = (self.expr(a)?, self.expr(b)?, self.expr(c)?);
+                format!("fmaf({a}, {b}, {c})")
             }
             Expr::Cast(to, x) => {
                 let from = self.k.type_of(x)?;
