@@ -17,7 +17,7 @@ use std::process::Command;
 
 use poot_graph_plan::kernel::build::{
     KernelBuilder, bin, cast, cmp, eq, f32c, group_count_x, group_id, i32c, load, load_byte,
-    load_half, load_shared, local_id, lt, select, u32c, un,
+    load_half, load_shared, local_id, lt, mul_add, select, u32c, un,
 };
 use poot_graph_plan::kernel::render::{
     RenderError, can_fault, entry_name, render_cuda, render_wgsl,
@@ -279,6 +279,17 @@ fn operators_kernel(literals: bool) -> (Kernel, usize) {
             &probe,
             &mut slot,
             select(operand(Ty::Bool, 0), operand(t, 1), operand(t, 2)),
+        ));
+    }
+    // Fused multiply-add: run-time operands, and all literals (which WGSL must not fold).
+    for k in 0..2u32 {
+        let x = |i: u32| operand(Ty::F32, i + 3 * k);
+        typed += usize::from(try_store(
+            &mut b,
+            &io,
+            &probe,
+            &mut slot,
+            mul_add(x(0), x(1), x(2)),
         ));
     }
     (b.finish(), typed)
@@ -650,10 +661,17 @@ fn the_table_covers_every_variant() {
     // Binary: Add/Sub/Mul/Div/Max/Min on f32, i32, u32; Rem on i32, u32; Pow on f32;
     // And/Or/Xor on i32, u32, bool; Shl/Shr of i32 and u32 by u32.
     let binary = 6 * 3 + 2 + 1 + 3 * 3 + 2 * 2;
-    let (compare, casts, selects) = (6 * 4, 4 * 4, 4);
-    assert_eq!(runtime, unary + binary + compare + casts + selects);
-    // With literals, four operand choices each, except comparisons and selects.
-    assert_eq!(literal, 4 * (unary + binary + casts) + compare + selects);
+    // Fused multiply-adds: two on f32.
+    let (compare, casts, selects, mul_adds) = (6 * 4, 4 * 4, 4, 2);
+    assert_eq!(
+        runtime,
+        unary + binary + compare + casts + selects + mul_adds
+    );
+    // With literals, four operand choices each, except comparisons, selects and multiply-adds.
+    assert_eq!(
+        literal,
+        4 * (unary + binary + casts) + compare + selects + mul_adds
+    );
 
     let mut exprs = Vec::new();
     let mut stmts = Vec::new();
@@ -675,6 +693,7 @@ fn the_table_covers_every_variant() {
         "Binary",
         "Cmp",
         "Select",
+        "MulAdd",
         "Cast",
     ] {
         assert!(exprs.contains(&want), "no {want} expression");
@@ -745,6 +764,7 @@ fn walk_expr(e: &Expr, out: &mut Vec<&'static str>) {
             on_true,
             on_false,
         } => ("Select", vec![cond, on_true, on_false]),
+        Expr::MulAdd(a, b, c) => ("MulAdd", vec![a, b, c]),
         Expr::Cast(_, x) => ("Cast", vec![x]),
     };
     out.push(name);
@@ -843,6 +863,8 @@ static __device__ __forceinline__ unsigned int atomicOr(unsigned int* p, unsigne
 #define POOT_LIBDEVICE1(f) extern "C" __device__ float __nv_##f(float); static __device__ __forceinline__ float f(float x) { return __nv_##f(x); }
 POOT_LIBDEVICE1(expf) POOT_LIBDEVICE1(logf) POOT_LIBDEVICE1(sqrtf) POOT_LIBDEVICE1(tanhf) POOT_LIBDEVICE1(erff)
 POOT_LIBDEVICE1(floorf) POOT_LIBDEVICE1(ceilf) POOT_LIBDEVICE1(sinf) POOT_LIBDEVICE1(cosf) POOT_LIBDEVICE1(fabsf)
+extern "C" __device__ float __nv_fmaf(float, float, float);
+static __device__ __forceinline__ float fmaf(float x, float y, float z) { return __nv_fmaf(x, y, z); }
 extern "C" __device__ float __nv_powf(float, float);
 static __device__ __forceinline__ float powf(float x, float y) { return __nv_powf(x, y); }
 "#;

@@ -396,6 +396,11 @@ pub fn select(cond: Expr, on_true: Expr, on_false: Expr) -> Expr {
     }
 }
 
+/// `a * b + c`, fused where the backend can ([`Expr::MulAdd`]).
+pub fn mul_add(a: Expr, b: Expr, c: Expr) -> Expr {
+    Expr::MulAdd(Box::new(a), Box::new(b), Box::new(c))
+}
+
 pub fn cast(ty: Ty, x: Expr) -> Expr {
     Expr::Cast(ty, Box::new(x))
 }

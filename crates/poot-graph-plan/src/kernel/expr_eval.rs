@@ -217,6 +217,10 @@ impl<'a> Env<'a> {
                     }
                 }
             }
+            Expr::MulAdd(a, b, c) => {
+                let (a, b, c) = (self.eval_f32(a)?, self.eval_f32(b)?, self.eval_f32(c)?);
+                Value::F32(a.mul_add(b, c))
+            }
             Expr::Cast(to, x) => convert(*to, self.eval(x)?),
         })
     }

@@ -190,6 +190,10 @@ pub enum Expr {
         on_true: Box<Expr>,
         on_false: Box<Expr>,
     },
+    /// `a * b + c` on f32 with one rounding where the backend fuses it (CUDA's `fmaf`; WGSL's
+    /// `fma` may round twice). Only for sums the oracle is compared with at a tolerance (a
+    /// contraction's products): elsewhere `Mul` then `Add` keep op-by-op results.
+    MulAdd(Box<Expr>, Box<Expr>, Box<Expr>),
     /// A value conversion: float to integer truncates toward zero and saturates (NaN to 0);
     /// integer to float rounds to nearest; bool to number is 0 or 1; number to bool is `!= 0`;
     /// between i32 and u32 the bits are reinterpreted (two's complement).
@@ -365,6 +369,12 @@ impl Kernel {
                 let t = self.type_of(on_true)?;
                 self.expect(on_false, t)?;
                 t
+            }
+            Expr::MulAdd(a, b, c) => {
+                self.expect(a, Ty::F32)?;
+                self.expect(b, Ty::F32)?;
+                self.expect(c, Ty::F32)?;
+                Ty::F32
             }
             Expr::Cast(to, x) => {
                 self.type_of(x)?;

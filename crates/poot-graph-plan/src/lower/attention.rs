@@ -33,7 +33,9 @@ use super::access::unflatten;
 use super::context::KernelCtx;
 use super::emit::row_threads;
 use super::{Lowering, PlanError};
-use crate::kernel::build::{cmp, eq, load, load_shared, local_id, lt, max, min, select, u32c, un};
+use crate::kernel::build::{
+    cmp, eq, load, load_shared, local_id, lt, max, min, mul_add, select, u32c, un,
+};
 use crate::kernel::{BinOp, CmpOp, Expr, Ty, UnOp, Word};
 use crate::plan::BufferRole;
 
@@ -341,7 +343,8 @@ impl Lowering<'_> {
         let dot = cx.kb.var(Ty::F32, Expr::F32(0.0));
         let dd = cx.kb.begin_for(u32c(0), u32c(dqk as u32), u32c(1));
         let kv = self.value_at(&mut cx, a.k, &at_s(&bht, s.clone(), dd.clone()))?;
-        cx.kb.set(dot, Expr::Var(dot) + load_shared(q_sh, dd) * kv);
+        cx.kb
+            .set(dot, mul_add(load_shared(q_sh, dd), kv, Expr::Var(dot)));
         cx.kb.end();
         let sidx = at(s.clone());
         cx.set_known(a.scores, &sidx, Expr::Var(dot));
@@ -395,7 +398,7 @@ impl Lowering<'_> {
                 cmp(CmpOp::Ne, pi.clone(), Expr::F32(0.0)),
             ));
             let vv = self.value_at(&mut cx, a.v, &at_s(&bht, si, dj.clone()))?;
-            cx.kb.set(acc, Expr::Var(acc) + pi * vv);
+            cx.kb.set(acc, mul_add(pi, vv, Expr::Var(acc)));
             cx.kb.end();
             cx.kb.end();
             cx.kb.end();

@@ -221,7 +221,8 @@ fn invariant(e: &Expr, first_var: u32) -> bool {
             cond,
             on_true,
             on_false,
-        } => {
+        }
+        | Expr::MulAdd(cond, on_true, on_false) => {
             invariant(cond, first_var)
                 && invariant(on_true, first_var)
                 && invariant(on_false, first_var)

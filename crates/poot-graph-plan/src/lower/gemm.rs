@@ -37,7 +37,7 @@ use super::classify::{Placement, is_identity_elementwise};
 use super::context::{KernelCtx, LBuf, TileRow};
 use super::emit::{combine, reduce_init};
 use super::{Lowering, PlanError};
-use crate::kernel::build::{bin, eq, load, load_shared, local_id, lt, min, u32c};
+use crate::kernel::build::{bin, eq, load, load_shared, local_id, lt, min, mul_add, u32c};
 use crate::kernel::{BinOp, Expr, ParamId, SharedId, Ty, Var, Word};
 use crate::plan::BufferRole;
 
@@ -936,7 +936,8 @@ impl Lowering<'_> {
                 for (i, ai) in a.iter().enumerate() {
                     for (j, bj) in b.iter().enumerate() {
                         let acc = sum_accs[i * COLS_PER_THREAD as usize + j];
-                        cx.kb.set(acc, Expr::Var(acc) + ai.clone() * bj.clone());
+                        cx.kb
+                            .set(acc, mul_add(ai.clone(), bj.clone(), Expr::Var(acc)));
                     }
                 }
             }

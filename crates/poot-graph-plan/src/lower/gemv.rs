@@ -37,7 +37,7 @@ use super::dequant::{self, FormatTables};
 use super::dequant_unit::{self, Unit};
 use super::{Lowering, PlanError};
 use crate::kernel::build::{
-    eq, group_count_x, group_id, load, load_half, load_shared, local_id, lt, u32c,
+    eq, group_count_x, group_id, load, load_half, load_shared, local_id, lt, mul_add, u32c,
 };
 use crate::kernel::{Expr, Half, ParamId, SharedId, Ty, Var, Word};
 
@@ -207,6 +207,20 @@ fn lead_index(lead: &[usize], m: u32) -> Vec<Expr> {
         rest /= d.max(1);
     }
     idx
+}
+
+/// The sum of `products` (`a * b` each), pairwise: each pair is one fused multiply-add over the
+/// other's product, then the pairs' sums add as a balanced tree.
+fn pairwise_products(products: Vec<(Expr, Expr)>) -> Expr {
+    let mut it = products.into_iter();
+    let mut terms = Vec::with_capacity(it.len().div_ceil(2));
+    while let Some((a, b)) = it.next() {
+        terms.push(match it.next() {
+            Some((c, d)) => mul_add(a, b, c * d),
+            None => a * b,
+        });
+    }
+    pairwise(terms)
 }
 
 /// `terms` summed pairwise (a balanced tree: short dependency chains).
@@ -872,17 +886,17 @@ fn gemv_dot(cx: &mut KernelCtx, units: Vec<Unit>, stage: &Stage, span: &Span, ac
         let at = cx.kb.let_(Ty::U32, rel.clone() + (rel >> u32c(5)));
         for (m, &acc) in accs.iter().enumerate() {
             let m = m as u32;
-            let terms = values
+            let products: Vec<(Expr, Expr)> = values
                 .iter()
                 .map(|(off, v)| {
                     let a = load_shared(
                         stage.arr,
                         at.clone() + u32c(m * stage.stride + off + (off >> 5)),
                     );
-                    a * v.clone()
+                    (a, v.clone())
                 })
                 .collect();
-            cx.kb.set(acc, Expr::Var(acc) + pairwise(terms));
+            cx.kb.set(acc, Expr::Var(acc) + pairwise_products(products));
         }
     }
 }

@@ -184,7 +184,8 @@ impl Scopes<'_> {
                 cond,
                 on_true,
                 on_false,
-            } => {
+            }
+            | Expr::MulAdd(cond, on_true, on_false) => {
                 self.expr(cond)?;
                 self.expr(on_true)?;
                 self.expr(on_false)

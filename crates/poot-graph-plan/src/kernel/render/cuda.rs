@@ -3,8 +3,8 @@
 //! The source is self-contained for NVRTC: no `#include`, only what NVRTC declares by itself
 //! (`threadIdx`, `blockIdx`, `gridDim`, `__syncthreads`, `__trap`, `__threadfence_system`,
 //! atomics, `__float_as_uint`/`__uint_as_float` and the libdevice math functions `expf`,
-//! `logf`, `sqrtf`, `tanhf`, `erff`, `floorf`, `ceilf`, `sinf`, `cosf`, `powf`, `fabsf`). The
-//! entry point is `extern "C"`, named [`entry_name`](super::entry_name), with
+//! `logf`, `sqrtf`, `tanhf`, `erff`, `floorf`, `ceilf`, `sinf`, `cosf`, `powf`, `fabsf`,
+//! `fmaf`). The entry point is `extern "C"`, named [`entry_name`](super::entry_name), with
 //! `__launch_bounds__(workgroup)`; buffer parameters are `T* __restrict__`, `const` when
 //! read-only, in order, followed by `unsigned int* __restrict__ poot_fault` when the kernel can
 //! fault (see [`fault`](super::fault)).
@@ -127,6 +127,12 @@ impl Cuda<'_> {
                     && let Some(range) = self.ranges.of(self.k, value)
                 {
                     self.ranges.set(*var, range);
+                }
+                if !mutated
+                    && *t == Ty::I32
+                    && let Some(range) = self.ranges.signed_of(self.k, value)
+                {
+                    self.ranges.set_signed(*var, range);
                 }
                 let value = self.expr(value)?;
                 let constness = if mutated { "" } else { "const " };
@@ -334,6 +340,10 @@ impl Cuda<'_> {
                 let (c, t, f) = (self.expr(cond)?, self.expr(on_true)?, self.expr(on_false)?);
                 format!("({c} ? {t} : {f})")
             }
+            Expr::MulAdd(a, b, c) => {
+                let (a, b, c) = (self.expr(a)?, self.expr(b)?, self.expr(c)?);
+                format!("fmaf({a}, {b}, {c})")
+            }
             Expr::Cast(to, x) => {
                 let from = self.k.type_of(x)?;
                 let small = from == Ty::U32
@@ -342,6 +352,12 @@ impl Cuda<'_> {
                         .ranges
                         .of(self.k, x)
                         .is_some_and(|(_, hi)| hi < 1 << 23);
+                let small_signed = from == Ty::I32
+                    && *to == Ty::F32
+                    && self
+                        .ranges
+                        .signed_of(self.k, x)
+                        .is_some_and(|(lo, hi)| lo >= -(1 << 22) && hi < 1 << 22);
                 let x = self.expr(x)?;
                 if small {
                     // Exact for x < 2^23: 2^23 + x is an f32 whose mantissa is x. Cheaper than
@@ -349,6 +365,13 @@ impl Cuda<'_> {
                     // quantized weight passes through here).
                     format!(
                         "(__uint_as_float(0x4b000000u | {}) - 8388608.0f)",
+                        operand(&x)
+                    )
+                } else if small_signed {
+                    // The same for -2^22 <= x < 2^22 around 1.5 * 2^23 (Q4_0's and Q8_0's
+                    // signed codes).
+                    format!(
+                        "(__uint_as_float(0x4b400000u + (unsigned int){}) - 12582912.0f)",
                         operand(&x)
                     )
                 } else {

@@ -357,6 +357,18 @@ mod tests {
     }
 
     #[test]
+    fn the_small_signed_cast_is_exact_within_two_to_the_22() {
+        for x in (-(1i32 << 22)..1 << 22)
+            .step_by(5)
+            .chain([-(1 << 22), -1, 0, 1, (1 << 22) - 1])
+        {
+            let bits = 0x4b40_0000u32.wrapping_add(x as u32);
+            let got = f32::from_bits(bits) - 12_582_912.0;
+            assert_eq!(got, x as f32, "{x}");
+        }
+    }
+
+    #[test]
     fn the_small_integer_cast_is_exact_below_two_to_the_23() {
         for x in (0..1u32 << 23).step_by(7).chain([0, 1, (1 << 23) - 1]) {
             let got = f32::from_bits(0x4b00_0000 | x) - 8_388_608.0;

@@ -26,11 +26,48 @@ const MAX_EXPANDED: u64 = 128;
 #[derive(Default)]
 pub(crate) struct Ranges {
     known: HashMap<Var, (u64, u64)>,
+    /// The same for i32 variables.
+    signed: HashMap<Var, (i64, i64)>,
 }
 
 impl Ranges {
     pub(crate) fn set(&mut self, var: Var, range: (u64, u64)) {
         self.known.insert(var, range);
+    }
+
+    pub(crate) fn set_signed(&mut self, var: Var, range: (i64, i64)) {
+        self.signed.insert(var, range);
+    }
+
+    /// The inclusive range of the i32 expression `e`, when it is a constant, a known variable,
+    /// a bounded u32 value reinterpreted, or a sum, difference or product of those that cannot
+    /// wrap.
+    pub(crate) fn signed_of(&self, k: &Kernel, e: &Expr) -> Option<(i64, i64)> {
+        let fits = |(lo, hi): (i64, i64)| {
+            (lo >= i64::from(i32::MIN) && hi <= i64::from(i32::MAX)).then_some((lo, hi))
+        };
+        match e {
+            Expr::I32(c) => Some((i64::from(*c), i64::from(*c))),
+            Expr::Var(v) => self.signed.get(v).copied(),
+            Expr::Cast(crate::kernel::ir::Ty::I32, x) => {
+                let (lo, hi) = self.of(k, x)?;
+                fits((i64::try_from(lo).ok()?, i64::try_from(hi).ok()?))
+            }
+            Expr::Binary(op, a, b) => {
+                let (la, ua) = self.signed_of(k, a)?;
+                let (lb, ub) = self.signed_of(k, b)?;
+                match op {
+                    BinOp::Add => fits((la + lb, ua + ub)),
+                    BinOp::Sub => fits((la - ub, ua - lb)),
+                    BinOp::Mul => {
+                        let p = [la * lb, la * ub, ua * lb, ua * ub];
+                        fits((*p.iter().min()?, *p.iter().max()?))
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
     }
 
     /// The inclusive range of the u32 expression `e`, when every operation in it is one whose
@@ -63,6 +100,11 @@ impl Ranges {
                     BinOp::Sub if la >= ub => Some((la - ub, ua - lb)),
                     BinOp::Mul => fits((la.checked_mul(lb)?, ua.checked_mul(ub)?)),
                     BinOp::And => Some((0, ua.min(ub))),
+                    // Below the next power of two of the larger operand.
+                    BinOp::Or | BinOp::Xor => {
+                        let top = ua.max(ub);
+                        Some((0, (1u64 << (64 - top.leading_zeros())) - 1))
+                    }
                     BinOp::Shr if lb == ub && lb < 32 => Some((la >> lb, ua >> lb)),
                     BinOp::Shl if lb == ub && lb < 32 => fits((la << lb, ua << lb)),
                     BinOp::Div if lb == ub && lb > 0 => Some((la / lb, ua / lb)),
@@ -260,6 +302,31 @@ mod tests {
         assert_eq!(cannot_wrap(&k, &r, &u32c(u32::MAX), &u32c(2)), None);
         assert_eq!(cannot_wrap(&k, &r, &u32c(64), &u32c(0)), None);
         assert_eq!(cannot_wrap(&k, &r, &local_id(), &u32c(1)), None);
+    }
+
+    #[test]
+    fn signed_ranges_follow_the_block_formats_small_integers() {
+        let k = kernel(64);
+        let r = Ranges::default();
+        let word = crate::kernel::build::load(crate::kernel::ParamId(0), u32c(0));
+        let i32_of = |e: Expr| crate::kernel::build::cast(crate::kernel::ir::Ty::I32, e);
+        // Q4_0: a nibble less 8.
+        let q4 = i32_of((word.clone() >> u32c(4)) & u32c(15)) - Expr::I32(8);
+        assert_eq!(r.signed_of(&k, &q4), Some((-8, 7)));
+        // Q8_0: a byte sign-extended as the decoders write it.
+        let byte = (word.clone() >> u32c(8)) & u32c(255);
+        let i8 = i32_of(byte.clone()) - i32_of((byte >> u32c(7)) << u32c(8));
+        assert_eq!(r.signed_of(&k, &i8), Some((-256, 255)));
+        // Q6_K: four low bits and two high ones, less 32.
+        let q6 = ((word.clone() >> u32c(8)) & u32c(15))
+            | (((word.clone() >> u32c(2)) & u32c(3)) << u32c(4));
+        assert_eq!(r.of(&k, &q6), Some((0, 63)));
+        assert_eq!(
+            r.signed_of(&k, &(i32_of(q6) - Expr::I32(32))),
+            Some((-32, 31))
+        );
+        // A whole word reinterpreted could be anything.
+        assert_eq!(r.signed_of(&k, &i32_of(word)), None);
     }
 
     #[test]

@@ -159,6 +159,7 @@ fn is_literal(e: &Expr) -> bool {
         | Expr::Binary(..)
         | Expr::Cmp(..)
         | Expr::Select { .. }
+        | Expr::MulAdd(..)
         | Expr::Cast(..) => false,
     }
 }
@@ -272,6 +273,7 @@ impl Wgsl<'_> {
             | Expr::Binary(..)
             | Expr::Cmp(..)
             | Expr::Select { .. }
+            | Expr::MulAdd(..)
             | Expr::Cast(..) => x,
         })
     }
@@ -351,6 +353,17 @@ impl Wgsl<'_> {
                 };
                 let (c, t) = (self.expr(cond)?, self.expr(on_true)?);
                 format!("select({f}, {t}, {c})")
+            }
+            Expr::MulAdd(a, b, c) => {
+                // All literals would be evaluated by the shader compiler, which may refuse
+                // what the device computes (an overflow): keep one operand a run-time value.
+                let c = if is_literal(a) && is_literal(b) && is_literal(c) {
+                    self.runtime(c)?
+                } else {
+                    self.expr(c)?
+                };
+                let (a, b) = (self.expr(a)?, self.expr(b)?);
+                format!("fma({a}, {b}, {c})")
             }
             Expr::Cast(to, x) => {
                 let from = self.k.type_of(x)?;
