@@ -10,7 +10,8 @@
 #   bash bench/ab.sh [NAME..]        models as in bench/h200.sh (default: llama1b-q4_0
 #                                    llama1b-f16 llama8b-q4_0)
 # Environment: PROMPT (512), GEN (128), REPEATS (3), ROUNDS (2: A,B,A,B), SUITE (1), BACKEND
-# (ptx; wgpu for a dry run on lavapipe).
+# (ptx; wgpu for a dry run on lavapipe), VARIANTS (default `a b`: each a side, optionally with a
+# POOT_TUNING spec for it, e.g. `a b b:bytes=64 b:shuffle=0`; the first is the baseline).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 W="${POOT_BENCH_DIR:-/tmp/poot-bench}"
@@ -48,28 +49,59 @@ tail -3 "$W/ab/models.log"
 rate() { # JSON FIELD
   python3 -c 'import json,sys; print(f"{json.load(open(sys.argv[1]))[sys.argv[2]]:.1f}")' "$1" "$2" 2>/dev/null
 }
-table="| model | A decode tok/s | B decode tok/s | B/A | A prefill tok/s | B prefill tok/s |"
-table+=$'\n| --- | ---: | ---: | ---: | ---: | ---: |'
+best() { tr ' ' '\n' <<<"$1" | grep . | sort -g | tail -1; }
+# Variants: a side (a or b), optionally with a POOT_TUNING spec (`b:bytes=64,shuffle=0`).
+read -r -a variants <<<"${VARIANTS:-a b}"
+header="| model |"
+rule="| --- |"
+for v in "${variants[@]}"; do
+  header+=" $v decode |"
+  rule+=" ---: |"
+done
+for v in "${variants[@]:1}"; do
+  header+=" $v / ${variants[0]} |"
+  rule+=" ---: |"
+done
+for v in "${variants[@]}"; do
+  header+=" $v prefill |"
+  rule+=" ---: |"
+done
+table="$header"$'\n'"$rule"
 for name in "${names[@]}"; do
   path="$(POOT_BENCH_DIR="$W" bash bench/h200.sh path "$name")"
   [ -f "$path" ] || { echo "== $name: no model, skipped"; continue; }
   declare -A dec=() pre=()
   for round in $(seq "$ROUNDS"); do
-    for side in a b; do
-      j="$W/ab/$name.$side.$round.json"
-      POOT_CACHE="$W/cache-$side" timeout 120 "$W/ab/poot-$side" bench "$path" --backend "${BACKEND:-ptx}" \
-        --prompt-tokens "$P" --gen-tokens "$N" --repeats "$R" --json >"$j" 2>"$j.log" ||
-        { echo "== $name $side round $round failed: $(tail -1 "$j.log")"; continue; }
-      dec[$side]+="$(rate "$j" decode_tok_s) "
-      pre[$side]+="$(rate "$j" prefill_tok_s) "
+    for i in "${!variants[@]}"; do
+      v="${variants[$i]}"
+      side="${v%%:*}"
+      tuning=""
+      [[ "$v" == *:* ]] && tuning="${v#*:}"
+      j="$W/ab/$name.$i.$round.json"
+      POOT_TUNING="$tuning" POOT_CACHE="$W/cache-$side" timeout 150 "$W/ab/poot-$side" bench "$path" \
+        --backend "${BACKEND:-ptx}" --prompt-tokens "$P" --gen-tokens "$N" --repeats "$R" --json \
+        >"$j" 2>"$j.log" || { echo "== $name $v round $round failed: $(tail -1 "$j.log")"; continue; }
+      dec[$i]+="$(rate "$j" decode_tok_s) "
+      pre[$i]+="$(rate "$j" prefill_tok_s) "
     done
   done
-  best() { tr ' ' '\n' <<<"$1" | grep . | sort -g | tail -1; }
-  da=$(best "${dec[a]:-}"); db=$(best "${dec[b]:-}")
-  pa=$(best "${pre[a]:-}"); pb=$(best "${pre[b]:-}")
-  ratio=$(python3 -c "print(f'{float(\"$db\")/float(\"$da\"):.3f}')" 2>/dev/null || echo "-")
-  echo "== $name: A ${dec[a]:-} / B ${dec[b]:-}"
-  table+=$'\n'"| $name | $da | $db | $ratio | $pa | $pb |"
+  row="| $name |"
+  first=""
+  for i in "${!variants[@]}"; do
+    d=$(best "${dec[$i]:-}")
+    [ "$i" = 0 ] && first="$d"
+    row+=" ${d:--} |"
+    echo "== $name ${variants[$i]}: ${dec[$i]:-}"
+  done
+  for i in "${!variants[@]}"; do
+    [ "$i" = 0 ] && continue
+    d=$(best "${dec[$i]:-}")
+    row+=" $(python3 -c "print(f'{float(\"$d\")/float(\"$first\"):.3f}')" 2>/dev/null || echo -) |"
+  done
+  for i in "${!variants[@]}"; do
+    row+=" $(best "${pre[$i]:-}") |"
+  done
+  table+=$'\n'"$row"
   unset dec pre
 done
 echo

@@ -1,6 +1,6 @@
 //! What a device reports about itself.
 
-use poot_graph_plan::{Backend, Target, TargetLimits};
+use poot_graph_plan::{Backend, Target, TargetLimits, Tuning};
 
 /// The limits a device reports; the planner's target is built from them.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,7 +27,7 @@ pub struct DeviceLimits {
 }
 
 impl DeviceLimits {
-    /// The planner's target for this device on `backend`.
+    /// The planner's target for this device on `backend`, with the default tuning.
     pub fn target(&self, backend: Backend) -> Target {
         Target {
             backend,
@@ -42,6 +42,7 @@ impl DeviceLimits {
                 memory_bytes: self.memory_bytes,
                 group_ranks: self.group_ranks,
             },
+            tuning: Tuning::default(),
         }
     }
 }

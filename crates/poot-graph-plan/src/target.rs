@@ -48,11 +48,96 @@ pub struct TargetLimits {
     pub group_ranks: usize,
 }
 
+/// Choices of the kernel shapes that trade one cost for another on a device, with defaults
+/// measured on the H200. Every setting plans correct kernels; `POOT_TUNING` overrides them for
+/// benchmark sweeps ([`Tuning::from_env`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tuning {
+    /// Bytes of weights each lane of a decode-shaped contraction loads per step of its row walk
+    /// (more loads in flight, more registers).
+    pub gemv_bytes_per_step: u32,
+    /// Whether those contractions read dense f16/bf16 rows 16 bytes per load.
+    pub gemv_wide_loads: bool,
+    /// Whether a team's partial sums meet in registers (subgroup shuffles, where the target has
+    /// them) instead of shared memory and two barriers per column step.
+    pub gemv_team_shuffles: bool,
+    /// The most workgroups such a contraction launches (each then walks several column tiles,
+    /// staging its left side once); `None` for one workgroup per tile.
+    pub gemv_max_workgroups: Option<u32>,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            gemv_bytes_per_step: 32,
+            gemv_wide_loads: true,
+            gemv_team_shuffles: true,
+            gemv_max_workgroups: None,
+        }
+    }
+}
+
+/// A `POOT_TUNING` setting that does not parse.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error(
+    "POOT_TUNING: `{item}` is not one of bytes=N, wide=0|1, shuffle=0|1, groups=N|none \
+     (comma-separated)"
+)]
+pub struct TuningError {
+    pub item: String,
+}
+
+impl Tuning {
+    /// The defaults with the comma-separated `key=value` overrides of `spec` applied.
+    pub fn parse(spec: &str) -> Result<Tuning, TuningError> {
+        let mut t = Tuning::default();
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let bad = || TuningError {
+                item: item.to_string(),
+            };
+            let (key, value) = item.split_once('=').ok_or_else(bad)?;
+            let flag = || match value {
+                "0" => Ok(false),
+                "1" => Ok(true),
+                _ => Err(bad()),
+            };
+            match key {
+                "bytes" => {
+                    t.gemv_bytes_per_step = value
+                        .parse()
+                        .ok()
+                        .filter(|&b: &u32| (4..=256).contains(&b))
+                        .ok_or_else(bad)?
+                }
+                "wide" => t.gemv_wide_loads = flag()?,
+                "shuffle" => t.gemv_team_shuffles = flag()?,
+                "groups" => {
+                    t.gemv_max_workgroups = match value {
+                        "none" => None,
+                        v => Some(v.parse().ok().filter(|&g: &u32| g > 0).ok_or_else(bad)?),
+                    }
+                }
+                _ => return Err(bad()),
+            }
+        }
+        Ok(t)
+    }
+
+    /// The defaults, with the overrides of the `POOT_TUNING` environment variable when set.
+    pub fn from_env() -> Result<Tuning, TuningError> {
+        match std::env::var("POOT_TUNING") {
+            Ok(spec) => Tuning::parse(&spec),
+            Err(_) => Ok(Tuning::default()),
+        }
+    }
+}
+
 /// A backend and its device's limits.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Target {
     pub backend: Backend,
     pub limits: TargetLimits,
+    pub tuning: Tuning,
 }
 
 impl Target {
@@ -72,6 +157,7 @@ impl Target {
                 memory_bytes: Some(139 << 30),
                 group_ranks: 1,
             },
+            tuning: Tuning::default(),
         }
     }
 
@@ -91,6 +177,7 @@ impl Target {
                 memory_bytes: Some(16 << 30),
                 group_ranks: 1,
             },
+            tuning: Tuning::default(),
         }
     }
 
@@ -104,10 +191,55 @@ impl Target {
         t
     }
 
+    /// Whether kernels may exchange values between the threads of a subgroup in registers: the
+    /// CUDA renderer's warp shuffles, on a device with 32-thread warps. (The WGSL renderer does
+    /// not enable subgroup operations.)
+    pub fn team_shuffles(&self) -> bool {
+        self.backend == Backend::Ptx && self.limits.subgroup_size == 32
+    }
+
     /// This target as rank of a tensor-parallel group of `ranks` (each rank plans against its
     /// own device's limits).
     pub fn in_group(mut self, ranks: usize) -> Target {
         self.limits.group_ranks = ranks;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tuning_overrides_parse_and_bad_ones_are_named() {
+        assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
+        let t = Tuning::parse("bytes=64, shuffle=0,wide=0,groups=528").unwrap();
+        assert_eq!(
+            t,
+            Tuning {
+                gemv_bytes_per_step: 64,
+                gemv_wide_loads: false,
+                gemv_team_shuffles: false,
+                gemv_max_workgroups: Some(528),
+            }
+        );
+        assert_eq!(
+            Tuning::parse("groups=none").unwrap().gemv_max_workgroups,
+            None
+        );
+        for bad in [
+            "bytes", "bytes=2", "bytes=x", "wide=yes", "groups=0", "lanes=8",
+        ] {
+            let e = Tuning::parse(bad).unwrap_err();
+            assert_eq!(e.item, bad);
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn only_cuda_warps_shuffle() {
+        assert!(Target::ptx_preset().team_shuffles());
+        assert!(!Target::wgpu_preset().team_shuffles());
+        assert!(!Target::lavapipe_preset().team_shuffles());
     }
 }

@@ -15,6 +15,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
+use poot_graph_plan::Target;
 use poot_graph_plan::kernel::build::{
     KernelBuilder, bin, cast, cmp, eq, f32c, group_count_x, group_id, i32c, load, load_byte,
     load_half, load_shared, local_id, lt, mul_add, select, u32c, un,
@@ -26,7 +27,7 @@ use poot_graph_plan::kernel::{Access, BinOp, CmpOp, Expr, Half, Kernel, Stmt, Ty
 
 const TYS: [Ty; 4] = [Ty::F32, Ty::I32, Ty::U32, Ty::Bool];
 
-const UNOPS: [UnOp; 18] = [
+const UNOPS: [UnOp; 19] = [
     UnOp::Neg,
     UnOp::Abs,
     UnOp::Exp,
@@ -45,6 +46,7 @@ const UNOPS: [UnOp; 18] = [
     UnOp::RoundBf16,
     UnOp::BitsToU32,
     UnOp::BitsToF32,
+    UnOp::F16ToF32,
 ];
 
 const BINOPS: [BinOp; 13] = [
@@ -93,7 +95,8 @@ fn listed(u: UnOp, b: BinOp, c: CmpOp, t: Ty, h: Half) {
         | UnOp::RoundF16
         | UnOp::RoundBf16
         | UnOp::BitsToU32
-        | UnOp::BitsToF32 => {}
+        | UnOp::BitsToF32
+        | UnOp::F16ToF32 => {}
     }
     match b {
         BinOp::Add
@@ -316,6 +319,10 @@ fn statements_kernel() -> Kernel {
         load_half(q, lid.clone(), Half::F16) + load_half(q, lid.clone(), Half::Bf16),
     );
     b.store_shared(marks, lid.clone(), eq(load_byte(q, lid.clone()), u32c(0)));
+    let quad = b.let_words(q, lid.clone() << u32c(2), 4);
+    let pair = b.let_words(q, lid.clone() << u32c(1), 2);
+    let words = quad.into_iter().chain(pair).fold(u32c(0), |a, w| a ^ w);
+    b.store(flags, u32c(128) + lid.clone(), words);
     b.if_(lt(lid.clone(), u32c(4)), |b| {
         b.store_shared(counts, local_id(), i32c(-7))
     });
@@ -443,7 +450,9 @@ fn dequant_kernel() -> Kernel {
     b.finish()
 }
 
-fn table() -> Vec<Kernel> {
+/// The table for `target`: the hand-written kernels (and the team-sum kernel where the target
+/// has shuffles), then what the planner makes for it.
+fn table(target: &Target) -> Vec<Kernel> {
     let mut kernels = vec![
         operators_kernel(false).0,
         operators_kernel(true).0,
@@ -452,10 +461,26 @@ fn table() -> Vec<Kernel> {
         reduction_kernel(),
         dequant_kernel(),
     ];
-    kernels.extend(planned_kernels());
-    kernels.extend(tiled_and_split_kernels());
-    kernels.extend(decode_shaped_kernels());
+    if target.team_shuffles() {
+        kernels.push(team_sum_kernel());
+    }
+    kernels.extend(planned_kernels(target));
+    kernels.extend(tiled_and_split_kernels(target));
+    kernels.extend(decode_shaped_kernels(target));
     kernels
+}
+
+/// Sums over teams of 8 and of 32 lanes, exchanged in registers (CUDA only).
+fn team_sum_kernel() -> Kernel {
+    let mut b = KernelBuilder::new("team_sum", 64);
+    let x = b.param("x", Word::F32, Access::Read);
+    let out = b.param("out", Word::F32, Access::ReadWrite);
+    let eight = b.var(Ty::F32, load(x, local_id()));
+    let warp = b.var(Ty::F32, Expr::Var(eight));
+    b.team_sum(eight, 8);
+    b.team_sum(warp, 32);
+    b.store(out, local_id(), Expr::Var(eight) + Expr::Var(warp));
+    b.finish()
 }
 
 /// The tiled contraction over every weight type (f32 both ways, f16, bf16, every GGUF block
@@ -463,7 +488,7 @@ fn table() -> Vec<Kernel> {
 /// nested row reduction per tile row, siblings, gated and residual epilogues), and the split
 /// reductions over long rows (arg-max with an i32 row and a sum sharing its kernels, top-k),
 /// renamed apart.
-fn tiled_and_split_kernels() -> Vec<Kernel> {
+fn tiled_and_split_kernels(target: &Target) -> Vec<Kernel> {
     use poot_graph_ir::{Builder, DType, Outputs, ReduceOp, TensorType, TraceLimits, ops};
     let input = |b: &Builder, name: &str, dtype: DType, dims: &[usize]| {
         b.constant(name, TensorType::new(dtype, dims.to_vec()))
@@ -517,7 +542,7 @@ fn tiled_and_split_kernels() -> Vec<Kernel> {
     let mut out: Vec<Kernel> = Vec::new();
     let mut kinds = Vec::new();
     for g in graphs {
-        let plan = poot_graph_plan::compile(&g, &poot_graph_plan::Target::ptx_preset()).unwrap();
+        let plan = poot_graph_plan::compile(&g, target).unwrap();
         for mut k in plan.kernels {
             kinds.push(k.kind().to_string());
             k.name = format!("tiled_split_{}_{}", k.name, out.len());
@@ -545,7 +570,7 @@ fn tiled_and_split_kernels() -> Vec<Kernel> {
 /// The decode-shaped contraction kernels of every weight layout (each block format, f32, f16
 /// and bf16 of even and odd length) at one row; for a few layouts also at three rows, as Q/K
 /// siblings behind a norm, and with a residual add in the epilogue.
-fn decode_shaped_kernels() -> Vec<Kernel> {
+fn decode_shaped_kernels(target: &Target) -> Vec<Kernel> {
     use poot_formats::BlockFormat;
     use poot_graph_ir::ops;
     use poot_graph_ir::{Builder, DType, Outputs, TensorType, TraceLimits};
@@ -580,11 +605,7 @@ fn decode_shaped_kernels() -> Vec<Kernel> {
                 let o = ops::linear(&b, x, constant("wo", dtype, vec![k, k]), None).unwrap();
                 outputs = outputs.and(q).and(kk).and(b.add(x, o).unwrap());
             }
-            let plan = poot_graph_plan::compile(
-                &b.finish(outputs).unwrap(),
-                &poot_graph_plan::Target::ptx_preset(),
-            )
-            .unwrap();
+            let plan = poot_graph_plan::compile(&b.finish(outputs).unwrap(), target).unwrap();
             for mut k in plan.kernels {
                 assert!(k.kind().starts_with("gemv"), "{dtype}: {}", k.name);
                 k.name = format!("decode_{i}_{rows}_{}", k.name);
@@ -599,7 +620,7 @@ fn decode_shaped_kernels() -> Vec<Kernel> {
 /// (fused norms, projections with prologues and epilogues, attention and its combine, grouped
 /// cache writes), and for a one-layer decoder in each Hugging Face packed layout (GPTQ with
 /// act-order, AWQ, FP8 in blocks, FP4), renamed apart.
-fn planned_kernels() -> Vec<Kernel> {
+fn planned_kernels(target: &Target) -> Vec<Kernel> {
     use common::reference_models::{Projections, build, gemma3_270m, one_layer, smollm2_135m};
     use poot_formats::{
         AwqFormat, Fp8Format, Fp8Scaling, GptqFormat, GptqZeros, GroupSize, PackedFormat, ScaleType,
@@ -639,8 +660,7 @@ fn planned_kernels() -> Vec<Kernel> {
             let capacity = model.config().max_positions.min(512);
             let spec = StepSpec::step(StepShape::new(1, tokens, capacity));
             let graph = model.trace(&spec, TraceLimits::standard(64)).unwrap();
-            let plan =
-                poot_graph_plan::compile(&graph, &poot_graph_plan::Target::ptx_preset()).unwrap();
+            let plan = poot_graph_plan::compile(&graph, target).unwrap();
             for mut k in plan.kernels {
                 k.name = format!("{}_{}_{tokens}_{}", r.name, k.name, out.len()).replace('-', "_");
                 k.name.retain(|c| c.is_ascii_alphanumeric() || c == '_');
@@ -655,9 +675,9 @@ fn planned_kernels() -> Vec<Kernel> {
 fn the_table_covers_every_variant() {
     let (_, runtime) = operators_kernel(false);
     let (_, literal) = operators_kernel(true);
-    // Unary: Neg/Abs on f32 and i32; Not on i32, u32, bool; BitsToU32 of f32, BitsToF32 of
-    // u32; the other 13 on f32.
-    let unary = 2 * 2 + 3 + 2 + 13;
+    // Unary: Neg/Abs on f32 and i32; Not on i32, u32, bool; BitsToU32 of f32, BitsToF32 and
+    // F16ToF32 of u32; the other 13 on f32.
+    let unary = 2 * 2 + 3 + 3 + 13;
     // Binary: Add/Sub/Mul/Div/Max/Min on f32, i32, u32; Rem on i32, u32; Pow on f32;
     // And/Or/Xor on i32, u32, bool; Shl/Shr of i32 and u32 by u32.
     let binary = 6 * 3 + 2 + 1 + 3 * 3 + 2 * 2;
@@ -675,7 +695,7 @@ fn the_table_covers_every_variant() {
 
     let mut exprs = Vec::new();
     let mut stmts = Vec::new();
-    for k in table() {
+    for k in table(&Target::ptx_preset()) {
         walk(&k.body, &mut stmts, &mut exprs);
     }
     for want in [
@@ -705,6 +725,8 @@ fn the_table_covers_every_variant() {
         "StoreShared",
         "If",
         "For",
+        "LetWords",
+        "TeamSum",
         "Barrier",
         "Fault",
     ] {
@@ -731,6 +753,8 @@ fn walk(body: &[Stmt], stmts: &mut Vec<&'static str>, exprs: &mut Vec<&'static s
                 body,
                 ..
             } => ("For", vec![start, end, step], vec![body]),
+            Stmt::LetWords { index, .. } => ("LetWords", vec![index], vec![]),
+            Stmt::TeamSum { .. } => ("TeamSum", vec![], vec![]),
             Stmt::Barrier => ("Barrier", vec![], vec![]),
             Stmt::Fault { .. } => ("Fault", vec![], vec![]),
         };
@@ -798,7 +822,7 @@ fn naga_validate(name: &str, src: &str) -> naga::Module {
 
 #[test]
 fn every_kernel_renders_to_wgsl_naga_accepts() {
-    for k in table() {
+    for k in table(&Target::wgpu_preset()) {
         let w = render_wgsl(&k).unwrap_or_else(|e| panic!("{}: {e}", k.name));
         assert_eq!(
             render_wgsl(&k).ok().as_ref(),
@@ -863,6 +887,7 @@ static __device__ __forceinline__ unsigned int atomicOr(unsigned int* p, unsigne
 #define POOT_LIBDEVICE1(f) extern "C" __device__ float __nv_##f(float); static __device__ __forceinline__ float f(float x) { return __nv_##f(x); }
 POOT_LIBDEVICE1(expf) POOT_LIBDEVICE1(logf) POOT_LIBDEVICE1(sqrtf) POOT_LIBDEVICE1(tanhf) POOT_LIBDEVICE1(erff)
 POOT_LIBDEVICE1(floorf) POOT_LIBDEVICE1(ceilf) POOT_LIBDEVICE1(sinf) POOT_LIBDEVICE1(cosf) POOT_LIBDEVICE1(fabsf)
+static __device__ __forceinline__ float __shfl_xor_sync(unsigned int mask, float v, unsigned int lanes) { float r; asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, %3;" : "=f"(r) : "f"(v), "r"(lanes), "r"(mask)); return r; }
 extern "C" __device__ float __nv_fmaf(float, float, float);
 static __device__ __forceinline__ float fmaf(float x, float y, float z) { return __nv_fmaf(x, y, z); }
 extern "C" __device__ float __nv_powf(float, float);
@@ -915,7 +940,7 @@ fn every_kernel_renders_to_cuda_clang_compiles() {
     };
     let dir = scratch_dir();
     std::fs::write(dir.join("prelude.h"), CLANG_PRELUDE).expect("write the prelude");
-    for k in table() {
+    for k in table(&Target::ptx_preset()) {
         let src = render_cuda(&k).unwrap_or_else(|e| panic!("{}: {e}", k.name));
         assert_eq!(
             render_cuda(&k).as_ref(),
@@ -1058,6 +1083,35 @@ fn malformed_kernels_are_refused_not_rendered() {
     assert!(matches!(
         render_both(&b.finish()).0,
         Err(RenderError::EmptyShared { .. })
+    ));
+
+    // WGSL has no team sums; a wide load of 3 words or into a float buffer is ill-typed.
+    let (mut b, out) = base();
+    let v = b.var(Ty::F32, f32c(1.0));
+    b.team_sum(v, 32);
+    b.store(out, local_id(), cast(Ty::U32, Expr::Var(v)));
+    let (c, w) = render_both(&b.finish());
+    assert!(c.is_ok(), "{c:?}");
+    assert!(matches!(w, Err(RenderError::Unsupported { .. })), "{w:?}");
+    let (mut b, out) = base();
+    b.let_words(out, u32c(0), 3);
+    assert!(matches!(
+        render_both(&b.finish()).0,
+        Err(RenderError::Invalid(_))
+    ));
+    let mut b = KernelBuilder::new("bad", 64);
+    let f = b.param("f", Word::F32, Access::Read);
+    b.let_words(f, u32c(0), 4);
+    assert!(matches!(
+        render_both(&b.finish()).1,
+        Err(RenderError::Invalid(_))
+    ));
+    let (mut b, _) = base();
+    let v = b.var(Ty::F32, f32c(1.0));
+    b.team_sum(v, 12);
+    assert!(matches!(
+        render_both(&b.finish()).0,
+        Err(RenderError::Invalid(_))
     ));
 }
 

@@ -2,7 +2,7 @@
 
 use poot_executor::{Coordinator, RankExecutor};
 use poot_executor::{Device, DeviceError, Engine, Executor};
-use poot_graph_plan::Backend;
+use poot_graph_plan::{Backend, Tuning, TuningError};
 use poot_ptx_device::{PtxConfig, PtxDevice, open_group_devices};
 
 pub use poot_ptx_device::{GROUP_ENV_DEFAULTS, NCCL_LIBRARY_ENV};
@@ -33,6 +33,9 @@ pub enum BackendError {
         "backend {backend} does not run a group of devices (tensor parallelism and the layer pipeline run on ptx)"
     )]
     NoGroups { backend: Backend },
+    /// `POOT_TUNING` (benchmark sweeps of the planner's tuning) does not parse.
+    #[error(transparent)]
+    Tuning(#[from] TuningError),
     /// Auto found no backend; each backend's reason is listed.
     #[error("no GPU backend is usable: ptx: {ptx}; wgpu: {wgpu}")]
     NoneUsable { ptx: DeviceError, wgpu: DeviceError },
@@ -45,9 +48,10 @@ pub struct OpenedExecutor {
     pub executor: Box<dyn Executor>,
 }
 
-fn engine<D: Device + 'static>(device: D, backend: Backend) -> OpenedExecutor {
+fn engine<D: Device + 'static>(device: D, backend: Backend, tuning: &Tuning) -> OpenedExecutor {
     let device_name = device.limits().name.clone();
-    let target = device.limits().target(backend);
+    let mut target = device.limits().target(backend);
+    target.tuning = tuning.clone();
     OpenedExecutor {
         backend,
         device_name,
@@ -68,6 +72,7 @@ pub fn open_group_executor(
             backend: Backend::Wgpu,
         });
     }
+    let tuning = Tuning::from_env()?;
     let ordinals: Vec<usize> = (0..ranks).collect();
     let unavailable = |source| BackendError::Unavailable {
         backend: Backend::Ptx,
@@ -82,7 +87,8 @@ pub fn open_group_executor(
     let execs: Vec<RankExecutor> = devices
         .into_iter()
         .map(|d| {
-            let target = d.limits().target(Backend::Ptx);
+            let mut target = d.limits().target(Backend::Ptx);
+            target.tuning = tuning.clone();
             Box::new(Engine::new(d, target)) as RankExecutor
         })
         .collect();
@@ -117,8 +123,10 @@ pub fn open_placed_executor(
 
 /// Opens the chosen backend's first device.
 pub fn open_executor(choice: BackendChoice) -> Result<OpenedExecutor, BackendError> {
-    let ptx = || PtxDevice::open(0).map(|d| engine(d, Backend::Ptx));
-    let wgpu = || WgpuDevice::open(WgpuOptions::default()).map(|d| engine(d, Backend::Wgpu));
+    let tuning = Tuning::from_env()?;
+    let ptx = || PtxDevice::open(0).map(|d| engine(d, Backend::Ptx, &tuning));
+    let wgpu =
+        || WgpuDevice::open(WgpuOptions::default()).map(|d| engine(d, Backend::Wgpu, &tuning));
     match choice {
         BackendChoice::Ptx => ptx().map_err(|source| BackendError::Unavailable {
             backend: Backend::Ptx,

@@ -145,6 +145,26 @@ impl KernelBuilder {
         self.push(Stmt::Barrier);
     }
 
+    /// Words `index..index + n` (n is 2 or 4, `index` a multiple of it) of u32 buffer `buf`, in
+    /// one wide load; returns them in order.
+    pub fn let_words(&mut self, buf: ParamId, index: Expr, n: u32) -> Vec<Expr> {
+        let vars: Vec<Var> = (0..n)
+            .map(|_| {
+                let var = Var(self.vars.len() as u32);
+                self.vars.push(Ty::U32);
+                var
+            })
+            .collect();
+        let words = vars.iter().map(|&v| Expr::Var(v)).collect();
+        self.push(Stmt::LetWords { vars, buf, index });
+        words
+    }
+
+    /// Replaces `var` in each team of `lanes` consecutive threads by the team's sum.
+    pub fn team_sum(&mut self, var: Var, lanes: u32) {
+        self.push(Stmt::TeamSum { var, lanes });
+    }
+
     pub fn fault(&mut self, code: u32) {
         self.push(Stmt::Fault { code });
     }

@@ -299,6 +299,7 @@ fn unary(op: UnOp, x: Value) -> Result<Value, EvalError> {
         (UnOp::Not, Value::I32(v)) => Value::I32(!v),
         (UnOp::Not, Value::U32(v)) => Value::U32(!v),
         (UnOp::BitsToF32, Value::U32(v)) => Value::F32(f32::from_bits(v)),
+        (UnOp::F16ToF32, Value::U32(v)) => Value::F32(f16_to_f32(v as u16)),
         (UnOp::BitsToU32, Value::F32(v)) => Value::U32(v.to_bits()),
         (UnOp::Exp, Value::F32(v)) => Value::F32(via_f64(v, f64::exp)),
         (UnOp::Log, Value::F32(v)) => Value::F32(via_f64(v, f64::ln)),
@@ -315,7 +316,7 @@ fn unary(op: UnOp, x: Value) -> Result<Value, EvalError> {
         (UnOp::RoundBf16, Value::F32(v)) => Value::F32(round_bf16(v)),
         (UnOp::Neg | UnOp::Abs, Value::U32(_) | Value::Bool(_))
         | (UnOp::Not, Value::F32(_))
-        | (UnOp::BitsToF32, Value::F32(_) | Value::I32(_) | Value::Bool(_))
+        | (UnOp::BitsToF32 | UnOp::F16ToF32, Value::F32(_) | Value::I32(_) | Value::Bool(_))
         | (UnOp::BitsToU32, Value::I32(_) | Value::U32(_) | Value::Bool(_))
         | (
             UnOp::Exp

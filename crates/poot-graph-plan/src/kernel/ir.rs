@@ -117,6 +117,8 @@ pub enum UnOp {
     /// Reinterprets the bits of an f32 as a u32, or of a u32 as an f32.
     BitsToU32,
     BitsToF32,
+    /// The f16 in the low 16 bits of a u32 (the high bits ignored), widened to f32 exactly.
+    F16ToF32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -230,6 +232,19 @@ pub enum Stmt {
         step: Expr,
         body: Vec<Stmt>,
     },
+    /// Declares `vars` (2 or 4 u32 variables) as words `index..index + len` of a u32 buffer, read
+    /// as one wide load. `index` is a multiple of the count (the planner proves it;
+    /// buffers start at least 16-byte aligned).
+    LetWords {
+        vars: Vec<Var>,
+        buf: ParamId,
+        index: Expr,
+    },
+    /// Replaces f32 variable `var` in each aligned team of `lanes` consecutive threads (a power of
+    /// two, at most the subgroup size) by the team's sum, exchanged in registers. Every thread
+    /// of the subgroup reaches it together; only for targets with subgroup shuffles
+    /// ([`crate::Target::team_shuffles`]).
+    TeamSum { var: Var, lanes: u32 },
     /// A workgroup barrier; only in control flow every thread of the workgroup takes.
     Barrier,
     /// A failed kernel check: the thread records `code` and the step's results are discarded
@@ -320,7 +335,7 @@ impl Kernel {
                 let ok = match op {
                     UnOp::Neg | UnOp::Abs => matches!(t, Ty::F32 | Ty::I32),
                     UnOp::Not => t != Ty::F32,
-                    UnOp::BitsToF32 => t == Ty::U32,
+                    UnOp::BitsToF32 | UnOp::F16ToF32 => t == Ty::U32,
                     UnOp::BitsToU32 => t == Ty::F32,
                     _ => t == Ty::F32,
                 };
@@ -328,7 +343,7 @@ impl Kernel {
                     return Err(bad(format!("{op:?} of {t}")));
                 }
                 match op {
-                    UnOp::BitsToF32 => Ty::F32,
+                    UnOp::BitsToF32 | UnOp::F16ToF32 => Ty::F32,
                     UnOp::BitsToU32 => Ty::U32,
                     _ => t,
                 }
@@ -462,6 +477,40 @@ impl Kernel {
                     self.expect(end, Ty::U32)?;
                     self.expect(step, Ty::U32)?;
                     self.validate_block(body)?;
+                }
+                Stmt::LetWords { vars, buf, index } => {
+                    self.expect_u32_buffer(*buf)?;
+                    if !matches!(vars.len(), 2 | 4) {
+                        return Err(KernelError::Type {
+                            kernel: self.name.clone(),
+                            what: format!("a wide load of {} words", vars.len()),
+                        });
+                    }
+                    for v in vars {
+                        let t = *self
+                            .vars
+                            .get(v.0 as usize)
+                            .ok_or_else(|| self.unknown("variable", v.0))?;
+                        if t != Ty::U32 {
+                            return Err(KernelError::Type {
+                                kernel: self.name.clone(),
+                                what: format!("wide load into a {t} variable"),
+                            });
+                        }
+                    }
+                    self.expect(index, Ty::U32)?;
+                }
+                Stmt::TeamSum { var, lanes } => {
+                    let t = *self
+                        .vars
+                        .get(var.0 as usize)
+                        .ok_or_else(|| self.unknown("variable", var.0))?;
+                    if t != Ty::F32 || !lanes.is_power_of_two() || *lanes > 32 {
+                        return Err(KernelError::Type {
+                            kernel: self.name.clone(),
+                            what: format!("team sum of a {t} over {lanes} lanes"),
+                        });
+                    }
                 }
                 Stmt::Barrier | Stmt::Fault { .. } => {}
             }

@@ -37,9 +37,9 @@ use super::dequant::{self, FormatTables};
 use super::dequant_unit::{self, Unit};
 use super::{Lowering, PlanError};
 use crate::kernel::build::{
-    eq, group_count_x, group_id, load, load_half, load_shared, local_id, lt, mul_add, u32c,
+    eq, group_count_x, group_id, load, load_half, load_shared, local_id, lt, mul_add, u32c, un,
 };
-use crate::kernel::{Expr, Half, ParamId, SharedId, Ty, Var, Word};
+use crate::kernel::{Expr, Half, ParamId, SharedId, Ty, UnOp, Var, Word};
 
 /// The most left-side rows a decode-shaped contraction takes (each lane keeps a partial sum
 /// per row); more rows are a prefill's, better served by a tiled kernel.
@@ -48,9 +48,6 @@ pub(super) const MAX_ROWS: usize = 8;
 /// Workgroups a contraction should launch at least, where its columns allow: two per
 /// multiprocessor of a large GPU (an H200 has 132).
 const MIN_WORKGROUPS: u32 = 256;
-
-/// Bytes each lane should have in flight per step of its row walk.
-const BYTES_PER_STEP: u32 = 32;
 
 /// Left-side chunks are whole multiples of the largest block (256 elements), so every weight
 /// layout's units start and end inside one chunk.
@@ -63,6 +60,9 @@ enum Layout {
     F32,
     /// f16 or bf16 rows of even length: a unit is one word, two elements.
     HalfPairs(Half),
+    /// f16 or bf16 rows of a multiple of 8: a unit is four words, eight elements, read in one
+    /// 16-byte load.
+    HalfOcts(Half),
     /// f16 or bf16 rows of odd length (rows start mid-word): a unit is one element.
     Halves(Half),
     /// GGUF blocks: a unit is a fixed share of a block.
@@ -74,6 +74,7 @@ impl Layout {
         match self {
             Layout::F32 | Layout::Halves(_) => k,
             Layout::HalfPairs(_) => k / 2,
+            Layout::HalfOcts(_) => k / 8,
             Layout::Blocks(f) => k / f.block_elems() as u32 * dequant_unit::units_per_block(f),
         }
     }
@@ -81,6 +82,7 @@ impl Layout {
     fn unit_bytes(self) -> u32 {
         match self {
             Layout::F32 | Layout::HalfPairs(_) => 4,
+            Layout::HalfOcts(_) => 16,
             Layout::Halves(_) => 2,
             Layout::Blocks(f) => dequant_unit::unit_bytes(f),
         }
@@ -192,9 +194,9 @@ fn workgroup_threads(columns: u32, lanes: u32) -> u32 {
     64
 }
 
-/// Units per lane per step: [`BYTES_PER_STEP`] in flight, no more than the row fills.
-fn unroll(layout: Layout, units: u32, lanes: u32) -> u32 {
-    let want = floor_pow2(BYTES_PER_STEP / layout.unit_bytes()).min(8);
+/// Units per lane per step: `bytes` in flight (at least one unit), no more than the row fills.
+fn unroll(layout: Layout, units: u32, lanes: u32, bytes: u32) -> u32 {
+    let want = floor_pow2(bytes / layout.unit_bytes()).min(8);
     want.min(floor_pow2(units / lanes))
 }
 
@@ -285,7 +287,9 @@ impl Lowering<'_> {
                 } else {
                     Half::Bf16
                 };
-                let layout = if k % 2 == 0 {
+                let layout = if k % 8 == 0 && self.target.tuning.gemv_wide_loads {
+                    Layout::HalfOcts(half)
+                } else if k % 2 == 0 {
                     Layout::HalfPairs(half)
                 } else {
                     Layout::Halves(half)
@@ -476,7 +480,12 @@ impl Lowering<'_> {
 
         // Each team's lanes write their partial sums here: one padded row of `lanes + 1` per
         // (team, sum, row).
-        let partials = teams * n_sums * rows * (lanes + 1);
+        let shuffles = self.target.team_shuffles() && self.target.tuning.gemv_team_shuffles;
+        let partials = if shuffles {
+            0
+        } else {
+            teams * n_sums * rows * (lanes + 1)
+        };
         // Prologue reductions take one array of `threads` per element type.
         let reserved = 4 * (partials + 3 * threads);
         let budget = self.target.limits.max_shared_bytes.saturating_sub(reserved);
@@ -518,7 +527,7 @@ impl Lowering<'_> {
                 stages.extend(job.lhs.iter().map(|_| stage));
             }
         }
-        let partial = cx.kb.shared("partials", Ty::F32, partials.max(1));
+        let partial = (partials > 0).then(|| cx.kb.shared("partials", Ty::F32, partials));
 
         let tiles = job.columns.div_ceil(teams);
         let tile = cx.kb.begin_for(group_id(0), u32c(tiles), group_count_x());
@@ -571,30 +580,46 @@ impl Lowering<'_> {
             }
         }
 
-        let base = cx
-            .kb
-            .let_(Ty::U32, team * u32c(n_sums * rows * (lanes + 1)));
-        for (s, accs) in accs.iter().enumerate() {
-            for (m, &acc) in accs.iter().enumerate() {
-                let row = (s as u32 * rows + m as u32) * (lanes + 1);
-                cx.kb.store_shared(
-                    partial,
-                    base.clone() + u32c(row) + lane.clone(),
-                    Expr::Var(acc),
-                );
+        // Each row's totals: in every lane after a shuffle sum, or added up from shared memory by
+        // the lane that finishes the row.
+        let shared = match partial {
+            None => {
+                for &acc in accs.iter().flatten() {
+                    cx.kb.team_sum(acc, lanes);
+                }
+                None
             }
-        }
-        cx.kb.barrier();
+            Some(partial) => {
+                let base = cx
+                    .kb
+                    .let_(Ty::U32, team * u32c(n_sums * rows * (lanes + 1)));
+                for (s, accs) in accs.iter().enumerate() {
+                    for (m, &acc) in accs.iter().enumerate() {
+                        let row = (s as u32 * rows + m as u32) * (lanes + 1);
+                        cx.kb.store_shared(
+                            partial,
+                            base.clone() + u32c(row) + lane.clone(),
+                            Expr::Var(acc),
+                        );
+                    }
+                }
+                cx.kb.barrier();
+                Some((partial, base))
+            }
+        };
         cx.kb.begin_if(lt(col.clone(), u32c(job.columns)));
         for m in 0..rows {
             cx.kb.begin_if(eq(lane.clone(), u32c(m)));
             let totals: Vec<Expr> = (0..n_sums)
-                .map(|s| {
-                    let row = (s * rows + m) * (lanes + 1);
-                    let terms = (0..lanes)
-                        .map(|l| load_shared(partial, base.clone() + u32c(row + l)))
-                        .collect();
-                    cx.kb.let_(Ty::F32, pairwise(terms))
+                .map(|s| match &shared {
+                    None => Expr::Var(accs[s as usize][m as usize]),
+                    Some((partial, base)) => {
+                        let row = (s * rows + m) * (lanes + 1);
+                        let terms = (0..lanes)
+                            .map(|l| load_shared(*partial, base.clone() + u32c(row + l)))
+                            .collect();
+                        cx.kb.let_(Ty::F32, pairwise(terms))
+                    }
                 })
                 .collect();
             match (job.finish, value_out) {
@@ -632,15 +657,21 @@ impl Lowering<'_> {
             cx.kb.end();
         }
         cx.kb.end();
-        // Every lane has read the partials before the next column step writes them.
-        cx.kb.barrier();
+        if shared.is_some() {
+            // Every lane has read the partials before the next column step writes them.
+            cx.kb.barrier();
+        }
         cx.kb.end();
         cx.close_prologue();
 
         if cx.binding_count() as u32 > self.target.limits.max_bindings {
             return Ok(None);
         }
-        let grid = self.groups_for(tiles, 1);
+        let groups = match self.target.tuning.gemv_max_workgroups {
+            Some(most) => tiles.min(most),
+            None => tiles,
+        };
+        let grid = self.groups_for(groups, 1);
         Ok(Some((cx, grid)))
     }
 
@@ -747,11 +778,16 @@ impl Lowering<'_> {
             span.first.clone() >> u32c(per_unit.trailing_zeros()),
         );
         let (lane, lanes) = (&walk.lane, walk.lanes);
-        let unroll = unroll(w.layout, units, lanes);
+        let unroll = unroll(
+            w.layout,
+            units,
+            lanes,
+            self.target.tuning.gemv_bytes_per_step,
+        );
         let buf = self.buffer_of(w.value)?;
         let (param, tables) = match w.layout {
             Layout::F32 => (cx.param(buf, Word::F32, false), FormatTables::new()),
-            Layout::HalfPairs(_) | Layout::Halves(_) => {
+            Layout::HalfPairs(_) | Layout::HalfOcts(_) | Layout::Halves(_) => {
                 (cx.param(buf, Word::U32, false), FormatTables::new())
             }
             Layout::Blocks(f) => {
@@ -762,7 +798,9 @@ impl Lowering<'_> {
         // The row's first word (f32, half pairs), half (halves) or byte (blocks).
         let row_start = match w.layout {
             Layout::F32 | Layout::Halves(_) => cx.kb.let_(Ty::U32, local * u32c(w.k)),
-            Layout::HalfPairs(_) => cx.kb.let_(Ty::U32, local * u32c(w.k / 2)),
+            Layout::HalfPairs(_) | Layout::HalfOcts(_) => {
+                cx.kb.let_(Ty::U32, local * u32c(w.k / 2))
+            }
             Layout::Blocks(_) => cx.kb.let_(Ty::U32, local * u32c(w.row_bytes)),
         };
         let step = lanes * unroll;
@@ -833,6 +871,23 @@ impl Lowering<'_> {
                     elements: vec![(0, lo), (1, hi)],
                 }
             }
+            Layout::HalfOcts(half) => {
+                let at = cx
+                    .kb
+                    .let_(Ty::U32, row_start.clone() + (u.clone() << u32c(2)));
+                let words = cx.kb.let_words(param, at, 4);
+                let mut elements = Vec::with_capacity(8);
+                for (w, word) in words.into_iter().enumerate() {
+                    let w = w as u32;
+                    let (lo, hi) = half_pair(word, half);
+                    elements.push((2 * w, cx.kb.let_(Ty::F32, lo)));
+                    elements.push((2 * w + 1, cx.kb.let_(Ty::F32, hi)));
+                }
+                Unit {
+                    first: u << u32c(3),
+                    elements,
+                }
+            }
             Layout::Blocks(f) => {
                 let per_block = dequant_unit::units_per_block(f);
                 let block = cx
@@ -861,6 +916,20 @@ impl Lowering<'_> {
                 }
             }
         })
+    }
+}
+
+/// The two halves of `word` (low, high) widened to f32.
+fn half_pair(word: Expr, half: Half) -> (Expr, Expr) {
+    match half {
+        Half::F16 => (
+            un(UnOp::F16ToF32, word.clone()),
+            un(UnOp::F16ToF32, word >> u32c(16)),
+        ),
+        Half::Bf16 => (
+            un(UnOp::BitsToF32, word.clone() << u32c(16)),
+            un(UnOp::BitsToF32, word & u32c(0xffff_0000)),
+        ),
     }
 }
 

@@ -149,6 +149,19 @@ impl Scopes<'_> {
                 }
                 Ok(())
             }
+            Stmt::LetWords {
+                vars,
+                buf: _,
+                index,
+            } => {
+                self.expr(index)?;
+                vars.iter().try_for_each(|&v| self.declare(v))
+            }
+            Stmt::TeamSum { var, lanes: _ } => {
+                self.visible(*var)?;
+                self.mutated.insert(*var);
+                Ok(())
+            }
             Stmt::Barrier | Stmt::Fault { code: _ } => Ok(()),
         }
     }

@@ -228,6 +228,34 @@ impl Cuda<'_> {
                 out.close("}");
                 out.close("}");
             }
+            Stmt::LetWords { vars, buf, index } => {
+                let p = names::param_of(self.k, *buf)?;
+                let index = self.expr(index)?;
+                let (lib, wide_ty, fields) = match vars.len() {
+                    2 => (CudaLib::Words2, "poot_words2", &["x", "y"][..]),
+                    _ => (CudaLib::Words4, "poot_words4", &["x", "y", "z", "w"][..]),
+                };
+                self.libs.insert(lib);
+                // A misaligned index traps (misaligned address) instead of reading other words.
+                let wide = format!("{}_w", names::var(vars[0]));
+                out.line(format!(
+                    "const {wide_ty} {wide} = *reinterpret_cast<const {wide_ty}*>({p} + {index});"
+                ));
+                for (v, f) in vars.iter().zip(fields) {
+                    out.line(format!(
+                        "const unsigned int {} = {wide}.{f};",
+                        names::var(*v)
+                    ));
+                }
+            }
+            Stmt::TeamSum { var, lanes } => {
+                let v = names::var(*var);
+                let mut m = lanes / 2;
+                while m > 0 {
+                    out.line(format!("{v} += __shfl_xor_sync(0xffffffffu, {v}, {m}u);"));
+                    m /= 2;
+                }
+            }
             Stmt::Barrier => out.line("__syncthreads();"),
             Stmt::Fault { code } => {
                 self.libs.insert(CudaLib::Fault);
@@ -433,6 +461,7 @@ impl Cuda<'_> {
             UnOp::RoundBf16 => self.call(CudaLib::RoundBf16, "poot_round_bf16", &[x]),
             UnOp::BitsToU32 => math("__float_as_uint"),
             UnOp::BitsToF32 => math("__uint_as_float"),
+            UnOp::F16ToF32 => self.call(CudaLib::F16ToF32, "poot_f16_to_f32", &[x]),
         }
     }
 

@@ -10,6 +10,8 @@
 /// A CUDA helper. Declaration order is emission order; a helper's dependencies come before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum CudaLib {
+    Words2,
+    Words4,
     F16ToF32,
     LoadByte,
     LoadF16,
@@ -40,7 +42,9 @@ impl CudaLib {
         match self {
             CudaLib::LoadF16 => &[CudaLib::F16ToF32],
             CudaLib::FaultIf => &[CudaLib::Fault],
-            CudaLib::F16ToF32
+            CudaLib::Words2
+            | CudaLib::Words4
+            | CudaLib::F16ToF32
             | CudaLib::LoadByte
             | CudaLib::LoadBf16
             | CudaLib::RoundF16
@@ -66,6 +70,8 @@ impl CudaLib {
     /// The helper's definition, ending in a newline.
     pub(crate) fn source(self) -> &'static str {
         match self {
+            CudaLib::Words2 => WORDS2,
+            CudaLib::Words4 => WORDS4,
             CudaLib::F16ToF32 => F16_TO_F32,
             CudaLib::LoadByte => LOAD_BYTE,
             CudaLib::LoadF16 => LOAD_F16,
@@ -91,6 +97,16 @@ impl CudaLib {
         }
     }
 }
+
+const WORDS2: &str = "\
+// Two u32 words read in one 8-byte load.
+struct alignas(8) poot_words2 { unsigned int x, y; };
+";
+
+const WORDS4: &str = "\
+// Four u32 words read in one 16-byte load.
+struct alignas(16) poot_words4 { unsigned int x, y, z, w; };
+";
 
 const F16_TO_F32: &str = "\
 // IEEE half bits to f32, exactly; a NaN keeps its payload and gets the quiet bit. A finite

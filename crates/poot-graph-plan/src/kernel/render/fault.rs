@@ -62,6 +62,8 @@ fn block_faults(body: &[Stmt]) -> bool {
         | Stmt::Set { .. }
         | Stmt::Store { .. }
         | Stmt::StoreShared { .. }
+        | Stmt::LetWords { .. }
+        | Stmt::TeamSum { .. }
         | Stmt::Barrier => false,
     })
 }

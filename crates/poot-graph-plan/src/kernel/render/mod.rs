@@ -107,4 +107,12 @@ pub enum RenderError {
     /// A shared array has length 0, which neither language can declare.
     #[error("kernel `{kernel}`: shared array `{name}` has length 0")]
     EmptyShared { kernel: String, name: String },
+    /// A statement the target language has no spelling for (the planner emits it only for
+    /// targets that do).
+    #[error("kernel `{kernel}`: {what} cannot be rendered for {language}")]
+    Unsupported {
+        kernel: String,
+        what: &'static str,
+        language: &'static str,
+    },
 }

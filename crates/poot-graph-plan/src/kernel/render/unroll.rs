@@ -226,11 +226,11 @@ pub(crate) fn assigns(body: &[Stmt], var: Var) -> bool {
     })
 }
 
-/// Whether `body` holds a barrier (a written-out iteration that tests its counter would put it
-/// under a branch some threads skip).
+/// Whether `body` holds a barrier or a team sum (a written-out iteration that tests its counter
+/// would put it under a branch some threads skip).
 fn has_barrier(body: &[Stmt]) -> bool {
     body.iter().any(|s| match s {
-        Stmt::Barrier => true,
+        Stmt::Barrier | Stmt::TeamSum { .. } => true,
         Stmt::If {
             then, otherwise, ..
         } => has_barrier(then) || has_barrier(otherwise),

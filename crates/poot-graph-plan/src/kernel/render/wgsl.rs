@@ -239,6 +239,26 @@ impl Wgsl<'_> {
                 out.close("}");
                 out.close("}");
             }
+            Stmt::LetWords { vars, buf, index } => {
+                let p = names::param_of(self.k, *buf)?;
+                let index = self.expr(index)?;
+                let word = ty(self.k.params[buf.0 as usize].word.ty());
+                let first = format!("{}_at", names::var(vars[0]));
+                out.line(format!("let {first}: u32 = {index};"));
+                for (i, v) in vars.iter().enumerate() {
+                    out.line(format!(
+                        "let {}: {word} = {p}[{first} + {i}u];",
+                        names::var(*v)
+                    ));
+                }
+            }
+            Stmt::TeamSum { .. } => {
+                return Err(RenderError::Unsupported {
+                    kernel: self.k.name.clone(),
+                    what: "a team sum (subgroup shuffle)",
+                    language: "WGSL",
+                });
+            }
             Stmt::Barrier => out.line("workgroupBarrier();"),
             Stmt::Fault { code } => {
                 out.line(format!(
@@ -423,6 +443,7 @@ impl Wgsl<'_> {
             UnOp::RoundBf16 => self.call(WgslLib::RoundBf16, &[x]),
             UnOp::BitsToU32 => format!("bitcast<u32>({x})"),
             UnOp::BitsToF32 => format!("bitcast<f32>({x})"),
+            UnOp::F16ToF32 => self.call(WgslLib::F16ToF32, &[x]),
         }
     }
 
