@@ -18,7 +18,7 @@ use std::process::Command;
 use poot_graph_plan::Target;
 use poot_graph_plan::kernel::build::{
     KernelBuilder, bin, cast, cmp, eq, f32c, group_count_x, group_id, i32c, load, load_byte,
-    load_half, load_shared, local_id, lt, mul_add, select, u32c, un,
+    load_half, load_shared, local_id, lt, mul_add, select, shuffle_xor, u32c, un,
 };
 use poot_graph_plan::kernel::render::{
     RenderError, can_fault, entry_name, render_cuda, render_wgsl,
@@ -470,7 +470,8 @@ fn table(target: &Target) -> Vec<Kernel> {
     kernels
 }
 
-/// Sums over teams of 8 and of 32 lanes, exchanged in registers (CUDA only).
+/// Sums over teams of 8 and of 32 lanes, and shuffles of each word type, exchanged in
+/// registers (CUDA only).
 fn team_sum_kernel() -> Kernel {
     let mut b = KernelBuilder::new("team_sum", 64);
     let x = b.param("x", Word::F32, Access::Read);
@@ -479,7 +480,11 @@ fn team_sum_kernel() -> Kernel {
     let warp = b.var(Ty::F32, Expr::Var(eight));
     b.team_sum(eight, 8);
     b.team_sum(warp, 32);
-    b.store(out, local_id(), Expr::Var(eight) + Expr::Var(warp));
+    let f = b.let_(Ty::F32, shuffle_xor(Expr::Var(eight), 1));
+    let u = b.let_(Ty::U32, shuffle_xor(local_id(), 16));
+    let i = b.let_(Ty::I32, shuffle_xor(cast(Ty::I32, local_id()), 4));
+    let sum = Expr::Var(eight) + Expr::Var(warp) + f + cast(Ty::F32, u) + cast(Ty::F32, i);
+    b.store(out, local_id(), sum);
     b.finish()
 }
 
@@ -714,6 +719,7 @@ fn the_table_covers_every_variant() {
         "Cmp",
         "Select",
         "MulAdd",
+        "ShuffleXor",
         "Cast",
     ] {
         assert!(exprs.contains(&want), "no {want} expression");
@@ -789,6 +795,7 @@ fn walk_expr(e: &Expr, out: &mut Vec<&'static str>) {
             on_false,
         } => ("Select", vec![cond, on_true, on_false]),
         Expr::MulAdd(a, b, c) => ("MulAdd", vec![a, b, c]),
+        Expr::ShuffleXor { value, .. } => ("ShuffleXor", vec![value]),
         Expr::Cast(_, x) => ("Cast", vec![x]),
     };
     out.push(name);
@@ -887,7 +894,9 @@ static __device__ __forceinline__ unsigned int atomicOr(unsigned int* p, unsigne
 #define POOT_LIBDEVICE1(f) extern "C" __device__ float __nv_##f(float); static __device__ __forceinline__ float f(float x) { return __nv_##f(x); }
 POOT_LIBDEVICE1(expf) POOT_LIBDEVICE1(logf) POOT_LIBDEVICE1(sqrtf) POOT_LIBDEVICE1(tanhf) POOT_LIBDEVICE1(erff)
 POOT_LIBDEVICE1(floorf) POOT_LIBDEVICE1(ceilf) POOT_LIBDEVICE1(sinf) POOT_LIBDEVICE1(cosf) POOT_LIBDEVICE1(fabsf)
-static __device__ __forceinline__ float __shfl_xor_sync(unsigned int mask, float v, unsigned int lanes) { float r; asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, %3;" : "=f"(r) : "f"(v), "r"(lanes), "r"(mask)); return r; }
+static __device__ __forceinline__ unsigned int __shfl_xor_sync(unsigned int mask, unsigned int v, unsigned int lanes) { unsigned int r; asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, %3;" : "=r"(r) : "r"(v), "r"(lanes), "r"(mask)); return r; }
+static __device__ __forceinline__ int __shfl_xor_sync(unsigned int mask, int v, unsigned int lanes) { return (int)__shfl_xor_sync(mask, (unsigned int)v, lanes); }
+static __device__ __forceinline__ float __shfl_xor_sync(unsigned int mask, float v, unsigned int lanes) { return __uint_as_float(__shfl_xor_sync(mask, __float_as_uint(v), lanes)); }
 extern "C" __device__ float __nv_fmaf(float, float, float);
 static __device__ __forceinline__ float fmaf(float x, float y, float z) { return __nv_fmaf(x, y, z); }
 extern "C" __device__ float __nv_powf(float, float);
@@ -1104,6 +1113,17 @@ fn malformed_kernels_are_refused_not_rendered() {
     b.let_words(f, u32c(0), 4);
     assert!(matches!(
         render_both(&b.finish()).1,
+        Err(RenderError::Invalid(_))
+    ));
+    let (mut b, out) = base();
+    b.store(out, u32c(0), shuffle_xor(local_id(), 1));
+    let (c, w) = render_both(&b.finish());
+    assert!(c.is_ok(), "{c:?}");
+    assert!(matches!(w, Err(RenderError::Unsupported { .. })), "{w:?}");
+    let (mut b, out) = base();
+    b.store(out, u32c(0), shuffle_xor(local_id(), 32));
+    assert!(matches!(
+        render_both(&b.finish()).0,
         Err(RenderError::Invalid(_))
     ));
     let (mut b, _) = base();

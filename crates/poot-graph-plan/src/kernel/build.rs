@@ -416,6 +416,14 @@ pub fn select(cond: Expr, on_true: Expr, on_false: Expr) -> Expr {
     }
 }
 
+/// `value` from the subgroup lane this one's xor `mask` ([`Expr::ShuffleXor`]).
+pub fn shuffle_xor(value: Expr, mask: u32) -> Expr {
+    Expr::ShuffleXor {
+        value: Box::new(value),
+        mask,
+    }
+}
+
 /// `a * b + c`, fused where the backend can ([`Expr::MulAdd`]).
 pub fn mul_add(a: Expr, b: Expr, c: Expr) -> Expr {
     Expr::MulAdd(Box::new(a), Box::new(b), Box::new(c))

@@ -48,6 +48,9 @@ pub enum EvalError {
     /// A buffer parameter the environment does not bind.
     #[error("parameter {0} is not bound")]
     UnboundParam(u32),
+    /// A value read from another thread (a shuffle): one thread's environment has no answer.
+    #[error("a shuffle reads another thread's value")]
+    CrossThread,
     /// A shared array the environment does not bind.
     #[error("shared array {0} is not bound")]
     UnboundShared(u32),
@@ -222,6 +225,7 @@ impl<'a> Env<'a> {
                 Value::F32(a.mul_add(b, c))
             }
             Expr::Cast(to, x) => convert(*to, self.eval(x)?),
+            Expr::ShuffleXor { .. } => return Err(EvalError::CrossThread),
         })
     }
 

@@ -196,6 +196,13 @@ pub enum Expr {
     /// `fma` may round twice). Only for sums the oracle is compared with at a tolerance (a
     /// contraction's products): elsewhere `Mul` then `Add` keep op-by-op results.
     MulAdd(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// `value` (f32, i32 or u32) as the thread whose subgroup lane is this one's xor `mask`
+    /// (below the subgroup size) computes it. Every thread of the subgroup evaluates it together;
+    /// only for targets with subgroup shuffles ([`crate::Target::team_shuffles`]).
+    ShuffleXor {
+        value: Box<Expr>,
+        mask: u32,
+    },
     /// A value conversion: float to integer truncates toward zero and saturates (NaN to 0);
     /// integer to float rounds to nearest; bool to number is 0 or 1; number to bool is `!= 0`;
     /// between i32 and u32 the bits are reinterpreted (two's complement).
@@ -394,6 +401,13 @@ impl Kernel {
             Expr::Cast(to, x) => {
                 self.type_of(x)?;
                 *to
+            }
+            Expr::ShuffleXor { value, mask } => {
+                let t = self.type_of(value)?;
+                if t == Ty::Bool || *mask == 0 || *mask >= 32 {
+                    return Err(bad(format!("shuffle of a {t} across lane mask {mask}")));
+                }
+                t
             }
         })
     }

@@ -352,7 +352,7 @@ impl Lowering<'_> {
         cx.kb.set(score, logit);
         cx.kb.end();
         cx.kb.store_shared(red, local_id(), Expr::Var(score));
-        Self::tree_reduce(&mut cx, &[red], &|x, y| {
+        self.tree_reduce(&mut cx, &[red], &|x, y| {
             vec![max(x[0].clone(), y[0].clone())]
         });
         let tile_max = cx.kb.let_(Ty::F32, load_shared(red, u32c(0)));
@@ -408,7 +408,7 @@ impl Lowering<'_> {
         cx.kb.set(m, m_new);
         cx.kb.end();
         cx.kb.store_shared(red, local_id(), Expr::Var(l));
-        Self::tree_reduce(&mut cx, &[red], &|x, y| vec![x[0].clone() + y[0].clone()]);
+        self.tree_reduce(&mut cx, &[red], &|x, y| vec![x[0].clone() + y[0].clone()]);
         let l_total = cx.kb.let_(Ty::F32, load_shared(red, u32c(0)));
         cx.kb.barrier();
         if parts == 1 {
@@ -498,7 +498,7 @@ impl Lowering<'_> {
         cx.kb.set(mx, max(Expr::Var(mx), mp));
         cx.kb.end();
         cx.kb.store_shared(red, local_id(), Expr::Var(mx));
-        Self::tree_reduce(&mut cx, &[red], &|x, y| {
+        self.tree_reduce(&mut cx, &[red], &|x, y| {
             vec![max(x[0].clone(), y[0].clone())]
         });
         let big_m = cx.kb.let_(Ty::F32, load_shared(red, u32c(0)));
@@ -517,7 +517,7 @@ impl Lowering<'_> {
             .set(lsum, Expr::Var(lsum) + load(pp, at_p + u32c(1)) * w);
         cx.kb.end();
         cx.kb.store_shared(red, local_id(), Expr::Var(lsum));
-        Self::tree_reduce(&mut cx, &[red], &|x, y| vec![x[0].clone() + y[0].clone()]);
+        self.tree_reduce(&mut cx, &[red], &|x, y| vec![x[0].clone() + y[0].clone()]);
         let big_l = cx.kb.let_(Ty::F32, load_shared(red, u32c(0)));
         cx.kb.barrier();
         let dj = cx.kb.begin_for(local_id(), u32c(dv as u32), u32c(wg));

@@ -211,8 +211,9 @@ fn invariant(e: &Expr, first_var: u32) -> bool {
         Expr::Builtin(b) => !matches!(b, Builtin::LocalId),
         Expr::Load { index, .. } | Expr::LoadHalf { index, .. } => invariant(index, first_var),
         Expr::LoadByte { byte, .. } => invariant(byte, first_var),
-        // Shared memory changes between barriers: never assume it holds still.
-        Expr::LoadShared { .. } => false,
+        // Shared memory changes between barriers: never assume it holds still; a shuffle reads
+        // another thread's value.
+        Expr::LoadShared { .. } | Expr::ShuffleXor { .. } => false,
         Expr::Unary(_, x) | Expr::Cast(_, x) => invariant(x, first_var),
         Expr::Binary(_, a, b) | Expr::Cmp(_, a, b) => {
             invariant(a, first_var) && invariant(b, first_var)

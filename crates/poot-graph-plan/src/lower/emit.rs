@@ -8,7 +8,7 @@ use super::access::{device_word, flatten, kty, to_word, unflatten};
 use super::classify::Placement;
 use super::context::{KernelCtx, LBuf};
 use super::{Lowering, fault, split};
-use crate::kernel::build::{bin, cmp};
+use crate::kernel::build::{bin, cmp, shuffle_xor};
 use crate::kernel::build::{
     eq, group_count_x, group_id, load, load_shared, local_id, lt, select, u32c, un,
 };
@@ -130,12 +130,26 @@ impl Lowering<'_> {
         cx.kb.begin_for(group_id(0), u32c(rows), group_count_x())
     }
 
-    /// The whole workgroup's combination of each thread's `acc`, left in `shared[0]`.
-    pub(super) fn tree_reduce(cx: &mut KernelCtx, arrays: &[SharedId], combine: &Combine<'_>) {
+    /// The whole workgroup's combination of each thread's `acc`, left in `shared[0]`: pairs
+    /// `(i, i + s)` combined in shared memory for `s = threads / 2, .., 1`. Where the target
+    /// shuffles, the last 32 are combined in registers by the first warp in the same pairs (lane
+    /// 0 sees exactly the association of the shared-memory tree), one barrier instead of six.
+    pub(super) fn tree_reduce(
+        &self,
+        cx: &mut KernelCtx,
+        arrays: &[SharedId],
+        combine: &Combine<'_>,
+    ) {
         let wg = cx.kb.workgroup();
+        let warp = self.target.limits.subgroup_size;
+        let shuffles = self.target.team_shuffles()
+            && wg >= warp
+            && wg.is_power_of_two()
+            && arrays.iter().all(|&a| cx.kb.shared_ty(a) != Ty::Bool);
+        let last_shared = if shuffles { warp } else { 1 };
         cx.kb.barrier();
         let mut s = wg / 2;
-        while s > 0 {
+        while s >= last_shared {
             cx.kb.begin_if(lt(local_id(), u32c(s)));
             let mine: Vec<Expr> = arrays.iter().map(|&a| load_shared(a, local_id())).collect();
             let theirs: Vec<Expr> = arrays
@@ -155,11 +169,41 @@ impl Lowering<'_> {
             cx.kb.barrier();
             s /= 2;
         }
+        if shuffles {
+            // The whole first warp takes this branch, as shuffles require.
+            cx.kb.begin_if(lt(local_id(), u32c(warp)));
+            let mut mine: Vec<Expr> = arrays
+                .iter()
+                .map(|&a| cx.kb.let_(cx.kb.shared_ty(a), load_shared(a, local_id())))
+                .collect();
+            let mut m = warp / 2;
+            while m > 0 {
+                let theirs: Vec<Expr> = mine
+                    .iter()
+                    .zip(arrays)
+                    .map(|(x, &a)| cx.kb.let_(cx.kb.shared_ty(a), shuffle_xor(x.clone(), m)))
+                    .collect();
+                mine = combine(&mine, &theirs)
+                    .into_iter()
+                    .zip(arrays)
+                    .map(|(x, &a)| cx.kb.let_(cx.kb.shared_ty(a), x))
+                    .collect();
+                m /= 2;
+            }
+            cx.kb.begin_if(eq(local_id(), u32c(0)));
+            for (&a, x) in arrays.iter().zip(mine) {
+                cx.kb.store_shared(a, u32c(0), x);
+            }
+            cx.kb.end();
+            cx.kb.end();
+            cx.kb.barrier();
+        }
     }
 
     /// Ends a one-workgroup-per-output contraction: sums every thread's `acc` and stores it at
     /// `out[o]`, then closes the output loop.
     pub(super) fn finish_row_sum(
+        &self,
         cx: &mut KernelCtx,
         sv: SharedId,
         acc: crate::kernel::Var,
@@ -167,7 +211,7 @@ impl Lowering<'_> {
         o: Expr,
     ) {
         cx.kb.store_shared(sv, local_id(), Expr::Var(acc));
-        Self::tree_reduce(cx, &[sv], &|a, b| vec![a[0].clone() + b[0].clone()]);
+        self.tree_reduce(cx, &[sv], &|a, b| vec![a[0].clone() + b[0].clone()]);
         cx.kb.begin_if(eq(local_id(), u32c(0)));
         cx.kb.store(outp, o, load_shared(sv, u32c(0)));
         cx.kb.end();
@@ -274,7 +318,7 @@ impl Lowering<'_> {
         cx.kb.store_shared(sv, local_id(), Expr::Var(acc));
         match (reduce, si) {
             (Some(_), _) => {
-                Self::tree_reduce(&mut cx, &[sv], &|a, b| merge(reduce, ty, a, b));
+                self.tree_reduce(&mut cx, &[sv], &|a, b| merge(reduce, ty, a, b));
                 cx.kb.begin_if(eq(local_id(), u32c(0)));
                 cx.kb
                     .store(outp, row, to_word(load_shared(sv, u32c(0)), out_dtype));
@@ -282,7 +326,7 @@ impl Lowering<'_> {
             }
             (None, Some(si)) => {
                 cx.kb.store_shared(si, local_id(), Expr::Var(acc_i));
-                Self::tree_reduce(&mut cx, &[sv, si], &|a, b| merge(None, ty, a, b));
+                self.tree_reduce(&mut cx, &[sv, si], &|a, b| merge(None, ty, a, b));
                 cx.kb.begin_if(eq(local_id(), u32c(0)));
                 cx.kb.store(
                     outp,
@@ -372,7 +416,7 @@ impl Lowering<'_> {
         let w = self.value_at(&mut cx, rhs, &ri)?;
         cx.kb.set(acc, Expr::Var(acc) + a * w);
         cx.kb.end();
-        Self::finish_row_sum(&mut cx, sv, acc, outp, o);
+        self.finish_row_sum(&mut cx, sv, acc, outp, o);
         let grid = self.groups_for(total, 1);
         self.push_kernel(cx, grid)
     }
@@ -402,7 +446,7 @@ impl Lowering<'_> {
         let w = self.value_at(&mut cx, rhs, &[expert, n, k])?;
         cx.kb.set(acc, Expr::Var(acc) + a * w);
         cx.kb.end();
-        Self::finish_row_sum(&mut cx, sv, acc, outp, o);
+        self.finish_row_sum(&mut cx, sv, acc, outp, o);
         let grid = self.groups_for(total, 1);
         self.push_kernel(cx, grid)
     }
@@ -617,7 +661,7 @@ impl Lowering<'_> {
         cx.kb.end();
         cx.kb.store_shared(sv, local_id(), Expr::Var(best_v));
         cx.kb.store_shared(si, local_id(), Expr::Var(best_i));
-        Self::tree_reduce(cx, &[sv, si], &|a, b| merge(None, ty, a, b));
+        self.tree_reduce(cx, &[sv, si], &|a, b| merge(None, ty, a, b));
         cx.kb.set(prev_v, load_shared(sv, u32c(0)));
         cx.kb.set(prev_i, load_shared(si, u32c(0)));
         cx.kb.begin_if(eq(local_id(), u32c(0)));

@@ -147,7 +147,7 @@ impl Lowering<'_> {
         for (&arr, &acc) in arrays.iter().zip(&accs) {
             cx.kb.store_shared(arr, local_id(), Expr::Var(acc));
         }
-        Self::tree_reduce(cx, &arrays, &|a, b| {
+        self.tree_reduce(cx, &arrays, &|a, b| {
             a.iter()
                 .zip(b)
                 .map(|(x, y)| x.clone() + y.clone())

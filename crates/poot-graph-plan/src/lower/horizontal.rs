@@ -192,7 +192,7 @@ impl Lowering<'_> {
             cx.kb.end();
         }
         cx.kb.store_shared(sv, local_id(), Expr::Var(acc));
-        Self::tree_reduce(&mut cx, &[sv], &|a, b| vec![a[0].clone() + b[0].clone()]);
+        self.tree_reduce(&mut cx, &[sv], &|a, b| vec![a[0].clone() + b[0].clone()]);
         cx.kb.begin_if(eq(local_id(), u32c(0)));
         for (s, (&(_, _, start, n), &p)) in parts.iter().zip(&outs).enumerate() {
             if s + 1 < parts.len() {

@@ -61,7 +61,7 @@ impl Lowering<'_> {
         cx.kb.end();
         let sr = cx.reduce_array(ty);
         cx.kb.store_shared(sr, local_id(), Expr::Var(acc));
-        Self::tree_reduce(cx, &[sr], &|a, b| {
+        self.tree_reduce(cx, &[sr], &|a, b| {
             vec![combine(op, a[0].clone(), b[0].clone())]
         });
         let result = cx.kb.let_(ty, load_shared(sr, u32c(0)));

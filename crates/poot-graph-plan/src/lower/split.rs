@@ -248,7 +248,7 @@ impl Lowering<'_> {
         }
         cx.kb.end();
         let at = |m: &Member| u32c(m.offset) + item.clone() * u32c(m.width());
-        Self::merge_trees(
+        self.merge_trees(
             &mut cx,
             &members,
             &accs,
@@ -296,7 +296,7 @@ impl Lowering<'_> {
             Self::fold(&mut cx, m.reduce, m.ty, acc, &item);
         }
         cx.kb.end();
-        Self::merge_trees(
+        self.merge_trees(
             &mut cx,
             &members,
             &accs,
@@ -355,6 +355,7 @@ impl Lowering<'_> {
     /// Merges each member's running results over the workgroup, then `store(cx, j, member,
     /// result)` on thread 0 for member `j` (`result`: the value, and the index for arg-max).
     fn merge_trees(
+        &self,
         cx: &mut KernelCtx,
         members: &[Member],
         accs: &[(Var, Var)],
@@ -370,7 +371,7 @@ impl Lowering<'_> {
                 shared.push(si);
             }
             let (reduce, ty) = (m.reduce, m.ty);
-            Self::tree_reduce(cx, &shared, &|a, b| merge(reduce, ty, a, b));
+            self.tree_reduce(cx, &shared, &|a, b| merge(reduce, ty, a, b));
             cx.kb.begin_if(eq(local_id(), u32c(0)));
             let result: Vec<Expr> = shared.iter().map(|&a| load_shared(a, u32c(0))).collect();
             store(cx, j, m, &result);

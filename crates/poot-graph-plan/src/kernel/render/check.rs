@@ -188,7 +188,9 @@ impl Scopes<'_> {
                 half: _,
             }
             | Expr::LoadShared { arr: _, index } => self.expr(index),
-            Expr::Unary(_, x) | Expr::Cast(_, x) => self.expr(x),
+            Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::ShuffleXor { value: x, mask: _ } => {
+                self.expr(x)
+            }
             Expr::Binary(_, a, b) | Expr::Cmp(_, a, b) => {
                 self.expr(a)?;
                 self.expr(b)

@@ -368,6 +368,12 @@ impl Cuda<'_> {
                 let (c, t, f) = (self.expr(cond)?, self.expr(on_true)?, self.expr(on_false)?);
                 format!("({c} ? {t} : {f})")
             }
+            Expr::ShuffleXor { value, mask } => {
+                format!(
+                    "__shfl_xor_sync(0xffffffffu, {}, {mask}u)",
+                    strip_parens(&self.expr(value)?)
+                )
+            }
             Expr::MulAdd(a, b, c) => {
                 let (a, b, c) = (self.expr(a)?, self.expr(b)?, self.expr(c)?);
                 format!("fmaf({a}, {b}, {c})")

@@ -160,6 +160,7 @@ fn is_literal(e: &Expr) -> bool {
         | Expr::Cmp(..)
         | Expr::Select { .. }
         | Expr::MulAdd(..)
+        | Expr::ShuffleXor { .. }
         | Expr::Cast(..) => false,
     }
 }
@@ -294,6 +295,7 @@ impl Wgsl<'_> {
             | Expr::Cmp(..)
             | Expr::Select { .. }
             | Expr::MulAdd(..)
+            | Expr::ShuffleXor { .. }
             | Expr::Cast(..) => x,
         })
     }
@@ -373,6 +375,13 @@ impl Wgsl<'_> {
                 };
                 let (c, t) = (self.expr(cond)?, self.expr(on_true)?);
                 format!("select({f}, {t}, {c})")
+            }
+            Expr::ShuffleXor { .. } => {
+                return Err(RenderError::Unsupported {
+                    kernel: self.k.name.clone(),
+                    what: "a subgroup shuffle",
+                    language: "WGSL",
+                });
             }
             Expr::MulAdd(a, b, c) => {
                 // All literals would be evaluated by the shader compiler, which may refuse
