@@ -277,17 +277,26 @@ fn a_decode_kernel_validates() {
 
 /// Decodes every unit of `n_blocks` consecutive blocks of `format` stored after `prefix_bytes`
 /// bytes (so blocks of 2-byte-aligned formats start at both halves of a word) through
-/// `decode_unit`, checks each element against the reference bit for bit, that the units of a
-/// block cover its elements exactly once, and the padding invariant of their offsets.
+/// `decode_unit`, checks each element (times its group's scale, where it has one) against the
+/// reference bit for bit, that the units of a block cover its elements exactly once, and the
+/// padding invariant of their offsets.
 fn check_units(format: BlockFormat, n_blocks: usize, prefix_bytes: usize, fill: Fill, seed: u64) {
     let mut rng = Rng(seed);
-    let k = n_blocks * format.block_elems();
     let bytes = random_rows(format, n_blocks, fill, &mut rng);
-    let mut stored: Vec<u8> = (0..prefix_bytes).map(|_| rng.byte()).collect();
-    stored.extend_from_slice(&bytes);
+    let prefix: Vec<u8> = (0..prefix_bytes).map(|_| rng.byte()).collect();
+    check_unit_bytes(format, &prefix, &bytes, &format!("{fill:?}"));
+}
+
+/// [`check_units`] of the blocks `bytes`, stored after `prefix`; `case` names them in failures.
+fn check_unit_bytes(format: BlockFormat, prefix: &[u8], bytes: &[u8], case: &str) {
+    let n_blocks = bytes.len() / format.block_bytes();
+    let prefix_bytes = prefix.len();
+    let k = n_blocks * format.block_elems();
+    let mut stored = prefix.to_vec();
+    stored.extend_from_slice(bytes);
     let words = words_of_bytes(&stored);
     let mut want = vec![0f32; k];
-    decode_block_row(format, MatrixShape::new(1, k), &bytes, 0, &mut want)
+    decode_block_row(format, MatrixShape::new(1, k), bytes, 0, &mut want)
         .expect("reference decode");
 
     let mut kb = KernelBuilder::new("unit_test", 1);
@@ -331,7 +340,17 @@ fn check_units(format: BlockFormat, n_blocks: usize, prefix_bytes: usize, fill: 
                 env.set_var(*var, v);
             }
             let first = env.eval_u32(&unit.first).expect("first element");
-            for (off, value) in &unit.elements {
+            let elements = unit.groups.iter().flat_map(|group| {
+                group.elements.iter().map(|(off, value)| {
+                    // A group's factor times the element, in one f32 multiply.
+                    let value = match &group.scale {
+                        Some(scale) => scale.clone() * value.clone(),
+                        None => value.clone(),
+                    };
+                    (off, value)
+                })
+            });
+            for (off, value) in elements {
                 assert_eq!(
                     (first + off) / 32,
                     first / 32 + off / 32,
@@ -341,7 +360,7 @@ fn check_units(format: BlockFormat, n_blocks: usize, prefix_bytes: usize, fill: 
                 assert!(!seen[j], "{format:?}: element {j} decoded twice");
                 seen[j] = true;
                 let got = env
-                    .eval_f32(value)
+                    .eval_f32(&value)
                     .unwrap_or_else(|e| panic!("{format:?} unit {s} element {j}: {e}"));
                 let w = want[block * format.block_elems() + j];
                 let same = if w.is_nan() {
@@ -351,7 +370,7 @@ fn check_units(format: BlockFormat, n_blocks: usize, prefix_bytes: usize, fill: 
                 };
                 assert!(
                     same,
-                    "{format:?} ({fill:?}) block {block} unit {s} element {j}: got {got:e}, want {w:e}"
+                    "{format:?} ({case}) block {block} unit {s} element {j}: got {got:e}, want {w:e}"
                 );
             }
         }
@@ -386,5 +405,37 @@ fn every_format_decodes_by_units_bit_for_bit() {
                 seed + 10 + prefix as u64,
             );
         }
+    }
+}
+
+#[test]
+fn every_code_decodes_by_units_bit_for_bit() {
+    // The codes of the formats whose units factor out a scale take every value: every byte
+    // value at every code byte offset of a block (so every nibble, 2-bit field and fifth bit at
+    // every place), with realistic scales.
+    for format in [
+        BlockFormat::Q4_0,
+        BlockFormat::Q5_0,
+        BlockFormat::Q8_0,
+        BlockFormat::IQ4_NL,
+        BlockFormat::IQ4_XS,
+        BlockFormat::Q6_K,
+    ] {
+        let mut rng = Rng(format.block_bytes() as u64);
+        let mut bytes = random_rows(format, 256, Fill::Realistic, &mut rng);
+        let f16_at: Vec<usize> = format
+            .fields()
+            .iter()
+            .filter(|f| f.kind == FieldKind::F16)
+            .map(|f| f.offset_bytes)
+            .collect();
+        for (b, block) in bytes.chunks_mut(format.block_bytes()).enumerate() {
+            for (i, byte) in block.iter_mut().enumerate() {
+                if !f16_at.iter().any(|&at| (at..at + 2).contains(&i)) {
+                    *byte = (b + i) as u8;
+                }
+            }
+        }
+        check_unit_bytes(format, &[], &bytes, "every code");
     }
 }

@@ -3,10 +3,17 @@
 //! unit and every element of the unit from words already loaded, where [`decode_element`]
 //! re-reads a byte (and the scales) per element.
 //!
-//! Each element's value is the same f32 expression, on the same operands in the same order, as
-//! [`decode_element`] builds for it, so the two agree bit for bit (and with
-//! `poot_formats::decode_block_row`). Formats without a word decoder here decode their unit
-//! element by element through [`decode_in_block`], which is still exact.
+//! A unit is a list of groups of elements. In the symmetric formats (Q4_0, Q5_0, Q8_0, IQ4_NL,
+//! IQ4_XS, Q6_K: `y = scale * code`) a group is the elements of one (sub-)block scale, and
+//! carries the scale as its factor: each element is only its code as an exact f32, so a reader
+//! can multiply a group's dot product by the scale once instead of every element by it. The
+//! product `scale * element` in f32 is the oracle's value bit for bit (one multiply of the same
+//! two numbers), which the tests check; a reader summing `x * code` first reassociates. The
+//! other formats (`y = d * q + m`, or decoded element by element) are one group without a
+//! factor, each element the same f32 expression, on the same operands in the same order, as
+//! [`decode_element`] builds for it, bit for bit the oracle's (`poot_formats::decode_block_row`).
+//! Formats without a word decoder here decode their unit element by element through
+//! [`decode_in_block`], which is still exact.
 //!
 //! Blocks of most formats start at a multiple of 4 bytes (their size is, and so is every row of
 //! whole blocks). Q4_0, Q5_0, Q8_0, IQ4_NL and Q6_K blocks have an even size that is not: a
@@ -37,13 +44,38 @@ pub fn unit_bytes(format: BlockFormat) -> u32 {
     (format.block_bytes() as u32).div_ceil(units_per_block(format))
 }
 
-/// One decoded unit: element `first + offset` of the block has value `value` (f32) for each
-/// `(offset, value)` of `elements`. Offsets are constants and never carry `first` across a
-/// multiple of 32: `(first + offset) / 32 = first / 32 + offset / 32` for every element, so a
-/// reader can pad its own copy of the row every 32 elements at the cost of one shift per unit.
+/// One decoded unit: for each `(offset, value)` of each group's `elements`, element
+/// `first + offset` of the block has value `scale * value` (f32), or `value` where the group has
+/// no scale. Offsets are constants and never carry `first` across a multiple of 32:
+/// `(first + offset) / 32 = first / 32 + offset / 32` for every element, so a reader can pad
+/// its own copy of the row every 32 elements at the cost of one shift per unit.
 pub struct Unit {
     pub first: Expr,
+    pub groups: Vec<Group>,
+}
+
+/// Elements of a unit that share a factor (f32), if any.
+pub struct Group {
+    pub scale: Option<Expr>,
     pub elements: Vec<(u32, Expr)>,
+}
+
+impl Group {
+    /// Elements whose values are their expressions.
+    pub fn plain(elements: Vec<(u32, Expr)>) -> Group {
+        Group {
+            scale: None,
+            elements,
+        }
+    }
+
+    /// Elements whose values are `scale` times their expressions.
+    pub fn scaled(scale: Expr, elements: Vec<(u32, Expr)>) -> Group {
+        Group {
+            scale: Some(scale),
+            elements,
+        }
+    }
 }
 
 /// Where the unit's words are read from.
@@ -123,6 +155,14 @@ fn i8_of(byte: Expr) -> Expr {
     i32_of(byte.clone()) - i32_of((byte >> c(7)) << c(8))
 }
 
+/// `code - offset` as an exact f32, for `code` a u32 below 2^23 and `offset` below 2^22: the
+/// bits `0x4b000000 | code` are the f32 `2^23 + code`, and subtracting `2^23 + offset` (exact)
+/// leaves the difference exactly. One bitwise or (which merges with the mask that extracts the
+/// code) and one add, where a conversion instruction issues at a fraction of the rate.
+fn code_minus(code: Expr, offset: u32) -> Expr {
+    un(UnOp::BitsToF32, code | c(0x4b00_0000)) - Expr::F32((8_388_608 + offset) as f32)
+}
+
 /// A level of `kvalues` (a table of f32 bit patterns) at `index`.
 fn level(kvalues: ParamId, index: Expr) -> Expr {
     un(UnOp::BitsToF32, load(kvalues, index))
@@ -183,7 +223,10 @@ pub fn decode_unit(
                     decode_in_block(format, weights, tables, s.base.clone(), j)?,
                 ));
             }
-            Unit { first, elements }
+            Unit {
+                first,
+                groups: vec![Group::plain(elements)],
+            }
         }
     })
 }
@@ -212,7 +255,8 @@ fn split_nibbles(q: &[Expr]) -> Vec<(u32, Expr)> {
     out
 }
 
-/// Q4_0 or IQ4_NL (18-byte blocks): unit `sub` is code bytes `8 sub..8 sub + 8`.
+/// Q4_0 or IQ4_NL (18-byte blocks): unit `sub` is code bytes `8 sub..8 sub + 8`, one group
+/// of scale `d`.
 fn nibbles_32(s: &mut Src, sub: Expr, kind: Legacy) -> Unit {
     let d = s.f16(c(0));
     let first = s.kb.let_(Ty::U32, sub << c(3));
@@ -221,13 +265,16 @@ fn nibbles_32(s: &mut Src, sub: Expr, kind: Legacy) -> Unit {
         .into_iter()
         .map(|(off, code)| {
             let value = match kind {
-                Legacy::Q4_0 => f32_of(i32_of(code) - Expr::I32(8)) * d.clone(),
-                Legacy::Iq4Nl(kv) => d.clone() * level(kv, code),
+                Legacy::Q4_0 => code_minus(code, 8),
+                Legacy::Iq4Nl(kv) => level(kv, code),
             };
             (off, value)
         })
         .collect();
-    Unit { first, elements }
+    Unit {
+        first,
+        groups: vec![Group::scaled(d, elements)],
+    }
 }
 
 /// Q4_1 (20 bytes: d, m, 16 code bytes): `y = q * d + m`.
@@ -239,7 +286,10 @@ fn q4_1(s: &mut Src, sub: Expr) -> Unit {
         .into_iter()
         .map(|(off, code)| (off, f32_of(code) * d.clone() + m.clone()))
         .collect();
-    Unit { first, elements }
+    Unit {
+        first,
+        groups: vec![Group::plain(elements)],
+    }
 }
 
 /// The 5-bit codes of a Q5 unit: the nibble, and bit `j` of `qh` for element `j` as the fifth.
@@ -255,7 +305,7 @@ fn q5_codes(s: &mut Src, qh: &Expr, q: &[Expr], first: &Expr) -> Vec<(u32, Expr)
         .collect()
 }
 
-/// Q5_0 (22 bytes: d, qh, 16 code bytes): `y = (q - 16) * d`.
+/// Q5_0 (22 bytes: d, qh, 16 code bytes): `y = (q - 16) * d`, one group of scale `d`.
 fn q5_0(s: &mut Src, sub: Expr) -> Unit {
     let d = s.f16(c(0));
     let qh = s.window(c(2), 1).remove(0);
@@ -263,9 +313,12 @@ fn q5_0(s: &mut Src, sub: Expr) -> Unit {
     let q = s.window(c(6) + first.clone(), 2);
     let elements = q5_codes(s, &qh, &q, &first)
         .into_iter()
-        .map(|(off, code)| (off, f32_of(i32_of(code) - Expr::I32(16)) * d.clone()))
+        .map(|(off, code)| (off, code_minus(code, 16)))
         .collect();
-    Unit { first, elements }
+    Unit {
+        first,
+        groups: vec![Group::scaled(d, elements)],
+    }
 }
 
 /// Q5_1 (24 bytes: d, m, qh, 16 code bytes): `y = q * d + m`.
@@ -278,10 +331,14 @@ fn q5_1(s: &mut Src, sub: Expr) -> Unit {
         .into_iter()
         .map(|(off, code)| (off, f32_of(code) * d.clone() + m.clone()))
         .collect();
-    Unit { first, elements }
+    Unit {
+        first,
+        groups: vec![Group::plain(elements)],
+    }
 }
 
-/// Q8_0 (34 bytes: d, 32 signed code bytes): `y = q * d`; unit `sub` is codes `16 sub..`.
+/// Q8_0 (34 bytes: d, 32 signed code bytes): `y = q * d`; unit `sub` is codes `16 sub..`, one
+/// group of scale `d`.
 fn q8_0(s: &mut Src, sub: Expr) -> Unit {
     let d = s.f16(c(0));
     let first = s.kb.let_(Ty::U32, sub << c(4));
@@ -289,11 +346,17 @@ fn q8_0(s: &mut Src, sub: Expr) -> Unit {
     let mut elements = Vec::with_capacity(16);
     for (t, word) in q.iter().enumerate() {
         for e in 0..4u32 {
-            let value = f32_of(i8_of(bits(word, c(8 * e), 8))) * d.clone();
+            // The byte's i8 plus 128 is the byte with its top bit flipped: with the exponent
+            // bits of `code_minus` in one exclusive or, the f32 2^23 + 128 + i8.
+            let biased = bits(word, c(8 * e), 8) ^ c(0x4b00_0080);
+            let value = un(UnOp::BitsToF32, biased) - Expr::F32(8_388_736.0);
             elements.push((4 * t as u32 + e, value));
         }
     }
-    Unit { first, elements }
+    Unit {
+        first,
+        groups: vec![Group::scaled(d, elements)],
+    }
 }
 
 /// ggml's `get_scale_min_k4` for sub-blocks `2 chunk + h` (h = 0, 1) from the three scale words
@@ -367,13 +430,17 @@ fn q45_k(s: &mut Src, sub: Expr, five: bool) -> Unit {
             }
         }
     }
-    Unit { first, elements }
+    Unit {
+        first,
+        groups: vec![Group::plain(elements)],
+    }
 }
 
 /// Q6_K (210 bytes: ql[128], qh[64], scales[16], d): `y = (d * sc) * (q - 32)`. Unit `sub` is
 /// half `n = sub / 4` at `l = l0..l0 + 8` (l0 = 8 (sub % 4)) in each quarter `g` = 0..4:
 /// element `128 n + 32 g + l`, low bits nibble `g / 2` of `ql[64 n + 32 (g % 2) + l]`, high
-/// bits `2 g` of `qh[32 n + l]`, scale `scales[8 n + l / 16 + 2 g]`.
+/// bits `2 g` of `qh[32 n + l]`, scale `scales[8 n + l / 16 + 2 g]`: four groups of eight, one
+/// per quarter, of scale `d * sc`.
 fn q6_k(s: &mut Src, sub: Expr) -> Unit {
     let n = s.kb.let_(Ty::U32, sub.clone() >> c(2));
     let l0 = s.kb.let_(Ty::U32, (sub & c(3)) << c(3));
@@ -392,24 +459,29 @@ fn q6_k(s: &mut Src, sub: Expr) -> Unit {
         })
         .collect();
     let first = s.kb.let_(Ty::U32, (n << c(7)) + l0);
-    let mut elements = Vec::with_capacity(32);
-    for g in 0..4u32 {
-        let low_words = &ql[(g & 1) as usize];
-        for t in 0..2usize {
-            for e in 0..4u32 {
-                let low = bits(&low_words[t], c(8 * e + 4 * (g >> 1)), 4);
-                let high = bits(&qh[t], c(8 * e + 2 * g), 2);
-                let q = i32_of(low | (high << c(4))) - Expr::I32(32);
-                let value = ds[g as usize].clone() * f32_of(q);
-                elements.push((32 * g + 4 * t as u32 + e, value));
+    let groups = ds
+        .into_iter()
+        .zip(0..4u32)
+        .map(|(dl, g)| {
+            let low_words = &ql[(g & 1) as usize];
+            let mut elements = Vec::with_capacity(8);
+            for t in 0..2usize {
+                for e in 0..4u32 {
+                    let low = bits(&low_words[t], c(8 * e + 4 * (g >> 1)), 4);
+                    let high = bits(&qh[t], c(8 * e + 2 * g), 2);
+                    let value = code_minus(low | (high << c(4)), 32);
+                    elements.push((32 * g + 4 * t as u32 + e, value));
+                }
             }
-        }
-    }
-    Unit { first, elements }
+            Group::scaled(dl, elements)
+        })
+        .collect();
+    Unit { first, groups }
 }
 
 /// IQ4_XS (136 bytes: d, scales_h, scales_l[4], 8 sub-blocks of 16 code bytes):
-/// `y = (d * (scale - 32)) * kvalues[q]`. Unit `sub` is half `sub % 2` of sub-block `sub / 2`.
+/// `y = (d * (scale - 32)) * kvalues[q]`. Unit `sub` is half `sub % 2` of sub-block `sub / 2`,
+/// one group of scale `d * (scale - 32)`.
 fn iq4_xs(s: &mut Src, sub: Expr, kvalues: ParamId) -> Unit {
     let d = s.f16(c(0));
     let (w0, w1) = (s.word(c(0)), s.word(c(4)));
@@ -429,7 +501,10 @@ fn iq4_xs(s: &mut Src, sub: Expr, kvalues: ParamId) -> Unit {
     let first = s.kb.let_(Ty::U32, (ib << c(5)) + ((sub & c(1)) << c(3)));
     let elements = split_nibbles(&q)
         .into_iter()
-        .map(|(off, code)| (off, dl.clone() * level(kvalues, code)))
+        .map(|(off, code)| (off, level(kvalues, code)))
         .collect();
-    Unit { first, elements }
+    Unit {
+        first,
+        groups: vec![Group::scaled(dl, elements)],
+    }
 }

@@ -24,8 +24,9 @@
 //!   add, a gated activation: the epilogue fusion).
 //!
 //! Every sum is reassociated against the oracle (lanes, units, then the team), within the
-//! tolerance a reordered sum of K products allows; each weight element decodes bit for bit as
-//! the oracle decodes it.
+//! tolerance a reordered sum of K products allows. Each weight element decodes bit for bit as
+//! the oracle decodes it, but in the symmetric block formats, whose scale a group of elements
+//! shares: there the group's dot product with its codes is scaled once (another reassociation).
 
 use poot_formats::{BlockFormat, PackedFormat};
 use poot_graph_ir::{DType, OpKind, Storage, ValueId};
@@ -34,7 +35,7 @@ use super::access::{device_word, kty, to_word};
 use super::classify::Placement;
 use super::context::KernelCtx;
 use super::dequant::{self, FormatTables};
-use super::dequant_unit::{self, Unit};
+use super::dequant_unit::{self, Group, Unit};
 use super::{Lowering, PlanError};
 use crate::kernel::build::{
     eq, group_count_x, group_id, load, load_half, load_shared, local_id, lt, mul_add, u32c, un,
@@ -209,20 +210,6 @@ fn lead_index(lead: &[usize], m: u32) -> Vec<Expr> {
         rest /= d.max(1);
     }
     idx
-}
-
-/// The sum of `products` (`a * b` each), pairwise: each pair is one fused multiply-add over the
-/// other's product, then the pairs' sums add as a balanced tree.
-fn pairwise_products(products: Vec<(Expr, Expr)>) -> Expr {
-    let mut it = products.into_iter();
-    let mut terms = Vec::with_capacity(it.len().div_ceil(2));
-    while let Some((a, b)) = it.next() {
-        terms.push(match it.next() {
-            Some((c, d)) => mul_add(a, b, c * d),
-            None => a * b,
-        });
-    }
-    pairwise(terms)
 }
 
 /// `terms` summed pairwise (a balanced tree: short dependency chains).
@@ -847,7 +834,7 @@ impl Lowering<'_> {
                     .let_(Ty::F32, load(param, row_start.clone() + u.clone()));
                 Unit {
                     first: u,
-                    elements: vec![(0, x)],
+                    groups: vec![Group::plain(vec![(0, x)])],
                 }
             }
             Layout::Halves(half) => {
@@ -857,7 +844,7 @@ impl Lowering<'_> {
                 );
                 Unit {
                     first: u,
-                    elements: vec![(0, x)],
+                    groups: vec![Group::plain(vec![(0, x)])],
                 }
             }
             Layout::HalfPairs(half) => {
@@ -868,7 +855,7 @@ impl Lowering<'_> {
                 let hi = cx.kb.let_(Ty::F32, load_half(param, at + u32c(1), half));
                 Unit {
                     first: u << u32c(1),
-                    elements: vec![(0, lo), (1, hi)],
+                    groups: vec![Group::plain(vec![(0, lo), (1, hi)])],
                 }
             }
             Layout::HalfOcts(half) => {
@@ -885,7 +872,7 @@ impl Lowering<'_> {
                 }
                 Unit {
                     first: u << u32c(3),
-                    elements,
+                    groups: vec![Group::plain(elements)],
                 }
             }
             Layout::Blocks(f) => {
@@ -912,7 +899,7 @@ impl Lowering<'_> {
                     .let_(Ty::U32, block * u32c(f.block_elems() as u32) + unit.first);
                 Unit {
                     first,
-                    elements: unit.elements,
+                    groups: unit.groups,
                 }
             }
         })
@@ -933,39 +920,48 @@ fn half_pair(word: Expr, half: Half) -> (Expr, Expr) {
     }
 }
 
-/// Adds the dot products of decoded units with each staged left-side row to `accs`.
+/// Adds the dot products of decoded units with each staged left-side row to `accs`: per group of
+/// a unit, one chain of fused multiply-adds over its elements (an instruction per element), then
+/// one more multiply-add by the group's scale into the row's sum.
 fn gemv_dot(cx: &mut KernelCtx, units: Vec<Unit>, stage: &Stage, span: &Span, accs: &[Var]) {
     let rows = accs.len() as u32;
     for unit in units {
-        // A value read by several rows is computed once.
-        let values: Vec<(u32, Expr)> = unit
-            .elements
-            .into_iter()
-            .map(|(off, v)| {
-                if rows > 1 {
-                    (off, cx.kb.let_(Ty::F32, v))
-                } else {
-                    (off, v)
-                }
-            })
-            .collect();
         // The unit's place in the staged span, padded; each element's offset adds its own
         // padding (units never straddle a multiple of 32 past their first element).
         let rel = cx.kb.let_(Ty::U32, unit.first - span.first.clone());
         let at = cx.kb.let_(Ty::U32, rel.clone() + (rel >> u32c(5)));
-        for (m, &acc) in accs.iter().enumerate() {
-            let m = m as u32;
-            let products: Vec<(Expr, Expr)> = values
-                .iter()
+        for group in unit.groups {
+            // A value read by several rows is computed once.
+            let values: Vec<(u32, Expr)> = group
+                .elements
+                .into_iter()
                 .map(|(off, v)| {
+                    if rows > 1 {
+                        (off, cx.kb.let_(Ty::F32, v))
+                    } else {
+                        (off, v)
+                    }
+                })
+                .collect();
+            for (m, &acc) in accs.iter().enumerate() {
+                let m = m as u32;
+                let mut products = values.iter().map(|(off, v)| {
                     let a = load_shared(
                         stage.arr,
                         at.clone() + u32c(m * stage.stride + off + (off >> 5)),
                     );
                     (a, v.clone())
-                })
-                .collect();
-            cx.kb.set(acc, Expr::Var(acc) + pairwise_products(products));
+                });
+                let Some((a, v)) = products.next() else {
+                    continue;
+                };
+                let dot = products.fold(a * v, |sum, (a, v)| mul_add(a, v, sum));
+                let sum = match &group.scale {
+                    Some(scale) => mul_add(scale.clone(), dot, Expr::Var(acc)),
+                    None => Expr::Var(acc) + dot,
+                };
+                cx.kb.set(acc, sum);
+            }
         }
     }
 }
