@@ -25,7 +25,7 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
 
 for side in a b; do
-  for f in poot greedy_check; do
+  for f in poot greedy_check profile; do
     [ -f ".bench/ab/$side/$f.xz" ] || continue
     xz -dc ".bench/ab/$side/$f.xz" >"$W/ab/$f-$side" && chmod +x "$W/ab/$f-$side"
   done
