@@ -19,6 +19,8 @@ pub struct DeviceLimits {
     /// Buffers one kernel may bind (a WebGPU limit; effectively unbounded on CUDA).
     pub max_bindings: u32,
     pub subgroup_sizes: (u32, u32),
+    /// Multiprocessors (compute units), where the device says.
+    pub multiprocessors: Option<u32>,
     /// Ranks of the tensor-parallel group the device is one rank of (1 for a device alone).
     pub group_ranks: usize,
     /// The most loop iterations one thread may run in total, where the driver caps it
@@ -39,6 +41,7 @@ impl DeviceLimits {
                 max_shared_bytes: self.max_shared_bytes,
                 max_bindings: self.max_bindings,
                 subgroup_size: self.subgroup_sizes.1,
+                multiprocessors: self.multiprocessors,
                 memory_bytes: self.memory_bytes,
                 group_ranks: self.group_ranks,
             },

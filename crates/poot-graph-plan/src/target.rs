@@ -41,6 +41,9 @@ pub struct TargetLimits {
     /// Storage buffers one kernel may bind.
     pub max_bindings: u32,
     pub subgroup_size: u32,
+    /// Multiprocessors (compute units), where the device says: workgroups that fill the device
+    /// once.
+    pub multiprocessors: Option<u32>,
     /// Device memory a plan's buffers may take in all, when known.
     pub memory_bytes: Option<u64>,
     /// Ranks of the tensor-parallel group the device is one rank of (1 for a device alone).
@@ -62,8 +65,11 @@ pub struct Tuning {
     /// them) instead of shared memory and two barriers per column step.
     pub gemv_team_shuffles: bool,
     /// The most workgroups such a contraction launches (each then walks several column tiles,
-    /// staging its left side once); `None` for one workgroup per tile.
+    /// staging its left side once); `None` for [`Tuning::gemv_waves`] per multiprocessor.
     pub gemv_max_workgroups: Option<u32>,
+    /// Workgroups per multiprocessor such a contraction launches at most, where the device
+    /// reports its multiprocessors (0: one workgroup per column tile).
+    pub gemv_waves: u32,
 }
 
 impl Default for Tuning {
@@ -73,6 +79,7 @@ impl Default for Tuning {
             gemv_wide_loads: true,
             gemv_team_shuffles: true,
             gemv_max_workgroups: None,
+            gemv_waves: 4,
         }
     }
 }
@@ -80,8 +87,8 @@ impl Default for Tuning {
 /// A `POOT_TUNING` setting that does not parse.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error(
-    "POOT_TUNING: `{item}` is not one of bytes=N, wide=0|1, shuffle=0|1, groups=N|none \
-     (comma-separated)"
+    "POOT_TUNING: `{item}` is not one of bytes=N, wide=0|1, shuffle=0|1, groups=N|none, \
+     waves=N (comma-separated)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -110,6 +117,7 @@ impl Tuning {
                         .ok_or_else(bad)?
                 }
                 "wide" => t.gemv_wide_loads = flag()?,
+                "waves" => t.gemv_waves = value.parse().ok().ok_or_else(bad)?,
                 "shuffle" => t.gemv_team_shuffles = flag()?,
                 "groups" => {
                     t.gemv_max_workgroups = match value {
@@ -153,6 +161,7 @@ impl Target {
                 max_shared_bytes: 48 << 10,
                 max_bindings: u32::MAX,
                 subgroup_size: 32,
+                multiprocessors: Some(132),
                 // What an H200 reports as usable (of its 141 GB).
                 memory_bytes: Some(139 << 30),
                 group_ranks: 1,
@@ -173,6 +182,7 @@ impl Target {
                 max_shared_bytes: 32 << 10,
                 max_bindings: 16,
                 subgroup_size: 32,
+                multiprocessors: None,
                 // A 16 GiB desktop card.
                 memory_bytes: Some(16 << 30),
                 group_ranks: 1,
@@ -221,6 +231,7 @@ mod tests {
                 gemv_wide_loads: false,
                 gemv_team_shuffles: false,
                 gemv_max_workgroups: Some(528),
+                gemv_waves: 4,
             }
         );
         assert_eq!(

@@ -280,6 +280,7 @@ impl PtxDevice {
         // shared memory, which rendered kernels do not use).
         let shared = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?;
         let warp = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_WARP_SIZE)?;
+        let multiprocessors = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let mut total: usize = 0;
         let mut name_buf = [0u8; 256];
         // SAFETY: valid out-pointers; the name buffer's length is passed.
@@ -340,6 +341,7 @@ impl PtxDevice {
             max_shared_bytes: shared,
             max_bindings: u32::MAX,
             subgroup_sizes: (warp, warp),
+            multiprocessors: Some(multiprocessors),
             max_loop_iterations: None,
             group_ranks: 1,
         };

@@ -128,6 +128,8 @@ pub(crate) fn device_limits(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> 
             .max_storage_buffers_per_shader_stage
             .saturating_sub(RESERVED_BINDINGS),
         subgroup_sizes: (info.subgroup_min_size, info.subgroup_max_size),
+        // WebGPU does not say.
+        multiprocessors: None,
         max_loop_iterations: None,
         group_ranks: 1,
     }

@@ -341,10 +341,20 @@ impl Lowering<'_> {
         let score = cx.kb.var(Ty::F32, neg_inf());
         cx.kb.begin_if(vis.clone());
         let dot = cx.kb.var(Ty::F32, Expr::F32(0.0));
-        let dd = cx.kb.begin_for(u32c(0), u32c(dqk as u32), u32c(1));
-        let kv = self.value_at(&mut cx, a.k, &at_s(&bht, s.clone(), dd.clone()))?;
-        cx.kb
-            .set(dot, mul_add(load_shared(q_sh, dd), kv, Expr::Var(dot)));
+        // The key's features a run at a time, every load of a run issued before its products
+        // (in the oracle's order), so a run costs one memory latency, not one per feature.
+        let run = loads_in_flight(dqk);
+        let d0 = cx.kb.begin_for(u32c(0), u32c(dqk as u32), u32c(run));
+        let mut keys = Vec::with_capacity(run as usize);
+        for j in 0..run {
+            let dd = cx.kb.let_(Ty::U32, d0.clone() + u32c(j));
+            let kv = self.value_at(&mut cx, a.k, &at_s(&bht, s.clone(), dd.clone()))?;
+            keys.push((dd, cx.kb.let_(Ty::F32, kv)));
+        }
+        for (dd, kv) in keys {
+            cx.kb
+                .set(dot, mul_add(load_shared(q_sh, dd), kv, Expr::Var(dot)));
+        }
         cx.kb.end();
         let sidx = at(s.clone());
         cx.set_known(a.scores, &sidx, Expr::Var(dot));
@@ -389,17 +399,29 @@ impl Lowering<'_> {
             let dj = cx.kb.let_(Ty::U32, local_id() + u32c(j as u32 * wg));
             cx.kb.begin_if(lt(dj.clone(), u32c(dv as u32)));
             cx.kb.set(acc, Expr::Var(acc) * alpha.clone());
-            let i = cx.kb.begin_for(u32c(0), u32c(wg), u32c(1));
-            let si = cx.kb.let_(Ty::U32, tile.clone() + i.clone());
-            let pi = cx.kb.let_(Ty::F32, load_shared(p_sh, i));
-            // A zero weight adds nothing: its value row is not read.
-            cx.kb.begin_if(and(
-                lt(si.clone(), end.clone()),
-                cmp(CmpOp::Ne, pi.clone(), Expr::F32(0.0)),
-            ));
-            let vv = self.value_at(&mut cx, a.v, &at_s(&bht, si, dj.clone()))?;
-            cx.kb.set(acc, mul_add(pi, vv, Expr::Var(acc)));
-            cx.kb.end();
+            // The tile's values a run at a time, loads first (rows past the end clamped to the
+            // last position, so every load is in bounds); a zero weight, or a position past
+            // the end, leaves the sum as it is, whatever its row holds.
+            let run = loads_in_flight(wg as usize);
+            let i0 = cx.kb.begin_for(u32c(0), u32c(wg), u32c(run));
+            let mut terms = Vec::with_capacity(run as usize);
+            for j in 0..run {
+                let i = cx.kb.let_(Ty::U32, i0.clone() + u32c(j));
+                let si = cx.kb.let_(Ty::U32, tile.clone() + i.clone());
+                let pi = cx.kb.let_(Ty::F32, load_shared(p_sh, i));
+                let row = min(si.clone(), u32c(s_len as u32 - 1));
+                let vv = self.value_at(&mut cx, a.v, &at_s(&bht, row, dj.clone()))?;
+                let vv = cx.kb.let_(Ty::F32, vv);
+                let adds = and(
+                    lt(si, end.clone()),
+                    cmp(CmpOp::Ne, pi.clone(), Expr::F32(0.0)),
+                );
+                terms.push((adds, pi, vv));
+            }
+            for (adds, pi, vv) in terms {
+                let sum = mul_add(pi, vv, Expr::Var(acc));
+                cx.kb.set(acc, select(adds, sum, Expr::Var(acc)));
+            }
             cx.kb.end();
             cx.kb.end();
         }
@@ -544,6 +566,15 @@ impl Lowering<'_> {
 }
 
 /// `[b, h, t]` with the token replaced by position `s`, then feature `d`: a key or value index.
+/// Loads issued together per run of a walk over `n` items: the largest of 16, 8, 4, 2, 1 that
+/// divides `n`.
+fn loads_in_flight(n: usize) -> u32 {
+    [16, 8, 4, 2, 1]
+        .into_iter()
+        .find(|r| n.is_multiple_of(*r as usize))
+        .unwrap_or(1)
+}
+
 fn at_s(bht: &[Expr], s: Expr, d: Expr) -> Vec<Expr> {
     vec![bht[0].clone(), bht[1].clone(), s, d]
 }

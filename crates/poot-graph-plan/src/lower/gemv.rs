@@ -654,10 +654,13 @@ impl Lowering<'_> {
         if cx.binding_count() as u32 > self.target.limits.max_bindings {
             return Ok(None);
         }
-        let groups = match self.target.tuning.gemv_max_workgroups {
-            Some(most) => tiles.min(most),
-            None => tiles,
-        };
+        let tuning = &self.target.tuning;
+        let most = tuning.gemv_max_workgroups.or_else(|| {
+            let per = tuning.gemv_waves;
+            let sms = self.target.limits.multiprocessors?;
+            (per > 0).then(|| sms.saturating_mul(per))
+        });
+        let groups = most.map_or(tiles, |most| tiles.min(most));
         let grid = self.groups_for(groups, 1);
         Ok(Some((cx, grid)))
     }
