@@ -56,9 +56,11 @@ pub struct TargetLimits {
 /// benchmark sweeps ([`Tuning::from_env`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tuning {
-    /// Bytes of weights each lane of a decode-shaped contraction loads per step of its row walk
-    /// (more loads in flight, more registers).
+    /// Bytes of block-quantized weights each lane of a decode-shaped contraction loads per step
+    /// of its row walk (more loads in flight, more registers).
     pub gemv_bytes_per_step: u32,
+    /// The same for dense (f32, f16, bf16) weights.
+    pub gemv_dense_bytes_per_step: u32,
     /// Whether those contractions read dense f16/bf16 rows 16 bytes per load.
     pub gemv_wide_loads: bool,
     /// Whether a team's partial sums meet in registers (subgroup shuffles, where the target has
@@ -76,6 +78,7 @@ impl Default for Tuning {
     fn default() -> Tuning {
         Tuning {
             gemv_bytes_per_step: 32,
+            gemv_dense_bytes_per_step: 64,
             gemv_wide_loads: true,
             gemv_team_shuffles: true,
             gemv_max_workgroups: None,
@@ -87,8 +90,8 @@ impl Default for Tuning {
 /// A `POOT_TUNING` setting that does not parse.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error(
-    "POOT_TUNING: `{item}` is not one of bytes=N, wide=0|1, shuffle=0|1, groups=N|none, \
-     waves=N (comma-separated)"
+    "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
+     groups=N|none, waves=N (comma-separated)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -111,6 +114,13 @@ impl Tuning {
             match key {
                 "bytes" => {
                     t.gemv_bytes_per_step = value
+                        .parse()
+                        .ok()
+                        .filter(|&b: &u32| (4..=256).contains(&b))
+                        .ok_or_else(bad)?
+                }
+                "dense_bytes" => {
+                    t.gemv_dense_bytes_per_step = value
                         .parse()
                         .ok()
                         .filter(|&b: &u32| (4..=256).contains(&b))
@@ -223,11 +233,12 @@ mod tests {
     #[test]
     fn tuning_overrides_parse_and_bad_ones_are_named() {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
-        let t = Tuning::parse("bytes=64, shuffle=0,wide=0,groups=528").unwrap();
+        let t = Tuning::parse("bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=128").unwrap();
         assert_eq!(
             t,
             Tuning {
                 gemv_bytes_per_step: 64,
+                gemv_dense_bytes_per_step: 128,
                 gemv_wide_loads: false,
                 gemv_team_shuffles: false,
                 gemv_max_workgroups: Some(528),

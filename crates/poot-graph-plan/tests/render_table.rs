@@ -963,9 +963,12 @@ fn every_kernel_renders_to_cuda_clang_compiles() {
             k.name
         );
         let entry = entry_name(&k);
+        let bounds = match k.min_resident {
+            0 => k.workgroup.to_string(),
+            n => format!("{}, {n}", k.workgroup),
+        };
         assert!(src.contains(&format!(
-            "extern \"C\" __global__ void __launch_bounds__({}) {entry}(",
-            k.workgroup
+            "extern \"C\" __global__ void __launch_bounds__({bounds}) {entry}("
         )));
         let cu = dir.join(format!("{entry}.cu"));
         let ptx = dir.join(format!("{entry}.ptx"));

@@ -39,6 +39,7 @@ pub struct Mark {
 pub struct KernelBuilder {
     name: String,
     workgroup: u32,
+    min_resident: u32,
     params: Vec<Param>,
     shared: Vec<Shared>,
     vars: Vec<Ty>,
@@ -51,12 +52,18 @@ impl KernelBuilder {
         KernelBuilder {
             name: name.into(),
             workgroup,
+            min_resident: 0,
             params: Vec::new(),
             shared: Vec::new(),
             vars: Vec::new(),
             blocks: vec![Vec::new()],
             open: Vec::new(),
         }
+    }
+
+    /// Asks for `n` workgroups to fit on a multiprocessor at once ([`Kernel::min_resident`]).
+    pub fn set_min_resident(&mut self, n: u32) {
+        self.min_resident = n;
     }
 
     pub fn workgroup(&self) -> u32 {
@@ -335,6 +342,7 @@ impl KernelBuilder {
             params: self.params,
             shared: self.shared,
             workgroup: self.workgroup,
+            min_resident: self.min_resident,
             vars: self.vars,
             body,
         }

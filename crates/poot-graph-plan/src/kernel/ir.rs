@@ -268,6 +268,9 @@ pub struct Kernel {
     pub shared: Vec<Shared>,
     /// Threads per workgroup (x only).
     pub workgroup: u32,
+    /// Workgroups each multiprocessor should be able to hold at once (0: no request): a bound
+    /// on the registers a thread may take, where the backend has one (CUDA's launch bounds).
+    pub min_resident: u32,
     /// Variables, by [`Var`] index.
     pub vars: Vec<Ty>,
     pub body: Vec<Stmt>,

@@ -566,10 +566,10 @@ impl Lowering<'_> {
 }
 
 /// `[b, h, t]` with the token replaced by position `s`, then feature `d`: a key or value index.
-/// Loads issued together per run of a walk over `n` items: the largest of 16, 8, 4, 2, 1 that
-/// divides `n`.
+/// Loads issued together per run of a walk over `n` items: the largest of 64, 32, 16, 8, 4, 2, 1
+/// that divides `n` (a head of 128 features is two memory latencies, not eight).
 fn loads_in_flight(n: usize) -> u32 {
-    [16, 8, 4, 2, 1]
+    [64, 32, 16, 8, 4, 2, 1]
         .into_iter()
         .find(|r| n.is_multiple_of(*r as usize))
         .unwrap_or(1)

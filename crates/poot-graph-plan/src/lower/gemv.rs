@@ -50,6 +50,9 @@ pub(super) const MAX_ROWS: usize = 8;
 /// multiprocessor of a large GPU (an H200 has 132).
 const MIN_WORKGROUPS: u32 = 256;
 
+/// Workgroups a multiprocessor must be able to hold at once (a bound on registers per thread).
+const MIN_RESIDENT: u32 = 2;
+
 /// Left-side chunks are whole multiples of the largest block (256 elements), so every weight
 /// layout's units start and end inside one chunk.
 const CHUNK_ALIGN: u32 = 256;
@@ -435,6 +438,10 @@ impl Lowering<'_> {
         let teams = threads / lanes;
         let n_sums = job.sums.len() as u32;
         let mut cx = KernelCtx::labelled(kind, label, threads);
+        // Two workgroups a multiprocessor at least: the compiler may otherwise spend 200
+        // registers on a long row walk's loads and run one workgroup of 8 warps (measured on
+        // the H200's Q4_0 down projection).
+        cx.kb.set_min_resident(MIN_RESIDENT);
 
         // Outputs first.
         let mut part_outs: Vec<Vec<ParamId>> = Vec::with_capacity(job.sums.len());
@@ -768,12 +775,13 @@ impl Lowering<'_> {
             span.first.clone() >> u32c(per_unit.trailing_zeros()),
         );
         let (lane, lanes) = (&walk.lane, walk.lanes);
-        let unroll = unroll(
-            w.layout,
-            units,
-            lanes,
-            self.target.tuning.gemv_bytes_per_step,
-        );
+        let bytes = match w.layout {
+            Layout::Blocks(_) => self.target.tuning.gemv_bytes_per_step,
+            Layout::F32 | Layout::HalfPairs(_) | Layout::HalfOcts(_) | Layout::Halves(_) => {
+                self.target.tuning.gemv_dense_bytes_per_step
+            }
+        };
+        let unroll = unroll(w.layout, units, lanes, bytes);
         let buf = self.buffer_of(w.value)?;
         let (param, tables) = match w.layout {
             Layout::F32 => (cx.param(buf, Word::F32, false), FormatTables::new()),

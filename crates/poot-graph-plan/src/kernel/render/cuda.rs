@@ -79,9 +79,12 @@ pub fn render_cuda(k: &Kernel) -> Result<String, RenderError> {
         params.push("unsigned int* __restrict__ poot_fault".to_string());
     }
     out.line("");
+    let bounds = match k.min_resident {
+        0 => k.workgroup.to_string(),
+        n => format!("{}, {n}", k.workgroup),
+    };
     out.line(format!(
-        "extern \"C\" __global__ void __launch_bounds__({}) {entry}({}) {{",
-        k.workgroup,
+        "extern \"C\" __global__ void __launch_bounds__({bounds}) {entry}({}) {{",
         params.join(", ")
     ));
     out.raw(&body.finish());

@@ -248,6 +248,7 @@ mod tests {
         Kernel {
             name: "t".to_string(),
             workgroup,
+            min_resident: 0,
             params: Vec::new(),
             shared: Vec::new(),
             vars: Vec::new(),
