@@ -127,14 +127,14 @@ smollm2() {
     p="$(carried "smollm2.part$i")" || { say "SmolLM2 part $i not here yet (it travels in .bench/c$((i + 1)))"; return 1; }
     parts+=("$p")
   done
-  cat "${parts[@]}" >"$dst.tmp"
+  cat "${parts[@]}" >"$dst.tmp.$$"
   local want
   want="$(cut -d' ' -f1 "$(carried smollm2.sha256)")"
-  if [ "$(sha256sum "$dst.tmp" | cut -d' ' -f1)" != "$want" ]; then
-    rm -f "$dst.tmp"
+  if [ "$(sha256sum "$dst.tmp.$$" | cut -d' ' -f1)" != "$want" ]; then
+    rm -f "$dst.tmp.$$"
     die "the joined SmolLM2 GGUF does not match its checksum"
   fi
-  mv "$dst.tmp" "$dst"
+  mv "$dst.tmp.$$" "$dst"
   say "SmolLM2 GGUF joined and checked"
 }
 
@@ -166,9 +166,18 @@ models() {
       say "$name: $path exists"
       continue
     fi
-    say "writing $name"
-    PYTHONPATH="$site" python3 "$repo/scripts/bench/synthetic_gguf.py" --shape "$shape" --type "$kind" \
-      -q -o "$path" || die "writing $name failed"
+    # One writer per file: two runs of this phase at once (one in the background) wait for
+    # each other instead of racing on the same temporary file.
+    exec 9>"$path.lock"
+    flock 9
+    if [ -f "$path" ]; then
+      say "$name: $path written meanwhile"
+    else
+      say "writing $name"
+      PYTHONPATH="$site" python3 "$repo/scripts/bench/synthetic_gguf.py" --shape "$shape" --type "$kind" \
+        -q -o "$path" || die "writing $name failed"
+    fi
+    exec 9>&-
   done
   df -h "$MODELS" | tail -1
 }
