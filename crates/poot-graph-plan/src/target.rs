@@ -111,21 +111,16 @@ impl Tuning {
                 "1" => Ok(true),
                 _ => Err(bad()),
             };
+            let bytes = || {
+                value
+                    .parse()
+                    .ok()
+                    .filter(|&b: &u32| (4..=256).contains(&b))
+                    .ok_or_else(bad)
+            };
             match key {
-                "bytes" => {
-                    t.gemv_bytes_per_step = value
-                        .parse()
-                        .ok()
-                        .filter(|&b: &u32| (4..=256).contains(&b))
-                        .ok_or_else(bad)?
-                }
-                "dense_bytes" => {
-                    t.gemv_dense_bytes_per_step = value
-                        .parse()
-                        .ok()
-                        .filter(|&b: &u32| (4..=256).contains(&b))
-                        .ok_or_else(bad)?
-                }
+                "bytes" => t.gemv_bytes_per_step = bytes()?,
+                "dense_bytes" => t.gemv_dense_bytes_per_step = bytes()?,
                 "wide" => t.gemv_wide_loads = flag()?,
                 "waves" => t.gemv_waves = value.parse().ok().ok_or_else(bad)?,
                 "shuffle" => t.gemv_team_shuffles = flag()?,

@@ -314,10 +314,7 @@ impl Kernel {
             Expr::I32(_) => Ty::I32,
             Expr::U32(_) => Ty::U32,
             Expr::Bool(_) => Ty::Bool,
-            Expr::Var(v) => *self
-                .vars
-                .get(v.0 as usize)
-                .ok_or_else(|| self.unknown("variable", v.0))?,
+            Expr::Var(v) => self.var_ty(*v)?,
             Expr::Builtin(_) => Ty::U32,
             Expr::Load { buf, index } => {
                 self.expect(index, Ty::U32)?;
@@ -425,10 +422,7 @@ impl Kernel {
         for s in body {
             match s {
                 Stmt::Let { var, ty, value } => {
-                    let declared = *self
-                        .vars
-                        .get(var.0 as usize)
-                        .ok_or_else(|| self.unknown("variable", var.0))?;
+                    let declared = self.var_ty(*var)?;
                     if declared != *ty {
                         return Err(KernelError::Type {
                             kernel: self.name.clone(),
@@ -438,10 +432,7 @@ impl Kernel {
                     self.expect(value, *ty)?;
                 }
                 Stmt::Set { var, value } => {
-                    let t = *self
-                        .vars
-                        .get(var.0 as usize)
-                        .ok_or_else(|| self.unknown("variable", var.0))?;
+                    let t = self.var_ty(*var)?;
                     self.expect(value, t)?;
                 }
                 Stmt::Store { buf, index, value } => {
@@ -480,10 +471,7 @@ impl Kernel {
                     step,
                     body,
                 } => {
-                    let t = *self
-                        .vars
-                        .get(var.0 as usize)
-                        .ok_or_else(|| self.unknown("variable", var.0))?;
+                    let t = self.var_ty(*var)?;
                     if t != Ty::U32 {
                         return Err(KernelError::Type {
                             kernel: self.name.clone(),
@@ -503,11 +491,8 @@ impl Kernel {
                             what: format!("a wide load of {} words", vars.len()),
                         });
                     }
-                    for v in vars {
-                        let t = *self
-                            .vars
-                            .get(v.0 as usize)
-                            .ok_or_else(|| self.unknown("variable", v.0))?;
+                    for &v in vars {
+                        let t = self.var_ty(v)?;
                         if t != Ty::U32 {
                             return Err(KernelError::Type {
                                 kernel: self.name.clone(),
@@ -518,10 +503,7 @@ impl Kernel {
                     self.expect(index, Ty::U32)?;
                 }
                 Stmt::TeamSum { var, lanes } => {
-                    let t = *self
-                        .vars
-                        .get(var.0 as usize)
-                        .ok_or_else(|| self.unknown("variable", var.0))?;
+                    let t = self.var_ty(*var)?;
                     if t != Ty::F32 || !lanes.is_power_of_two() || *lanes > 32 {
                         return Err(KernelError::Type {
                             kernel: self.name.clone(),
@@ -533,6 +515,13 @@ impl Kernel {
             }
         }
         Ok(())
+    }
+
+    fn var_ty(&self, v: Var) -> Result<Ty, KernelError> {
+        self.vars
+            .get(v.0 as usize)
+            .copied()
+            .ok_or_else(|| self.unknown("variable", v.0))
     }
 
     fn expect(&self, e: &Expr, want: Ty) -> Result<(), KernelError> {

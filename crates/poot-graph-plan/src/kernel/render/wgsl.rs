@@ -253,13 +253,7 @@ impl Wgsl<'_> {
                     ));
                 }
             }
-            Stmt::TeamSum { .. } => {
-                return Err(RenderError::Unsupported {
-                    kernel: self.k.name.clone(),
-                    what: "a team sum (subgroup shuffle)",
-                    language: "WGSL",
-                });
-            }
+            Stmt::TeamSum { .. } => return Err(self.unsupported("a team sum (subgroup shuffle)")),
             Stmt::Barrier => out.line("workgroupBarrier();"),
             Stmt::Fault { code } => {
                 out.line(format!(
@@ -269,6 +263,15 @@ impl Wgsl<'_> {
             }
         }
         Ok(())
+    }
+
+    /// What this renderer has no spelling for (the planner emits it only for CUDA).
+    fn unsupported(&self, what: &'static str) -> RenderError {
+        RenderError::Unsupported {
+            kernel: self.k.name.clone(),
+            what,
+            language: "WGSL",
+        }
     }
 
     fn call(&mut self, lib: WgslLib, args: &[&str]) -> String {
@@ -376,13 +379,7 @@ impl Wgsl<'_> {
                 let (c, t) = (self.expr(cond)?, self.expr(on_true)?);
                 format!("select({f}, {t}, {c})")
             }
-            Expr::ShuffleXor { .. } => {
-                return Err(RenderError::Unsupported {
-                    kernel: self.k.name.clone(),
-                    what: "a subgroup shuffle",
-                    language: "WGSL",
-                });
-            }
+            Expr::ShuffleXor { .. } => return Err(self.unsupported("a subgroup shuffle")),
             Expr::MulAdd(a, b, c) => {
                 // All literals would be evaluated by the shader compiler, which may refuse
                 // what the device computes (an overflow): keep one operand a run-time value.
