@@ -72,6 +72,9 @@ pub struct Tuning {
     /// Workgroups per multiprocessor such a contraction launches at most, where the device
     /// reports its multiprocessors (0: one workgroup per column tile).
     pub gemv_waves: u32,
+    /// Workgroups of such a contraction a multiprocessor must be able to hold at once, a cap on
+    /// registers per thread where the backend takes one (0: no cap).
+    pub gemv_min_resident: u32,
 }
 
 impl Default for Tuning {
@@ -83,6 +86,7 @@ impl Default for Tuning {
             gemv_team_shuffles: true,
             gemv_max_workgroups: None,
             gemv_waves: 4,
+            gemv_min_resident: 2,
         }
     }
 }
@@ -91,7 +95,7 @@ impl Default for Tuning {
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
-     groups=N|none, waves=N (comma-separated)"
+     groups=N|none, waves=N, resident=N (comma-separated)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -123,6 +127,7 @@ impl Tuning {
                 "dense_bytes" => t.gemv_dense_bytes_per_step = bytes()?,
                 "wide" => t.gemv_wide_loads = flag()?,
                 "waves" => t.gemv_waves = value.parse().ok().ok_or_else(bad)?,
+                "resident" => t.gemv_min_resident = value.parse().ok().ok_or_else(bad)?,
                 "shuffle" => t.gemv_team_shuffles = flag()?,
                 "groups" => {
                     t.gemv_max_workgroups = match value {
@@ -228,7 +233,8 @@ mod tests {
     #[test]
     fn tuning_overrides_parse_and_bad_ones_are_named() {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
-        let t = Tuning::parse("bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=128").unwrap();
+        let t = Tuning::parse("bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=128,resident=0")
+            .unwrap();
         assert_eq!(
             t,
             Tuning {
@@ -238,6 +244,7 @@ mod tests {
                 gemv_team_shuffles: false,
                 gemv_max_workgroups: Some(528),
                 gemv_waves: 4,
+                gemv_min_resident: 0,
             }
         );
         assert_eq!(

@@ -50,9 +50,6 @@ pub(super) const MAX_ROWS: usize = 8;
 /// multiprocessor of a large GPU (an H200 has 132).
 const MIN_WORKGROUPS: u32 = 256;
 
-/// Workgroups a multiprocessor must be able to hold at once (a bound on registers per thread).
-const MIN_RESIDENT: u32 = 2;
-
 /// Left-side chunks are whole multiples of the largest block (256 elements), so every weight
 /// layout's units start and end inside one chunk.
 const CHUNK_ALIGN: u32 = 256;
@@ -438,10 +435,10 @@ impl Lowering<'_> {
         let teams = threads / lanes;
         let n_sums = job.sums.len() as u32;
         let mut cx = KernelCtx::labelled(kind, label, threads);
-        // Two workgroups a multiprocessor at least: the compiler may otherwise spend 200
+        // Workgroups a multiprocessor must hold at once: the compiler may otherwise spend 200
         // registers on a long row walk's loads and run one workgroup of 8 warps (measured on
         // the H200's Q4_0 down projection).
-        cx.kb.set_min_resident(MIN_RESIDENT);
+        cx.kb.set_min_resident(self.target.tuning.gemv_min_resident);
 
         // Outputs first.
         let mut part_outs: Vec<Vec<ParamId>> = Vec::with_capacity(job.sums.len());
