@@ -5,12 +5,14 @@
 //!
 //! - A team of `lanes` consecutive threads (8, 16 or 32: a warp or part of one) owns one output
 //!   column at a time; a workgroup of `threads` holds `threads / lanes` teams, and workgroups
-//!   stride over the columns.
+//!   stride over the columns (at most a few per multiprocessor, so each stages its left side
+//!   once for several column tiles).
 //! - The lanes walk the weight row in units: a fixed share of a block (16 elements, 32 for
 //!   Q6_K) decoded from whole u32 words with the block's scales decoded once
-//!   ([`dequant_unit`](super::dequant_unit)), or one dense word. Consecutive lanes take
-//!   consecutive units, so a team's loads are contiguous; each lane decodes `unroll` units
-//!   (loads first) per step so several loads are in flight.
+//!   ([`dequant_unit`](super::dequant_unit)), or dense words (four in one 16-byte load for f16
+//!   and bf16 rows of a multiple of 8). Consecutive lanes take consecutive units, so a team's
+//!   loads are contiguous; each lane decodes `unroll` units (loads first) per step so several
+//!   loads are in flight.
 //! - Each lane keeps one partial sum per left-side row, so every weight word is read once for
 //!   all rows.
 //! - The left side (with a norm in its prologue, a reshape, a gather: whatever the graph
@@ -18,10 +20,11 @@
 //!   every 32 so lanes reading different blocks hit different banks. When the left sides do not
 //!   fit whole, each is staged a chunk of whole 256-element blocks at a time (two barriers per
 //!   chunk) and the teams add that chunk's units before the next is staged.
-//! - The lanes' partial sums meet in shared memory (two barriers per column step), and lane `m`
-//!   of each team adds up row `m` and finishes it: a plain store, the store of each sibling's
-//!   column (horizontal QKV fusion), or the value the contraction's sums flow into (a residual
-//!   add, a gated activation: the epilogue fusion).
+//! - The lanes' partial sums meet by subgroup shuffles where the target has them (no barrier),
+//!   else in shared memory (two barriers per column step), and lane `m` of each team finishes
+//!   row `m`: a plain store, the store of each sibling's column (horizontal QKV fusion), or the
+//!   value the contraction's sums flow into (a residual add, a gated activation: the epilogue
+//!   fusion).
 //!
 //! Every sum is reassociated against the oracle (lanes, units, then the team), within the
 //! tolerance a reordered sum of K products allows. Each weight element decodes bit for bit as
