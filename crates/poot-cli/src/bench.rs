@@ -265,10 +265,7 @@ impl Report {
     /// tensor-parallel group together; of one device at a time for a pipeline's stages), in
     /// seconds.
     fn floor_seconds(&self) -> f64 {
-        let at_once = match self.placement {
-            Placement::TensorParallel { ranks } => ranks,
-            Placement::Single | Placement::Pipeline { .. } => 1,
-        };
+        let at_once = self.placement.tensor_parallel();
         let bw = self.bandwidth.bytes_per_second() * at_once as f64;
         if bw > 0.0 {
             self.bytes_per_token() / bw
@@ -366,14 +363,8 @@ impl Report {
             "layers": self.layers,
             "backend": self.backend,
             "device": self.device,
-            "tensor_parallel": match self.placement {
-                Placement::TensorParallel { ranks } => ranks,
-                Placement::Single | Placement::Pipeline { .. } => 1,
-            },
-            "pipeline_stages": match self.placement {
-                Placement::Pipeline { stages } => stages,
-                Placement::Single | Placement::TensorParallel { .. } => 1,
-            },
+            "tensor_parallel": self.placement.tensor_parallel(),
+            "pipeline_stages": self.placement.pipeline_stages(),
             "prompt_tokens": self.prompt,
             "gen_tokens": self.generate,
             "repeats": self.runs.len(),

@@ -25,6 +25,38 @@ pub enum Placement {
 }
 
 impl Placement {
+    /// The placement the `--tensor-parallel` and `--pipeline-stages` counts name: a group when
+    /// one of them is above 1 (tensor parallelism first), else one device.
+    pub fn from_counts(tensor_parallel: usize, pipeline_stages: usize) -> Placement {
+        if tensor_parallel > 1 {
+            Placement::TensorParallel {
+                ranks: tensor_parallel,
+            }
+        } else if pipeline_stages > 1 {
+            Placement::Pipeline {
+                stages: pipeline_stages,
+            }
+        } else {
+            Placement::Single
+        }
+    }
+
+    /// Tensor-parallel ranks (1 unless tensor-parallel).
+    pub fn tensor_parallel(&self) -> usize {
+        match *self {
+            Placement::TensorParallel { ranks } => ranks,
+            Placement::Single | Placement::Pipeline { .. } => 1,
+        }
+    }
+
+    /// Pipeline stages (1 unless a pipeline).
+    pub fn pipeline_stages(&self) -> usize {
+        match *self {
+            Placement::Pipeline { stages } => stages,
+            Placement::Single | Placement::TensorParallel { .. } => 1,
+        }
+    }
+
     /// Devices the placement spans.
     pub fn devices(&self) -> usize {
         match *self {
@@ -56,5 +88,27 @@ impl fmt::Display for Placement {
             }
             Placement::Pipeline { stages } => write!(f, "a layer pipeline over {stages} devices"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flag_counts_name_one_placement() {
+        assert_eq!(Placement::from_counts(1, 1), Placement::Single);
+        let tp = Placement::from_counts(4, 1);
+        assert_eq!(tp, Placement::TensorParallel { ranks: 4 });
+        assert_eq!(
+            (tp.tensor_parallel(), tp.pipeline_stages(), tp.devices()),
+            (4, 1, 4)
+        );
+        let pp = Placement::from_counts(1, 3);
+        assert_eq!(pp, Placement::Pipeline { stages: 3 });
+        assert_eq!(
+            (pp.tensor_parallel(), pp.pipeline_stages(), pp.devices()),
+            (1, 3, 3)
+        );
     }
 }

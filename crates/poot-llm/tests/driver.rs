@@ -5,11 +5,14 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::borrow::Cow;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use common::models::cached_model;
 use poot_executor::{ConstBytes, ConstSource, Executor, StepInputs, StepOutputs};
 use poot_graph_ir::{Builder, DType, Outputs, Slot, TensorType, TraceLimits};
 use poot_llm::sampling::{Head, SAMPLER_SLOT, SEED_SLOT, append_head};
@@ -27,24 +30,6 @@ fn executor() -> Option<Box<dyn Executor>> {
             eprintln!("SKIP: {e}");
             None
         }
-    }
-}
-
-fn real(file: &str) -> Option<PathBuf> {
-    let cache = std::env::var_os("POOT_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/poot")
-        });
-    let p = cache.join("models").join(file);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!(
-            "SKIP: {} not found (run scripts/fetch-models.sh)",
-            p.display()
-        );
-        None
     }
 }
 
@@ -414,7 +399,7 @@ fn logprobs_match_transformers_and_penalties_shift_them_by_the_output_history() 
 
 /// SmolLM2 served on wgpu, or `None` (with a SKIP line) without the checkpoint or an adapter.
 fn smollm2_driver() -> Option<(Arc<ModelHandle>, Driver)> {
-    let path = real("smollm2-135m-instruct-q4_1.gguf")?;
+    let path = cached_model("smollm2-135m-instruct-q4_1.gguf")?;
     let exec = executor()?;
     let handle = Arc::new(
         ModelHandle::load(

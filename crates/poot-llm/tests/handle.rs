@@ -3,28 +3,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::path::Path;
+
+use common::models::cached_model;
 use poot_llm::{HandleError, LoadOptions, ModelHandle};
 use poot_models::{ModelError, Registry};
-
-fn model(file: &str) -> Option<PathBuf> {
-    let cache = std::env::var_os("POOT_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/poot")
-        });
-    let p = cache.join("models").join(file);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!(
-            "SKIP: {} not found (run scripts/fetch-models.sh)",
-            p.display()
-        );
-        None
-    }
-}
 
 #[test]
 fn an_unregistered_family_is_refused_before_any_weight_file_is_opened() {
@@ -54,7 +39,7 @@ fn an_unregistered_family_is_refused_before_any_weight_file_is_opened() {
 #[test]
 fn real_checkpoints_load_with_their_text_services() {
     let registry = Registry::builtin().unwrap();
-    if let Some(p) = model("smollm2-135m-instruct-q4_1.gguf") {
+    if let Some(p) = cached_model("smollm2-135m-instruct-q4_1.gguf") {
         let h = ModelHandle::load(&p, &registry, &LoadOptions::default()).unwrap();
         assert_eq!(h.config().family, "llama");
         let ids = h
@@ -64,12 +49,12 @@ fn real_checkpoints_load_with_their_text_services() {
             .unwrap();
         assert_eq!(ids, vec![504, 3575, 282, 4649, 314]);
     }
-    if let Some(p) = model("gemma3-270m-q4_k_m.gguf") {
+    if let Some(p) = cached_model("gemma3-270m-q4_k_m.gguf") {
         let h = ModelHandle::load(&p, &registry, &LoadOptions::default()).unwrap();
         assert_eq!(h.config().family, "gemma3");
         assert_eq!(h.config().vocab_size, 262144);
     }
-    if let Some(p) = model("all-minilm-l6-v2") {
+    if let Some(p) = cached_model("all-minilm-l6-v2") {
         let h = ModelHandle::load(&p, &registry, &LoadOptions::default()).unwrap();
         assert_eq!(h.config().family, "bert");
         assert!(h.text().is_ok());

@@ -7,6 +7,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -124,16 +126,7 @@ fn the_serving_fixture_on_a_pipeline_generates_the_single_devices_tokens() {
 
 /// SmolLM2 and its prompt, or `None` after a SKIP line.
 fn smollm2() -> Option<(Arc<ModelHandle>, Vec<u32>)> {
-    let cache = std::env::var_os("POOT_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/poot")
-        });
-    let path = cache.join("models/smollm2-135m-instruct-q4_1.gguf");
-    if !path.exists() {
-        println!("SKIP: {} not found", path.display());
-        return None;
-    }
+    let path = common::models::cached_model("smollm2-135m-instruct-q4_1.gguf")?;
     let registry = Registry::builtin().unwrap();
     let handle = Arc::new(ModelHandle::load(&path, &registry, &LoadOptions::default()).unwrap());
     let prompt = handle

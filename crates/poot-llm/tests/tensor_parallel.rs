@@ -422,25 +422,15 @@ fn a_group_of_two_on_lavapipe_generates_the_single_devices_tokens() {
     let got = greedy(&mut two, PROMPT, 12).unwrap();
     eprintln!("one device: {want:?}; two ranks: {got:?}");
     assert_eq!(got, want);
-    // A second generation reuses the entries and the cache.
-    assert_eq!(
-        greedy(&mut two, &PROMPT[..3], 6).unwrap(),
-        greedy(&mut one, &PROMPT[..3], 6).unwrap()
-    );
+    second_generation_agrees(&mut two, &mut one);
     drop(two);
-    // Two rows over a paged pool: each rank holds its heads' share of every block.
-    let Some(mut paged) = placed(
+    // Each rank holds its heads' share of every block.
+    paged_rows_agree(
         &handle,
         Placement::TensorParallel { ranks: 2 },
-        options.with_rows(2),
-        Layout::Paged {
-            block_tokens: 16,
-            blocks: 9,
-        },
-    ) else {
-        return;
-    };
-    assert_eq!(greedy(&mut paged, PROMPT, 12).unwrap(), want);
+        options,
+        &want,
+    );
 }
 
 #[test]
@@ -475,11 +465,8 @@ fn a_pipeline_of_two_on_lavapipe_generates_the_single_devices_tokens() {
     let got = greedy(&mut two, PROMPT, 12).unwrap();
     eprintln!("one device: {want:?}; two stages: {got:?}");
     assert_eq!(got, want);
-    // A second generation reuses the entries and the cache; sampling heads run too.
-    assert_eq!(
-        greedy(&mut two, &PROMPT[..3], 6).unwrap(),
-        greedy(&mut one, &PROMPT[..3], 6).unwrap()
-    );
+    second_generation_agrees(&mut two, &mut one);
+    // Sampling heads run too.
     let sampled = |d: &mut Driver| {
         let mut req = GenerateRequest::new(PROMPT.to_vec(), 8, Sampler::new(0.8, 20, 0.9, 7));
         req.ignore_eos = true;
@@ -496,19 +483,34 @@ fn a_pipeline_of_two_on_lavapipe_generates_the_single_devices_tokens() {
         assert_eq!(ids(a), ids(b));
     }
     drop(two);
-    // Two rows over a paged pool: each stage holds its layer's blocks.
-    let Some(mut paged) = placed(
-        &handle,
-        Placement::Pipeline { stages: 2 },
-        options.with_rows(2),
-        Layout::Paged {
-            block_tokens: 16,
-            blocks: 9,
-        },
-    ) else {
+    // Each stage holds its layer's blocks.
+    paged_rows_agree(&handle, Placement::Pipeline { stages: 2 }, options, &want);
+}
+
+/// A second generation on `placed` reuses its entries and cache and gives `one`'s tokens.
+fn second_generation_agrees(placed: &mut Driver, one: &mut Driver) {
+    assert_eq!(
+        greedy(placed, &PROMPT[..3], 6).unwrap(),
+        greedy(one, &PROMPT[..3], 6).unwrap()
+    );
+}
+
+/// Two rows over a paged pool under `placement` generate `want` (after a SKIP line, nothing,
+/// without a Vulkan device).
+fn paged_rows_agree(
+    handle: &Arc<ModelHandle>,
+    placement: Placement,
+    options: DriverOptions,
+    want: &[u32],
+) {
+    let paged = Layout::Paged {
+        block_tokens: 16,
+        blocks: 9,
+    };
+    let Some(mut driver) = placed(handle, placement, options.with_rows(2), paged) else {
         return;
     };
-    assert_eq!(greedy(&mut paged, PROMPT, 12).unwrap(), want);
+    assert_eq!(greedy(&mut driver, PROMPT, 12).unwrap(), want);
 }
 
 #[test]
@@ -775,18 +777,7 @@ fn the_planner_shares_smollm2_unevenly_over_two_ranks_and_refuses_four() {
 }
 
 fn smollm2() -> Option<PathBuf> {
-    let cache = std::env::var_os("POOT_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/poot")
-        });
-    let path = cache.join("models/smollm2-135m-instruct-q4_1.gguf");
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!("SKIP: {} not found", path.display());
-        None
-    }
+    common::models::cached_model("smollm2-135m-instruct-q4_1.gguf")
 }
 
 #[test]

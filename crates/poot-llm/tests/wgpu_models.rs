@@ -10,6 +10,7 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use common::models::cached_model;
 use common::oracle::{Oracle, argmax, rel_err};
 
 use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
@@ -191,27 +192,9 @@ fn every_fixture_family_matches_the_oracle_on_wgpu() {
     }
 }
 
-/// A packaged checkpoint in the model cache, or `None` after a skip line.
-fn real_checkpoint(file: &str) -> Option<PathBuf> {
-    let cache = std::env::var_os("POOT_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/poot")
-        });
-    let path = cache.join("models").join(file);
-    if !path.exists() {
-        eprintln!(
-            "SKIP: {} not found (run scripts/fetch-models.sh)",
-            path.display()
-        );
-        return None;
-    }
-    Some(path)
-}
-
 #[test]
 fn smollm2_generates_the_oracles_greedy_tokens_on_wgpu() {
-    let Some(path) = real_checkpoint("smollm2-135m-instruct-q4_1.gguf") else {
+    let Some(path) = cached_model("smollm2-135m-instruct-q4_1.gguf") else {
         return;
     };
     let Some(mut exec) = executor() else { return };
@@ -254,7 +237,7 @@ struct GreedyReference {
 /// tokens (tests/fixtures/real/gemma3.json) for the committed prompt.
 #[test]
 fn gemma3_generates_the_reference_greedy_tokens_on_wgpu() {
-    let Some(path) = real_checkpoint("gemma3-270m-q4_k_m.gguf") else {
+    let Some(path) = cached_model("gemma3-270m-q4_k_m.gguf") else {
         return;
     };
     let Some(mut exec) = executor() else { return };
@@ -304,7 +287,7 @@ fn real_checkpoints_prefill_a_long_prompt_with_tiled_kernels_on_wgpu() {
         ("smollm2-135m-instruct-q4_1.gguf", "smollm2"),
         ("gemma3-270m-q4_k_m.gguf", "gemma3"),
     ] {
-        let Some(path) = real_checkpoint(file) else {
+        let Some(path) = cached_model(file) else {
             continue;
         };
         let Some(mut exec) = executor() else { return };

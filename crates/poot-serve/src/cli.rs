@@ -131,16 +131,9 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// Where the driver places the generating model.
     pub fn placement(&self) -> poot_llm::Placement {
-        if self.tensor_parallel > 1 {
-            poot_llm::Placement::TensorParallel {
-                ranks: self.tensor_parallel as usize,
-            }
-        } else if self.pipeline_stages > 1 {
-            poot_llm::Placement::Pipeline {
-                stages: self.pipeline_stages as usize,
-            }
-        } else {
-            poot_llm::Placement::Single
-        }
+        poot_llm::Placement::from_counts(
+            self.tensor_parallel as usize,
+            self.pipeline_stages as usize,
+        )
     }
 }

@@ -426,31 +426,23 @@ impl Driver<Unprepared> {
                 ranks,
             });
         }
-        let sources: Vec<Box<dyn poot_executor::ConstSource>> = match placement {
-            Placement::Single => vec![Box::new(HandleWeights::new(Arc::clone(&handle)))],
-            Placement::TensorParallel { ranks } => {
-                let mut sources: Vec<Box<dyn poot_executor::ConstSource>> = Vec::new();
-                for rank in 0..ranks {
-                    let shard = Shard::new(rank, ranks)?;
-                    sources.push(Box::new(HandleWeights::for_rank(
-                        Arc::clone(&handle),
-                        shard,
-                    )?));
-                }
-                sources
-            }
-            Placement::Pipeline { stages } => {
-                let mut sources: Vec<Box<dyn poot_executor::ConstSource>> = Vec::new();
-                for index in 0..stages {
-                    let stage = Stage::new(index, stages)?;
-                    sources.push(Box::new(HandleWeights::for_stage(
-                        Arc::clone(&handle),
-                        stage,
-                    )?));
-                }
-                sources
-            }
-        };
+        // Each device's weights: the whole model, its rank's shard or its stage's layers.
+        let sources = (0..placement.devices())
+            .map(
+                |rank| -> Result<Box<dyn poot_executor::ConstSource>, DriverError> {
+                    let handle = Arc::clone(&handle);
+                    Ok(Box::new(match placement {
+                        Placement::Single => HandleWeights::new(handle),
+                        Placement::TensorParallel { ranks } => {
+                            HandleWeights::for_rank(handle, Shard::new(rank, ranks)?)?
+                        }
+                        Placement::Pipeline { stages } => {
+                            HandleWeights::for_stage(handle, Stage::new(rank, stages)?)?
+                        }
+                    }))
+                },
+            )
+            .collect::<Result<Vec<_>, _>>()?;
         let exe = exec.load_weights_ranked(sources)?;
         Ok(Driver {
             handle,

@@ -1,2 +1,3 @@
+pub mod models;
 pub mod oracle;
 pub mod python;

@@ -2,17 +2,9 @@
 
 #![allow(dead_code)] // not every test binary that includes `common` generates checkpoints
 
-use std::path::PathBuf;
 use std::process::Command;
 
-/// `$POOT_CACHE`, else `~/.cache/poot`.
-pub fn cache() -> PathBuf {
-    std::env::var_os("POOT_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/poot")
-        })
-}
+use super::models::cache;
 
 /// A Python that imports what the checkpoint generators need ($POOT_PYTHON, the cache's venv,
 /// then `python3`), or why there is none.
