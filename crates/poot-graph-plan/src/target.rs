@@ -75,18 +75,30 @@ pub struct Tuning {
     /// Workgroups of such a contraction a multiprocessor must be able to hold at once, a cap on
     /// registers per thread where the backend takes one (0: no cap).
     pub gemv_min_resident: u32,
+    /// Weight rows (output columns) a team of such a contraction walks at once over block
+    /// formats: each left-side value read from shared memory then serves that many weights
+    /// (a power of two, at least 1; fewer where the columns do not divide).
+    pub gemv_columns: u32,
+    /// The same for dense weights.
+    pub gemv_dense_columns: u32,
+    /// Whether such a contraction reads its staged left side 16 bytes per load where a unit's
+    /// elements allow.
+    pub gemv_wide_shared: bool,
 }
 
 impl Default for Tuning {
     fn default() -> Tuning {
         Tuning {
-            gemv_bytes_per_step: 32,
+            gemv_bytes_per_step: 64,
             gemv_dense_bytes_per_step: 64,
             gemv_wide_loads: true,
             gemv_team_shuffles: true,
             gemv_max_workgroups: None,
             gemv_waves: 4,
             gemv_min_resident: 2,
+            gemv_columns: 2,
+            gemv_dense_columns: 1,
+            gemv_wide_shared: true,
         }
     }
 }
@@ -95,7 +107,8 @@ impl Default for Tuning {
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
-     groups=N|none, waves=N, resident=N (comma-separated)"
+     groups=N|none, waves=N, resident=N, columns=N, dense_columns=N, wide_shared=0|1 \
+     (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -122,6 +135,13 @@ impl Tuning {
                     .filter(|&b: &u32| (4..=256).contains(&b))
                     .ok_or_else(bad)
             };
+            let columns = || {
+                value
+                    .parse()
+                    .ok()
+                    .filter(|&c: &u32| matches!(c, 1 | 2 | 4 | 8))
+                    .ok_or_else(bad)
+            };
             match key {
                 "bytes" => t.gemv_bytes_per_step = bytes()?,
                 "dense_bytes" => t.gemv_dense_bytes_per_step = bytes()?,
@@ -129,6 +149,9 @@ impl Tuning {
                 "waves" => t.gemv_waves = value.parse().ok().ok_or_else(bad)?,
                 "resident" => t.gemv_min_resident = value.parse().ok().ok_or_else(bad)?,
                 "shuffle" => t.gemv_team_shuffles = flag()?,
+                "columns" => t.gemv_columns = columns()?,
+                "dense_columns" => t.gemv_dense_columns = columns()?,
+                "wide_shared" => t.gemv_wide_shared = flag()?,
                 "groups" => {
                     t.gemv_max_workgroups = match value {
                         "none" => None,
@@ -233,8 +256,11 @@ mod tests {
     #[test]
     fn tuning_overrides_parse_and_bad_ones_are_named() {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
-        let t = Tuning::parse("bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=128,resident=0")
-            .unwrap();
+        let t = Tuning::parse(
+            "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=128,resident=0,columns=4,\
+             dense_columns=2,wide_shared=0",
+        )
+        .unwrap();
         assert_eq!(
             t,
             Tuning {
@@ -245,6 +271,9 @@ mod tests {
                 gemv_max_workgroups: Some(528),
                 gemv_waves: 4,
                 gemv_min_resident: 0,
+                gemv_columns: 4,
+                gemv_dense_columns: 2,
+                gemv_wide_shared: false,
             }
         );
         assert_eq!(
@@ -252,7 +281,14 @@ mod tests {
             None
         );
         for bad in [
-            "bytes", "bytes=2", "bytes=x", "wide=yes", "groups=0", "lanes=8",
+            "bytes",
+            "bytes=2",
+            "bytes=x",
+            "wide=yes",
+            "groups=0",
+            "lanes=8",
+            "columns=3",
+            "dense_columns=0",
         ] {
             let e = Tuning::parse(bad).unwrap_err();
             assert_eq!(e.item, bad);

@@ -327,6 +327,13 @@ fn statements_kernel() -> Kernel {
         b.store_shared(counts, local_id(), i32c(-7))
     });
     b.barrier();
+    let runs = b.let_shared(tile, (lid.clone() & u32c(31)) << u32c(2), 4);
+    let run_pair = b.let_shared(tile, (lid.clone() & u32c(63)) << u32c(1), 2);
+    let run_sum = runs
+        .into_iter()
+        .chain(run_pair)
+        .fold(f32c(0.0), |a, x| a + x);
+    b.set(acc, Expr::Var(acc) + run_sum);
     b.for_(u32c(0), u32c(128), u32c(3), |b, i| {
         let x = load_shared(tile, i.clone());
         b.set(
@@ -732,6 +739,7 @@ fn the_table_covers_every_variant() {
         "If",
         "For",
         "LetWords",
+        "LetShared",
         "TeamSum",
         "Barrier",
         "Fault",
@@ -760,6 +768,7 @@ fn walk(body: &[Stmt], stmts: &mut Vec<&'static str>, exprs: &mut Vec<&'static s
                 ..
             } => ("For", vec![start, end, step], vec![body]),
             Stmt::LetWords { index, .. } => ("LetWords", vec![index], vec![]),
+            Stmt::LetShared { index, .. } => ("LetShared", vec![index], vec![]),
             Stmt::TeamSum { .. } => ("TeamSum", vec![], vec![]),
             Stmt::Barrier => ("Barrier", vec![], vec![]),
             Stmt::Fault { .. } => ("Fault", vec![], vec![]),
@@ -1114,6 +1123,21 @@ fn malformed_kernels_are_refused_not_rendered() {
     let mut b = KernelBuilder::new("bad", 64);
     let f = b.param("f", Word::F32, Access::Read);
     b.let_words(f, u32c(0), 4);
+    assert!(matches!(
+        render_both(&b.finish()).1,
+        Err(RenderError::Invalid(_))
+    ));
+    // A wide shared load of 3 elements, or from a non-f32 array, is ill-typed.
+    let (mut b, _) = base();
+    let t = b.shared("t", Ty::F32, 16);
+    b.let_shared(t, u32c(0), 3);
+    assert!(matches!(
+        render_both(&b.finish()).0,
+        Err(RenderError::Invalid(_))
+    ));
+    let (mut b, _) = base();
+    let t = b.shared("t", Ty::U32, 16);
+    b.let_shared(t, u32c(0), 4);
     assert!(matches!(
         render_both(&b.finish()).1,
         Err(RenderError::Invalid(_))

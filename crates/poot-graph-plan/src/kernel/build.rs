@@ -167,6 +167,21 @@ impl KernelBuilder {
         words
     }
 
+    /// Elements `index..index + n` (n is 2 or 4, `index` a multiple of it) of f32 shared array
+    /// `arr`, in one wide load; returns them in order.
+    pub fn let_shared(&mut self, arr: SharedId, index: Expr, n: u32) -> Vec<Expr> {
+        let vars: Vec<Var> = (0..n)
+            .map(|_| {
+                let var = Var(self.vars.len() as u32);
+                self.vars.push(Ty::F32);
+                var
+            })
+            .collect();
+        let elems = vars.iter().map(|&v| Expr::Var(v)).collect();
+        self.push(Stmt::LetShared { vars, arr, index });
+        elems
+    }
+
     /// Replaces `var` in each team of `lanes` consecutive threads by the team's sum.
     pub fn team_sum(&mut self, var: Var, lanes: u32) {
         self.push(Stmt::TeamSum { var, lanes });

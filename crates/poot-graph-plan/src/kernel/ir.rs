@@ -247,6 +247,14 @@ pub enum Stmt {
         buf: ParamId,
         index: Expr,
     },
+    /// Declares `vars` (2 or 4 f32 variables) as elements `index..index + len` of an f32 shared
+    /// array, read as one wide load. `index` is a multiple of the count (the planner proves it;
+    /// shared arrays start 16-byte aligned).
+    LetShared {
+        vars: Vec<Var>,
+        arr: SharedId,
+        index: Expr,
+    },
     /// Replaces f32 variable `var` in each aligned team of `lanes` consecutive threads (a power of
     /// two, at most the subgroup size) by the team's sum, exchanged in registers. Every thread
     /// of the subgroup reaches it together; only for targets with subgroup shuffles
@@ -497,6 +505,29 @@ impl Kernel {
                             return Err(KernelError::Type {
                                 kernel: self.name.clone(),
                                 what: format!("wide load into a {t} variable"),
+                            });
+                        }
+                    }
+                    self.expect(index, Ty::U32)?;
+                }
+                Stmt::LetShared { vars, arr, index } => {
+                    let arr_ty = self
+                        .shared
+                        .get(arr.0 as usize)
+                        .ok_or_else(|| self.unknown("shared array", arr.0))?
+                        .ty;
+                    if !matches!(vars.len(), 2 | 4) || arr_ty != Ty::F32 {
+                        return Err(KernelError::Type {
+                            kernel: self.name.clone(),
+                            what: format!("a wide load of {} {arr_ty} elements", vars.len()),
+                        });
+                    }
+                    for &v in vars {
+                        let t = self.var_ty(v)?;
+                        if t != Ty::F32 {
+                            return Err(KernelError::Type {
+                                kernel: self.name.clone(),
+                                what: format!("wide shared load into a {t} variable"),
                             });
                         }
                     }

@@ -3,10 +3,13 @@
 //! format the planner decodes. Such a contraction reads each weight byte once and does little
 //! arithmetic per byte, so it is written to read the weights at memory bandwidth:
 //!
-//! - A team of `lanes` consecutive threads (8, 16 or 32: a warp or part of one) owns one output
-//!   column at a time; a workgroup of `threads` holds `threads / lanes` teams, and workgroups
-//!   stride over the columns (at most a few per multiprocessor, so each stages its left side
-//!   once for several column tiles).
+//! - A team of `lanes` consecutive threads (8, 16 or 32: a warp or part of one) owns a few
+//!   consecutive output columns at a time (one for dense rows, two for block formats by
+//!   default: each left-side value read from shared memory then serves a weight of each, which
+//!   keeps the shared-memory reads of a 4-bit row below what the weights' own bandwidth
+//!   allows); a workgroup of `threads` holds `threads / lanes` teams, and workgroups stride over
+//!   the columns (at most a few per multiprocessor, so each stages its left side once for
+//!   several column tiles).
 //! - The lanes walk the weight row in units: a fixed share of a block (16 elements, 32 for
 //!   Q6_K) decoded from whole u32 words with the block's scales decoded once
 //!   ([`dequant_unit`](super::dequant_unit)), or dense words (four in one 16-byte load for f16
@@ -16,13 +19,14 @@
 //! - Each lane keeps one partial sum per left-side row, so every weight word is read once for
 //!   all rows.
 //! - The left side (with a norm in its prologue, a reshape, a gather: whatever the graph
-//!   computes in place) is computed once per workgroup into shared memory, padded by one word
-//!   every 32 so lanes reading different blocks hit different banks. When the left sides do not
-//!   fit whole, each is staged a chunk of whole 256-element blocks at a time (two barriers per
-//!   chunk) and the teams add that chunk's units before the next is staged.
+//!   computes in place) is computed once per workgroup into shared memory, padded by four words
+//!   every 32 so lanes reading different blocks hit different banks and a unit's aligned runs
+//!   of four elements are read in one 16-byte load. When the left sides do not fit whole, each
+//!   is staged a chunk of whole 256-element blocks at a time (two barriers per chunk) and the
+//!   teams add that chunk's units before the next is staged.
 //! - The lanes' partial sums meet by subgroup shuffles where the target has them (no barrier),
-//!   else in shared memory (two barriers per column step), and lane `m` of each team finishes
-//!   row `m`: a plain store, the store of each sibling's column (horizontal QKV fusion), or the
+//!   else in shared memory (two barriers per column step), and one lane of the team finishes
+//!   each (column, row) total: a plain store, the store of each sibling's column (horizontal QKV fusion), or the
 //!   value the contraction's sums flow into (a residual add, a gated activation: the epilogue
 //!   fusion).
 //!
@@ -30,6 +34,9 @@
 //! tolerance a reordered sum of K products allows. Each weight element decodes bit for bit as
 //! the oracle decodes it, but in the symmetric block formats, whose scale a group of elements
 //! shares: there the group's dot product with its codes is scaled once (another reassociation).
+
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap};
 
 use poot_formats::{BlockFormat, PackedFormat};
 use poot_graph_ir::{DType, OpKind, Storage, ValueId};
@@ -81,6 +88,12 @@ impl Layout {
             Layout::HalfOcts(_) => k / 8,
             Layout::Blocks(f) => k / f.block_elems() as u32 * dequant_unit::units_per_block(f),
         }
+    }
+
+    /// Whether every unit's first element is a multiple of 4 (its aligned runs of four
+    /// elements can be read from the stage in one load).
+    fn aligned_units(self) -> bool {
+        matches!(self, Layout::HalfOcts(_) | Layout::Blocks(_))
     }
 
     fn unit_bytes(self) -> u32 {
@@ -152,12 +165,26 @@ impl Job {
 }
 
 /// Where a left side is staged: row `m`, element `k` of the staged span at
-/// `m * stride + k + k / 32` of `arr` (a word of padding every 32, so lanes reading different
-/// blocks hit different banks).
+/// `m * stride + padded(k)` of `arr`.
 #[derive(Clone, Copy)]
 struct Stage {
     arr: SharedId,
     stride: u32,
+}
+
+/// Words of padding after every 32 staged elements: lanes reading different blocks hit
+/// different banks, and a run of four elements starting at a multiple of 4 stays 16-byte
+/// aligned for one wide load.
+const PAD: u32 = 4;
+
+/// Element `k`'s place in a staged span.
+fn padded(k: Expr) -> Expr {
+    k.clone() + ((k >> u32c(5)) << u32c(PAD.trailing_zeros()))
+}
+
+/// Words a staged span of `k` elements takes, a multiple of 4 (so every row starts aligned).
+fn staged_words(k: u32) -> u32 {
+    (k + PAD * k.div_ceil(32)).next_multiple_of(4)
 }
 
 /// Elements `first..first + len` of the contracted axis.
@@ -198,10 +225,20 @@ fn workgroup_threads(columns: u32, lanes: u32) -> u32 {
     64
 }
 
-/// Units per lane per step: `bytes` in flight (at least one unit), no more than the row fills.
+/// Steps a lane should take along a block-format row at least: with fewer, the lanes of a short
+/// row (1B's 2048) wait on one long batch of loads (measured on the H200: 8B rows gain 13% from
+/// 64 bytes a step, 1B rows lose 3% from it).
+const MIN_BLOCK_STEPS: u32 = 4;
+
+/// Units per lane per step: `bytes` in flight (at least one unit), no more than the row fills
+/// (block formats: in at least [`MIN_BLOCK_STEPS`] steps).
 fn unroll(layout: Layout, units: u32, lanes: u32, bytes: u32) -> u32 {
     let want = floor_pow2(bytes / layout.unit_bytes()).min(8);
-    want.min(floor_pow2(units / lanes))
+    let steps = match layout {
+        Layout::Blocks(_) => MIN_BLOCK_STEPS,
+        Layout::F32 | Layout::HalfPairs(_) | Layout::HalfOcts(_) | Layout::Halves(_) => 1,
+    };
+    want.min(floor_pow2(units / (lanes * steps)))
 }
 
 /// The multi-index of flat row `m` over the leading axes `lead`, as constants.
@@ -434,7 +471,8 @@ impl Lowering<'_> {
             .max()
             .unwrap_or(1);
         let lanes = team_lanes(units);
-        let threads = workgroup_threads(job.columns, lanes);
+        let cols = self.team_columns(job);
+        let threads = workgroup_threads(job.columns / cols, lanes);
         let teams = threads / lanes;
         let n_sums = job.sums.len() as u32;
         let mut cx = KernelCtx::labelled(kind, label, threads);
@@ -478,12 +516,12 @@ impl Lowering<'_> {
         let partials = if shuffles {
             0
         } else {
-            teams * n_sums * rows * (lanes + 1)
+            teams * n_sums * cols * rows * (lanes + 1)
         };
         // Prologue reductions take one array of `threads` per element type.
         let reserved = 4 * (partials + 3 * threads);
         let budget = self.target.limits.max_shared_bytes.saturating_sub(reserved);
-        let stride = |k: u32| k + k.div_ceil(32);
+        let stride = staged_words;
         let whole: u64 = job
             .lhs
             .iter()
@@ -494,7 +532,7 @@ impl Lowering<'_> {
         let chunk = if whole <= u64::from(budget) {
             None
         } else {
-            let elems = budget / (4 * rows) * 32 / 33 / CHUNK_ALIGN * CHUNK_ALIGN;
+            let elems = budget / (4 * rows) * 32 / (32 + PAD) / CHUNK_ALIGN * CHUNK_ALIGN;
             if elems == 0 {
                 return Ok(None);
             }
@@ -523,15 +561,23 @@ impl Lowering<'_> {
         }
         let partial = (partials > 0).then(|| cx.kb.shared("partials", Ty::F32, partials));
 
-        let tiles = job.columns.div_ceil(teams);
+        // A team walks columns `col..col + cols` together.
+        let tiles = job.columns.div_ceil(teams * cols);
         let tile = cx.kb.begin_for(group_id(0), u32c(tiles), group_count_x());
-        let col = cx.kb.let_(Ty::U32, tile * u32c(teams) + team.clone());
-        let accs: Vec<Vec<Var>> = job
+        let col = cx
+            .kb
+            .let_(Ty::U32, (tile * u32c(teams) + team.clone()) * u32c(cols));
+        // Per sum, per column of the team, per row.
+        let accs: Vec<Vec<Vec<Var>>> = job
             .sums
             .iter()
             .map(|_| {
-                (0..rows)
-                    .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
+                (0..cols)
+                    .map(|_| {
+                        (0..rows)
+                            .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
+                            .collect()
+                    })
                     .collect()
             })
             .collect();
@@ -576,9 +622,11 @@ impl Lowering<'_> {
 
         // Each row's totals: in every lane after a shuffle sum, or added up from shared memory by
         // the lane that finishes the row.
+        // Totals are numbered (sum, column of the team, row), `cols * rows` per sum.
+        let per_sum = cols * rows;
         let shared = match partial {
             None => {
-                for &acc in accs.iter().flatten() {
+                for &acc in accs.iter().flatten().flatten() {
                     cx.kb.team_sum(acc, lanes);
                 }
                 None
@@ -586,10 +634,10 @@ impl Lowering<'_> {
             Some(partial) => {
                 let base = cx
                     .kb
-                    .let_(Ty::U32, team * u32c(n_sums * rows * (lanes + 1)));
+                    .let_(Ty::U32, team * u32c(n_sums * per_sum * (lanes + 1)));
                 for (s, accs) in accs.iter().enumerate() {
-                    for (m, &acc) in accs.iter().enumerate() {
-                        let row = (s as u32 * rows + m as u32) * (lanes + 1);
+                    for (t, &acc) in accs.iter().flatten().enumerate() {
+                        let row = (s as u32 * per_sum + t as u32) * (lanes + 1);
                         cx.kb.store_shared(
                             partial,
                             base.clone() + u32c(row) + lane.clone(),
@@ -602,13 +650,16 @@ impl Lowering<'_> {
             }
         };
         cx.kb.begin_if(lt(col.clone(), u32c(job.columns)));
-        for m in 0..rows {
-            cx.kb.begin_if(eq(lane.clone(), u32c(m)));
+        // Lane `t % lanes` finishes the team's total `t` (column `t / rows`, row `t % rows`).
+        for t in 0..per_sum {
+            let (c, m) = (t / rows, t % rows);
+            cx.kb.begin_if(eq(lane.clone(), u32c(t % lanes)));
+            let col = cx.kb.let_(Ty::U32, col.clone() + u32c(c));
             let totals: Vec<Expr> = (0..n_sums)
                 .map(|s| match &shared {
-                    None => Expr::Var(accs[s as usize][m as usize]),
+                    None => Expr::Var(accs[s as usize][c as usize][m as usize]),
                     Some((partial, base)) => {
-                        let row = (s * rows + m) * (lanes + 1);
+                        let row = (s * per_sum + t) * (lanes + 1);
                         let terms = (0..lanes)
                             .map(|l| load_shared(*partial, base.clone() + u32c(row + l)))
                             .collect();
@@ -688,7 +739,7 @@ impl Lowering<'_> {
             let kk = cx.kb.begin_for(local_id(), u32c(len), u32c(threads));
             idx.push(first.clone() + kk.clone());
             let x = self.value_at(cx, lhs, &idx)?;
-            let at = u32c(m * stage.stride) + kk.clone() + (kk >> u32c(5));
+            let at = u32c(m * stage.stride) + padded(kk);
             cx.kb.store_shared(stage.arr, at, x);
             cx.kb.end();
         }
@@ -706,7 +757,7 @@ impl Lowering<'_> {
         stage: &Stage,
         span: &Span,
         walk: &Walk,
-        accs: &[Vec<Var>],
+        accs: &[Vec<Vec<Var>>],
     ) -> Result<(), PlanError> {
         self.stage_lhs(cx, job, lhs, stage, span.first.clone(), span.len)?;
         cx.kb.barrier();
@@ -719,7 +770,7 @@ impl Lowering<'_> {
     }
 
     /// Adds span `span` of the sums over left side `g` (staged in `stage`) at the team's
-    /// column to `accs` (per sum, per row).
+    /// columns to `accs` (per sum, per column of the team, per row).
     #[allow(clippy::too_many_arguments)]
     fn accumulate(
         &mut self,
@@ -729,7 +780,7 @@ impl Lowering<'_> {
         stage: &Stage,
         span: &Span,
         walk: &Walk,
-        accs: &[Vec<Var>],
+        accs: &[Vec<Vec<Var>>],
     ) -> Result<(), PlanError> {
         for (sum, accs) in job.sums.iter().zip(accs).filter(|(s, _)| s.lhs == g) {
             let n_parts = sum.parts.len();
@@ -752,8 +803,8 @@ impl Lowering<'_> {
         Ok(())
     }
 
-    /// Adds to `accs` (one per left-side row) this lane's share of span `span` of weight row
-    /// `local` of `part` against the staged left side.
+    /// Adds to `accs` (per column of the team, per left-side row) this lane's share of span
+    /// `span` of weight rows `local..local + accs.len()` of `part` against the staged left side.
     #[allow(clippy::too_many_arguments)]
     fn gemv_row(
         &mut self,
@@ -763,8 +814,9 @@ impl Lowering<'_> {
         stage: &Stage,
         span: &Span,
         walk: &Walk,
-        accs: &[Var],
+        accs: &[Vec<Var>],
     ) -> Result<(), PlanError> {
+        let cols = accs.len() as u32;
         let w = &part.weight;
         // Spans start and end on unit boundaries: they are whole 256-element blocks but the
         // last.
@@ -781,7 +833,8 @@ impl Lowering<'_> {
                 self.target.tuning.gemv_dense_bytes_per_step
             }
         };
-        let unroll = unroll(w.layout, units, lanes, bytes);
+        let unroll = unroll(w.layout, units, lanes, (bytes / cols).max(1));
+        let wide = w.layout.aligned_units() && self.target.tuning.gemv_wide_shared;
         let buf = self.buffer_of(w.value)?;
         let (param, tables) = match w.layout {
             Layout::F32 => (cx.param(buf, Word::F32, false), FormatTables::new()),
@@ -793,14 +846,18 @@ impl Lowering<'_> {
                 (p, self.tables_for(cx, f))
             }
         };
-        // The row's first word (f32, half pairs), half (halves) or byte (blocks).
-        let row_start = match w.layout {
-            Layout::F32 | Layout::Halves(_) => cx.kb.let_(Ty::U32, local * u32c(w.k)),
-            Layout::HalfPairs(_) | Layout::HalfOcts(_) => {
-                cx.kb.let_(Ty::U32, local * u32c(w.k / 2))
-            }
-            Layout::Blocks(_) => cx.kb.let_(Ty::U32, local * u32c(w.row_bytes)),
+        // Each row's first word (f32, half pairs), half (halves) or byte (blocks).
+        let row_len = match w.layout {
+            Layout::F32 | Layout::Halves(_) => w.k,
+            Layout::HalfPairs(_) | Layout::HalfOcts(_) => w.k / 2,
+            Layout::Blocks(_) => w.row_bytes,
         };
+        let row_starts: Vec<Expr> = (0..cols)
+            .map(|c| {
+                cx.kb
+                    .let_(Ty::U32, (local.clone() + u32c(c)) * u32c(row_len))
+            })
+            .collect();
         let step = lanes * unroll;
         let full = units / step * step;
         if full > 0 {
@@ -810,9 +867,13 @@ impl Lowering<'_> {
                 let u = cx
                     .kb
                     .let_(Ty::U32, unit0.clone() + u0.clone() + u32c(r * lanes));
-                decoded.push(self.gemv_unit(cx, w, param, &tables, &row_start, u)?);
+                let mut per_col = Vec::with_capacity(cols as usize);
+                for start in &row_starts {
+                    per_col.push(self.gemv_unit(cx, w, param, &tables, start, u.clone())?);
+                }
+                decoded.push(per_col);
             }
-            gemv_dot(cx, decoded, stage, span, accs);
+            gemv_dot(cx, decoded, stage, span, accs, wide);
             cx.kb.end();
         }
         if full < units {
@@ -820,11 +881,36 @@ impl Lowering<'_> {
                 .kb
                 .begin_for(u32c(full) + lane.clone(), u32c(units), u32c(lanes));
             let u = cx.kb.let_(Ty::U32, unit0 + u);
-            let unit = self.gemv_unit(cx, w, param, &tables, &row_start, u)?;
-            gemv_dot(cx, vec![unit], stage, span, accs);
+            let mut per_col = Vec::with_capacity(cols as usize);
+            for start in &row_starts {
+                per_col.push(self.gemv_unit(cx, w, param, &tables, start, u.clone())?);
+            }
+            gemv_dot(cx, vec![per_col], stage, span, accs, wide);
             cx.kb.end();
         }
         Ok(())
+    }
+
+    /// Columns a team of `job` walks at once: the tuning's for the job's weights, halved until
+    /// every part's columns divide into whole teams' and the partial sums stay few.
+    fn team_columns(&self, job: &Job) -> u32 {
+        let parts = || job.sums.iter().flat_map(|s| &s.parts);
+        let blocks = parts().any(|p| matches!(p.weight.layout, Layout::Blocks(_)));
+        let tuning = &self.target.tuning;
+        let want = if blocks {
+            tuning.gemv_columns
+        } else {
+            tuning.gemv_dense_columns
+        };
+        let most = floor_pow2(MAX_ROWS as u32 / job.rows().max(1));
+        let mut cols = floor_pow2(want.max(1)).min(most);
+        while cols > 1
+            && !(job.columns.is_multiple_of(cols)
+                && parts().all(|p| p.start.is_multiple_of(cols) && p.weight.n.is_multiple_of(cols)))
+        {
+            cols /= 2;
+        }
+        cols
     }
 
     /// Loads and decodes unit `u` of the weight row starting at `row_start`; the unit's `first`
@@ -874,17 +960,7 @@ impl Lowering<'_> {
                     .kb
                     .let_(Ty::U32, row_start.clone() + (u.clone() << u32c(2)));
                 let words = cx.kb.let_words(param, at, 4);
-                let mut elements = Vec::with_capacity(8);
-                for (w, word) in words.into_iter().enumerate() {
-                    let w = w as u32;
-                    let (lo, hi) = half_pair(word, half);
-                    elements.push((2 * w, cx.kb.let_(Ty::F32, lo)));
-                    elements.push((2 * w + 1, cx.kb.let_(Ty::F32, hi)));
-                }
-                Unit {
-                    first: u << u32c(3),
-                    groups: vec![Group::plain(elements)],
-                }
+                half_octet(cx, &words, half, u)
             }
             Layout::Blocks(f) => {
                 let per_block = dequant_unit::units_per_block(f);
@@ -917,6 +993,21 @@ impl Lowering<'_> {
     }
 }
 
+/// Unit `u` of a half-octet row from its four words: eight elements widened to f32.
+fn half_octet(cx: &mut KernelCtx, words: &[Expr], half: Half, u: Expr) -> Unit {
+    let mut elements = Vec::with_capacity(8);
+    for (w, word) in words.iter().enumerate() {
+        let w = w as u32;
+        let (lo, hi) = half_pair(word.clone(), half);
+        elements.push((2 * w, cx.kb.let_(Ty::F32, lo)));
+        elements.push((2 * w + 1, cx.kb.let_(Ty::F32, hi)));
+    }
+    Unit {
+        first: u << u32c(3),
+        groups: vec![Group::plain(elements)],
+    }
+}
+
 /// The two halves of `word` (low, high) widened to f32.
 fn half_pair(word: Expr, half: Half) -> (Expr, Expr) {
     match half {
@@ -931,47 +1022,84 @@ fn half_pair(word: Expr, half: Half) -> (Expr, Expr) {
     }
 }
 
-/// Adds the dot products of decoded units with each staged left-side row to `accs`: per group of
-/// a unit, one chain of fused multiply-adds over its elements (an instruction per element), then
-/// one more multiply-add by the group's scale into the row's sum.
-fn gemv_dot(cx: &mut KernelCtx, units: Vec<Unit>, stage: &Stage, span: &Span, accs: &[Var]) {
-    let rows = accs.len() as u32;
-    for unit in units {
+/// Adds the dot products of decoded units with each staged left-side row to `accs` (per column
+/// of the team, per row). `units[r][c]` is slot `r`'s unit of column `c`: the columns' units
+/// share their elements' places, so each left-side value is read from the stage once for all
+/// columns (in one 16-byte load per aligned run of four where `wide`). Per group of a unit, one
+/// chain of fused multiply-adds over its elements (an instruction per element), then one more
+/// multiply-add by the group's scale into the sum.
+fn gemv_dot(
+    cx: &mut KernelCtx,
+    units: Vec<Vec<Unit>>,
+    stage: &Stage,
+    span: &Span,
+    accs: &[Vec<Var>],
+    wide: bool,
+) {
+    let cols = accs.len();
+    let rows = accs.first().map_or(0, Vec::len) as u32;
+    for per_col in units {
+        let Some(first) = per_col.first().map(|u| u.first.clone()) else {
+            continue;
+        };
         // The unit's place in the staged span, padded; each element's offset adds its own
         // padding (units never straddle a multiple of 32 past their first element).
-        let rel = cx.kb.let_(Ty::U32, unit.first - span.first.clone());
-        let at = cx.kb.let_(Ty::U32, rel.clone() + (rel >> u32c(5)));
-        for group in unit.groups {
-            // A value read by several rows is computed once.
-            let values: Vec<(u32, Expr)> = group
-                .elements
-                .into_iter()
-                .map(|(off, v)| {
-                    if rows > 1 {
-                        (off, cx.kb.let_(Ty::F32, v))
-                    } else {
-                        (off, v)
+        let rel = cx.kb.let_(Ty::U32, first - span.first.clone());
+        let at = cx.kb.let_(Ty::U32, padded(rel));
+        let offsets: BTreeSet<u32> = per_col[0]
+            .groups
+            .iter()
+            .flat_map(|g| g.elements.iter().map(|&(off, _)| off))
+            .collect();
+        // Each row's left-side values at the unit's offsets: read once, shared by the columns.
+        let lhs: Vec<HashMap<u32, Expr>> = (0..rows)
+            .map(|m| {
+                let base = m * stage.stride;
+                let mut values = HashMap::new();
+                for &off in &offsets {
+                    let run = off % 4 == 0 && (1..4).all(|j| offsets.contains(&(off + j)));
+                    if wide && run {
+                        let index = at.clone() + u32c(base + off + PAD * (off >> 5));
+                        let four = cx.kb.let_shared(stage.arr, index, 4);
+                        values.extend((off..).zip(four));
                     }
-                })
-                .collect();
-            for (m, &acc) in accs.iter().enumerate() {
-                let m = m as u32;
-                let mut products = values.iter().map(|(off, v)| {
-                    let a = load_shared(
-                        stage.arr,
-                        at.clone() + u32c(m * stage.stride + off + (off >> 5)),
-                    );
-                    (a, v.clone())
-                });
-                let Some((a, v)) = products.next() else {
-                    continue;
-                };
-                let dot = products.fold(a * v, |sum, (a, v)| mul_add(a, v, sum));
-                let sum = match &group.scale {
-                    Some(scale) => mul_add(scale.clone(), dot, Expr::Var(acc)),
-                    None => Expr::Var(acc) + dot,
-                };
-                cx.kb.set(acc, sum);
+                }
+                for &off in &offsets {
+                    if let Entry::Vacant(slot) = values.entry(off) {
+                        let index = at.clone() + u32c(base + off + PAD * (off >> 5));
+                        let a = load_shared(stage.arr, index);
+                        slot.insert(if cols > 1 { cx.kb.let_(Ty::F32, a) } else { a });
+                    }
+                }
+                values
+            })
+            .collect();
+        for (unit, accs) in per_col.into_iter().zip(accs) {
+            for group in unit.groups {
+                // A value read by several rows is computed once.
+                let values: Vec<(u32, Expr)> = group
+                    .elements
+                    .into_iter()
+                    .map(|(off, v)| {
+                        if rows > 1 {
+                            (off, cx.kb.let_(Ty::F32, v))
+                        } else {
+                            (off, v)
+                        }
+                    })
+                    .collect();
+                for (lhs, &acc) in lhs.iter().zip(accs) {
+                    let mut products = values.iter().map(|(off, v)| (lhs[off].clone(), v.clone()));
+                    let Some((a, v)) = products.next() else {
+                        continue;
+                    };
+                    let dot = products.fold(a * v, |sum, (a, v)| mul_add(a, v, sum));
+                    let sum = match &group.scale {
+                        Some(scale) => mul_add(scale.clone(), dot, Expr::Var(acc)),
+                        None => Expr::Var(acc) + dot,
+                    };
+                    cx.kb.set(acc, sum);
+                }
             }
         }
     }

@@ -157,6 +157,14 @@ impl Scopes<'_> {
                 self.expr(index)?;
                 vars.iter().try_for_each(|&v| self.declare(v))
             }
+            Stmt::LetShared {
+                vars,
+                arr: _,
+                index,
+            } => {
+                self.expr(index)?;
+                vars.iter().try_for_each(|&v| self.declare(v))
+            }
             Stmt::TeamSum { var, lanes: _ } => {
                 self.visible(*var)?;
                 self.mutated.insert(*var);

@@ -37,7 +37,7 @@ pub fn render_cuda(k: &Kernel) -> Result<String, RenderError> {
     let mut body = Code::at_depth(1);
     for (i, s) in k.shared.iter().enumerate() {
         body.line(format!(
-            "__shared__ {} {}[{}];",
+            "__shared__ __attribute__((aligned(16))) {} {}[{}];",
             ty(s.ty),
             names::shared(i, &s.name),
             s.len
@@ -249,6 +249,22 @@ impl Cuda<'_> {
                         "const unsigned int {} = {wide}.{f};",
                         names::var(*v)
                     ));
+                }
+            }
+            Stmt::LetShared { vars, arr, index } => {
+                let a = names::shared_of(self.k, *arr)?;
+                let index = self.expr(index)?;
+                let (lib, wide_ty, fields) = match vars.len() {
+                    2 => (CudaLib::F32x2, "poot_f32x2", &["x", "y"][..]),
+                    _ => (CudaLib::F32x4, "poot_f32x4", &["x", "y", "z", "w"][..]),
+                };
+                self.libs.insert(lib);
+                let wide = format!("{}_w", names::var(vars[0]));
+                out.line(format!(
+                    "const {wide_ty} {wide} = *reinterpret_cast<const {wide_ty}*>(&{a}[{index}]);"
+                ));
+                for (v, f) in vars.iter().zip(fields) {
+                    out.line(format!("const float {} = {wide}.{f};", names::var(*v)));
                 }
             }
             Stmt::TeamSum { var, lanes } => {

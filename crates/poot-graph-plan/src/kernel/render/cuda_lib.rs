@@ -12,6 +12,8 @@
 pub(crate) enum CudaLib {
     Words2,
     Words4,
+    F32x2,
+    F32x4,
     F16ToF32,
     LoadByte,
     LoadF16,
@@ -44,6 +46,8 @@ impl CudaLib {
             CudaLib::FaultIf => &[CudaLib::Fault],
             CudaLib::Words2
             | CudaLib::Words4
+            | CudaLib::F32x2
+            | CudaLib::F32x4
             | CudaLib::F16ToF32
             | CudaLib::LoadByte
             | CudaLib::LoadBf16
@@ -72,6 +76,8 @@ impl CudaLib {
         match self {
             CudaLib::Words2 => WORDS2,
             CudaLib::Words4 => WORDS4,
+            CudaLib::F32x2 => F32X2,
+            CudaLib::F32x4 => F32X4,
             CudaLib::F16ToF32 => F16_TO_F32,
             CudaLib::LoadByte => LOAD_BYTE,
             CudaLib::LoadF16 => LOAD_F16,
@@ -106,6 +112,16 @@ struct alignas(8) poot_words2 { unsigned int x, y; };
 const WORDS4: &str = "\
 // Four u32 words read in one 16-byte load.
 struct alignas(16) poot_words4 { unsigned int x, y, z, w; };
+";
+
+const F32X2: &str = "\
+// Two f32 read from shared memory in one 8-byte load.
+struct alignas(8) poot_f32x2 { float x, y; };
+";
+
+const F32X4: &str = "\
+// Four f32 read from shared memory in one 16-byte load.
+struct alignas(16) poot_f32x4 { float x, y, z, w; };
 ";
 
 const F16_TO_F32: &str = "\

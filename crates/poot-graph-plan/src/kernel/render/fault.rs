@@ -63,6 +63,7 @@ fn block_faults(body: &[Stmt]) -> bool {
         | Stmt::Store { .. }
         | Stmt::StoreShared { .. }
         | Stmt::LetWords { .. }
+        | Stmt::LetShared { .. }
         | Stmt::TeamSum { .. }
         | Stmt::Barrier => false,
     })

@@ -253,6 +253,18 @@ impl Wgsl<'_> {
                     ));
                 }
             }
+            Stmt::LetShared { vars, arr, index } => {
+                let a = names::shared_of(self.k, *arr)?;
+                let index = self.expr(index)?;
+                let first = format!("{}_at", names::var(vars[0]));
+                out.line(format!("let {first}: u32 = {index};"));
+                for (i, v) in vars.iter().enumerate() {
+                    out.line(format!(
+                        "let {}: f32 = {a}[{first} + {i}u];",
+                        names::var(*v)
+                    ));
+                }
+            }
             Stmt::TeamSum { .. } => return Err(self.unsupported("a team sum (subgroup shuffle)")),
             Stmt::Barrier => out.line("workgroupBarrier();"),
             Stmt::Fault { code } => {
