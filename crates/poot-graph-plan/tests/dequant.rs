@@ -3,7 +3,7 @@
 //! (NaN where it is NaN).
 
 use poot_formats::{BlockFormat, FieldKind, MatrixShape, decode_block_row};
-use poot_graph_plan::kernel::build::{KernelBuilder, u32c};
+use poot_graph_plan::kernel::build::{KernelBuilder, load, u32c};
 use poot_graph_plan::kernel::expr_eval::{Env, Value};
 use poot_graph_plan::kernel::{Access, Expr, ParamId, Stmt, Ty, Word};
 use poot_graph_plan::lower::dequant::{
@@ -331,13 +331,33 @@ fn check_unit_bytes(format: BlockFormat, prefix: &[u8], bytes: &[u8], case: &str
             env.set_var(sub, Value::U32(s));
             // The unit's own statements: straight-line declarations after `base` and `sub`.
             for stmt in &kernel.body[2..] {
-                let Stmt::Let { var, value, .. } = stmt else {
-                    panic!("{format:?}: a unit emits only declarations, found {stmt:?}");
-                };
-                let v = env
-                    .eval(value)
-                    .unwrap_or_else(|e| panic!("{format:?} unit {s}: {e}"));
-                env.set_var(*var, v);
+                match stmt {
+                    Stmt::Let { var, value, .. } => {
+                        let v = env
+                            .eval(value)
+                            .unwrap_or_else(|e| panic!("{format:?} unit {s}: {e}"));
+                        env.set_var(*var, v);
+                    }
+                    // A wide load: its words one by one, from an index the count divides.
+                    Stmt::LetWords { vars, buf, index } => {
+                        let at = env
+                            .eval_u32(index)
+                            .unwrap_or_else(|e| panic!("{format:?} unit {s}: {e}"));
+                        assert_eq!(
+                            at % vars.len() as u32,
+                            0,
+                            "{format:?} unit {s}: a wide load at word {at}"
+                        );
+                        for (i, var) in vars.iter().enumerate() {
+                            let word = load(*buf, u32c(at + i as u32));
+                            let v = env
+                                .eval(&word)
+                                .unwrap_or_else(|e| panic!("{format:?} unit {s}: {e}"));
+                            env.set_var(*var, v);
+                        }
+                    }
+                    _ => panic!("{format:?}: a unit emits only declarations, found {stmt:?}"),
+                }
             }
             let first = env.eval_u32(&unit.first).expect("first element");
             let elements = unit.groups.iter().flat_map(|group| {
@@ -390,6 +410,9 @@ fn every_format_decodes_by_units_bit_for_bit() {
         // and with the last block ending the buffer.
         let prefixes: &[usize] = if format == BlockFormat::MXFP4 {
             &[0, 1, 2, 3]
+        } else if format == BlockFormat::Q4_K {
+            // Its units read 16 bytes at a time: rows start 16-byte aligned.
+            &[0, 16]
         } else if format.block_bytes() % 4 == 0 {
             &[0, 4]
         } else {

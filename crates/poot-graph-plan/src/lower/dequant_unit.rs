@@ -28,13 +28,13 @@ use super::dequant::{DequantError, FormatTable, FormatTables, decode_in_block};
 use crate::kernel::build::{KernelBuilder, cast, cmp, load, load_half, min, select, u32c, un};
 use crate::kernel::ir::{CmpOp, Expr, Half, ParamId, Ty, UnOp};
 
-/// Elements every unit of a word-decoded format holds, but Q6_K's 32.
+/// Elements every unit of a word-decoded format holds, but Q4_K's and Q6_K's 32.
 const UNIT_ELEMS: u32 = 16;
 
 /// Units per block of `format`: a power of two.
 pub fn units_per_block(format: BlockFormat) -> u32 {
     match format {
-        BlockFormat::Q6_K => 8,
+        BlockFormat::Q4_K | BlockFormat::Q6_K => 8,
         _ => format.block_elems() as u32 / UNIT_ELEMS,
     }
 }
@@ -204,8 +204,8 @@ pub fn decode_unit(
         BlockFormat::Q5_0 => q5_0(&mut s, sub),
         BlockFormat::Q5_1 => q5_1(&mut s, sub),
         BlockFormat::Q8_0 => q8_0(&mut s, sub),
-        BlockFormat::Q4_K => q45_k(&mut s, sub, false),
-        BlockFormat::Q5_K => q45_k(&mut s, sub, true),
+        BlockFormat::Q4_K => q4_k(&mut s, sub),
+        BlockFormat::Q5_K => q5_k(&mut s, sub),
         BlockFormat::Q6_K => q6_k(&mut s, sub),
         BlockFormat::IQ4_XS => iq4_xs(&mut s, sub, table(FormatTable::KvaluesIq4nl)?),
         BlockFormat::Q2_K
@@ -360,21 +360,23 @@ fn q8_0(s: &mut Src, sub: Expr) -> Unit {
 }
 
 /// ggml's `get_scale_min_k4` for sub-blocks `2 chunk + h` (h = 0, 1) from the three scale words
-/// at block bytes 4..16: `(d * sc, dmin * m)` each. The bytes are those `dequant` reads.
-fn k4_scales(s: &mut Src, chunk: &Expr) -> [(Expr, Expr); 2] {
-    let (d, dmin) = (s.f16(c(0)), s.f16(c(2)));
-    let w = [s.word(c(4)), s.word(c(8)), s.word(c(12))];
+/// `w` (block bytes 4..16) and the block's `d` and `dmin`: `(d * sc, dmin * m)` each. The bytes
+/// are those `dequant` reads.
+fn k4_scales(
+    kb: &mut KernelBuilder,
+    d: &Expr,
+    dmin: &Expr,
+    w: &[Expr; 3],
+    chunk: &Expr,
+) -> [(Expr, Expr); 2] {
     // Sub-blocks 0..4 read bytes 4..12 directly; 4..8 combine bytes 8..16 with the top bits of
     // bytes 4..8.
-    let first = s.kb.let_(Ty::Bool, cmp(CmpOp::Lt, chunk.clone(), c(2)));
-    let lo =
-        s.kb.let_(Ty::U32, select(first.clone(), w[0].clone(), w[1].clone()));
-    let hi =
-        s.kb.let_(Ty::U32, select(first.clone(), w[1].clone(), w[2].clone()));
+    let first = kb.let_(Ty::Bool, cmp(CmpOp::Lt, chunk.clone(), c(2)));
+    let lo = kb.let_(Ty::U32, select(first.clone(), w[0].clone(), w[1].clone()));
+    let hi = kb.let_(Ty::U32, select(first.clone(), w[1].clone(), w[2].clone()));
     [0u32, 1].map(|h| {
         // Byte (sub & 3) of each word: sub = 2 chunk + h.
-        let shift =
-            s.kb.let_(Ty::U32, (((chunk.clone() & c(1)) << c(1)) + c(h)) << c(3));
+        let shift = kb.let_(Ty::U32, (((chunk.clone() & c(1)) << c(1)) + c(h)) << c(3));
         let s0 = bits(&lo, shift.clone(), 8);
         let s4 = bits(&hi, shift.clone(), 8);
         let s_low = bits(&w[0], shift, 8);
@@ -388,43 +390,74 @@ fn k4_scales(s: &mut Src, chunk: &Expr) -> [(Expr, Expr); 2] {
             s4.clone() & c(63),
             (s4 >> c(4)) | ((s0 >> c(6)) << c(4)),
         );
-        let dl = s.kb.let_(Ty::F32, d.clone() * f32_of(sc));
-        let ml = s.kb.let_(Ty::F32, dmin.clone() * f32_of(m));
+        let dl = kb.let_(Ty::F32, d.clone() * f32_of(sc));
+        let ml = kb.let_(Ty::F32, dmin.clone() * f32_of(m));
         (dl, ml)
     })
 }
 
-/// Q4_K (144 bytes) and Q5_K (176 bytes): `y = (d * sc) * q - dmin * m`. Unit `sub` is code
-/// bytes `l0..l0 + 8` (l0 = 8 (sub % 4)) of 64-element chunk `sub / 4`: low nibbles are
-/// elements `64 chunk + l0 + i` (sub-block `2 chunk`), high ones 32 further (`2 chunk + 1`).
-/// Q5_K's fifth bit of element `j` is bit `j / 32` of `qh` byte `j % 32`.
-fn q45_k(s: &mut Src, sub: Expr, five: bool) -> Unit {
+/// Q4_K (144 bytes: d, dmin, 12 scale bytes, 128 code bytes): `y = (d * sc) * q - dmin * m`.
+/// Unit `sub` is code bytes `16 sub..16 sub + 16`, which are bytes `l0..l0 + 16` (l0 = 16
+/// (sub % 2)) of 64-element chunk `sub / 2`: low nibbles are elements `64 chunk + l0 + i`
+/// (sub-block `2 chunk`), high ones 32 further. Rows of whole blocks keep every block 16-byte
+/// aligned, so the unit is two 16-byte loads: the block's head (d, dmin and every scale) and
+/// its codes.
+fn q4_k(s: &mut Src, sub: Expr) -> Unit {
+    let chunk = s.kb.let_(Ty::U32, sub.clone() >> c(1));
+    let l0 = s.kb.let_(Ty::U32, (sub.clone() & c(1)) << c(4));
+    let head = s.kb.let_words(s.weights, s.base.clone() >> c(2), 4);
+    let codes = (s.base.clone() + c(16) + (sub << c(4))) >> c(2);
+    let q = s.kb.let_words(s.weights, codes, 4);
+    let d = s.kb.let_(Ty::F32, un(UnOp::F16ToF32, head[0].clone()));
+    let dmin =
+        s.kb.let_(Ty::F32, un(UnOp::F16ToF32, head[0].clone() >> c(16)));
+    let w = [head[1].clone(), head[2].clone(), head[3].clone()];
+    let scales = k4_scales(s.kb, &d, &dmin, &w, &chunk);
+    let first = s.kb.let_(Ty::U32, (chunk << c(6)) + l0);
+    let mut elements = Vec::with_capacity(32);
+    for (t, word) in q.iter().enumerate() {
+        for e in 0..4u32 {
+            for (high, (dl, ml)) in scales.iter().enumerate() {
+                let high = high as u32;
+                let code = bits(word, c(8 * e + 4 * high), 4);
+                // The code as an exact f32 (`code - 0`) without a conversion instruction.
+                let value = dl.clone() * code_minus(code, 0) - ml.clone();
+                elements.push((4 * t as u32 + e + 32 * high, value));
+            }
+        }
+    }
+    Unit {
+        first,
+        groups: vec![Group::plain(elements)],
+    }
+}
+
+/// Q5_K (176 bytes): `y = (d * sc) * q - dmin * m`. Unit `sub` is code bytes `l0..l0 + 8`
+/// (l0 = 8 (sub % 4)) of 64-element chunk `sub / 4`: low nibbles are elements
+/// `64 chunk + l0 + i` (sub-block `2 chunk`), high ones 32 further. The fifth bit of element
+/// `j` is bit `j / 32` of `qh` byte `j % 32`.
+fn q5_k(s: &mut Src, sub: Expr) -> Unit {
     let chunk = s.kb.let_(Ty::U32, sub.clone() >> c(2));
     let l0 = s.kb.let_(Ty::U32, (sub.clone() & c(3)) << c(3));
-    let codes = if five { 48 } else { 16 };
     // Code bytes 32 chunk + l0 = 8 sub.
     let q = [
-        s.word(c(codes) + (sub.clone() << c(3))),
-        s.word(c(codes + 4) + (sub << c(3))),
+        s.word(c(48) + (sub.clone() << c(3))),
+        s.word(c(52) + (sub << c(3))),
     ];
     // The fifth bits' words, shifted to bit 2 chunk (the low nibbles'): one shift per word.
-    let qh = if five {
-        let words = [s.word(c(16) + l0.clone()), s.word(c(20) + l0.clone())];
-        Some(words.map(|w| s.kb.let_(Ty::U32, w >> (chunk.clone() << c(1)))))
-    } else {
-        None
-    };
-    let scales = k4_scales(s, &chunk);
+    let qh = [s.word(c(16) + l0.clone()), s.word(c(20) + l0.clone())]
+        .map(|w| s.kb.let_(Ty::U32, w >> (chunk.clone() << c(1))));
+    let (d, dmin) = (s.f16(c(0)), s.f16(c(2)));
+    let w = [s.word(c(4)), s.word(c(8)), s.word(c(12))];
+    let scales = k4_scales(s.kb, &d, &dmin, &w, &chunk);
     let first = s.kb.let_(Ty::U32, (chunk.clone() << c(6)) + l0);
     let mut elements = Vec::with_capacity(16);
     for (t, word) in q.iter().enumerate() {
         for e in 0..4u32 {
             for (high, (dl, ml)) in scales.iter().enumerate() {
                 let high = high as u32;
-                let mut code = bits(word, c(8 * e + 4 * high), 4);
-                if let Some(qh) = &qh {
-                    code = code + (bits(&qh[t], c(8 * e + high), 1) << c(4));
-                }
+                let code =
+                    bits(word, c(8 * e + 4 * high), 4) + (bits(&qh[t], c(8 * e + high), 1) << c(4));
                 let value = dl.clone() * f32_of(code) - ml.clone();
                 elements.push((4 * t as u32 + e + 32 * high, value));
             }
