@@ -26,8 +26,8 @@
 //!   divided once, or the partition's record is written for
 //!   [`emit_attention_combine`](Lowering::emit_attention_combine).
 //!
-//! Every step runs the same loop for every team (positions past the end are guarded, not cut
-//! from the loop), so barriers stay in uniform control flow.
+//! Every team runs the same number of steps (positions past the end are guarded, not cut from
+//! the loop), so barriers stay in uniform control flow.
 //!
 //! What it reassociates, against the oracle: each score's dot product is summed per lane
 //! (features `lanes` apart), then across the team; the softmax sum and the weighted values are
