@@ -1470,6 +1470,94 @@ fn fusion_cases() -> Vec<Case> {
         cases.push(c.finish(name, Outputs::new(o), reassociated(len)));
     }
 
+    // Decode-shaped rows walking several blocks per partition, the last step past the end:
+    // long visible prefixes (a window, a softcap, GQA 4, head dim 128), and an unmasked walk
+    // with features that fill part of a team (qk dim 8, v dim 24). Then the prefill kernel,
+    // which the cases above (all under 128 rows) no longer reach: 128 rows, and one row whose
+    // heads are too wide for the decode kernel's lanes (split into partitions).
+    for (i, (name, hq, hkv, pos, len, dqk, dv, window, softcap)) in [
+        (
+            "attention, decode rows, long prefixes, window, softcap, head dim 128",
+            16,
+            4,
+            Some(vec![299, -1, 150, 37]),
+            300,
+            128,
+            128,
+            Some(200),
+            Some(20.0),
+        ),
+        (
+            "attention, decode rows, unmasked, qk dim 8, v dim 24",
+            32,
+            32,
+            None,
+            1000,
+            8,
+            24,
+            None,
+            None,
+        ),
+        (
+            "attention, prefill rows (128), GQA 4",
+            8,
+            2,
+            Some((20..36).collect()),
+            40,
+            32,
+            32,
+            None,
+            None,
+        ),
+        (
+            "attention, head dim 640, split",
+            1,
+            1,
+            Some(vec![450]),
+            600,
+            640,
+            640,
+            None,
+            None,
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let t = pos.as_ref().map_or(3, Vec::len);
+        let mut c = CaseBuilder::new(98 + i as u64);
+        let q = c.f32("q", &[1, hq, t, dqk]);
+        let k = c.f32("k", &[1, hkv, len, dqk]);
+        let v = c.positive("v", &[1, hkv, len, dv]);
+        let mask = match pos {
+            Some(pos) => {
+                let pos = c.slot_i32(Slot::Pos, pos, &[1, t]);
+                ops::causal_mask(&c.b, pos, len, window).expect("mask")
+            }
+            None => {
+                c.b.broadcast(
+                    c.b.literal(poot_graph_ir::Scalar::Bool(true)).expect("l"),
+                    [1, 1, t, len],
+                )
+                .expect("mask")
+            }
+        };
+        let o = ops::attention_masked(
+            &c.b,
+            q,
+            k,
+            v,
+            mask,
+            AttentionOptions {
+                n_rep: hq / hkv,
+                scale: 1.0 / (dqk as f32).sqrt(),
+                softcap,
+            },
+        )
+        .expect("attention");
+        cases.push(c.finish(name, Outputs::new(o), reassociated(len)));
+    }
+
     // The probabilities are an output too: not rewritten, planned unfused.
     let mut c = CaseBuilder::new(96);
     let q = c.f32("q", &[1, 2, 2, 8]);

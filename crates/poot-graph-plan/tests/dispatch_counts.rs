@@ -93,7 +93,7 @@ fn smollm2_135m_decode_dispatches() {
     let layer = [
         "gemv",
         "update_slice",
-        "attention",
+        "attention_decode",
         "attention_combine",
         "gemv_epilogue",
         "gemv_epilogue",
@@ -115,7 +115,7 @@ fn gemma3_270m_decode_dispatches() {
     let layer = [
         "gemv",
         "update_slice",
-        "attention",
+        "attention_decode",
         "attention_combine",
         "gemv",
         "row_map",

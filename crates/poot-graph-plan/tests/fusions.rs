@@ -154,9 +154,10 @@ fn attention_graph(tokens: usize, len: usize, return_probabilities: bool) -> Gra
 fn decode_attention_splits_a_long_cache_and_combines() {
     let p = plan(&attention_graph(1, 2048, false));
     let k = kinds(&p);
-    assert_eq!(&k[k.len() - 2..], ["attention", "attention_combine"]);
-    // Four heads, 2048 positions in partitions of 64.
-    assert_eq!(p.dispatches[k.len() - 2].grid[0], 4 * 32);
+    assert_eq!(&k[k.len() - 2..], ["attention_decode", "attention_combine"]);
+    // Four heads: 66 partitions each (of 128 blocks of 16 positions), two workgroups per
+    // multiprocessor of the preset's 132.
+    assert_eq!(p.dispatches[k.len() - 2].grid[0], 4 * 66);
 }
 
 #[test]

@@ -17,6 +17,12 @@
 //! value is read for it. With few rows the positions are split across partitions whose partial
 //! results (running max, sum, weighted values) a second kernel combines (flash decoding).
 //!
+//! That is the kernel for many rows (a prefill). Rows fewer than [`ROWS_WITHOUT_SPLIT`] (a
+//! decode step) take the decode kernel of [`attention_decode`](super::attention_decode)
+//! instead, where teams of lanes share each position's dot product; it keeps every semantic
+//! below and shares this module's combine. This kernel still serves a few rows whose heads are
+//! too wide for the decode kernel's registers.
+//!
 //! What it reassociates, against the oracle: each score's dot product is summed in the oracle's
 //! order; the softmax sum and the weighted sum of values are formed per thread and tile with
 //! running rescaling, then across threads, then across partitions, and divided once at the end
@@ -30,6 +36,7 @@ use std::collections::HashMap;
 use poot_graph_ir::{BinaryOp, Eqn, Graph, OpKind, ReduceOp, Scalar, UnaryOp, ValueId};
 
 use super::access::unflatten;
+use super::attention_decode::DecodeLayout;
 use super::context::KernelCtx;
 use super::emit::row_threads;
 use super::{Lowering, PlanError};
@@ -41,10 +48,11 @@ use crate::plan::BufferRole;
 
 /// Cache positions one partition walks when the rows alone do not fill the device.
 const PARTITION_POSITIONS: usize = 64;
-/// Rows (batch x heads x tokens) at which the positions are not split.
+/// Rows (batch x heads x tokens) at which the positions are not split (and below which the
+/// decode kernel is used).
 const ROWS_WITHOUT_SPLIT: usize = 128;
 /// The most partitions of one row (their weights sit in shared memory while combining).
-const MAX_PARTITIONS: usize = 1024;
+pub(super) const MAX_PARTITIONS: usize = 1024;
 
 /// One recognised attention.
 #[derive(Clone, Debug)]
@@ -264,15 +272,15 @@ fn partitions(rows: usize, positions: usize, tile: usize) -> (usize, usize) {
     (positions.div_ceil(chunk), chunk)
 }
 
-fn neg_inf() -> Expr {
+pub(super) fn neg_inf() -> Expr {
     Expr::F32(f32::NEG_INFINITY)
 }
 
-fn exp(x: Expr) -> Expr {
+pub(super) fn exp(x: Expr) -> Expr {
     un(UnOp::Exp, x)
 }
 
-fn and(a: Expr, b: Expr) -> Expr {
+pub(super) fn and(a: Expr, b: Expr) -> Expr {
     crate::kernel::build::bin(BinOp::And, a, b)
 }
 
@@ -285,6 +293,12 @@ impl Lowering<'_> {
         let s_len = self.g.values()[a.scores.index()].ty.dims()[3];
         let dqk = self.g.values()[a.q.index()].ty.dims()[3];
         let rows = bsz * heads * tokens;
+        if rows < ROWS_WITHOUT_SPLIT {
+            let sms = self.target.limits.multiprocessors;
+            if let Some(layout) = DecodeLayout::new(rows, s_len, dqk, dv, sms) {
+                return self.emit_attention_decode(a, layout);
+            }
+        }
         let wg = row_threads(dv);
         let (parts, chunk) = partitions(rows, s_len, wg as usize);
         let out = self.scratch_for(a.out)?;
@@ -476,7 +490,7 @@ impl Lowering<'_> {
 
     /// The mean of the values over every position for output feature `dj` of row `bht`: the
     /// oracle's result for a row with no visible position (every weight equal).
-    fn mean_of_values(
+    pub(super) fn mean_of_values(
         &mut self,
         cx: &mut KernelCtx,
         a: &Attention,
@@ -493,7 +507,7 @@ impl Lowering<'_> {
     }
 
     /// Combines each row's partition results `(max, sum, weighted values)` into the output.
-    fn emit_attention_combine(
+    pub(super) fn emit_attention_combine(
         &mut self,
         a: &Attention,
         partials: super::context::LBuf,
@@ -565,7 +579,6 @@ impl Lowering<'_> {
     }
 }
 
-/// `[b, h, t]` with the token replaced by position `s`, then feature `d`: a key or value index.
 /// Loads issued together per run of a walk over `n` items: the largest of 64, 32, 16, 8, 4, 2, 1
 /// that divides `n` (a head of 128 features is two memory latencies, not eight).
 fn loads_in_flight(n: usize) -> u32 {
@@ -575,6 +588,7 @@ fn loads_in_flight(n: usize) -> u32 {
         .unwrap_or(1)
 }
 
-fn at_s(bht: &[Expr], s: Expr, d: Expr) -> Vec<Expr> {
+/// `[b, h, t]` with the token replaced by position `s`, then feature `d`: a key or value index.
+pub(super) fn at_s(bht: &[Expr], s: Expr, d: Expr) -> Vec<Expr> {
     vec![bht[0].clone(), bht[1].clone(), s, d]
 }

@@ -3,6 +3,7 @@
 
 mod access;
 mod attention;
+mod attention_decode;
 mod buffers;
 mod classify;
 pub mod components;
