@@ -104,7 +104,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
     pub capacity: Option<u32>,
 
-    /// Prompt tokens per prefill step. Default: at most 64, sized to prefill the prompt in
+    /// Prompt tokens per prefill step. Default: at most 512, sized to prefill the prompt in
     /// the fewest steps (as `poot run` does).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
     pub prefill_chunk: Option<u32>,
@@ -294,7 +294,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
     pub capacity: Option<u32>,
 
-    /// Prompt tokens processed per prefill step. Default: at most 64 (and the capacity),
+    /// Prompt tokens processed per prefill step. Default: at most 512 (and the capacity),
     /// sized to prefill the prompt in the fewest steps.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
     pub prefill_chunk: Option<u32>,

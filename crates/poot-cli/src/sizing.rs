@@ -5,8 +5,10 @@ use crate::error::CliError;
 
 /// The default capacity cap: enough for a chat, small enough to compile and hold quickly.
 pub const DEFAULT_CAPACITY: usize = 2048;
-/// The largest default prefill chunk.
-pub const DEFAULT_PREFILL_CHUNK: usize = 64;
+/// The largest default prefill chunk: each chunk reads every weight once, so a long prompt
+/// prefills faster in few large chunks (measured on the H200 for 512 tokens: 1B Q4_0 3955 ->
+/// 6903 tok/s, 8B Q4_0 825 -> 1190 tok/s from chunks of 64 to one of 512).
+pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 
 /// What the driver is built with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

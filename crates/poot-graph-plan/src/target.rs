@@ -76,11 +76,13 @@ pub struct Tuning {
     /// registers per thread where the backend takes one (0: no cap).
     pub gemv_min_resident: u32,
     /// Weight rows (output columns) a team of such a contraction walks at once over block
-    /// formats: each left-side value read from shared memory then serves that many weights
-    /// (a power of two, at least 1; fewer where the columns do not divide).
+    /// formats stored at half-word alignment (Q4_0, Q5_0, Q8_0, IQ4_NL, Q6_K), where the
+    /// columns still fill the workgroup cap: each left-side value read from shared memory then
+    /// serves that many weights (a power of two, at least 1; fewer where the columns do not
+    /// divide).
     pub gemv_columns: u32,
-    /// The same for dense weights.
-    pub gemv_dense_columns: u32,
+    /// The same for every other weight (word-aligned blocks, dense rows).
+    pub gemv_word_columns: u32,
     /// Whether such a contraction reads its staged left side 16 bytes per load where a unit's
     /// elements allow.
     pub gemv_wide_shared: bool,
@@ -97,7 +99,7 @@ impl Default for Tuning {
             gemv_waves: 4,
             gemv_min_resident: 2,
             gemv_columns: 2,
-            gemv_dense_columns: 1,
+            gemv_word_columns: 1,
             gemv_wide_shared: true,
         }
     }
@@ -107,7 +109,7 @@ impl Default for Tuning {
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
-     groups=N|none, waves=N, resident=N, columns=N, dense_columns=N, wide_shared=0|1 \
+     groups=N|none, waves=N, resident=N, columns=N, word_columns=N, wide_shared=0|1 \
      (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
@@ -150,7 +152,7 @@ impl Tuning {
                 "resident" => t.gemv_min_resident = value.parse().ok().ok_or_else(bad)?,
                 "shuffle" => t.gemv_team_shuffles = flag()?,
                 "columns" => t.gemv_columns = columns()?,
-                "dense_columns" => t.gemv_dense_columns = columns()?,
+                "word_columns" => t.gemv_word_columns = columns()?,
                 "wide_shared" => t.gemv_wide_shared = flag()?,
                 "groups" => {
                     t.gemv_max_workgroups = match value {
@@ -258,7 +260,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=128,resident=0,columns=4,\
-             dense_columns=2,wide_shared=0",
+             word_columns=2,wide_shared=0",
         )
         .unwrap();
         assert_eq!(
@@ -272,7 +274,7 @@ mod tests {
                 gemv_waves: 4,
                 gemv_min_resident: 0,
                 gemv_columns: 4,
-                gemv_dense_columns: 2,
+                gemv_word_columns: 2,
                 gemv_wide_shared: false,
             }
         );
@@ -288,7 +290,7 @@ mod tests {
             "groups=0",
             "lanes=8",
             "columns=3",
-            "dense_columns=0",
+            "word_columns=0",
         ] {
             let e = Tuning::parse(bad).unwrap_err();
             assert_eq!(e.item, bad);

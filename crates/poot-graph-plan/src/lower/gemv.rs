@@ -3,15 +3,14 @@
 //! format the planner decodes. Such a contraction reads each weight byte once and does little
 //! arithmetic per byte, so it is written to read the weights at memory bandwidth:
 //!
-//! - A team of `lanes` consecutive threads (8, 16 or 32: a warp or part of one) owns a few
-//!   consecutive output columns at a time (one for dense rows, two for block formats by
-//!   default: each left-side value read from shared memory then serves a weight of each, which
-//!   keeps the shared-memory reads of a 4-bit row below what the weights' own bandwidth
-//!   allows); a workgroup of `threads` holds `threads / lanes` teams, and workgroups stride over
-//!   the columns (at most a few per multiprocessor, so each stages its left side once for
-//!   several column tiles).
+//! - A team of `lanes` consecutive threads (8, 16 or 32: a warp or part of one) owns one or a
+//!   few consecutive output columns at a time (two for the half-word-aligned block formats
+//!   where the columns are many: each left-side value read from shared memory then serves a
+//!   weight of each); a workgroup of `threads` holds `threads / lanes` teams, and workgroups
+//!   stride over the columns (at most a few per multiprocessor, so each stages its left side
+//!   once for several column tiles).
 //! - The lanes walk the weight row in units: a fixed share of a block (16 elements, 32 for
-//!   Q6_K) decoded from whole u32 words with the block's scales decoded once
+//!   Q4_K and Q6_K) decoded from whole u32 words with the block's scales decoded once
 //!   ([`dequant_unit`](super::dequant_unit)), or dense words (four in one 16-byte load for f16
 //!   and bf16 rows of a multiple of 8). Consecutive lanes take consecutive units, so a team's
 //!   loads are contiguous; each lane decodes `unroll` units (loads first) per step so several
@@ -471,7 +470,7 @@ impl Lowering<'_> {
             .max()
             .unwrap_or(1);
         let lanes = team_lanes(units);
-        let cols = self.team_columns(job);
+        let cols = self.team_columns(job, lanes);
         let threads = workgroup_threads(job.columns / cols, lanes);
         let teams = threads / lanes;
         let n_sums = job.sums.len() as u32;
@@ -712,13 +711,9 @@ impl Lowering<'_> {
         if cx.binding_count() as u32 > self.target.limits.max_bindings {
             return Ok(None);
         }
-        let tuning = &self.target.tuning;
-        let most = tuning.gemv_max_workgroups.or_else(|| {
-            let per = tuning.gemv_waves;
-            let sms = self.target.limits.multiprocessors?;
-            (per > 0).then(|| sms.saturating_mul(per))
-        });
-        let groups = most.map_or(tiles, |most| tiles.min(most));
+        let groups = self
+            .gemv_workgroup_cap()
+            .map_or(tiles, |most| tiles.min(most));
         let grid = self.groups_for(groups, 1);
         Ok(Some((cx, grid)))
     }
@@ -891,26 +886,46 @@ impl Lowering<'_> {
         Ok(())
     }
 
-    /// Columns a team of `job` walks at once: the tuning's for the job's weights, halved until
-    /// every part's columns divide into whole teams' and the partial sums stay few.
-    fn team_columns(&self, job: &Job) -> u32 {
+    /// Columns a team of `job` (teams of `lanes`) walks at once: the tuning's for the job's
+    /// weights, halved until every part's columns divide into whole teams' and the partial sums
+    /// stay few, and (where the workgroups are capped) until the tiles still fill the cap.
+    /// Measured on the H200: two columns give 8B Q4_0 13% and cost 1B Q4_0 12%, SmolLM2 20% and
+    /// 8B Q4_K_M 4% (fewer, longer workgroups; word-aligned blocks gain nothing).
+    fn team_columns(&self, job: &Job, lanes: u32) -> u32 {
         let parts = || job.sums.iter().flat_map(|s| &s.parts);
-        let blocks = parts().any(|p| matches!(p.weight.layout, Layout::Blocks(_)));
+        let half_word_blocks = parts()
+            .any(|p| matches!(p.weight.layout, Layout::Blocks(f) if f.block_bytes() % 4 != 0));
         let tuning = &self.target.tuning;
-        let want = if blocks {
+        let want = if half_word_blocks {
             tuning.gemv_columns
         } else {
-            tuning.gemv_dense_columns
+            tuning.gemv_word_columns
         };
         let most = floor_pow2(MAX_ROWS as u32 / job.rows().max(1));
+        let cap = self.gemv_workgroup_cap();
+        let fits = |cols: u32| {
+            let whole = job.columns.is_multiple_of(cols)
+                && parts().all(|p| p.start.is_multiple_of(cols) && p.weight.n.is_multiple_of(cols));
+            let teams = workgroup_threads(job.columns / cols, lanes) / lanes;
+            let fills = cap.is_none_or(|cap| job.columns.div_ceil(teams * cols) >= cap);
+            whole && fills
+        };
         let mut cols = floor_pow2(want.max(1)).min(most);
-        while cols > 1
-            && !(job.columns.is_multiple_of(cols)
-                && parts().all(|p| p.start.is_multiple_of(cols) && p.weight.n.is_multiple_of(cols)))
-        {
+        while cols > 1 && !fits(cols) {
             cols /= 2;
         }
         cols
+    }
+
+    /// The most workgroups a decode-shaped contraction launches, where the tuning or the
+    /// device's multiprocessors bound them.
+    fn gemv_workgroup_cap(&self) -> Option<u32> {
+        let tuning = &self.target.tuning;
+        tuning.gemv_max_workgroups.or_else(|| {
+            let per = tuning.gemv_waves;
+            let sms = self.target.limits.multiprocessors?;
+            (per > 0).then(|| sms.saturating_mul(per))
+        })
     }
 
     /// Loads and decodes unit `u` of the weight row starting at `row_start`; the unit's `first`
