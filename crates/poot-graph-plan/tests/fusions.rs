@@ -4,8 +4,11 @@
 #![allow(clippy::unwrap_used)]
 
 use poot_graph_ir::ops::{self, AttentionOptions};
-use poot_graph_ir::{Builder, DType, Graph, Outputs, Slot, TensorType, TraceLimits, Traced};
-use poot_graph_plan::{Plan, Target, compile};
+use poot_graph_ir::{
+    Builder, DType, GgmlType, Graph, Outputs, Slot, TensorType, TraceLimits, Traced,
+};
+use poot_graph_plan::kernel::{Expr, Stmt};
+use poot_graph_plan::{Plan, Target, Tuning, compile};
 
 fn input(b: &Builder, name: &str, dims: &[usize]) -> Traced {
     b.constant(name, TensorType::new(DType::F32, dims.to_vec()))
@@ -84,6 +87,78 @@ fn gated_feed_forward(rows: usize) -> Plan {
     let d = ops::linear(&b, h, input(&b, "wd", &[64, 128]), None).unwrap();
     let y = b.add(x, d).unwrap();
     plan(&b.finish(Outputs::new(y)).unwrap())
+}
+
+/// A decode step's projection of one row against Q4_0 weights `[n, 256]`, planned for the PTX
+/// preset (132 multiprocessors) with the tuning overrides `tuning`.
+fn q4_0_projection(n: usize, tuning: &str) -> Plan {
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[1, 256]);
+    let w = b
+        .constant(
+            "w",
+            TensorType::new(DType::Packed(GgmlType::Q4_0), vec![n, 256]),
+        )
+        .unwrap();
+    let y = ops::linear(&b, x, w, None).unwrap();
+    let mut target = Target::ptx_preset();
+    target.tuning = Tuning::parse(tuning).unwrap();
+    let p = compile(&b.finish(Outputs::new(y)).unwrap(), &target).unwrap();
+    assert_eq!(kinds(&p), ["gemv"]);
+    p
+}
+
+/// Statements of `body` (and the blocks in it) that `count` picks.
+fn count_stmts(body: &[Stmt], count: &dyn Fn(&Stmt) -> bool) -> usize {
+    body.iter()
+        .map(|s| {
+            let inner = match s {
+                Stmt::If {
+                    then, otherwise, ..
+                } => count_stmts(then, count) + count_stmts(otherwise, count),
+                Stmt::For { body, .. } => count_stmts(body, count),
+                _ => 0,
+            };
+            inner + usize::from(count(s))
+        })
+        .sum()
+}
+
+fn weight_loads(p: &Plan) -> usize {
+    let k = &p.kernels[p.dispatches[0].kernel];
+    count_stmts(&k.body, &|s| {
+        matches!(
+            s,
+            Stmt::Let {
+                value: Expr::Load { .. },
+                ..
+            } | Stmt::LetWords { .. }
+        )
+    })
+}
+
+#[test]
+fn a_decode_contraction_reads_its_staged_left_side_sixteen_bytes_at_a_time() {
+    let wide = |p: &Plan| {
+        let k = &p.kernels[p.dispatches[0].kernel];
+        count_stmts(&k.body, &|s| matches!(s, Stmt::LetShared { .. }))
+    };
+    // A Q4_0 unit's elements are two aligned runs of eight: four 16-byte reads a unit.
+    assert!(wide(&q4_0_projection(4096, "")) >= 4);
+    assert_eq!(wide(&q4_0_projection(4096, "wide_shared=0")), 0);
+}
+
+#[test]
+fn two_columns_a_team_only_where_the_columns_fill_the_workgroup_cap() {
+    // 65536 columns fill 132 x 4 workgroups with teams of two columns: each team decodes two
+    // weight rows per step, so the kernel loads twice the words.
+    let many = weight_loads(&q4_0_projection(65536, ""));
+    assert_eq!(many, 2 * weight_loads(&q4_0_projection(65536, "columns=1")));
+    // 4096 columns would not: one column a team, as with `columns=1`.
+    assert_eq!(
+        weight_loads(&q4_0_projection(4096, "")),
+        weight_loads(&q4_0_projection(4096, "columns=1"))
+    );
 }
 
 #[test]

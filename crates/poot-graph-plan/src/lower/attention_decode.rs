@@ -40,6 +40,7 @@
 use super::access::unflatten;
 use super::attention::{Attention, MAX_PARTITIONS, and, at_s, exp, neg_inf};
 use super::context::KernelCtx;
+use super::emit::pairwise;
 use super::{Lowering, PlanError};
 use crate::kernel::build::{cmp, eq, load_shared, local_id, lt, max, min, mul_add, select, u32c};
 use crate::kernel::{BinOp, CmpOp, Expr, Ty, Var, Word};
@@ -137,22 +138,6 @@ fn feature(lane: &Expr, f: usize, lanes: u32, len: usize) -> (Expr, Option<Expr>
         d,
         partial.then(|| lt(lane.clone(), u32c(len as u32 - first))),
     )
-}
-
-/// `terms` added in pairs, then pairs of pairs.
-fn pairwise(mut terms: Vec<Expr>) -> Expr {
-    while terms.len() > 1 {
-        let mut next = Vec::with_capacity(terms.len().div_ceil(2));
-        let mut it = terms.into_iter();
-        while let Some(a) = it.next() {
-            next.push(match it.next() {
-                Some(b) => a + b,
-                None => a,
-            });
-        }
-        terms = next;
-    }
-    terms.pop().unwrap_or(Expr::F32(0.0))
 }
 
 fn any(conds: &[Expr]) -> Expr {

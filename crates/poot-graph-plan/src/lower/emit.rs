@@ -673,6 +673,22 @@ impl Lowering<'_> {
     }
 }
 
+/// `terms` summed pairwise (a balanced tree: short dependency chains).
+pub(super) fn pairwise(mut terms: Vec<Expr>) -> Expr {
+    while terms.len() > 1 {
+        let mut next = Vec::with_capacity(terms.len().div_ceil(2));
+        let mut it = terms.into_iter();
+        while let Some(a) = it.next() {
+            next.push(match it.next() {
+                Some(b) => a + b,
+                None => a,
+            });
+        }
+        terms = next;
+    }
+    terms.pop().unwrap_or(Expr::F32(0.0))
+}
+
 /// An f32, i32 or u32 value as the u32 word of its bits (how split reductions keep partial
 /// results of any type in one u32 buffer).
 pub(super) fn to_bits(ty: Ty, x: Expr) -> Expr {

@@ -45,6 +45,7 @@ use super::classify::Placement;
 use super::context::KernelCtx;
 use super::dequant::{self, FormatTables};
 use super::dequant_unit::{self, Group, Unit};
+use super::emit::pairwise;
 use super::{Lowering, PlanError};
 use crate::kernel::build::{
     eq, group_count_x, group_id, load, load_half, load_shared, local_id, lt, mul_add, u32c, un,
@@ -249,22 +250,6 @@ fn lead_index(lead: &[usize], m: u32) -> Vec<Expr> {
         rest /= d.max(1);
     }
     idx
-}
-
-/// `terms` summed pairwise (a balanced tree: short dependency chains).
-fn pairwise(mut terms: Vec<Expr>) -> Expr {
-    while terms.len() > 1 {
-        let mut next = Vec::with_capacity(terms.len().div_ceil(2));
-        let mut it = terms.into_iter();
-        while let Some(a) = it.next() {
-            next.push(match it.next() {
-                Some(b) => a + b,
-                None => a,
-            });
-        }
-        terms = next;
-    }
-    terms.pop().unwrap_or(Expr::F32(0.0))
 }
 
 impl Lowering<'_> {
