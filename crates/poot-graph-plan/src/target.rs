@@ -86,6 +86,9 @@ pub struct Tuning {
     /// Whether such a contraction reads its staged left side 16 bytes per load where a unit's
     /// elements allow.
     pub gemv_wide_shared: bool,
+    /// Whether such a contraction reads Q4_0 and IQ4_NL rows (of a multiple of 64) two blocks,
+    /// nine whole words, at a time instead of half-word-shifted windows of one block.
+    pub gemv_block_pairs: bool,
 }
 
 impl Default for Tuning {
@@ -101,6 +104,7 @@ impl Default for Tuning {
             gemv_columns: 2,
             gemv_word_columns: 1,
             gemv_wide_shared: true,
+            gemv_block_pairs: true,
         }
     }
 }
@@ -109,7 +113,7 @@ impl Default for Tuning {
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
-     groups=N|none, waves=N, resident=N, columns=N, word_columns=N, wide_shared=0|1 \
+     groups=N|none, waves=N, resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1 \
      (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
@@ -154,6 +158,7 @@ impl Tuning {
                 "columns" => t.gemv_columns = columns()?,
                 "word_columns" => t.gemv_word_columns = columns()?,
                 "wide_shared" => t.gemv_wide_shared = flag()?,
+                "pairs" => t.gemv_block_pairs = flag()?,
                 "groups" => {
                     t.gemv_max_workgroups = match value {
                         "none" => None,
@@ -260,7 +265,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=128,resident=0,columns=4,\
-             word_columns=2,wide_shared=0",
+             word_columns=2,wide_shared=0,pairs=0",
         )
         .unwrap();
         assert_eq!(
@@ -276,6 +281,7 @@ mod tests {
                 gemv_columns: 4,
                 gemv_word_columns: 2,
                 gemv_wide_shared: false,
+                gemv_block_pairs: false,
             }
         );
         assert_eq!(

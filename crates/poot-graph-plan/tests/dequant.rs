@@ -10,7 +10,7 @@ use poot_graph_plan::lower::dequant::{
     DequantError, FormatTable, FormatTables, decode_element, row_bytes, table_words, tables_of,
     words_of_bytes,
 };
-use poot_graph_plan::lower::dequant_unit::{decode_unit, units_per_block};
+use poot_graph_plan::lower::dequant_unit::{PairFormat, decode_pair, decode_unit, units_per_block};
 
 /// splitmix64: a small seeded generator, so every run checks the same blocks.
 struct Rng(u64);
@@ -460,5 +460,92 @@ fn every_code_decodes_by_units_bit_for_bit() {
             }
         }
         check_unit_bytes(format, &[], &bytes, "every code");
+    }
+}
+
+/// Decodes the block pairs of `bytes` (whole pairs of `pair`'s format, from a word boundary)
+/// through `decode_pair` and checks every element, times its group's scale, against the
+/// reference bit for bit.
+fn check_pair_bytes(pair: PairFormat, bytes: &[u8], case: &str) {
+    let format = pair.block_format();
+    let pair_bytes = 2 * format.block_bytes();
+    let k = bytes.len() / format.block_bytes() * format.block_elems();
+    let words = words_of_bytes(bytes);
+    let mut want = vec![0f32; k];
+    decode_block_row(format, MatrixShape::new(1, k), bytes, 0, &mut want).expect("reference");
+    let mut kb = KernelBuilder::new("pair_test", 1);
+    let weights = kb.param("weights", Word::U32, Access::Read);
+    let tables = FormatTables::declare(format, &mut kb);
+    let base = kb.var(Ty::U32, u32c(0));
+    let unit = decode_pair(&mut kb, pair, weights, &tables, Expr::Var(base)).expect("tables");
+    let kernel = kb.finish();
+    kernel.validate().expect("the pair's statements validate");
+    let table_data: Vec<_> = tables.iter().map(|(t, p)| (p, table_words(t))).collect();
+    for p in 0..bytes.len() / pair_bytes {
+        let mut env = Env::new();
+        env.bind(weights, Word::U32, &words);
+        for (param, w) in &table_data {
+            env.bind(*param, Word::U32, w);
+        }
+        env.set_var(base, Value::U32((p * pair_bytes) as u32));
+        for stmt in &kernel.body[1..] {
+            let Stmt::Let { var, value, .. } = stmt else {
+                panic!("{pair:?}: a pair emits only declarations, found {stmt:?}");
+            };
+            let v = env
+                .eval(value)
+                .unwrap_or_else(|e| panic!("{pair:?} pair {p}: {e}"));
+            env.set_var(*var, v);
+        }
+        let first = env.eval_u32(&unit.first).expect("first element") as usize;
+        let mut seen = vec![false; 2 * format.block_elems()];
+        for group in &unit.groups {
+            let scale = group
+                .scale
+                .clone()
+                .expect("a pair's groups carry their block's scale");
+            for (off, value) in &group.elements {
+                let j = first + *off as usize;
+                assert!(!seen[j], "{pair:?}: element {j} decoded twice");
+                seen[j] = true;
+                let got = env
+                    .eval_f32(&(scale.clone() * value.clone()))
+                    .unwrap_or_else(|e| panic!("{pair:?} pair {p} element {j}: {e}"));
+                let w = want[p * 2 * format.block_elems() + j];
+                let same = if w.is_nan() {
+                    got.is_nan()
+                } else {
+                    got.to_bits() == w.to_bits()
+                };
+                assert!(
+                    same,
+                    "{pair:?} ({case}) pair {p} element {j}: got {got:e}, want {w:e}"
+                );
+            }
+        }
+        assert!(seen.iter().all(|&s| s), "{pair:?}: a pair missed elements");
+    }
+}
+
+#[test]
+fn block_pairs_decode_bit_for_bit() {
+    for (i, pair) in [PairFormat::Q4_0, PairFormat::Iq4Nl]
+        .into_iter()
+        .enumerate()
+    {
+        let format = pair.block_format();
+        let mut rng = Rng(9000 + i as u64);
+        for fill in [Fill::Realistic, Fill::RandomBytes] {
+            let bytes = random_rows(format, 6, fill, &mut rng);
+            check_pair_bytes(pair, &bytes, &format!("{fill:?}"));
+        }
+        // Every byte value at every code byte of a pair's two blocks.
+        let mut bytes = random_rows(format, 256, Fill::Realistic, &mut rng);
+        for (b, block) in bytes.chunks_mut(format.block_bytes()).enumerate() {
+            for (i, byte) in block.iter_mut().enumerate().skip(2) {
+                *byte = (b + i) as u8;
+            }
+        }
+        check_pair_bytes(pair, &bytes, "every code");
     }
 }

@@ -240,8 +240,9 @@ enum Legacy {
     Iq4Nl(ParamId),
 }
 
-/// The 4-bit codes of two words of nibble-split code bytes `first..first + 8`: offset `4 t + e`
-/// (low nibble of byte `e` of word `t`) and 16 further (its high nibble).
+/// The 4-bit codes of words of nibble-split code bytes (two words: bytes `first..first + 8`;
+/// four: a whole block's 16): offset `4 t + e` (low nibble of byte `e` of word `t`) and 16
+/// further (its high nibble).
 fn split_nibbles(q: &[Expr]) -> Vec<(u32, Expr)> {
     let mut out = Vec::with_capacity(16);
     for (t, word) in q.iter().enumerate() {
@@ -263,17 +264,98 @@ fn nibbles_32(s: &mut Src, sub: Expr, kind: Legacy) -> Unit {
     let q = s.window(c(2) + first.clone(), 2);
     let elements = split_nibbles(&q)
         .into_iter()
-        .map(|(off, code)| {
-            let value = match kind {
-                Legacy::Q4_0 => code_minus(code, 8),
-                Legacy::Iq4Nl(kv) => level(kv, code),
-            };
-            (off, value)
-        })
+        .map(|(off, code)| (off, legacy_value(&kind, code)))
         .collect();
     Unit {
         first,
         groups: vec![Group::scaled(d, elements)],
+    }
+}
+
+/// The 18-byte formats whose consecutive block pairs a row can read as nine whole words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PairFormat {
+    Q4_0,
+    Iq4Nl,
+}
+
+impl PairFormat {
+    /// The pair format of `format`, if it has one.
+    pub fn of(format: BlockFormat) -> Option<PairFormat> {
+        match format {
+            BlockFormat::Q4_0 => Some(PairFormat::Q4_0),
+            BlockFormat::IQ4_NL => Some(PairFormat::Iq4Nl),
+            _ => None,
+        }
+    }
+
+    pub fn block_format(self) -> BlockFormat {
+        match self {
+            PairFormat::Q4_0 => BlockFormat::Q4_0,
+            PairFormat::Iq4Nl => BlockFormat::IQ4_NL,
+        }
+    }
+}
+
+/// Decodes the two consecutive blocks of `pair`'s format whose first byte is `base` (a u32
+/// variable, a multiple of 4) in `weights`: 36 bytes, nine whole words, where a unit of one
+/// block reads a window of half-word-shifted words chosen at run time. Elements `0..32` are
+/// the first block's (one group of scale `d0`, the low half of word 0, its codes the words
+/// shifted by a half), `32..64` the second's (scale `d1`, the high half of word 4, its codes
+/// words 5..9 as they are).
+pub fn decode_pair(
+    kb: &mut KernelBuilder,
+    pair: PairFormat,
+    weights: ParamId,
+    tables: &FormatTables,
+    base: Expr,
+) -> Result<Unit, DequantError> {
+    let format = pair.block_format();
+    let kind = match pair {
+        PairFormat::Q4_0 => Legacy::Q4_0,
+        PairFormat::Iq4Nl => {
+            let table = FormatTable::KvaluesIq4nl;
+            let kv = tables
+                .get(table)
+                .ok_or(DequantError::MissingTable { format, table })?;
+            Legacy::Iq4Nl(kv)
+        }
+    };
+    let first_word = kb.let_(Ty::U32, base >> c(2));
+    let w: Vec<Expr> = (0..9)
+        .map(|j| kb.let_(Ty::U32, load(weights, first_word.clone() + c(j))))
+        .collect();
+    let d0 = kb.let_(Ty::F32, un(UnOp::F16ToF32, w[0].clone()));
+    let d1 = kb.let_(Ty::F32, un(UnOp::F16ToF32, w[4].clone() >> c(16)));
+    let q0: Vec<Expr> = (0..4)
+        .map(|j| {
+            kb.let_(
+                Ty::U32,
+                (w[j].clone() >> c(16)) | (w[j + 1].clone() << c(16)),
+            )
+        })
+        .collect();
+    let values = |q: &[Expr], shift: u32| -> Vec<(u32, Expr)> {
+        split_nibbles(q)
+            .into_iter()
+            .map(|(off, code)| (off + shift, legacy_value(&kind, code)))
+            .collect()
+    };
+    let groups = vec![
+        Group::scaled(d0, values(&q0, 0)),
+        Group::scaled(d1, values(&w[5..9], 32)),
+    ];
+    Ok(Unit {
+        first: c(0),
+        groups,
+    })
+}
+
+/// A legacy 4-bit code's value before its block's scale.
+fn legacy_value(kind: &Legacy, code: Expr) -> Expr {
+    match kind {
+        Legacy::Q4_0 => code_minus(code, 8),
+        Legacy::Iq4Nl(kv) => level(*kv, code),
     }
 }
 

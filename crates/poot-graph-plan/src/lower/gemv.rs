@@ -44,7 +44,7 @@ use super::access::{device_word, kty, to_word};
 use super::classify::Placement;
 use super::context::KernelCtx;
 use super::dequant::{self, FormatTables};
-use super::dequant_unit::{self, Group, Unit};
+use super::dequant_unit::{self, Group, PairFormat, Unit};
 use super::emit::pairwise;
 use super::{Lowering, PlanError};
 use crate::kernel::build::{
@@ -64,6 +64,9 @@ const MIN_WORKGROUPS: u32 = 256;
 /// layout's units start and end inside one chunk.
 const CHUNK_ALIGN: u32 = 256;
 
+/// Elements of a [`Layout::BlockPairs`] unit.
+const PAIR_ELEMS: u32 = 64;
+
 /// How a weight's rows are stored, as the kernel reads them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Layout {
@@ -78,6 +81,9 @@ enum Layout {
     Halves(Half),
     /// GGUF blocks: a unit is a fixed share of a block.
     Blocks(BlockFormat),
+    /// Q4_0 or IQ4_NL rows of a multiple of 64: a unit is two blocks, nine whole words (the
+    /// 18-byte blocks of [`Layout::Blocks`] are read as half-word-shifted windows).
+    BlockPairs(PairFormat),
 }
 
 impl Layout {
@@ -87,13 +93,17 @@ impl Layout {
             Layout::HalfPairs(_) => k / 2,
             Layout::HalfOcts(_) => k / 8,
             Layout::Blocks(f) => k / f.block_elems() as u32 * dequant_unit::units_per_block(f),
+            Layout::BlockPairs(_) => k / PAIR_ELEMS,
         }
     }
 
     /// Whether every unit's first element is a multiple of 4 (its aligned runs of four
     /// elements can be read from the stage in one load).
     fn aligned_units(self) -> bool {
-        matches!(self, Layout::HalfOcts(_) | Layout::Blocks(_))
+        matches!(
+            self,
+            Layout::HalfOcts(_) | Layout::Blocks(_) | Layout::BlockPairs(_)
+        )
     }
 
     fn unit_bytes(self) -> u32 {
@@ -102,6 +112,7 @@ impl Layout {
             Layout::HalfOcts(_) => 16,
             Layout::Halves(_) => 2,
             Layout::Blocks(f) => dequant_unit::unit_bytes(f),
+            Layout::BlockPairs(p) => 2 * p.block_format().block_bytes() as u32,
         }
     }
 }
@@ -235,7 +246,7 @@ const MIN_BLOCK_STEPS: u32 = 4;
 fn unroll(layout: Layout, units: u32, lanes: u32, bytes: u32) -> u32 {
     let want = floor_pow2(bytes / layout.unit_bytes()).min(8);
     let steps = match layout {
-        Layout::Blocks(_) => MIN_BLOCK_STEPS,
+        Layout::Blocks(_) | Layout::BlockPairs(_) => MIN_BLOCK_STEPS,
         Layout::F32 | Layout::HalfPairs(_) | Layout::HalfOcts(_) | Layout::Halves(_) => 1,
     };
     want.min(floor_pow2(units / (lanes * steps)))
@@ -314,7 +325,14 @@ impl Lowering<'_> {
                     if row_bytes % 2 != 0 && b != BlockFormat::MXFP4 {
                         return None;
                     }
-                    (Layout::Blocks(b), row_bytes)
+                    let pairs = PairFormat::of(b).filter(|_| {
+                        k % PAIR_ELEMS as usize == 0 && self.target.tuning.gemv_block_pairs
+                    });
+                    let layout = match pairs {
+                        Some(pair) => Layout::BlockPairs(pair),
+                        None => Layout::Blocks(b),
+                    };
+                    (layout, row_bytes)
                 }
                 _ => return None,
             },
@@ -808,7 +826,7 @@ impl Lowering<'_> {
         );
         let (lane, lanes) = (&walk.lane, walk.lanes);
         let bytes = match w.layout {
-            Layout::Blocks(_) => self.target.tuning.gemv_bytes_per_step,
+            Layout::Blocks(_) | Layout::BlockPairs(_) => self.target.tuning.gemv_bytes_per_step,
             Layout::F32 | Layout::HalfPairs(_) | Layout::HalfOcts(_) | Layout::Halves(_) => {
                 self.target.tuning.gemv_dense_bytes_per_step
             }
@@ -825,12 +843,16 @@ impl Lowering<'_> {
                 let p = cx.param(buf, Word::U32, false);
                 (p, self.tables_for(cx, f))
             }
+            Layout::BlockPairs(pair) => {
+                let p = cx.param(buf, Word::U32, false);
+                (p, self.tables_for(cx, pair.block_format()))
+            }
         };
         // Each row's first word (f32, half pairs), half (halves) or byte (blocks).
         let row_len = match w.layout {
             Layout::F32 | Layout::Halves(_) => w.k,
             Layout::HalfPairs(_) | Layout::HalfOcts(_) => w.k / 2,
-            Layout::Blocks(_) => w.row_bytes,
+            Layout::Blocks(_) | Layout::BlockPairs(_) => w.row_bytes,
         };
         let row_starts: Vec<Expr> = (0..cols)
             .map(|c| {
@@ -878,8 +900,11 @@ impl Lowering<'_> {
     /// 8B Q4_K_M 4% (fewer, longer workgroups; word-aligned blocks gain nothing).
     fn team_columns(&self, job: &Job, lanes: u32) -> u32 {
         let parts = || job.sums.iter().flat_map(|s| &s.parts);
-        let half_word_blocks = parts()
-            .any(|p| matches!(p.weight.layout, Layout::Blocks(f) if f.block_bytes() % 4 != 0));
+        let half_word_blocks = parts().any(|p| match p.weight.layout {
+            Layout::Blocks(f) => f.block_bytes() % 4 != 0,
+            Layout::BlockPairs(_) => true,
+            Layout::F32 | Layout::HalfPairs(_) | Layout::HalfOcts(_) | Layout::Halves(_) => false,
+        });
         let tuning = &self.target.tuning;
         let want = if half_word_blocks {
             tuning.gemv_columns
@@ -986,6 +1011,17 @@ impl Lowering<'_> {
                     .let_(Ty::U32, block * u32c(f.block_elems() as u32) + unit.first);
                 Unit {
                     first,
+                    groups: unit.groups,
+                }
+            }
+            Layout::BlockPairs(pair) => {
+                let bytes = 2 * pair.block_format().block_bytes() as u32;
+                let base = cx
+                    .kb
+                    .let_(Ty::U32, row_start.clone() + u.clone() * u32c(bytes));
+                let unit = dequant_unit::decode_pair(&mut cx.kb, pair, param, tables, base)?;
+                Unit {
+                    first: u << u32c(PAIR_ELEMS.trailing_zeros()),
                     groups: unit.groups,
                 }
             }
