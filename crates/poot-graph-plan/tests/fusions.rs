@@ -162,6 +162,16 @@ fn two_columns_a_team_only_where_the_columns_fill_the_workgroup_cap() {
 }
 
 #[test]
+fn block_pairs_read_nine_whole_words_where_asked() {
+    // Windows of one block: three words a 16-element unit. Pairs: nine a 64-element unit.
+    let windows = weight_loads(&q4_0_projection(4096, ""));
+    let pairs = weight_loads(&q4_0_projection(4096, "pairs=1"));
+    assert_eq!(windows % 3, 0, "{windows}");
+    assert_eq!(pairs % 9, 0, "{pairs}");
+    assert_ne!(windows, pairs);
+}
+
+#[test]
 fn a_residual_add_and_a_gated_activation_are_epilogues() {
     let p = gated_feed_forward(1);
     assert_eq!(kinds(&p), ["gemv_epilogue", "gemv_epilogue"]);
