@@ -43,7 +43,7 @@ use super::{Lowering, PlanError};
 use crate::kernel::build::{
     cmp, eq, load, load_shared, local_id, lt, max, min, mul_add, select, u32c, un,
 };
-use crate::kernel::{BinOp, CmpOp, Expr, Ty, UnOp, Word};
+use crate::kernel::{BinOp, CmpOp, Expr, SharedId, Ty, UnOp, Word};
 use crate::plan::BufferRole;
 
 /// Cache positions one partition walks when the rows alone do not fill the device.
@@ -262,6 +262,15 @@ pub fn find_all(
         .collect()
 }
 
+/// One (row, partition) item of an attention kernel, as [`Lowering::begin_attention_item`]
+/// opens it: the flat item, its row and partition, and the row's `[b, h, t]`.
+pub(super) struct Item {
+    pub item: Expr,
+    pub row: Expr,
+    pub part: Expr,
+    pub bht: Vec<Expr>,
+}
+
 /// How the positions of each row are split: (partitions, positions per partition).
 fn partitions(rows: usize, positions: usize, tile: usize) -> (usize, usize) {
     if rows >= ROWS_WITHOUT_SPLIT || positions <= PARTITION_POSITIONS {
@@ -314,21 +323,17 @@ impl Lowering<'_> {
         let q_sh = cx.kb.shared("q", Ty::F32, dqk as u32);
         let p_sh = cx.kb.shared("p", Ty::F32, wg);
         let red = cx.kb.shared("red", Ty::F32, wg);
-        let item = Self::begin_rows(&mut cx, (rows * parts) as u32);
-        let row = cx.kb.let_(Ty::U32, item.clone() / u32c(parts as u32));
-        let part = cx.kb.let_(Ty::U32, item.clone() % u32c(parts as u32));
-        let bht = unflatten(&mut cx, row.clone(), &[bsz, heads, tokens]);
+        let Item {
+            item,
+            row,
+            part,
+            bht,
+        } = self.begin_attention_item(&mut cx, a, parts, q_sh)?;
         let at = |x: Expr| {
             let mut i = bht.clone();
             i.push(x);
             i
         };
-        cx.open_prologue();
-        let d = cx.kb.begin_for(local_id(), u32c(dqk as u32), u32c(wg));
-        let qv = self.value_at(&mut cx, a.q, &at(d.clone()))?;
-        cx.kb.store_shared(q_sh, d, qv);
-        cx.kb.end();
-        cx.kb.barrier();
         let m = cx.kb.var(Ty::F32, neg_inf());
         let l = cx.kb.var(Ty::F32, Expr::F32(0.0));
         let per_thread = dv.div_ceil(wg as usize);
@@ -486,6 +491,40 @@ impl Lowering<'_> {
             self.emit_attention_combine(a, target, out, parts, s_len)?;
         }
         Ok(())
+    }
+
+    /// Opens the loop over `a`'s (row, partition) items, `parts` partitions a row, then the
+    /// prologue the caller closes, and stages the item's query in `q_sh` (its rotary embedding
+    /// and norm computed there, as the graph computes them in place).
+    pub(super) fn begin_attention_item(
+        &mut self,
+        cx: &mut KernelCtx,
+        a: &Attention,
+        parts: usize,
+        q_sh: SharedId,
+    ) -> Result<Item, PlanError> {
+        let od = self.g.values()[a.out.index()].ty.dims().to_vec();
+        let (bsz, heads, tokens) = (od[0], od[1], od[2]);
+        let dqk = self.g.values()[a.q.index()].ty.dims()[3] as u32;
+        let item = Self::begin_rows(cx, (bsz * heads * tokens * parts) as u32);
+        let row = cx.kb.let_(Ty::U32, item.clone() / u32c(parts as u32));
+        let part = cx.kb.let_(Ty::U32, item.clone() % u32c(parts as u32));
+        let bht = unflatten(cx, row.clone(), &[bsz, heads, tokens]);
+        cx.open_prologue();
+        let threads = cx.kb.workgroup();
+        let d = cx.kb.begin_for(local_id(), u32c(dqk), u32c(threads));
+        let mut at = bht.clone();
+        at.push(d.clone());
+        let qv = self.value_at(cx, a.q, &at)?;
+        cx.kb.store_shared(q_sh, d, qv);
+        cx.kb.end();
+        cx.kb.barrier();
+        Ok(Item {
+            item,
+            row,
+            part,
+            bht,
+        })
     }
 
     /// The mean of the values over every position for output feature `dj` of row `bht`: the

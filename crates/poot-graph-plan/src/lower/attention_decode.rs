@@ -37,8 +37,7 @@
 //! visible logit of the row exceeds `f32::MIN + 104`, and a row with no visible position is the
 //! mean of the values, as in the prefill kernel.
 
-use super::access::unflatten;
-use super::attention::{Attention, MAX_PARTITIONS, and, at_s, exp, neg_inf};
+use super::attention::{Attention, Item, MAX_PARTITIONS, and, at_s, exp, neg_inf};
 use super::context::KernelCtx;
 use super::emit::pairwise;
 use super::{Lowering, PlanError};
@@ -196,21 +195,17 @@ impl Lowering<'_> {
         let team = cx
             .kb
             .let_(Ty::U32, local_id() >> u32c(lanes.trailing_zeros()));
-        let item = Self::begin_rows(&mut cx, (rows * parts) as u32);
-        let row = cx.kb.let_(Ty::U32, item.clone() / u32c(parts as u32));
-        let part = cx.kb.let_(Ty::U32, item.clone() % u32c(parts as u32));
-        let bht = unflatten(&mut cx, row.clone(), &[bsz, heads, tokens]);
+        let Item {
+            item,
+            row,
+            part,
+            bht,
+        } = self.begin_attention_item(&mut cx, a, parts, q_sh)?;
         let at = |x: Expr| {
             let mut i = bht.clone();
             i.push(x);
             i
         };
-        cx.open_prologue();
-        let d = cx.kb.begin_for(local_id(), u32c(dqk as u32), u32c(wg));
-        let qv = self.value_at(&mut cx, a.q, &at(d.clone()))?;
-        cx.kb.store_shared(q_sh, d, qv);
-        cx.kb.end();
-        cx.kb.barrier();
         let qs: Vec<Expr> = (0..qk_per_lane)
             .map(|f| {
                 let (d, partial) = feature(&lane, f, lanes, dqk);
