@@ -1141,6 +1141,36 @@ pub fn run_split(exec: &mut dyn Executor) -> Vec<Outcome> {
 /// each order is within `terms` roundings of the exact sum, so two orders differ by at most
 /// twice that, relative to the sum of magnitudes, which for these cases' outputs stays within a
 /// small multiple of the largest output. Never below a few ulps of libm error.
+/// A mask of `t` query rows over `len` positions that sees every position.
+fn all_visible(c: &CaseBuilder, t: usize, len: usize) -> Traced {
+    c.b.broadcast(
+        c.b.literal(poot_graph_ir::Scalar::Bool(true)).expect("l"),
+        [1, 1, t, len],
+    )
+    .expect("mask")
+}
+
+/// Grouped-query attention of `hq` query heads over `hkv` KV heads, scaled by `1/sqrt(dqk)`.
+fn attention_options(hq: usize, hkv: usize, dqk: usize, softcap: Option<f32>) -> AttentionOptions {
+    AttentionOptions {
+        n_rep: hq / hkv,
+        scale: 1.0 / (dqk as f32).sqrt(),
+        softcap,
+    }
+}
+
+/// The case `name`: attention of `[q, k, v, mask]` over `len` positions.
+fn attention_case(
+    c: CaseBuilder,
+    name: &str,
+    [q, k, v, mask]: [Traced; 4],
+    options: AttentionOptions,
+    len: usize,
+) -> Case {
+    let o = ops::attention_masked(&c.b, q, k, v, mask, options).expect("attention");
+    c.finish(name, Outputs::new(o), reassociated(len))
+}
+
 pub fn reassociated(terms: usize) -> Tolerance {
     Tolerance::Relative((4.0 * terms as f32 * f32::EPSILON).max(1e-5))
 }
@@ -1235,11 +1265,7 @@ fn decoder_layer_case(name: &str, seed: u64, s: LayerShape, steps: usize) -> Cas
         kc,
         vc,
         mask,
-        AttentionOptions {
-            n_rep: hq / hkv,
-            scale: 1.0 / (dh as f32).sqrt(),
-            softcap: s.softcap,
-        },
+        attention_options(hq, hkv, dh, s.softcap),
     )
     .expect("attention");
     let o = b.transpose(o, vec![0, 2, 1, 3]).expect("t");
@@ -1448,26 +1474,10 @@ fn fusion_cases() -> Vec<Case> {
         let mask = if masked {
             ops::causal_mask(&c.b, pos, len, None).expect("mask")
         } else {
-            c.b.broadcast(
-                c.b.literal(poot_graph_ir::Scalar::Bool(true)).expect("l"),
-                [1, 1, t, len],
-            )
-            .expect("mask")
+            all_visible(&c, t, len)
         };
-        let o = ops::attention_masked(
-            &c.b,
-            q,
-            k,
-            v,
-            mask,
-            AttentionOptions {
-                n_rep: hq / hkv,
-                scale: 1.0 / (dqk as f32).sqrt(),
-                softcap: None,
-            },
-        )
-        .expect("attention");
-        cases.push(c.finish(name, Outputs::new(o), reassociated(len)));
+        let options = attention_options(hq, hkv, dqk, None);
+        cases.push(attention_case(c, name, [q, k, v, mask], options, len));
     }
 
     // Decode-shaped rows walking several blocks per partition, the last step past the end:
@@ -1534,28 +1544,10 @@ fn fusion_cases() -> Vec<Case> {
                 let pos = c.slot_i32(Slot::Pos, pos, &[1, t]);
                 ops::causal_mask(&c.b, pos, len, window).expect("mask")
             }
-            None => {
-                c.b.broadcast(
-                    c.b.literal(poot_graph_ir::Scalar::Bool(true)).expect("l"),
-                    [1, 1, t, len],
-                )
-                .expect("mask")
-            }
+            None => all_visible(&c, t, len),
         };
-        let o = ops::attention_masked(
-            &c.b,
-            q,
-            k,
-            v,
-            mask,
-            AttentionOptions {
-                n_rep: hq / hkv,
-                scale: 1.0 / (dqk as f32).sqrt(),
-                softcap,
-            },
-        )
-        .expect("attention");
-        cases.push(c.finish(name, Outputs::new(o), reassociated(len)));
+        let options = attention_options(hq, hkv, dqk, softcap);
+        cases.push(attention_case(c, name, [q, k, v, mask], options, len));
     }
 
     // The probabilities are an output too: not rewritten, planned unfused.

@@ -10,7 +10,9 @@ use poot_graph_plan::lower::dequant::{
     DequantError, FormatTable, FormatTables, decode_element, row_bytes, table_words, tables_of,
     words_of_bytes,
 };
-use poot_graph_plan::lower::dequant_unit::{PairFormat, decode_pair, decode_unit, units_per_block};
+use poot_graph_plan::lower::dequant_unit::{
+    PairFormat, Unit, decode_pair, decode_unit, units_per_block,
+};
 
 /// splitmix64: a small seeded generator, so every run checks the same blocks.
 struct Rng(u64);
@@ -275,6 +277,67 @@ fn a_decode_kernel_validates() {
     }
 }
 
+/// Runs a unit's statements in `env`: declarations, and wide loads read word by word from an
+/// index their count divides.
+fn declare(env: &mut Env, body: &[Stmt], what: &str) {
+    let set = |env: &mut Env, var, value: &Expr| {
+        let v = env.eval(value).unwrap_or_else(|e| panic!("{what}: {e}"));
+        env.set_var(var, v);
+    };
+    for stmt in body {
+        match stmt {
+            Stmt::Let { var, value, .. } => set(env, *var, value),
+            Stmt::LetWords { vars, buf, index } => {
+                let at = env
+                    .eval_u32(index)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(
+                    at % vars.len() as u32,
+                    0,
+                    "{what}: a wide load at word {at}"
+                );
+                for (i, var) in vars.iter().enumerate() {
+                    set(env, *var, &load(*buf, u32c(at + i as u32)));
+                }
+            }
+            _ => panic!("{what}: a unit emits only declarations, found {stmt:?}"),
+        }
+    }
+}
+
+/// Checks each element of `unit` (times its group's scale, in one f32 multiply) against `want`
+/// (the elements of the unit's block, or pair of blocks) bit for bit, marks it in `seen` (an
+/// element decoded twice fails), and checks the padding invariant of its offset.
+fn check_elements(env: &Env, unit: &Unit, want: &[f32], seen: &mut [bool], what: &str) {
+    let first = env.eval_u32(&unit.first).expect("first element");
+    for group in &unit.groups {
+        for (off, value) in &group.elements {
+            let value = match &group.scale {
+                Some(scale) => scale.clone() * value.clone(),
+                None => value.clone(),
+            };
+            assert_eq!(
+                (first + off) / 32,
+                first / 32 + off / 32,
+                "{what}: offset {off} from {first} crosses a multiple of 32"
+            );
+            let j = (first + off) as usize;
+            assert!(!seen[j], "{what}: element {j} decoded twice");
+            seen[j] = true;
+            let got = env
+                .eval_f32(&value)
+                .unwrap_or_else(|e| panic!("{what} element {j}: {e}"));
+            let w = want[j];
+            let same = if w.is_nan() {
+                got.is_nan()
+            } else {
+                got.to_bits() == w.to_bits()
+            };
+            assert!(same, "{what} element {j}: got {got:e}, want {w:e}");
+        }
+    }
+}
+
 /// Decodes every unit of `n_blocks` consecutive blocks of `format` stored after `prefix_bytes`
 /// bytes (so blocks of 2-byte-aligned formats start at both halves of a word) through
 /// `decode_unit`, checks each element (times its group's scale, where it has one) against the
@@ -330,69 +393,10 @@ fn check_unit_bytes(format: BlockFormat, prefix: &[u8], bytes: &[u8], case: &str
             env.set_var(base, Value::U32(block_byte as u32));
             env.set_var(sub, Value::U32(s));
             // The unit's own statements: straight-line declarations after `base` and `sub`.
-            for stmt in &kernel.body[2..] {
-                match stmt {
-                    Stmt::Let { var, value, .. } => {
-                        let v = env
-                            .eval(value)
-                            .unwrap_or_else(|e| panic!("{format:?} unit {s}: {e}"));
-                        env.set_var(*var, v);
-                    }
-                    // A wide load: its words one by one, from an index the count divides.
-                    Stmt::LetWords { vars, buf, index } => {
-                        let at = env
-                            .eval_u32(index)
-                            .unwrap_or_else(|e| panic!("{format:?} unit {s}: {e}"));
-                        assert_eq!(
-                            at % vars.len() as u32,
-                            0,
-                            "{format:?} unit {s}: a wide load at word {at}"
-                        );
-                        for (i, var) in vars.iter().enumerate() {
-                            let word = load(*buf, u32c(at + i as u32));
-                            let v = env
-                                .eval(&word)
-                                .unwrap_or_else(|e| panic!("{format:?} unit {s}: {e}"));
-                            env.set_var(*var, v);
-                        }
-                    }
-                    _ => panic!("{format:?}: a unit emits only declarations, found {stmt:?}"),
-                }
-            }
-            let first = env.eval_u32(&unit.first).expect("first element");
-            let elements = unit.groups.iter().flat_map(|group| {
-                group.elements.iter().map(|(off, value)| {
-                    // A group's factor times the element, in one f32 multiply.
-                    let value = match &group.scale {
-                        Some(scale) => scale.clone() * value.clone(),
-                        None => value.clone(),
-                    };
-                    (off, value)
-                })
-            });
-            for (off, value) in elements {
-                assert_eq!(
-                    (first + off) / 32,
-                    first / 32 + off / 32,
-                    "{format:?} unit {s}: offset {off} from {first} crosses a multiple of 32"
-                );
-                let j = (first + off) as usize;
-                assert!(!seen[j], "{format:?}: element {j} decoded twice");
-                seen[j] = true;
-                let got = env
-                    .eval_f32(&value)
-                    .unwrap_or_else(|e| panic!("{format:?} unit {s} element {j}: {e}"));
-                let w = want[block * format.block_elems() + j];
-                let same = if w.is_nan() {
-                    got.is_nan()
-                } else {
-                    got.to_bits() == w.to_bits()
-                };
-                assert!(
-                    same,
-                    "{format:?} ({case}) block {block} unit {s} element {j}: got {got:e}, want {w:e}"
-                );
-            }
+            let what = format!("{format:?} ({case}) block {block} unit {s}");
+            declare(&mut env, &kernel.body[2..], &what);
+            let block_want = &want[block * format.block_elems()..][..format.block_elems()];
+            check_elements(&env, &unit, block_want, &mut seen, &what);
         }
         assert!(
             seen.iter().all(|&s| s),
@@ -480,6 +484,10 @@ fn check_pair_bytes(pair: PairFormat, bytes: &[u8], case: &str) {
     let unit = decode_pair(&mut kb, pair, weights, &tables, Expr::Var(base)).expect("tables");
     let kernel = kb.finish();
     kernel.validate().expect("the pair's statements validate");
+    assert!(
+        unit.groups.iter().all(|g| g.scale.is_some()),
+        "{pair:?}: a pair's groups carry their block's scale"
+    );
     let table_data: Vec<_> = tables.iter().map(|(t, p)| (p, table_words(t))).collect();
     for p in 0..bytes.len() / pair_bytes {
         let mut env = Env::new();
@@ -488,41 +496,11 @@ fn check_pair_bytes(pair: PairFormat, bytes: &[u8], case: &str) {
             env.bind(*param, Word::U32, w);
         }
         env.set_var(base, Value::U32((p * pair_bytes) as u32));
-        for stmt in &kernel.body[1..] {
-            let Stmt::Let { var, value, .. } = stmt else {
-                panic!("{pair:?}: a pair emits only declarations, found {stmt:?}");
-            };
-            let v = env
-                .eval(value)
-                .unwrap_or_else(|e| panic!("{pair:?} pair {p}: {e}"));
-            env.set_var(*var, v);
-        }
-        let first = env.eval_u32(&unit.first).expect("first element") as usize;
-        let mut seen = vec![false; 2 * format.block_elems()];
-        for group in &unit.groups {
-            let scale = group
-                .scale
-                .clone()
-                .expect("a pair's groups carry their block's scale");
-            for (off, value) in &group.elements {
-                let j = first + *off as usize;
-                assert!(!seen[j], "{pair:?}: element {j} decoded twice");
-                seen[j] = true;
-                let got = env
-                    .eval_f32(&(scale.clone() * value.clone()))
-                    .unwrap_or_else(|e| panic!("{pair:?} pair {p} element {j}: {e}"));
-                let w = want[p * 2 * format.block_elems() + j];
-                let same = if w.is_nan() {
-                    got.is_nan()
-                } else {
-                    got.to_bits() == w.to_bits()
-                };
-                assert!(
-                    same,
-                    "{pair:?} ({case}) pair {p} element {j}: got {got:e}, want {w:e}"
-                );
-            }
-        }
+        let what = format!("{pair:?} ({case}) pair {p}");
+        declare(&mut env, &kernel.body[1..], &what);
+        let span = 2 * format.block_elems();
+        let mut seen = vec![false; span];
+        check_elements(&env, &unit, &want[p * span..][..span], &mut seen, &what);
         assert!(seen.iter().all(|&s| s), "{pair:?}: a pair missed elements");
     }
 }

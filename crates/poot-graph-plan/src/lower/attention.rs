@@ -37,7 +37,7 @@ use poot_graph_ir::{BinaryOp, Eqn, Graph, OpKind, ReduceOp, Scalar, UnaryOp, Val
 
 use super::access::unflatten;
 use super::attention_decode::DecodeLayout;
-use super::context::KernelCtx;
+use super::context::{KernelCtx, LBuf};
 use super::emit::row_threads;
 use super::{Lowering, PlanError};
 use crate::kernel::build::{
@@ -271,6 +271,16 @@ pub(super) struct Item {
     pub bht: Vec<Expr>,
 }
 
+impl Item {
+    /// The row's index with `x` as the last axis (a position of the scores or mask, a feature
+    /// of the query).
+    pub fn at(&self, x: Expr) -> Vec<Expr> {
+        let mut i = self.bht.clone();
+        i.push(x);
+        i
+    }
+}
+
 /// How the positions of each row are split: (partitions, positions per partition).
 fn partitions(rows: usize, positions: usize, tile: usize) -> (usize, usize) {
     if rows >= ROWS_WITHOUT_SPLIT || positions <= PARTITION_POSITIONS {
@@ -310,30 +320,15 @@ impl Lowering<'_> {
         }
         let wg = row_threads(dv);
         let (parts, chunk) = partitions(rows, s_len, wg as usize);
-        let out = self.scratch_for(a.out)?;
-        let target = if parts == 1 {
-            out
-        } else {
-            let size = 4 * (rows * parts * (dv + 2)) as u64;
-            self.check_size(a.out, size)?;
-            self.new_buffer(BufferRole::Scratch, size)
-        };
+        let (out, target) = self.attention_targets(a, parts)?;
         let mut cx = KernelCtx::labelled("attention", self.label(a.out), wg);
         let outp = cx.param(target, Word::F32, true);
         let q_sh = cx.kb.shared("q", Ty::F32, dqk as u32);
         let p_sh = cx.kb.shared("p", Ty::F32, wg);
         let red = cx.kb.shared("red", Ty::F32, wg);
-        let Item {
-            item,
-            row,
-            part,
-            bht,
-        } = self.begin_attention_item(&mut cx, a, parts, q_sh)?;
-        let at = |x: Expr| {
-            let mut i = bht.clone();
-            i.push(x);
-            i
-        };
+        let it = self.begin_attention_item(&mut cx, a, parts, q_sh)?;
+        let (item, row, part, bht) = (it.item.clone(), it.row.clone(), it.part.clone(), &it.bht);
+        let at = |x: Expr| it.at(x);
         let m = cx.kb.var(Ty::F32, neg_inf());
         let l = cx.kb.var(Ty::F32, Expr::F32(0.0));
         let per_thread = dv.div_ceil(wg as usize);
@@ -367,7 +362,7 @@ impl Lowering<'_> {
         let mut keys = Vec::with_capacity(run as usize);
         for j in 0..run {
             let dd = cx.kb.let_(Ty::U32, d0.clone() + u32c(j));
-            let kv = self.value_at(&mut cx, a.k, &at_s(&bht, s.clone(), dd.clone()))?;
+            let kv = self.value_at(&mut cx, a.k, &at_s(bht, s.clone(), dd.clone()))?;
             keys.push((dd, cx.kb.let_(Ty::F32, kv)));
         }
         for (dd, kv) in keys {
@@ -429,7 +424,7 @@ impl Lowering<'_> {
                 let si = cx.kb.let_(Ty::U32, tile.clone() + i.clone());
                 let pi = cx.kb.let_(Ty::F32, load_shared(p_sh, i));
                 let row = min(si.clone(), u32c(s_len as u32 - 1));
-                let vv = self.value_at(&mut cx, a.v, &at_s(&bht, row, dj.clone()))?;
+                let vv = self.value_at(&mut cx, a.v, &at_s(bht, row, dj.clone()))?;
                 let vv = cx.kb.let_(Ty::F32, vv);
                 let adds = and(
                     lt(si, end.clone()),
@@ -462,7 +457,7 @@ impl Lowering<'_> {
                     dj.clone(),
                 );
                 cx.kb.begin_if(eq(Expr::Var(m), neg_inf()));
-                let mean = self.mean_of_values(&mut cx, a, &bht, dj, s_len)?;
+                let mean = self.mean_of_values(&mut cx, a, bht, dj, s_len)?;
                 cx.kb.store(outp, o.clone(), mean);
                 cx.kb.otherwise();
                 cx.kb.store(outp, o, Expr::Var(acc) / l_total.clone());
@@ -483,9 +478,44 @@ impl Lowering<'_> {
                 cx.kb.end();
             }
         }
+        self.finish_attention(cx, a, parts, target, out)
+    }
+
+    /// The buffers an attention over `parts` partitions a row writes: its output, and where the
+    /// partition kernel writes (the output itself, or a scratch buffer of per-partition
+    /// `(max, sum, weighted values)` records the combine reads).
+    pub(super) fn attention_targets(
+        &mut self,
+        a: &Attention,
+        parts: usize,
+    ) -> Result<(LBuf, LBuf), PlanError> {
+        let out = self.scratch_for(a.out)?;
+        if parts == 1 {
+            return Ok((out, out));
+        }
+        let od = self.g.values()[a.out.index()].ty.dims();
+        let (rows, dv) = (od[0] * od[1] * od[2], od[3]);
+        let size = 4 * (rows * parts * (dv + 2)) as u64;
+        self.check_size(a.out, size)?;
+        Ok((out, self.new_buffer(BufferRole::Scratch, size)))
+    }
+
+    /// Closes the item loop [`Lowering::begin_attention_item`] opened, launches the kernel over
+    /// every item, and combines the partitions where there are several.
+    pub(super) fn finish_attention(
+        &mut self,
+        mut cx: KernelCtx,
+        a: &Attention,
+        parts: usize,
+        target: LBuf,
+        out: LBuf,
+    ) -> Result<(), PlanError> {
         cx.close_prologue();
         cx.kb.end();
-        let grid = self.groups_for((rows * parts) as u32, 1);
+        let od = self.g.values()[a.out.index()].ty.dims();
+        let items = od[0] * od[1] * od[2] * parts;
+        let s_len = self.g.values()[a.scores.index()].ty.dims()[3];
+        let grid = self.groups_for(items as u32, 1);
         self.push_kernel(cx, grid)?;
         if parts > 1 {
             self.emit_attention_combine(a, target, out, parts, s_len)?;
@@ -513,18 +543,17 @@ impl Lowering<'_> {
         cx.open_prologue();
         let threads = cx.kb.workgroup();
         let d = cx.kb.begin_for(local_id(), u32c(dqk), u32c(threads));
-        let mut at = bht.clone();
-        at.push(d.clone());
-        let qv = self.value_at(cx, a.q, &at)?;
-        cx.kb.store_shared(q_sh, d, qv);
-        cx.kb.end();
-        cx.kb.barrier();
-        Ok(Item {
+        let it = Item {
             item,
             row,
             part,
             bht,
-        })
+        };
+        let qv = self.value_at(cx, a.q, &it.at(d.clone()))?;
+        cx.kb.store_shared(q_sh, d, qv);
+        cx.kb.end();
+        cx.kb.barrier();
+        Ok(it)
     }
 
     /// The mean of the values over every position for output feature `dj` of row `bht`: the
@@ -549,8 +578,8 @@ impl Lowering<'_> {
     pub(super) fn emit_attention_combine(
         &mut self,
         a: &Attention,
-        partials: super::context::LBuf,
-        out: super::context::LBuf,
+        partials: LBuf,
+        out: LBuf,
         parts: usize,
         s_len: usize,
     ) -> Result<(), PlanError> {

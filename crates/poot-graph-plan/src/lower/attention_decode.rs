@@ -37,13 +37,12 @@
 //! visible logit of the row exceeds `f32::MIN + 104`, and a row with no visible position is the
 //! mean of the values, as in the prefill kernel.
 
-use super::attention::{Attention, Item, MAX_PARTITIONS, and, at_s, exp, neg_inf};
+use super::attention::{Attention, MAX_PARTITIONS, and, at_s, exp, neg_inf};
 use super::context::KernelCtx;
 use super::emit::pairwise;
 use super::{Lowering, PlanError};
 use crate::kernel::build::{cmp, eq, load_shared, local_id, lt, max, min, mul_add, select, u32c};
 use crate::kernel::{BinOp, CmpOp, Expr, Ty, Var, Word};
-use crate::plan::BufferRole;
 
 /// Lanes of a team at most: one warp, the widest a subgroup shuffle sums.
 const MAX_LANES: u32 = 32;
@@ -155,11 +154,9 @@ impl Lowering<'_> {
         a: &Attention,
         layout: DecodeLayout,
     ) -> Result<(), PlanError> {
-        let od = self.g.values()[a.out.index()].ty.dims().to_vec();
-        let (bsz, heads, tokens, dv) = (od[0], od[1], od[2], od[3]);
+        let dv = self.g.values()[a.out.index()].ty.dims()[3];
         let s_len = self.g.values()[a.scores.index()].ty.dims()[3];
         let dqk = self.g.values()[a.q.index()].ty.dims()[3];
-        let rows = bsz * heads * tokens;
         let DecodeLayout {
             lanes,
             teams,
@@ -172,14 +169,7 @@ impl Lowering<'_> {
         let wg = lanes * teams;
         let steps = blocks.div_ceil(parts);
         let block_positions = layout.block_positions();
-        let out = self.scratch_for(a.out)?;
-        let target = if parts == 1 {
-            out
-        } else {
-            let size = 4 * (rows * parts * (dv + 2)) as u64;
-            self.check_size(a.out, size)?;
-            self.new_buffer(BufferRole::Scratch, size)
-        };
+        let (out, target) = self.attention_targets(a, parts)?;
         let shuffles = self.target.team_shuffles();
         // A team of one whole warp may skip a step its lanes agree is all masked: its shuffles
         // need no other warp.
@@ -195,17 +185,9 @@ impl Lowering<'_> {
         let team = cx
             .kb
             .let_(Ty::U32, local_id() >> u32c(lanes.trailing_zeros()));
-        let Item {
-            item,
-            row,
-            part,
-            bht,
-        } = self.begin_attention_item(&mut cx, a, parts, q_sh)?;
-        let at = |x: Expr| {
-            let mut i = bht.clone();
-            i.push(x);
-            i
-        };
+        let it = self.begin_attention_item(&mut cx, a, parts, q_sh)?;
+        let (item, row, part, bht) = (it.item.clone(), it.row.clone(), it.part.clone(), &it.bht);
+        let at = |x: Expr| it.at(x);
         let qs: Vec<Expr> = (0..qk_per_lane)
             .map(|f| {
                 let (d, partial) = feature(&lane, f, lanes, dqk);
@@ -270,7 +252,7 @@ impl Lowering<'_> {
                     if let Some(inside) = &partial {
                         cx.kb.begin_if(inside.clone());
                     }
-                    let x = self.value_at(&mut cx, of, &at_s(&bht, s.clone(), d))?;
+                    let x = self.value_at(&mut cx, of, &at_s(bht, s.clone(), d))?;
                     cx.kb.set(w, x);
                     if partial.is_some() {
                         cx.kb.end();
@@ -431,7 +413,7 @@ impl Lowering<'_> {
                 cx.kb.begin_if(seen);
                 cx.kb.store(outp, o.clone(), weighted / big_l.clone());
                 cx.kb.otherwise();
-                let mean = self.mean_of_values(&mut cx, a, &bht, dj, s_len)?;
+                let mean = self.mean_of_values(&mut cx, a, bht, dj, s_len)?;
                 cx.kb.store(outp, o, mean);
                 cx.kb.end();
             }
@@ -444,14 +426,7 @@ impl Lowering<'_> {
             cx.kb.store(outp, record + u32c(1), big_l);
             cx.kb.end();
         }
-        cx.close_prologue();
-        cx.kb.end();
-        let grid = self.groups_for((rows * parts) as u32, 1);
-        self.push_kernel(cx, grid)?;
-        if parts > 1 {
-            self.emit_attention_combine(a, target, out, parts, s_len)?;
-        }
-        Ok(())
+        self.finish_attention(cx, a, parts, target, out)
     }
 }
 

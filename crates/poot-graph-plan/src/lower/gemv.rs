@@ -985,7 +985,17 @@ impl Lowering<'_> {
                     .kb
                     .let_(Ty::U32, row_start.clone() + (u.clone() << u32c(2)));
                 let words = cx.kb.let_words(param, at, 4);
-                half_octet(cx, &words, half, u)
+                let mut elements = Vec::with_capacity(8);
+                for (w, word) in words.into_iter().enumerate() {
+                    let w = w as u32;
+                    let (lo, hi) = half_pair(word, half);
+                    elements.push((2 * w, cx.kb.let_(Ty::F32, lo)));
+                    elements.push((2 * w + 1, cx.kb.let_(Ty::F32, hi)));
+                }
+                Unit {
+                    first: u << u32c(3),
+                    groups: vec![Group::plain(elements)],
+                }
             }
             Layout::Blocks(f) => {
                 let per_block = dequant_unit::units_per_block(f);
@@ -1015,7 +1025,7 @@ impl Lowering<'_> {
                 }
             }
             Layout::BlockPairs(pair) => {
-                let bytes = 2 * pair.block_format().block_bytes() as u32;
+                let bytes = w.layout.unit_bytes();
                 let base = cx
                     .kb
                     .let_(Ty::U32, row_start.clone() + u.clone() * u32c(bytes));
@@ -1026,21 +1036,6 @@ impl Lowering<'_> {
                 }
             }
         })
-    }
-}
-
-/// Unit `u` of a half-octet row from its four words: eight elements widened to f32.
-fn half_octet(cx: &mut KernelCtx, words: &[Expr], half: Half, u: Expr) -> Unit {
-    let mut elements = Vec::with_capacity(8);
-    for (w, word) in words.iter().enumerate() {
-        let w = w as u32;
-        let (lo, hi) = half_pair(word.clone(), half);
-        elements.push((2 * w, cx.kb.let_(Ty::F32, lo)));
-        elements.push((2 * w + 1, cx.kb.let_(Ty::F32, hi)));
-    }
-    Unit {
-        first: u << u32c(3),
-        groups: vec![Group::plain(elements)],
     }
 }
 

@@ -114,6 +114,30 @@ fn word(w: Word) -> &'static str {
 }
 
 impl Cuda<'_> {
+    /// Declares `vars` (2 or 4) as the fields of one wide load from `address`, whose struct types
+    /// (two fields, four fields) are the helpers `libs`; each field is a `scalar`.
+    fn wide_load(
+        &mut self,
+        out: &mut Code,
+        vars: &[Var],
+        libs: [(CudaLib, &str); 2],
+        scalar: &str,
+        address: &str,
+    ) {
+        let ((lib, wide_ty), fields) = match vars.len() {
+            2 => (libs[0], &["x", "y"][..]),
+            _ => (libs[1], &["x", "y", "z", "w"][..]),
+        };
+        self.libs.insert(lib);
+        let wide = format!("{}_w", names::var(vars[0]));
+        out.line(format!(
+            "const {wide_ty} {wide} = *reinterpret_cast<const {wide_ty}*>({address});"
+        ));
+        for (v, f) in vars.iter().zip(fields) {
+            out.line(format!("const {scalar} {} = {wide}.{f};", names::var(*v)));
+        }
+    }
+
     fn block(&mut self, out: &mut Code, body: &[Stmt]) -> Result<(), RenderError> {
         for s in body {
             self.stmt(out, s)?;
@@ -234,38 +258,21 @@ impl Cuda<'_> {
             Stmt::LetWords { vars, buf, index } => {
                 let p = names::param_of(self.k, *buf)?;
                 let index = self.expr(index)?;
-                let (lib, wide_ty, fields) = match vars.len() {
-                    2 => (CudaLib::Words2, "poot_words2", &["x", "y"][..]),
-                    _ => (CudaLib::Words4, "poot_words4", &["x", "y", "z", "w"][..]),
-                };
-                self.libs.insert(lib);
+                let libs = [
+                    (CudaLib::Words2, "poot_words2"),
+                    (CudaLib::Words4, "poot_words4"),
+                ];
                 // A misaligned index traps (misaligned address) instead of reading other words.
-                let wide = format!("{}_w", names::var(vars[0]));
-                out.line(format!(
-                    "const {wide_ty} {wide} = *reinterpret_cast<const {wide_ty}*>({p} + {index});"
-                ));
-                for (v, f) in vars.iter().zip(fields) {
-                    out.line(format!(
-                        "const unsigned int {} = {wide}.{f};",
-                        names::var(*v)
-                    ));
-                }
+                self.wide_load(out, vars, libs, "unsigned int", &format!("{p} + {index}"));
             }
             Stmt::LetShared { vars, arr, index } => {
                 let a = names::shared_of(self.k, *arr)?;
                 let index = self.expr(index)?;
-                let (lib, wide_ty, fields) = match vars.len() {
-                    2 => (CudaLib::F32x2, "poot_f32x2", &["x", "y"][..]),
-                    _ => (CudaLib::F32x4, "poot_f32x4", &["x", "y", "z", "w"][..]),
-                };
-                self.libs.insert(lib);
-                let wide = format!("{}_w", names::var(vars[0]));
-                out.line(format!(
-                    "const {wide_ty} {wide} = *reinterpret_cast<const {wide_ty}*>(&{a}[{index}]);"
-                ));
-                for (v, f) in vars.iter().zip(fields) {
-                    out.line(format!("const float {} = {wide}.{f};", names::var(*v)));
-                }
+                let libs = [
+                    (CudaLib::F32x2, "poot_f32x2"),
+                    (CudaLib::F32x4, "poot_f32x4"),
+                ];
+                self.wide_load(out, vars, libs, "float", &format!("&{a}[{index}]"));
             }
             Stmt::TeamSum { var, lanes } => {
                 let v = names::var(*var);
