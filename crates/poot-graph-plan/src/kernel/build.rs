@@ -155,13 +155,7 @@ impl KernelBuilder {
     /// Words `index..index + n` (n is 2 or 4, `index` a multiple of it) of u32 buffer `buf`, in
     /// one wide load; returns them in order.
     pub fn let_words(&mut self, buf: ParamId, index: Expr, n: u32) -> Vec<Expr> {
-        let vars: Vec<Var> = (0..n)
-            .map(|_| {
-                let var = Var(self.vars.len() as u32);
-                self.vars.push(Ty::U32);
-                var
-            })
-            .collect();
+        let vars = self.new_vars(Ty::U32, n);
         let words = vars.iter().map(|&v| Expr::Var(v)).collect();
         self.push(Stmt::LetWords { vars, buf, index });
         words
@@ -170,16 +164,20 @@ impl KernelBuilder {
     /// Elements `index..index + n` (n is 2 or 4, `index` a multiple of it) of f32 shared array
     /// `arr`, in one wide load; returns them in order.
     pub fn let_shared(&mut self, arr: SharedId, index: Expr, n: u32) -> Vec<Expr> {
-        let vars: Vec<Var> = (0..n)
-            .map(|_| {
-                let var = Var(self.vars.len() as u32);
-                self.vars.push(Ty::F32);
-                var
-            })
-            .collect();
+        let vars = self.new_vars(Ty::F32, n);
         let elems = vars.iter().map(|&v| Expr::Var(v)).collect();
         self.push(Stmt::LetShared { vars, arr, index });
         elems
+    }
+
+    /// `n` new variables of type `ty`, declared by the statement the caller pushes.
+    fn new_vars(&mut self, ty: Ty, n: u32) -> Vec<Var> {
+        (0..n)
+            .map(|_| {
+                self.vars.push(ty);
+                Var(self.vars.len() as u32 - 1)
+            })
+            .collect()
     }
 
     /// Replaces `var` in each team of `lanes` consecutive threads by the team's sum.

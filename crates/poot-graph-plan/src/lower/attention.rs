@@ -343,15 +343,7 @@ impl Lowering<'_> {
         let tile = cx.kb.begin_for(start, end.clone(), u32c(wg));
         let s = cx.kb.let_(Ty::U32, tile.clone() + local_id());
         let valid = lt(s.clone(), end.clone());
-        let vis = match a.mask {
-            Some(mask) => {
-                let clamped = min(s.clone(), u32c(s_len as u32 - 1));
-                let seen = self.value_at(&mut cx, mask, &at(clamped))?;
-                and(valid, seen)
-            }
-            None => valid,
-        };
-        let vis = cx.kb.let_(Ty::Bool, vis);
+        let vis = self.visible(&mut cx, a, &it, s.clone(), valid)?;
         let score = cx.kb.var(Ty::F32, neg_inf());
         cx.kb.begin_if(vis.clone());
         let dot = cx.kb.var(Ty::F32, Expr::F32(0.0));
@@ -554,6 +546,28 @@ impl Lowering<'_> {
         cx.kb.end();
         cx.kb.barrier();
         Ok(it)
+    }
+
+    /// Whether position `s` of `it`'s row is visible: `inside` (the position is one the kernel
+    /// walks) and, where `a` is masked, its mask (read at `s` clamped into the cache, so a
+    /// position past the end reads in bounds), as a variable.
+    pub(super) fn visible(
+        &mut self,
+        cx: &mut KernelCtx,
+        a: &Attention,
+        it: &Item,
+        s: Expr,
+        inside: Expr,
+    ) -> Result<Expr, PlanError> {
+        let vis = match a.mask {
+            Some(mask) => {
+                let s_len = self.g.values()[a.scores.index()].ty.dims()[3] as u32;
+                let seen = self.value_at(cx, mask, &it.at(min(s, u32c(s_len - 1))))?;
+                and(inside, seen)
+            }
+            None => inside,
+        };
+        Ok(cx.kb.let_(Ty::Bool, vis))
     }
 
     /// The mean of the values over every position for output feature `dj` of row `bht`: the

@@ -219,15 +219,7 @@ impl Lowering<'_> {
         for j in 0..per_team {
             let s = cx.kb.let_(Ty::U32, first.clone() + u32c(j * teams));
             let inside = lt(s.clone(), u32c(s_len as u32));
-            let vis = match a.mask {
-                Some(mask) => {
-                    let clamped = min(s.clone(), u32c(s_len as u32 - 1));
-                    let seen = self.value_at(&mut cx, mask, &at(clamped))?;
-                    and(inside, seen)
-                }
-                None => inside,
-            };
-            let vis = cx.kb.let_(Ty::Bool, vis);
+            let vis = self.visible(&mut cx, a, &it, s.clone(), inside)?;
             positions.push((s, vis));
         }
         let visible: Vec<Expr> = positions.iter().map(|(_, v)| v.clone()).collect();
