@@ -305,16 +305,17 @@ fn declare(env: &mut Env, body: &[Stmt], what: &str) {
     }
 }
 
-/// Checks each element of `unit` (times its group's scale, in one f32 multiply) against `want`
-/// (the elements of the unit's block, or pair of blocks) bit for bit, marks it in `seen` (an
-/// element decoded twice fails), and checks the padding invariant of its offset.
+/// Checks each element of `unit` (times its group's scale, in one f32 multiply, plus its bias)
+/// against `want` (the elements of the unit's block, or pair of blocks) bit for bit, marks it in
+/// `seen` (an element decoded twice fails), and checks the padding invariant of its offset.
 fn check_elements(env: &Env, unit: &Unit, want: &[f32], seen: &mut [bool], what: &str) {
     let first = env.eval_u32(&unit.first).expect("first element");
     for group in &unit.groups {
         for (off, value) in &group.elements {
-            let value = match &group.scale {
-                Some(scale) => scale.clone() * value.clone(),
-                None => value.clone(),
+            let value = match (&group.scale, &group.bias) {
+                (Some(scale), Some(bias)) => scale.clone() * value.clone() + bias.clone(),
+                (Some(scale), None) => scale.clone() * value.clone(),
+                (None, _) => value.clone(),
             };
             assert_eq!(
                 (first + off) / 32,

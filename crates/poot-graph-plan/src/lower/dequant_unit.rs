@@ -8,10 +8,12 @@
 //! carries the scale as its factor: each element is only its code as an exact f32, so a reader
 //! can multiply a group's dot product by the scale once instead of every element by it. The
 //! product `scale * element` in f32 is the oracle's value bit for bit (one multiply of the same
-//! two numbers), which the tests check; a reader summing `x * code` first reassociates. The
-//! other formats (`y = d * q + m`, or decoded element by element) are one group without a
-//! factor, each element the same f32 expression, on the same operands in the same order, as
-//! [`decode_element`] builds for it, bit for bit the oracle's (`poot_formats::decode_block_row`).
+//! two numbers), which the tests check; a reader summing `x * code` first reassociates. In the
+//! affine formats (Q4_1, Q5_1, Q4_K, Q5_K: `y = scale * code + bias`) a group also carries its
+//! bias, and `scale * element + bias` in f32 is the oracle's value bit for bit. The other
+//! formats (decoded element by element) are one group without a factor, each element the same
+//! f32 expression, on the same operands in the same order, as [`decode_element`] builds for
+//! it, bit for bit the oracle's (`poot_formats::decode_block_row`).
 //! Formats without a word decoder here decode their unit element by element through
 //! [`decode_in_block`], which is still exact.
 //!
@@ -22,10 +24,14 @@
 //!
 //! [`decode_element`]: super::dequant::decode_element
 
+use std::collections::HashMap;
+
 use poot_formats::BlockFormat;
 
 use super::dequant::{DequantError, FormatTable, FormatTables, decode_in_block};
-use crate::kernel::build::{KernelBuilder, cast, cmp, load, load_half, min, select, u32c, un};
+use crate::kernel::build::{
+    KernelBuilder, cast, cmp, load, load_half, min, mul_add, select, u32c, un,
+};
 use crate::kernel::ir::{CmpOp, Expr, Half, ParamId, Ty, UnOp};
 
 /// Elements every unit of a word-decoded format holds, but Q4_K's and Q6_K's 32.
@@ -54,9 +60,13 @@ pub struct Unit {
     pub groups: Vec<Group>,
 }
 
-/// Elements of a unit that share a factor (f32), if any.
+/// Elements of a unit that share a factor (f32), if any, and a term added after it.
 pub struct Group {
     pub scale: Option<Expr>,
+    /// Only with a scale: each element's value is `scale * e + bias`, in that order (two
+    /// roundings, as the oracle decodes the affine formats), so a reader can add
+    /// `scale * dot(x, e) + bias * sum(x)` per group instead of decoding every element.
+    pub bias: Option<Expr>,
     pub elements: Vec<(u32, Expr)>,
 }
 
@@ -65,6 +75,7 @@ impl Group {
     pub fn plain(elements: Vec<(u32, Expr)>) -> Group {
         Group {
             scale: None,
+            bias: None,
             elements,
         }
     }
@@ -73,6 +84,16 @@ impl Group {
     pub fn scaled(scale: Expr, elements: Vec<(u32, Expr)>) -> Group {
         Group {
             scale: Some(scale),
+            bias: None,
+            elements,
+        }
+    }
+
+    /// Elements whose values are `scale` times their expressions plus `bias`.
+    pub fn affine(scale: Expr, bias: Expr, elements: Vec<(u32, Expr)>) -> Group {
+        Group {
+            scale: Some(scale),
+            bias: Some(bias),
             elements,
         }
     }
@@ -161,6 +182,78 @@ fn i8_of(byte: Expr) -> Expr {
 /// code) and one add, where a conversion instruction issues at a fraction of the rate.
 fn code_minus(code: Expr, offset: u32) -> Expr {
     un(UnOp::BitsToF32, code | c(0x4b00_0000)) - Expr::F32((8_388_608 + offset) as f32)
+}
+
+/// `code - offset` as an exact f32 for a code already in place: `bits` holds it at bit `shift`
+/// (`shift + width <= 23`) and nothing else. The code stays where it is, under the exponent
+/// bits of 2^23 (one bitwise or, which merges with the mask that isolated it), and one
+/// multiply-add scales it down and offsets it: `(2^23 + code 2^shift) 2^-shift` is exact and
+/// so is the subtraction, whether or not the backend fuses them. One logic instruction a code
+/// where a shift would cost a second (the decode contractions issue little else).
+fn placed_code(bits: Expr, shift: u32, offset: u32) -> Expr {
+    let scale = Expr::F32(1.0 / (1u32 << shift) as f32);
+    let top = (1u32 << (23 - shift)) + offset;
+    mul_add(
+        un(UnOp::BitsToF32, bits | c(0x4b00_0000)),
+        scale,
+        Expr::F32(-(top as f32)),
+    )
+}
+
+/// A code word and its top half shifted down, so each of its 4-bit codes can be read in place
+/// below bit 20 ([`placed_code`]): one shift per word instead of one per code.
+struct WordViews {
+    low: Expr,
+    high: Expr,
+}
+
+impl WordViews {
+    fn new(kb: &mut KernelBuilder, word: &Expr) -> WordViews {
+        WordViews {
+            low: word.clone(),
+            high: kb.let_(Ty::U32, word.clone() >> c(16)),
+        }
+    }
+
+    /// The view holding bits `shift..shift + width` of the word below bit 23 (the word itself
+    /// where they already are), and their place in it.
+    fn at(&self, shift: u32, width: u32) -> (&Expr, u32) {
+        if shift + width <= 23 {
+            (&self.low, shift)
+        } else {
+            (&self.high, shift - 16)
+        }
+    }
+}
+
+/// The nibbles of code words as exact f32s `code - offset`: `[t][high][e]` is nibble `high` of
+/// byte `e` of word `t`.
+fn nibble_values(kb: &mut KernelBuilder, words: &[Expr], offset: u32) -> Vec<[[Expr; 4]; 2]> {
+    words
+        .iter()
+        .map(|word| {
+            let views = WordViews::new(kb, word);
+            [0u32, 1].map(|high| {
+                [0u32, 1, 2, 3].map(|e| {
+                    let (view, at) = views.at(8 * e + 4 * high, 4);
+                    placed_code(view.clone() & c(0xf << at), at, offset)
+                })
+            })
+        })
+        .collect()
+}
+
+/// [`nibble_values`] at the offsets of [`split_nibbles`].
+fn split_nibble_values(kb: &mut KernelBuilder, words: &[Expr], offset: u32) -> Vec<(u32, Expr)> {
+    let mut out = Vec::with_capacity(8 * words.len());
+    for (t, values) in nibble_values(kb, words, offset).into_iter().enumerate() {
+        for (high, bytes) in values.into_iter().enumerate() {
+            for (e, value) in bytes.into_iter().enumerate() {
+                out.push((4 * t as u32 + e as u32 + 16 * high as u32, value));
+            }
+        }
+    }
+    out
 }
 
 /// A level of `kvalues` (a table of f32 bit patterns) at `index`.
@@ -262,10 +355,7 @@ fn nibbles_32(s: &mut Src, sub: Expr, kind: Legacy) -> Unit {
     let d = s.f16(c(0));
     let first = s.kb.let_(Ty::U32, sub << c(3));
     let q = s.window(c(2) + first.clone(), 2);
-    let elements = split_nibbles(&q)
-        .into_iter()
-        .map(|(off, code)| (off, legacy_value(&kind, code)))
-        .collect();
+    let elements = legacy_values(s.kb, &kind, &q);
     Unit {
         first,
         groups: vec![Group::scaled(d, elements)],
@@ -335,15 +425,13 @@ pub fn decode_pair(
             )
         })
         .collect();
-    let values = |q: &[Expr], shift: u32| -> Vec<(u32, Expr)> {
-        split_nibbles(q)
-            .into_iter()
-            .map(|(off, code)| (off + shift, legacy_value(&kind, code)))
-            .collect()
-    };
+    let second = legacy_values(kb, &kind, &w[5..9])
+        .into_iter()
+        .map(|(off, value)| (off + 32, value))
+        .collect();
     let groups = vec![
-        Group::scaled(d0, values(&q0, 0)),
-        Group::scaled(d1, values(&w[5..9], 32)),
+        Group::scaled(d0, legacy_values(kb, &kind, &q0)),
+        Group::scaled(d1, second),
     ];
     Ok(Unit {
         first: c(0),
@@ -351,11 +439,15 @@ pub fn decode_pair(
     })
 }
 
-/// A legacy 4-bit code's value before its block's scale.
-fn legacy_value(kind: &Legacy, code: Expr) -> Expr {
+/// The values before their block's scale of the legacy 4-bit codes in `words`, at the offsets
+/// of [`split_nibbles`].
+fn legacy_values(kb: &mut KernelBuilder, kind: &Legacy, words: &[Expr]) -> Vec<(u32, Expr)> {
     match kind {
-        Legacy::Q4_0 => code_minus(code, 8),
-        Legacy::Iq4Nl(kv) => level(*kv, code),
+        Legacy::Q4_0 => split_nibble_values(kb, words, 8),
+        Legacy::Iq4Nl(kv) => split_nibbles(words)
+            .into_iter()
+            .map(|(off, code)| (off, level(*kv, code)))
+            .collect(),
     }
 }
 
@@ -364,13 +456,10 @@ fn q4_1(s: &mut Src, sub: Expr) -> Unit {
     let (d, m) = (s.f16(c(0)), s.f16(c(2)));
     let first = s.kb.let_(Ty::U32, sub << c(3));
     let q = [s.word(c(4) + first.clone()), s.word(c(8) + first.clone())];
-    let elements = split_nibbles(&q)
-        .into_iter()
-        .map(|(off, code)| (off, f32_of(code) * d.clone() + m.clone()))
-        .collect();
+    let elements = split_nibble_values(s.kb, &q, 0);
     Unit {
         first,
-        groups: vec![Group::plain(elements)],
+        groups: vec![Group::affine(d, m, elements)],
     }
 }
 
@@ -411,11 +500,11 @@ fn q5_1(s: &mut Src, sub: Expr) -> Unit {
     let q = [s.word(c(8) + first.clone()), s.word(c(12) + first.clone())];
     let elements = q5_codes(s, &qh, &q, &first)
         .into_iter()
-        .map(|(off, code)| (off, f32_of(code) * d.clone() + m.clone()))
+        .map(|(off, code)| (off, f32_of(code)))
         .collect();
     Unit {
         first,
-        groups: vec![Group::plain(elements)],
+        groups: vec![Group::affine(d, m, elements)],
     }
 }
 
@@ -496,22 +585,22 @@ fn q4_k(s: &mut Src, sub: Expr) -> Unit {
     let w = [head[1].clone(), head[2].clone(), head[3].clone()];
     let scales = k4_scales(s.kb, &d, &dmin, &w, &chunk);
     let first = s.kb.let_(Ty::U32, (chunk << c(6)) + l0);
-    let mut elements = Vec::with_capacity(32);
-    for (t, word) in q.iter().enumerate() {
-        for e in 0..4u32 {
-            for (high, (dl, ml)) in scales.iter().enumerate() {
-                let high = high as u32;
-                let code = bits(word, c(8 * e + 4 * high), 4);
-                // The code as an exact f32 (`code - 0`) without a conversion instruction.
-                let value = dl.clone() * code_minus(code, 0) - ml.clone();
-                elements.push((4 * t as u32 + e + 32 * high, value));
+    let mut halves = [Vec::with_capacity(16), Vec::with_capacity(16)];
+    for (t, values) in nibble_values(s.kb, &q, 0).into_iter().enumerate() {
+        for (high, bytes) in values.into_iter().enumerate() {
+            for (e, value) in bytes.into_iter().enumerate() {
+                halves[high].push((4 * t as u32 + e as u32 + 32 * high as u32, value));
             }
         }
     }
-    Unit {
-        first,
-        groups: vec![Group::plain(elements)],
-    }
+    // `(d * sc) * q - dmin * m` is `(d * sc) * q + -(dmin * m)`, bit for bit.
+    let [low, high] = halves;
+    let groups = scales
+        .into_iter()
+        .zip([low, high])
+        .map(|((dl, ml), elements)| Group::affine(dl, un(UnOp::Neg, ml), elements))
+        .collect();
+    Unit { first, groups }
 }
 
 /// Q5_K (176 bytes): `y = (d * sc) * q - dmin * m`. Unit `sub` is code bytes `l0..l0 + 8`
@@ -533,22 +622,23 @@ fn q5_k(s: &mut Src, sub: Expr) -> Unit {
     let w = [s.word(c(4)), s.word(c(8)), s.word(c(12))];
     let scales = k4_scales(s.kb, &d, &dmin, &w, &chunk);
     let first = s.kb.let_(Ty::U32, (chunk.clone() << c(6)) + l0);
-    let mut elements = Vec::with_capacity(16);
-    for (t, word) in q.iter().enumerate() {
-        for e in 0..4u32 {
-            for (high, (dl, ml)) in scales.iter().enumerate() {
-                let high = high as u32;
-                let code =
-                    bits(word, c(8 * e + 4 * high), 4) + (bits(&qh[t], c(8 * e + high), 1) << c(4));
-                let value = dl.clone() * f32_of(code) - ml.clone();
-                elements.push((4 * t as u32 + e + 32 * high, value));
+    let groups = scales
+        .into_iter()
+        .zip(0u32..)
+        .map(|((dl, ml), high)| {
+            let mut elements = Vec::with_capacity(8);
+            for (t, word) in q.iter().enumerate() {
+                for e in 0..4u32 {
+                    let code = bits(word, c(8 * e + 4 * high), 4)
+                        + (bits(&qh[t], c(8 * e + high), 1) << c(4));
+                    elements.push((4 * t as u32 + e + 32 * high, f32_of(code)));
+                }
             }
-        }
-    }
-    Unit {
-        first,
-        groups: vec![Group::plain(elements)],
-    }
+            // `(d * sc) * q - dmin * m` is `(d * sc) * q + -(dmin * m)`, bit for bit.
+            Group::affine(dl, un(UnOp::Neg, ml), elements)
+        })
+        .collect();
+    Unit { first, groups }
 }
 
 /// Q6_K (210 bytes: ql[128], qh[64], scales[16], d): `y = (d * sc) * (q - 32)`. Unit `sub` is
@@ -574,18 +664,34 @@ fn q6_k(s: &mut Src, sub: Expr) -> Unit {
         })
         .collect();
     let first = s.kb.let_(Ty::U32, (n << c(7)) + l0);
+    // Each 6-bit code is assembled where its low nibble sits (below bit 18: a word's top half
+    // is shifted down once), its two high bits shifted beside it: one shift per qh word and
+    // distance (four of them), not three per code.
+    let low_views: Vec<Vec<WordViews>> = ql
+        .iter()
+        .map(|words| words.iter().map(|w| WordViews::new(s.kb, w)).collect())
+        .collect();
+    let mut high_views: HashMap<(usize, i32), Expr> = HashMap::new();
     let groups = ds
         .into_iter()
         .zip(0..4u32)
         .map(|(dl, g)| {
-            let low_words = &ql[(g & 1) as usize];
             let mut elements = Vec::with_capacity(8);
             for t in 0..2usize {
                 for e in 0..4u32 {
-                    let low = bits(&low_words[t], c(8 * e + 4 * (g >> 1)), 4);
-                    let high = bits(&qh[t], c(8 * e + 2 * g), 2);
-                    let value = code_minus(low | (high << c(4)), 32);
-                    elements.push((32 * g + 4 * t as u32 + e, value));
+                    let (low, at) = low_views[(g & 1) as usize][t].at(8 * e + 4 * (g >> 1), 6);
+                    let distance = (at + 4) as i32 - (8 * e + 2 * g) as i32;
+                    let high = high_views.entry((t, distance)).or_insert_with(|| {
+                        let word = qh[t].clone();
+                        let moved = if distance >= 0 {
+                            word << c(distance as u32)
+                        } else {
+                            word >> c(distance.unsigned_abs())
+                        };
+                        s.kb.let_(Ty::U32, moved)
+                    });
+                    let bits = (low.clone() & c(0xf << at)) | (high.clone() & c(0x3 << (at + 4)));
+                    elements.push((32 * g + 4 * t as u32 + e, placed_code(bits, at, 32)));
                 }
             }
             Group::scaled(dl, elements)

@@ -31,8 +31,10 @@
 //!
 //! Every sum is reassociated against the oracle (lanes, units, then the team), within the
 //! tolerance a reordered sum of K products allows. Each weight element decodes bit for bit as
-//! the oracle decodes it, but in the symmetric block formats, whose scale a group of elements
-//! shares: there the group's dot product with its codes is scaled once (another reassociation).
+//! the oracle decodes it, but in the block formats whose scale a group of elements shares: there
+//! the group's dot product with its codes is scaled once, and where the format adds a term
+//! (`y = s q + b`: Q4_1, Q5_1, Q4_K, Q5_K) the term multiplies the left side's sum over the
+//! group once (more reassociations).
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
@@ -1058,7 +1060,8 @@ fn half_pair(word: Expr, half: Half) -> (Expr, Expr) {
 /// share their elements' places, so each left-side value is read from the stage once for all
 /// columns (in one 16-byte load per aligned run of four where `wide`). Per group of a unit, one
 /// chain of fused multiply-adds over its elements (an instruction per element), then one more
-/// multiply-add by the group's scale into the sum.
+/// multiply-add by the group's scale into the sum, and for an affine group one by its bias
+/// times the left side's sum over its elements (added once for all columns).
 fn gemv_dot(
     cx: &mut KernelCtx,
     units: Vec<Vec<Unit>>,
@@ -1082,6 +1085,8 @@ fn gemv_dot(
             .iter()
             .flat_map(|g| g.elements.iter().map(|&(off, _)| off))
             .collect();
+        // An affine group reads each value twice (its dot product and its sum).
+        let affine = per_col[0].groups.iter().any(|g| g.bias.is_some());
         // Each row's left-side values at the unit's offsets: read once, shared by the columns.
         let lhs: Vec<HashMap<u32, Expr>> = (0..rows)
             .map(|m| {
@@ -1099,14 +1104,39 @@ fn gemv_dot(
                     if let Entry::Vacant(slot) = values.entry(off) {
                         let index = at.clone() + u32c(base + off + PAD * (off >> 5));
                         let a = load_shared(stage.arr, index);
-                        slot.insert(if cols > 1 { cx.kb.let_(Ty::F32, a) } else { a });
+                        slot.insert(if cols > 1 || affine {
+                            cx.kb.let_(Ty::F32, a)
+                        } else {
+                            a
+                        });
                     }
                 }
                 values
             })
             .collect();
+        // Each affine group's sum of the left side over its elements, per row: the same
+        // offsets in every column's unit, so added once.
+        let sums: Vec<Option<Vec<Expr>>> = per_col[0]
+            .groups
+            .iter()
+            .map(|group| {
+                group.bias.as_ref()?;
+                let sums = lhs
+                    .iter()
+                    .map(|values| {
+                        let terms = group
+                            .elements
+                            .iter()
+                            .map(|(off, _)| values[off].clone())
+                            .collect();
+                        cx.kb.let_(Ty::F32, pairwise(terms))
+                    })
+                    .collect();
+                Some(sums)
+            })
+            .collect();
         for (unit, accs) in per_col.into_iter().zip(accs) {
-            for group in unit.groups {
+            for (group, sums) in unit.groups.into_iter().zip(&sums) {
                 // A value read by several rows is computed once.
                 let values: Vec<(u32, Expr)> = group
                     .elements
@@ -1119,16 +1149,19 @@ fn gemv_dot(
                         }
                     })
                     .collect();
-                for (lhs, &acc) in lhs.iter().zip(accs) {
+                for (m, (lhs, &acc)) in lhs.iter().zip(accs).enumerate() {
                     let mut products = values.iter().map(|(off, v)| (lhs[off].clone(), v.clone()));
                     let Some((a, v)) = products.next() else {
                         continue;
                     };
                     let dot = products.fold(a * v, |sum, (a, v)| mul_add(a, v, sum));
-                    let sum = match &group.scale {
+                    let mut sum = match &group.scale {
                         Some(scale) => mul_add(scale.clone(), dot, Expr::Var(acc)),
                         None => Expr::Var(acc) + dot,
                     };
+                    if let (Some(bias), Some(sums)) = (&group.bias, sums) {
+                        sum = mul_add(bias.clone(), sums[m].clone(), sum);
+                    }
                     cx.kb.set(acc, sum);
                 }
             }
