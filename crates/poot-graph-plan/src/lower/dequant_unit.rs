@@ -171,11 +171,6 @@ fn bits(word: &Expr, shift: Expr, width: u32) -> Expr {
     (word.clone() >> shift) & c((1 << width) - 1)
 }
 
-/// A byte (u32 in 0..=255) as the i8 it stores, as i32 (as `dequant`'s `i8_of`).
-fn i8_of(byte: Expr) -> Expr {
-    i32_of(byte.clone()) - i32_of((byte >> c(7)) << c(8))
-}
-
 /// `code - offset` as an exact f32, for `code` a u32 below 2^23 and `offset` below 2^22: the
 /// bits `0x4b000000 | code` are the f32 `2^23 + code`, and subtracting `2^23 + offset` (exact)
 /// leaves the difference exactly. One bitwise or (which merges with the mask that extracts the
@@ -191,13 +186,28 @@ fn code_minus(code: Expr, offset: u32) -> Expr {
 /// so is the subtraction, whether or not the backend fuses them. One logic instruction a code
 /// where a shift would cost a second (the decode contractions issue little else).
 fn placed_code(bits: Expr, shift: u32, offset: u32) -> Expr {
+    placed(bits | c(MAGIC), shift, offset)
+}
+
+/// The exponent bits of 2^23.
+const MAGIC: u32 = 0x4b00_0000;
+
+/// [`placed_code`] of bits already under the exponent bits of 2^23.
+fn placed(magic_bits: Expr, shift: u32, offset: u32) -> Expr {
     let scale = Expr::F32(1.0 / (1u32 << shift) as f32);
     let top = (1u32 << (23 - shift)) + offset;
     mul_add(
-        un(UnOp::BitsToF32, bits | c(0x4b00_0000)),
+        un(UnOp::BitsToF32, magic_bits),
         scale,
         Expr::F32(-(top as f32)),
     )
+}
+
+/// The i8 in byte `shift / 8` of `word` as an exact f32, in place ([`placed_code`]): the byte
+/// with its top bit flipped is the i8 plus 128, and the flip merges with the exponent bits.
+fn placed_i8(word: &Expr, shift: u32) -> Expr {
+    let biased = (word.clone() & c(0xff << shift)) ^ c(MAGIC | (0x80 << shift));
+    placed(biased, shift, 128)
 }
 
 /// A code word and its top half shifted down, so each of its 4-bit codes can be read in place
@@ -516,12 +526,10 @@ fn q8_0(s: &mut Src, sub: Expr) -> Unit {
     let q = s.window(c(2) + first.clone(), 4);
     let mut elements = Vec::with_capacity(16);
     for (t, word) in q.iter().enumerate() {
+        let views = WordViews::new(s.kb, word);
         for e in 0..4u32 {
-            // The byte's i8 plus 128 is the byte with its top bit flipped: with the exponent
-            // bits of `code_minus` in one exclusive or, the f32 2^23 + 128 + i8.
-            let biased = bits(word, c(8 * e), 8) ^ c(0x4b00_0080);
-            let value = un(UnOp::BitsToF32, biased) - Expr::F32(8_388_736.0);
-            elements.push((4 * t as u32 + e, value));
+            let (view, at) = views.at(8 * e, 8);
+            elements.push((4 * t as u32 + e, placed_i8(view, at)));
         }
     }
     Unit {
@@ -531,8 +539,11 @@ fn q8_0(s: &mut Src, sub: Expr) -> Unit {
 }
 
 /// ggml's `get_scale_min_k4` for sub-blocks `2 chunk + h` (h = 0, 1) from the three scale words
-/// `w` (block bytes 4..16) and the block's `d` and `dmin`: `(d * sc, dmin * m)` each. The bytes
-/// are those `dequant` reads.
+/// `w` (block bytes 4..16) and the block's `d` and `dmin`: `(d * sc, dmin * m)` each. The 6-bit
+/// values of all eight sub-blocks are assembled four to a word, a byte each (sub-blocks 0..4
+/// read bytes 4..12 directly; 4..8 combine bytes 8..16 with the top bits of bytes 4..12), so a
+/// unit spends a few logic instructions on its two pairs where per-value bit fields cost
+/// dozens; each value then becomes an exact f32 in place ([`placed_code`]).
 fn k4_scales(
     kb: &mut KernelBuilder,
     d: &Expr,
@@ -540,29 +551,27 @@ fn k4_scales(
     w: &[Expr; 3],
     chunk: &Expr,
 ) -> [(Expr, Expr); 2] {
-    // Sub-blocks 0..4 read bytes 4..12 directly; 4..8 combine bytes 8..16 with the top bits of
-    // bytes 4..8.
+    let low6 = c(0x3f3f_3f3f);
+    let top2 = |word: &Expr| (word.clone() >> c(2)) & c(0x3030_3030);
     let first = kb.let_(Ty::Bool, cmp(CmpOp::Lt, chunk.clone(), c(2)));
-    let lo = kb.let_(Ty::U32, select(first.clone(), w[0].clone(), w[1].clone()));
-    let hi = kb.let_(Ty::U32, select(first.clone(), w[1].clone(), w[2].clone()));
+    let sc = select(
+        first.clone(),
+        w[0].clone() & low6.clone(),
+        (w[2].clone() & c(0x0f0f_0f0f)) | top2(&w[0]),
+    );
+    let m = select(
+        first,
+        w[1].clone() & low6,
+        ((w[2].clone() >> c(4)) & c(0x0f0f_0f0f)) | top2(&w[1]),
+    );
+    // Bytes 2 (chunk % 2) and the next hold the unit's two sub-blocks.
+    let shift = kb.let_(Ty::U32, (chunk.clone() & c(1)) << c(4));
+    let sc = kb.let_(Ty::U32, sc >> shift.clone());
+    let m = kb.let_(Ty::U32, m >> shift);
     [0u32, 1].map(|h| {
-        // Byte (sub & 3) of each word: sub = 2 chunk + h.
-        let shift = kb.let_(Ty::U32, (((chunk.clone() & c(1)) << c(1)) + c(h)) << c(3));
-        let s0 = bits(&lo, shift.clone(), 8);
-        let s4 = bits(&hi, shift.clone(), 8);
-        let s_low = bits(&w[0], shift, 8);
-        let sc = select(
-            first.clone(),
-            s0.clone() & c(63),
-            (s4.clone() & c(15)) | ((s_low >> c(6)) << c(4)),
-        );
-        let m = select(
-            first.clone(),
-            s4.clone() & c(63),
-            (s4 >> c(4)) | ((s0 >> c(6)) << c(4)),
-        );
-        let dl = kb.let_(Ty::F32, d.clone() * f32_of(sc));
-        let ml = kb.let_(Ty::F32, dmin.clone() * f32_of(m));
+        let byte = |word: &Expr| placed_code(word.clone() & c(0xff << (8 * h)), 8 * h, 0);
+        let dl = kb.let_(Ty::F32, d.clone() * byte(&sc));
+        let ml = kb.let_(Ty::F32, dmin.clone() * byte(&m));
         (dl, ml)
     })
 }
@@ -654,13 +663,20 @@ fn q6_k(s: &mut Src, sub: Expr) -> Unit {
     let qh = s.window(c(128) + (n.clone() << c(5)) + l0.clone(), 2);
     let sc = s.window(c(192) + (n.clone() << c(3)), 2);
     let d = s.f16(c(208));
-    // Scale byte l0 / 16 + 2 g of the half's eight: word g / 2, byte (l0 / 16) + 2 (g % 2).
-    let half = s.kb.let_(Ty::U32, l0.clone() >> c(4));
+    // Scale byte l0 / 16 + 2 g of the half's eight: word g / 2, byte (l0 / 16) + 2 (g % 2). Each
+    // word is shifted by the first term once, so the scales sit at fixed places.
+    let half = s.kb.let_(Ty::U32, (l0.clone() >> c(4)) << c(3));
+    let scales: Vec<WordViews> = sc
+        .iter()
+        .map(|w| {
+            let shifted = s.kb.let_(Ty::U32, w.clone() >> half.clone());
+            WordViews::new(s.kb, &shifted)
+        })
+        .collect();
     let ds: Vec<Expr> = (0..4u32)
         .map(|g| {
-            let shift = (half.clone() + c(2 * (g & 1))) << c(3);
-            let scale = i8_of(bits(&sc[(g >> 1) as usize], shift, 8));
-            s.kb.let_(Ty::F32, d.clone() * f32_of(scale))
+            let (view, at) = scales[(g >> 1) as usize].at(16 * (g & 1), 8);
+            s.kb.let_(Ty::F32, d.clone() * placed_i8(view, at))
         })
         .collect();
     let first = s.kb.let_(Ty::U32, (n << c(7)) + l0);
