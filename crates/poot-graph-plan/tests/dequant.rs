@@ -11,7 +11,7 @@ use poot_graph_plan::lower::dequant::{
     words_of_bytes,
 };
 use poot_graph_plan::lower::dequant_unit::{
-    PairFormat, Unit, decode_pair, decode_unit, units_per_block,
+    PairFormat, Unit, decode_pair, decode_unit, decode_whole, units_per_block,
 };
 
 /// splitmix64: a small seeded generator, so every run checks the same blocks.
@@ -468,63 +468,88 @@ fn every_code_decodes_by_units_bit_for_bit() {
     }
 }
 
-/// Decodes the block pairs of `bytes` (whole pairs of `pair`'s format, from a word boundary)
-/// through `decode_pair` and checks every element, times its group's scale, against the
-/// reference bit for bit.
-fn check_pair_bytes(pair: PairFormat, bytes: &[u8], case: &str) {
+/// How a row of an 18-byte format is read in units larger than a half block.
+#[derive(Clone, Copy, Debug)]
+enum Reading {
+    /// Two blocks from a word boundary: `decode_pair`.
+    Pairs,
+    /// One block, at either half of a word: `decode_whole`.
+    Whole,
+}
+
+impl Reading {
+    fn blocks(self) -> usize {
+        match self {
+            Reading::Pairs => 2,
+            Reading::Whole => 1,
+        }
+    }
+}
+
+/// Decodes the units of `bytes` (whole units of `pair`'s format, from a word boundary) read as
+/// `reading` and checks every element, times its group's scale, against the reference bit for
+/// bit.
+fn check_large_units(pair: PairFormat, reading: Reading, bytes: &[u8], case: &str) {
     let format = pair.block_format();
-    let pair_bytes = 2 * format.block_bytes();
+    let unit_bytes = reading.blocks() * format.block_bytes();
     let k = bytes.len() / format.block_bytes() * format.block_elems();
     let words = words_of_bytes(bytes);
     let mut want = vec![0f32; k];
     decode_block_row(format, MatrixShape::new(1, k), bytes, 0, &mut want).expect("reference");
-    let mut kb = KernelBuilder::new("pair_test", 1);
+    let mut kb = KernelBuilder::new("unit_test", 1);
     let weights = kb.param("weights", Word::U32, Access::Read);
     let tables = FormatTables::declare(format, &mut kb);
     let base = kb.var(Ty::U32, u32c(0));
-    let unit = decode_pair(&mut kb, pair, weights, &tables, Expr::Var(base)).expect("tables");
+    let last_word = (words.len() - 1) as u32;
+    let unit = match reading {
+        Reading::Pairs => decode_pair(&mut kb, pair, weights, &tables, Expr::Var(base)),
+        Reading::Whole => decode_whole(&mut kb, pair, weights, &tables, Expr::Var(base), last_word),
+    }
+    .expect("tables");
     let kernel = kb.finish();
-    kernel.validate().expect("the pair's statements validate");
+    kernel.validate().expect("the unit's statements validate");
     assert!(
         unit.groups.iter().all(|g| g.scale.is_some()),
-        "{pair:?}: a pair's groups carry their block's scale"
+        "{pair:?}: a unit's groups carry their block's scale"
     );
     let table_data: Vec<_> = tables.iter().map(|(t, p)| (p, table_words(t))).collect();
-    for p in 0..bytes.len() / pair_bytes {
+    for p in 0..bytes.len() / unit_bytes {
         let mut env = Env::new();
         env.bind(weights, Word::U32, &words);
         for (param, w) in &table_data {
             env.bind(*param, Word::U32, w);
         }
-        env.set_var(base, Value::U32((p * pair_bytes) as u32));
-        let what = format!("{pair:?} ({case}) pair {p}");
+        env.set_var(base, Value::U32((p * unit_bytes) as u32));
+        let what = format!("{pair:?} {reading:?} ({case}) unit {p}");
         declare(&mut env, &kernel.body[1..], &what);
-        let span = 2 * format.block_elems();
+        let span = reading.blocks() * format.block_elems();
         let mut seen = vec![false; span];
         check_elements(&env, &unit, &want[p * span..][..span], &mut seen, &what);
-        assert!(seen.iter().all(|&s| s), "{pair:?}: a pair missed elements");
+        assert!(seen.iter().all(|&s| s), "{what}: missed elements");
     }
 }
 
 #[test]
-fn block_pairs_decode_bit_for_bit() {
+fn block_pairs_and_whole_blocks_decode_bit_for_bit() {
     for (i, pair) in [PairFormat::Q4_0, PairFormat::Iq4Nl]
         .into_iter()
         .enumerate()
     {
         let format = pair.block_format();
-        let mut rng = Rng(9000 + i as u64);
-        for fill in [Fill::Realistic, Fill::RandomBytes] {
-            let bytes = random_rows(format, 6, fill, &mut rng);
-            check_pair_bytes(pair, &bytes, &format!("{fill:?}"));
-        }
-        // Every byte value at every code byte of a pair's two blocks.
-        let mut bytes = random_rows(format, 256, Fill::Realistic, &mut rng);
-        for (b, block) in bytes.chunks_mut(format.block_bytes()).enumerate() {
-            for (i, byte) in block.iter_mut().enumerate().skip(2) {
-                *byte = (b + i) as u8;
+        for reading in [Reading::Pairs, Reading::Whole] {
+            let mut rng = Rng(9000 + i as u64);
+            for fill in [Fill::Realistic, Fill::RandomBytes] {
+                let bytes = random_rows(format, 6, fill, &mut rng);
+                check_large_units(pair, reading, &bytes, &format!("{fill:?}"));
             }
+            // Every byte value at every code byte of a unit's blocks.
+            let mut bytes = random_rows(format, 256, Fill::Realistic, &mut rng);
+            for (b, block) in bytes.chunks_mut(format.block_bytes()).enumerate() {
+                for (i, byte) in block.iter_mut().enumerate().skip(2) {
+                    *byte = (b + i) as u8;
+                }
+            }
+            check_large_units(pair, reading, &bytes, "every code");
         }
-        check_pair_bytes(pair, &bytes, "every code");
     }
 }

@@ -143,7 +143,7 @@ fn a_decode_contraction_reads_its_staged_left_side_sixteen_bytes_at_a_time() {
         let k = &p.kernels[p.dispatches[0].kernel];
         count_stmts(&k.body, &|s| matches!(s, Stmt::LetShared { .. }))
     };
-    // A Q4_0 unit's elements are two aligned runs of eight: four 16-byte reads a unit.
+    // A Q4_0 unit's elements are aligned runs of four: one 16-byte read each.
     assert!(wide(&q4_0_projection(4096, "")) >= 4);
     assert_eq!(wide(&q4_0_projection(4096, "wide_shared=0")), 0);
 }
@@ -162,13 +162,16 @@ fn two_columns_a_team_only_where_the_columns_fill_the_workgroup_cap() {
 }
 
 #[test]
-fn block_pairs_read_nine_whole_words_where_asked() {
-    // Windows of one block: three words a 16-element unit. Pairs: nine a 64-element unit.
-    let windows = weight_loads(&q4_0_projection(4096, ""));
+fn eighteen_byte_blocks_are_read_whole_by_halves_or_by_pairs_as_asked() {
+    // A whole block: one window of five words a 32-element unit. Half blocks: three words a
+    // 16-element unit. Pairs: nine whole words a 64-element unit.
+    let whole = weight_loads(&q4_0_projection(4096, ""));
+    let halves = weight_loads(&q4_0_projection(4096, "whole=0"));
     let pairs = weight_loads(&q4_0_projection(4096, "pairs=1"));
-    assert_eq!(windows % 3, 0, "{windows}");
+    assert_eq!(whole % 5, 0, "{whole}");
+    assert_eq!(halves % 3, 0, "{halves}");
     assert_eq!(pairs % 9, 0, "{pairs}");
-    assert_ne!(windows, pairs);
+    assert!(whole != halves && whole != pairs && halves != pairs);
 }
 
 #[test]

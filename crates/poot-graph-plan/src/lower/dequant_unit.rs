@@ -372,7 +372,8 @@ fn nibbles_32(s: &mut Src, sub: Expr, kind: Legacy) -> Unit {
     }
 }
 
-/// The 18-byte formats whose consecutive block pairs a row can read as nine whole words.
+/// The 18-byte formats whose blocks a row can read whole ([`decode_whole`]), or in consecutive
+/// pairs as nine whole words ([`decode_pair`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PairFormat {
     Q4_0,
@@ -395,6 +396,48 @@ impl PairFormat {
             PairFormat::Iq4Nl => BlockFormat::IQ4_NL,
         }
     }
+
+    fn legacy(self, tables: &FormatTables) -> Result<Legacy, DequantError> {
+        Ok(match self {
+            PairFormat::Q4_0 => Legacy::Q4_0,
+            PairFormat::Iq4Nl => {
+                let table = FormatTable::KvaluesIq4nl;
+                let kv = tables.get(table).ok_or(DequantError::MissingTable {
+                    format: self.block_format(),
+                    table,
+                })?;
+                Legacy::Iq4Nl(kv)
+            }
+        })
+    }
+}
+
+/// Decodes the whole block of `pair`'s format whose first byte is `base` (a u32 variable, even)
+/// in `weights`, whose last word is `last_word`: one group of scale `d` over its 32 elements,
+/// from one window of four half-word-shifted words. Half the address work and scale loads of
+/// two 16-element units, for twice the registers.
+pub fn decode_whole(
+    kb: &mut KernelBuilder,
+    pair: PairFormat,
+    weights: ParamId,
+    tables: &FormatTables,
+    base: Expr,
+    last_word: u32,
+) -> Result<Unit, DequantError> {
+    let kind = pair.legacy(tables)?;
+    let mut s = Src {
+        kb,
+        weights,
+        base,
+        last_word,
+    };
+    let d = s.f16(c(0));
+    let q = s.window(c(2), 4);
+    let elements = legacy_values(s.kb, &kind, &q);
+    Ok(Unit {
+        first: c(0),
+        groups: vec![Group::scaled(d, elements)],
+    })
 }
 
 /// Decodes the two consecutive blocks of `pair`'s format whose first byte is `base` (a u32
@@ -410,17 +453,7 @@ pub fn decode_pair(
     tables: &FormatTables,
     base: Expr,
 ) -> Result<Unit, DequantError> {
-    let format = pair.block_format();
-    let kind = match pair {
-        PairFormat::Q4_0 => Legacy::Q4_0,
-        PairFormat::Iq4Nl => {
-            let table = FormatTable::KvaluesIq4nl;
-            let kv = tables
-                .get(table)
-                .ok_or(DequantError::MissingTable { format, table })?;
-            Legacy::Iq4Nl(kv)
-        }
-    };
+    let kind = pair.legacy(tables)?;
     let first_word = kb.let_(Ty::U32, base >> c(2));
     let w: Vec<Expr> = (0..9)
         .map(|j| kb.let_(Ty::U32, load(weights, first_word.clone() + c(j))))

@@ -10,7 +10,9 @@
 //!   stride over the columns (at most a few per multiprocessor, so each stages its left side
 //!   once for several column tiles).
 //! - The lanes walk the weight row in units: a fixed share of a block (16 elements, 32 for
-//!   Q4_K and Q6_K) decoded from whole u32 words with the block's scales decoded once
+//!   Q4_K and Q6_K, a whole block of Q4_0 and IQ4_NL) decoded from whole u32 words, each code
+//!   in place by one logic instruction and an exact multiply-add, with the block's scales
+//!   decoded once
 //!   ([`dequant_unit`](super::dequant_unit)), or dense words (four in one 16-byte load for f16
 //!   and bf16 rows of a multiple of 8). Consecutive lanes take consecutive units, so a team's
 //!   loads are contiguous; each lane decodes `unroll` units (loads first) per step so several
@@ -69,6 +71,9 @@ const CHUNK_ALIGN: u32 = 256;
 /// Elements of a [`Layout::BlockPairs`] unit.
 const PAIR_ELEMS: u32 = 64;
 
+/// Elements of a [`Layout::WholeBlocks`] unit.
+const WHOLE_ELEMS: u32 = 32;
+
 /// How a weight's rows are stored, as the kernel reads them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Layout {
@@ -86,6 +91,9 @@ enum Layout {
     /// Q4_0 or IQ4_NL rows of a multiple of 64: a unit is two blocks, nine whole words (the
     /// 18-byte blocks of [`Layout::Blocks`] are read as half-word-shifted windows).
     BlockPairs(PairFormat),
+    /// Q4_0 or IQ4_NL rows: a unit is a whole block, one window of four words (half a block in
+    /// [`Layout::Blocks`]).
+    WholeBlocks(PairFormat),
 }
 
 impl Layout {
@@ -96,6 +104,7 @@ impl Layout {
             Layout::HalfOcts(_) => k / 8,
             Layout::Blocks(f) => k / f.block_elems() as u32 * dequant_unit::units_per_block(f),
             Layout::BlockPairs(_) => k / PAIR_ELEMS,
+            Layout::WholeBlocks(_) => k / WHOLE_ELEMS,
         }
     }
 
@@ -104,7 +113,10 @@ impl Layout {
     fn aligned_units(self) -> bool {
         matches!(
             self,
-            Layout::HalfOcts(_) | Layout::Blocks(_) | Layout::BlockPairs(_)
+            Layout::HalfOcts(_)
+                | Layout::Blocks(_)
+                | Layout::BlockPairs(_)
+                | Layout::WholeBlocks(_)
         )
     }
 
@@ -115,6 +127,7 @@ impl Layout {
             Layout::Halves(_) => 2,
             Layout::Blocks(f) => dequant_unit::unit_bytes(f),
             Layout::BlockPairs(p) => 2 * p.block_format().block_bytes() as u32,
+            Layout::WholeBlocks(p) => p.block_format().block_bytes() as u32,
         }
     }
 }
@@ -248,7 +261,7 @@ const MIN_BLOCK_STEPS: u32 = 4;
 fn unroll(layout: Layout, units: u32, lanes: u32, bytes: u32) -> u32 {
     let want = floor_pow2(bytes / layout.unit_bytes()).min(8);
     let steps = match layout {
-        Layout::Blocks(_) | Layout::BlockPairs(_) => MIN_BLOCK_STEPS,
+        Layout::Blocks(_) | Layout::BlockPairs(_) | Layout::WholeBlocks(_) => MIN_BLOCK_STEPS,
         Layout::F32 | Layout::HalfPairs(_) | Layout::HalfOcts(_) | Layout::Halves(_) => 1,
     };
     want.min(floor_pow2(units / (lanes * steps)))
@@ -327,12 +340,13 @@ impl Lowering<'_> {
                     if row_bytes % 2 != 0 && b != BlockFormat::MXFP4 {
                         return None;
                     }
-                    let pairs = PairFormat::of(b).filter(|_| {
-                        k % PAIR_ELEMS as usize == 0 && self.target.tuning.gemv_block_pairs
-                    });
-                    let layout = match pairs {
-                        Some(pair) => Layout::BlockPairs(pair),
-                        None => Layout::Blocks(b),
+                    let tuning = &self.target.tuning;
+                    let layout = match PairFormat::of(b) {
+                        Some(pair) if k % PAIR_ELEMS as usize == 0 && tuning.gemv_block_pairs => {
+                            Layout::BlockPairs(pair)
+                        }
+                        Some(pair) if tuning.gemv_whole_blocks => Layout::WholeBlocks(pair),
+                        _ => Layout::Blocks(b),
                     };
                     (layout, row_bytes)
                 }
@@ -828,7 +842,9 @@ impl Lowering<'_> {
         );
         let (lane, lanes) = (&walk.lane, walk.lanes);
         let bytes = match w.layout {
-            Layout::Blocks(_) | Layout::BlockPairs(_) => self.target.tuning.gemv_bytes_per_step,
+            Layout::Blocks(_) | Layout::BlockPairs(_) | Layout::WholeBlocks(_) => {
+                self.target.tuning.gemv_bytes_per_step
+            }
             Layout::F32 | Layout::HalfPairs(_) | Layout::HalfOcts(_) | Layout::Halves(_) => {
                 self.target.tuning.gemv_dense_bytes_per_step
             }
@@ -845,7 +861,7 @@ impl Lowering<'_> {
                 let p = cx.param(buf, Word::U32, false);
                 (p, self.tables_for(cx, f))
             }
-            Layout::BlockPairs(pair) => {
+            Layout::BlockPairs(pair) | Layout::WholeBlocks(pair) => {
                 let p = cx.param(buf, Word::U32, false);
                 (p, self.tables_for(cx, pair.block_format()))
             }
@@ -854,7 +870,7 @@ impl Lowering<'_> {
         let row_len = match w.layout {
             Layout::F32 | Layout::Halves(_) => w.k,
             Layout::HalfPairs(_) | Layout::HalfOcts(_) => w.k / 2,
-            Layout::Blocks(_) | Layout::BlockPairs(_) => w.row_bytes,
+            Layout::Blocks(_) | Layout::BlockPairs(_) | Layout::WholeBlocks(_) => w.row_bytes,
         };
         let row_starts: Vec<Expr> = (0..cols)
             .map(|c| {
@@ -904,7 +920,7 @@ impl Lowering<'_> {
         let parts = || job.sums.iter().flat_map(|s| &s.parts);
         let half_word_blocks = parts().any(|p| match p.weight.layout {
             Layout::Blocks(f) => f.block_bytes() % 4 != 0,
-            Layout::BlockPairs(_) => true,
+            Layout::BlockPairs(_) | Layout::WholeBlocks(_) => true,
             Layout::F32 | Layout::HalfPairs(_) | Layout::HalfOcts(_) | Layout::Halves(_) => false,
         });
         let tuning = &self.target.tuning;
@@ -1034,6 +1050,18 @@ impl Lowering<'_> {
                 let unit = dequant_unit::decode_pair(&mut cx.kb, pair, param, tables, base)?;
                 Unit {
                     first: u << u32c(PAIR_ELEMS.trailing_zeros()),
+                    groups: unit.groups,
+                }
+            }
+            Layout::WholeBlocks(pair) => {
+                let bytes = w.layout.unit_bytes();
+                let base = cx
+                    .kb
+                    .let_(Ty::U32, row_start.clone() + u.clone() * u32c(bytes));
+                let unit =
+                    dequant_unit::decode_whole(&mut cx.kb, pair, param, tables, base, w.last_word)?;
+                Unit {
+                    first: u << u32c(WHOLE_ELEMS.trailing_zeros()),
                     groups: unit.groups,
                 }
             }
