@@ -150,10 +150,13 @@ fn a_decode_contraction_reads_its_staged_left_side_sixteen_bytes_at_a_time() {
 
 #[test]
 fn two_columns_a_team_only_where_the_columns_fill_the_workgroup_cap() {
-    // 65536 columns fill 132 x 4 workgroups with teams of two columns: each team decodes two
-    // weight rows per step, so the kernel loads twice the words.
-    let many = weight_loads(&q4_0_projection(65536, ""));
-    assert_eq!(many, 2 * weight_loads(&q4_0_projection(65536, "columns=1")));
+    // 131072 columns fill 132 x 8 workgroups of 32 teams with teams of two columns: each team
+    // decodes two weight rows per step, so the kernel loads twice the words.
+    let many = weight_loads(&q4_0_projection(131072, ""));
+    assert_eq!(
+        many,
+        2 * weight_loads(&q4_0_projection(131072, "columns=1"))
+    );
     // 4096 columns would not: one column a team, as with `columns=1`.
     assert_eq!(
         weight_loads(&q4_0_projection(4096, "")),

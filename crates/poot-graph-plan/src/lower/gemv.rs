@@ -188,6 +188,16 @@ impl Job {
     fn rows(&self) -> u32 {
         self.lead.iter().product::<usize>() as u32
     }
+
+    /// Whether any of its weights is block-quantized (the kernel then takes the block tuning).
+    fn blocks(&self) -> bool {
+        self.sums.iter().flat_map(|s| &s.parts).any(|p| {
+            matches!(
+                p.weight.layout,
+                Layout::Blocks(_) | Layout::BlockPairs(_) | Layout::WholeBlocks(_)
+            )
+        })
+    }
 }
 
 /// Where a left side is staged: row `m`, element `k` of the staged span at
@@ -497,7 +507,12 @@ impl Lowering<'_> {
         // Workgroups a multiprocessor must hold at once: the compiler may otherwise spend 200
         // registers on a long row walk's loads and run one workgroup of 8 warps (measured on
         // the H200's Q4_0 down projection).
-        cx.kb.set_min_resident(self.target.tuning.gemv_min_resident);
+        let tuning = &self.target.tuning;
+        cx.kb.set_min_resident(if job.blocks() {
+            tuning.gemv_block_min_resident
+        } else {
+            tuning.gemv_min_resident
+        });
 
         // Outputs first.
         let mut part_outs: Vec<Vec<ParamId>> = Vec::with_capacity(job.sums.len());
@@ -731,7 +746,7 @@ impl Lowering<'_> {
             return Ok(None);
         }
         let groups = self
-            .gemv_workgroup_cap()
+            .gemv_workgroup_cap(job)
             .map_or(tiles, |most| tiles.min(most));
         let grid = self.groups_for(groups, 1);
         Ok(Some((cx, grid)))
@@ -930,7 +945,7 @@ impl Lowering<'_> {
             tuning.gemv_word_columns
         };
         let most = floor_pow2(MAX_ROWS as u32 / job.rows().max(1));
-        let cap = self.gemv_workgroup_cap();
+        let cap = self.gemv_workgroup_cap(job);
         let fits = |cols: u32| {
             let whole = job.columns.is_multiple_of(cols)
                 && parts().all(|p| p.start.is_multiple_of(cols) && p.weight.n.is_multiple_of(cols));
@@ -945,12 +960,16 @@ impl Lowering<'_> {
         cols
     }
 
-    /// The most workgroups a decode-shaped contraction launches, where the tuning or the
-    /// device's multiprocessors bound them.
-    fn gemv_workgroup_cap(&self) -> Option<u32> {
+    /// The most workgroups `job`'s kernel launches, where the tuning or the device's
+    /// multiprocessors bound them.
+    fn gemv_workgroup_cap(&self, job: &Job) -> Option<u32> {
         let tuning = &self.target.tuning;
         tuning.gemv_max_workgroups.or_else(|| {
-            let per = tuning.gemv_waves;
+            let per = if job.blocks() {
+                tuning.gemv_block_waves
+            } else {
+                tuning.gemv_waves
+            };
             let sms = self.target.limits.multiprocessors?;
             (per > 0).then(|| sms.saturating_mul(per))
         })
