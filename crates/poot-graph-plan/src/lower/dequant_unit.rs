@@ -210,8 +210,8 @@ fn placed_i8(word: &Expr, shift: u32) -> Expr {
     placed(biased, shift, 128)
 }
 
-/// A code word and its top half shifted down, so each of its 4-bit codes can be read in place
-/// below bit 20 ([`placed_code`]): one shift per word instead of one per code.
+/// A code word and its top half shifted down, so each field of it can be read in place below
+/// bit 23 ([`placed_code`]): one shift per word instead of one per field.
 struct WordViews {
     low: Expr,
     high: Expr,
