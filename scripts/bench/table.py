@@ -92,6 +92,7 @@ def main() -> None:
                 f"{poot['bandwidth_bytes_per_s'] / 1e9:.0f} GB/s; prompt {poot['prompt_tokens']}, "
                 f"{poot['gen_tokens']} new tokens, {poot['repeats']} repeats; poot prefill chunk "
                 f"{poot['prefill_chunk']}; llama.cpp decode at depth 0: {fmt(d0)} tok/s"
+                + (f"; POOT_TUNING={poot['tuning']}" if poot.get("tuning") else "")
             )
     print()
     print("\n".join(notes))

@@ -128,6 +128,9 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
         bandwidth,
         upload_seconds,
         compile_seconds,
+        tuning: std::env::var("POOT_TUNING")
+            .ok()
+            .filter(|t| !t.trim().is_empty()),
     };
     // A closed stdout (a pipe) ends the command quietly.
     let _ = if args.json {
@@ -240,6 +243,9 @@ struct Report {
     bandwidth: CopyBandwidth,
     upload_seconds: f64,
     compile_seconds: f64,
+    /// The `POOT_TUNING` overrides the kernels were planned with, if any: a run with them
+    /// measures something other than the defaults, and its record says so.
+    tuning: Option<String>,
 }
 
 impl Report {
@@ -347,6 +353,9 @@ impl Report {
         for (k, v) in rows {
             out.push_str(&format!("{k:<12} {v}\n"));
         }
+        if let Some(tuning) = &self.tuning {
+            out.push_str(&format!("{:<12} POOT_TUNING={tuning}\n", "tuning"));
+        }
         out.push_str(&format!(
             "(medians of {} repeats; capacity {})\n",
             self.runs.len(),
@@ -370,6 +379,7 @@ impl Report {
             "repeats": self.runs.len(),
             "capacity": self.sizing.capacity,
             "prefill_chunk": self.sizing.prefill_chunk,
+            "tuning": self.tuning,
             "prefill_tok_s": self.prefill_tok_s(),
             "decode_tok_s": decode,
             "decode_ms_per_token": if decode > 0.0 { 1e3 / decode } else { 0.0 },

@@ -494,6 +494,32 @@ fn a_benchmark_over_the_model_or_capacity_is_refused_before_the_backend_opens() 
 }
 
 #[test]
+fn bench_records_the_tuning_overrides_it_ran_with() {
+    let Some(path) = smollm2() else { return };
+    if !vulkan() {
+        return;
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_poot"))
+        .args(["bench", path.to_str().unwrap(), "--backend", "wgpu"])
+        .args([
+            "--prompt-tokens",
+            "2",
+            "--gen-tokens",
+            "2",
+            "--repeats",
+            "1",
+        ])
+        .args(["--probe-mib", "8", "--json"])
+        .env("XDG_RUNTIME_DIR", "/tmp")
+        .env("POOT_TUNING", "bytes=32")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: Json = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(r["tuning"], "bytes=32", "{r}");
+}
+
+#[test]
 fn bench_reports_speeds_dispatches_and_the_bandwidth_fraction() {
     let Some(path) = smollm2() else { return };
     if !vulkan() {
@@ -527,6 +553,7 @@ fn bench_reports_speeds_dispatches_and_the_bandwidth_fraction() {
     assert_eq!(r["backend"], "wgpu");
     assert_eq!(r["capacity"], 4, "default capacity is prompt + new tokens");
     assert_eq!(r["decode_tok_s_runs"].as_array().unwrap().len(), 1);
+    assert!(r["tuning"].is_null(), "the default kernels: {r}");
     for k in [
         "prefill_tok_s",
         "decode_tok_s",
