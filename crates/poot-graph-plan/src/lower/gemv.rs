@@ -97,6 +97,14 @@ enum Layout {
 }
 
 impl Layout {
+    /// Whether the rows are GGUF blocks, read by any unit shape.
+    fn blocks(self) -> bool {
+        matches!(
+            self,
+            Layout::Blocks(_) | Layout::BlockPairs(_) | Layout::WholeBlocks(_)
+        )
+    }
+
     fn units_per_row(self, k: u32) -> u32 {
         match self {
             Layout::F32 | Layout::Halves(_) => k,
@@ -191,12 +199,10 @@ impl Job {
 
     /// Whether any of its weights is block-quantized (the kernel then takes the block tuning).
     fn blocks(&self) -> bool {
-        self.sums.iter().flat_map(|s| &s.parts).any(|p| {
-            matches!(
-                p.weight.layout,
-                Layout::Blocks(_) | Layout::BlockPairs(_) | Layout::WholeBlocks(_)
-            )
-        })
+        self.sums
+            .iter()
+            .flat_map(|s| &s.parts)
+            .any(|p| p.weight.layout.blocks())
     }
 }
 
@@ -270,10 +276,7 @@ const MIN_BLOCK_STEPS: u32 = 4;
 /// (block formats: in at least [`MIN_BLOCK_STEPS`] steps).
 fn unroll(layout: Layout, units: u32, lanes: u32, bytes: u32) -> u32 {
     let want = floor_pow2(bytes / layout.unit_bytes()).min(8);
-    let steps = match layout {
-        Layout::Blocks(_) | Layout::BlockPairs(_) | Layout::WholeBlocks(_) => MIN_BLOCK_STEPS,
-        Layout::F32 | Layout::HalfPairs(_) | Layout::HalfOcts(_) | Layout::Halves(_) => 1,
-    };
+    let steps = if layout.blocks() { MIN_BLOCK_STEPS } else { 1 };
     want.min(floor_pow2(units / (lanes * steps)))
 }
 
@@ -856,13 +859,10 @@ impl Lowering<'_> {
             span.first.clone() >> u32c(per_unit.trailing_zeros()),
         );
         let (lane, lanes) = (&walk.lane, walk.lanes);
-        let bytes = match w.layout {
-            Layout::Blocks(_) | Layout::BlockPairs(_) | Layout::WholeBlocks(_) => {
-                self.target.tuning.gemv_bytes_per_step
-            }
-            Layout::F32 | Layout::HalfPairs(_) | Layout::HalfOcts(_) | Layout::Halves(_) => {
-                self.target.tuning.gemv_dense_bytes_per_step
-            }
+        let bytes = if w.layout.blocks() {
+            self.target.tuning.gemv_bytes_per_step
+        } else {
+            self.target.tuning.gemv_dense_bytes_per_step
         };
         let unroll = unroll(w.layout, units, lanes, (bytes / cols).max(1));
         let wide = w.layout.aligned_units() && self.target.tuning.gemv_wide_shared;
