@@ -493,14 +493,11 @@ fn a_benchmark_over_the_model_or_capacity_is_refused_before_the_backend_opens() 
     assert_one_error(&o, "more than 100 (--capacity)");
 }
 
-#[test]
-fn bench_records_the_tuning_overrides_it_ran_with() {
-    let Some(path) = smollm2() else { return };
-    if !vulkan() {
-        return;
-    }
-    let o = Command::new(env!("CARGO_BIN_EXE_poot"))
-        .args(["bench", path.to_str().unwrap(), "--backend", "wgpu"])
+/// `poot bench` of `path` on wgpu, two prompt tokens and two new ones, once, as JSON, with
+/// `POOT_TUNING` set to `tuning` where given.
+fn tiny_bench(path: &std::path::Path, tuning: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_poot"));
+    cmd.args(["bench", path.to_str().unwrap(), "--backend", "wgpu"])
         .args([
             "--prompt-tokens",
             "2",
@@ -510,10 +507,20 @@ fn bench_records_the_tuning_overrides_it_ran_with() {
             "1",
         ])
         .args(["--probe-mib", "8", "--json"])
-        .env("XDG_RUNTIME_DIR", "/tmp")
-        .env("POOT_TUNING", "bytes=32")
-        .output()
-        .unwrap();
+        .env("XDG_RUNTIME_DIR", "/tmp");
+    if let Some(tuning) = tuning {
+        cmd.env("POOT_TUNING", tuning);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn bench_records_the_tuning_overrides_it_ran_with() {
+    let Some(path) = smollm2() else { return };
+    if !vulkan() {
+        return;
+    }
+    let o = tiny_bench(&path, Some("bytes=32"));
     assert!(o.status.success(), "{}", stderr(&o));
     let r: Json = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(r["tuning"], "bytes=32", "{r}");
@@ -525,21 +532,7 @@ fn bench_reports_speeds_dispatches_and_the_bandwidth_fraction() {
     if !vulkan() {
         return;
     }
-    let o = poot(&[
-        "bench",
-        path.to_str().unwrap(),
-        "--backend",
-        "wgpu",
-        "--prompt-tokens",
-        "2",
-        "--gen-tokens",
-        "2",
-        "--repeats",
-        "1",
-        "--probe-mib",
-        "8",
-        "--json",
-    ]);
+    let o = tiny_bench(&path, None);
     assert!(o.status.success(), "{}", stderr(&o));
     // stderr is not a terminal here: status lines, no progress bars.
     assert!(
