@@ -43,7 +43,7 @@ use super::{Lowering, PlanError};
 use crate::kernel::build::{
     cmp, eq, load, load_shared, local_id, lt, max, min, mul_add, select, u32c, un,
 };
-use crate::kernel::{BinOp, CmpOp, Expr, SharedId, Ty, UnOp, Word};
+use crate::kernel::{BinOp, CmpOp, Expr, SharedId, Ty, UnOp, Var, Word};
 use crate::plan::BufferRole;
 
 /// Cache positions one partition walks when the rows alone do not fill the device.
@@ -299,6 +299,24 @@ pub(super) fn exp(x: Expr) -> Expr {
     un(UnOp::Exp, x)
 }
 
+/// An online softmax's step from running maximum `m` to `m_new`: whether anything is visible
+/// yet, and the factor that rescales what was summed so far. While the maximum stays -inf the
+/// factor is 1 (the guard keeps -inf - -inf out).
+pub(super) fn rescale(cx: &mut KernelCtx, m: Var, m_new: &Expr) -> (Expr, Expr) {
+    let live = cx
+        .kb
+        .let_(Ty::Bool, cmp(CmpOp::Ne, m_new.clone(), neg_inf()));
+    let alpha = cx.kb.let_(
+        Ty::F32,
+        select(
+            live.clone(),
+            exp(Expr::Var(m) - m_new.clone()),
+            Expr::F32(1.0),
+        ),
+    );
+    (live, alpha)
+}
+
 pub(super) fn and(a: Expr, b: Expr) -> Expr {
     crate::kernel::build::bin(BinOp::And, a, b)
 }
@@ -374,19 +392,9 @@ impl Lowering<'_> {
         let tile_max = cx.kb.let_(Ty::F32, load_shared(red, u32c(0)));
         let m_new = cx.kb.let_(Ty::F32, max(Expr::Var(m), tile_max.clone()));
         cx.kb.barrier();
-        // While nothing is visible the running maximum stays -inf: the tile adds nothing (the
-        // guard keeps -inf - -inf out; barriers stay in uniform control flow).
-        let live = cx
-            .kb
-            .let_(Ty::Bool, cmp(CmpOp::Ne, m_new.clone(), neg_inf()));
-        let alpha = cx.kb.let_(
-            Ty::F32,
-            select(
-                live.clone(),
-                exp(Expr::Var(m) - m_new.clone()),
-                Expr::F32(1.0),
-            ),
-        );
+        // While nothing is visible the tile adds nothing (barriers stay in uniform control
+        // flow).
+        let (live, alpha) = rescale(&mut cx, m, &m_new);
         let p = cx.kb.let_(
             Ty::F32,
             select(

@@ -37,7 +37,7 @@
 //! visible logit of the row exceeds `f32::MIN + 104`, and a row with no visible position is the
 //! mean of the values, as in the prefill kernel.
 
-use super::attention::{Attention, MAX_PARTITIONS, and, at_s, exp, neg_inf};
+use super::attention::{Attention, MAX_PARTITIONS, and, at_s, exp, neg_inf, rescale};
 use super::context::KernelCtx;
 use super::emit::pairwise;
 use super::{Lowering, PlanError};
@@ -302,19 +302,8 @@ impl Lowering<'_> {
         }
         let step_max = scores.iter().cloned().reduce(max).unwrap_or_else(neg_inf);
         let m_new = cx.kb.let_(Ty::F32, max(Expr::Var(m), step_max));
-        // While nothing is visible the running maximum stays -inf and the step adds nothing
-        // (the guard keeps -inf - -inf out).
-        let live = cx
-            .kb
-            .let_(Ty::Bool, cmp(CmpOp::Ne, m_new.clone(), neg_inf()));
-        let alpha = cx.kb.let_(
-            Ty::F32,
-            select(
-                live.clone(),
-                exp(Expr::Var(m) - m_new.clone()),
-                Expr::F32(1.0),
-            ),
-        );
+        // While nothing is visible the step adds nothing.
+        let (live, alpha) = rescale(&mut cx, m, &m_new);
         let weights: Vec<Expr> = scores
             .into_iter()
             .zip(&visible)

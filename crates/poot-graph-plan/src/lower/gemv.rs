@@ -1061,26 +1061,22 @@ impl Lowering<'_> {
                     groups: unit.groups,
                 }
             }
-            Layout::BlockPairs(pair) => {
+            Layout::BlockPairs(pair) | Layout::WholeBlocks(pair) => {
                 let bytes = w.layout.unit_bytes();
                 let base = cx
                     .kb
                     .let_(Ty::U32, row_start.clone() + u.clone() * u32c(bytes));
-                let unit = dequant_unit::decode_pair(&mut cx.kb, pair, param, tables, base)?;
+                let (unit, elems) = if let Layout::BlockPairs(_) = w.layout {
+                    let unit = dequant_unit::decode_pair(&mut cx.kb, pair, param, tables, base)?;
+                    (unit, PAIR_ELEMS)
+                } else {
+                    let kb = &mut cx.kb;
+                    let unit =
+                        dequant_unit::decode_whole(kb, pair, param, tables, base, w.last_word)?;
+                    (unit, WHOLE_ELEMS)
+                };
                 Unit {
-                    first: u << u32c(PAIR_ELEMS.trailing_zeros()),
-                    groups: unit.groups,
-                }
-            }
-            Layout::WholeBlocks(pair) => {
-                let bytes = w.layout.unit_bytes();
-                let base = cx
-                    .kb
-                    .let_(Ty::U32, row_start.clone() + u.clone() * u32c(bytes));
-                let unit =
-                    dequant_unit::decode_whole(&mut cx.kb, pair, param, tables, base, w.last_word)?;
-                Unit {
-                    first: u << u32c(WHOLE_ELEMS.trailing_zeros()),
+                    first: u << u32c(elems.trailing_zeros()),
                     groups: unit.groups,
                 }
             }
