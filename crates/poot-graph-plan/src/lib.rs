@@ -22,7 +22,7 @@ pub use plan::{
     MemoryUse, Plan,
 };
 pub use refusal::PlanError;
-pub use target::{Backend, Target, TargetLimits, Tuning, TuningError};
+pub use target::{Backend, LaunchOverlap, Target, TargetLimits, Tuning, TuningError};
 
 /// Plans `graph` for `target`: splits constants too large for one buffer into row chunks,
 /// lowers, and refuses a plan whose buffers exceed the device's memory.

@@ -100,6 +100,23 @@ pub struct Tuning {
     /// Whether such a contraction reads Q4_0 and IQ4_NL rows a whole block (32 elements) per
     /// unit instead of half a block: half the address work and scale loads per element.
     pub gemv_whole_blocks: bool,
+    /// Whether a recorded kernel may start while the kernel before it finishes (where the
+    /// backend can: CUDA's programmatic dependent launch on compute capability 9.0 and newer).
+    pub launch_overlap: LaunchOverlap,
+}
+
+/// How far a kernel's launch may overlap the end of the kernel before it. Every rendered CUDA
+/// kernel first waits for its predecessors to finish and their writes to be visible, so only
+/// the launch itself (block scheduling, argument setup) overlaps: results never change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaunchOverlap {
+    /// Each kernel launches after the one before it has finished.
+    Off,
+    /// The next kernel is launched as the workgroups of this one exit.
+    AtExit,
+    /// The next kernel is launched once every workgroup of this one has started (each signals
+    /// it after its wait), so its workgroups are placed while this one runs.
+    Early,
 }
 
 impl Default for Tuning {
@@ -119,6 +136,7 @@ impl Default for Tuning {
             gemv_wide_shared: true,
             gemv_block_pairs: false,
             gemv_whole_blocks: true,
+            launch_overlap: LaunchOverlap::AtExit,
         }
     }
 }
@@ -128,8 +146,7 @@ impl Default for Tuning {
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1
-     (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -179,6 +196,14 @@ impl Tuning {
                 "wide_shared" => t.gemv_wide_shared = flag()?,
                 "pairs" => t.gemv_block_pairs = flag()?,
                 "whole" => t.gemv_whole_blocks = flag()?,
+                "overlap" => {
+                    t.launch_overlap = match value {
+                        "0" => LaunchOverlap::Off,
+                        "1" => LaunchOverlap::AtExit,
+                        "2" => LaunchOverlap::Early,
+                        _ => return Err(bad()),
+                    }
+                }
                 "groups" => {
                     t.gemv_max_workgroups = match value {
                         "none" => None,
@@ -285,7 +310,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=128,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2",
         )
         .unwrap();
         assert_eq!(
@@ -305,7 +330,12 @@ mod tests {
                 gemv_wide_shared: false,
                 gemv_block_pairs: true,
                 gemv_whole_blocks: false,
+                launch_overlap: LaunchOverlap::Early,
             }
+        );
+        assert_eq!(
+            Tuning::parse("overlap=0").unwrap().launch_overlap,
+            LaunchOverlap::Off
         );
         assert_eq!(
             Tuning::parse("groups=none").unwrap().gemv_max_workgroups,
@@ -320,6 +350,7 @@ mod tests {
             "lanes=8",
             "columns=3",
             "word_columns=0",
+            "overlap=3",
         ] {
             let e = Tuning::parse(bad).unwrap_err();
             assert_eq!(e.item, bad);

@@ -70,7 +70,18 @@ static __device__ __forceinline__ void poot_trap(unsigned int* f, unsigned int c
     __trap();
 }
 
+// Waits until the kernels this one may overlap have finished and their writes are visible.
+static __device__ __forceinline__ void poot_wait_predecessors() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#ifdef POOT_EARLY_LAUNCH
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+#endif
+}
+
 extern "C" __global__ void __launch_bounds__(64) k_scale_relu_b685c54b(const unsigned int* __restrict__ p0_x, const unsigned int* __restrict__ p1_n, float* __restrict__ p2_y, unsigned int* __restrict__ poot_fault) {
+    poot_wait_predecessors();
     const unsigned int v0 = ((blockIdx.x * 64u) + threadIdx.x);
     if (v0 < p1_n[0u]) {
         p2_y[v0] = poot_max_f32((poot_load_bf16(p0_x, v0) * __uint_as_float(0x3dcccccdu /* 0.1 */)), 0.0f);

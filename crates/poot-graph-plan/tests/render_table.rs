@@ -958,7 +958,7 @@ fn every_kernel_renders_to_cuda_clang_compiles() {
     };
     let dir = scratch_dir();
     std::fs::write(dir.join("prelude.h"), CLANG_PRELUDE).expect("write the prelude");
-    for k in table(&Target::ptx_preset()) {
+    for (i, k) in table(&Target::ptx_preset()).into_iter().enumerate() {
         let src = render_cuda(&k).unwrap_or_else(|e| panic!("{}: {e}", k.name));
         assert_eq!(
             render_cuda(&k).as_ref(),
@@ -976,9 +976,14 @@ fn every_kernel_renders_to_cuda_clang_compiles() {
             0 => k.workgroup.to_string(),
             n => format!("{}, {n}", k.workgroup),
         };
-        assert!(src.contains(&format!(
-            "extern \"C\" __global__ void __launch_bounds__({bounds}) {entry}("
-        )));
+        let signature =
+            format!("extern \"C\" __global__ void __launch_bounds__({bounds}) {entry}(");
+        let opened = src.find(&signature).expect("the entry's signature");
+        // Before anything else, the kernel waits for the kernels it may overlap.
+        let first = src[opened..].lines().nth(1).unwrap_or_default();
+        assert_eq!(first.trim(), "poot_wait_predecessors();", "{}", k.name);
+        // The first kernel is also compiled as the device compiles for early launches.
+        let early = i == 0;
         let cu = dir.join(format!("{entry}.cu"));
         let ptx = dir.join(format!("{entry}.ptx"));
         std::fs::write(&cu, &src).expect("write the source");
@@ -997,6 +1002,7 @@ fn every_kernel_renders_to_cuda_clang_compiles() {
                 // Planned kernels keep index variables some paths do not read.
                 "-Wno-unused-variable",
             ])
+            .args(early.then_some("-DPOOT_EARLY_LAUNCH"))
             .arg("-include")
             .arg(dir.join("prelude.h"))
             .arg("-S")
@@ -1019,6 +1025,15 @@ fn every_kernel_renders_to_cuda_clang_compiles() {
         );
         if can_fault(&k) {
             assert!(ptx_text.contains("trap;"), "{}: no trap in the PTX", k.name);
+        }
+        if arch == "sm_90" {
+            assert!(ptx_text.contains("griddepcontrol.wait;"), "{}", k.name);
+            assert_eq!(
+                ptx_text.contains("griddepcontrol.launch_dependents;"),
+                early,
+                "{}",
+                k.name
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -59,6 +59,14 @@ fn engine<D: Device + 'static>(device: D, backend: Backend, tuning: &Tuning) -> 
     }
 }
 
+/// The CUDA device's configuration under `tuning`: the defaults with its launch overlap.
+fn ptx_config(tuning: &Tuning) -> PtxConfig {
+    PtxConfig {
+        launch_overlap: tuning.launch_overlap,
+        ..PtxConfig::default()
+    }
+}
+
 /// Opens the chosen backend's first `ranks` devices as one group (a
 /// [`poot_executor::Coordinator`] with a communicator between them, for a tensor-parallel group
 /// or a layer pipeline): PTX only, which `Auto` picks. Build the driver with
@@ -79,7 +87,7 @@ pub fn open_group_executor(
         source,
     };
     let (devices, abort) =
-        open_group_devices(&ordinals, PtxConfig::default()).map_err(unavailable)?;
+        open_group_devices(&ordinals, ptx_config(&tuning)).map_err(unavailable)?;
     let name = devices
         .first()
         .map(|d| d.limits().name.clone())
@@ -124,7 +132,8 @@ pub fn open_placed_executor(
 /// Opens the chosen backend's first device.
 pub fn open_executor(choice: BackendChoice) -> Result<OpenedExecutor, BackendError> {
     let tuning = Tuning::from_env()?;
-    let ptx = || PtxDevice::open(0).map(|d| engine(d, Backend::Ptx, &tuning));
+    let ptx =
+        || PtxDevice::open_with(0, ptx_config(&tuning)).map(|d| engine(d, Backend::Ptx, &tuning));
     let wgpu =
         || WgpuDevice::open(WgpuOptions::default()).map(|d| engine(d, Backend::Wgpu, &tuning));
     match choice {

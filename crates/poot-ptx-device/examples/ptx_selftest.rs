@@ -198,6 +198,7 @@ fn check_hand_eager(dev: &mut PtxDevice) -> Check {
         workgroup: 256,
         n_params: 3,
         takes_fault_buffer: false,
+        waits_for_predecessors: false,
     };
     let k = dev.compile_source(&src).map_err(|e| e.to_string())?;
     let (a, b) = (inputs(4096, 1), inputs(4096, 2));
@@ -288,6 +289,7 @@ fn check_compile_error(dev: &mut PtxDevice) -> Check {
         workgroup: 32,
         n_params: 1,
         takes_fault_buffer: false,
+        waits_for_predecessors: false,
     };
     match dev.compile_source(&src) {
         Err(DeviceError::Compile { kernel, log })
@@ -594,6 +596,7 @@ fn check_timeout(cache: &Path) -> Check {
         workgroup: 32,
         n_params: 1,
         takes_fault_buffer: false,
+        waits_for_predecessors: false,
     };
     let k = dev.compile_source(&src).map_err(|e| e.to_string())?;
     let flag = dev.alloc(4).map_err(|e| e.to_string())?;

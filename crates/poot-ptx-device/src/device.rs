@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use cudarc::driver::sys::{self, CUdevice_attribute, CUdeviceptr, CUgraphExec, CUresult};
 use poot_executor::{Command, Device, DeviceError, DeviceLimits, Launch};
+use poot_graph_plan::LaunchOverlap;
 use poot_graph_plan::kernel::Kernel;
 
 use crate::buffer::{Allocation, PtxBuffer};
@@ -57,14 +58,19 @@ pub struct PtxConfig {
     /// The root of the on-disk PTX cache (files go to `<root>/ptx/`); `None` keeps compiled
     /// PTX in memory only.
     pub cache_root: Option<PathBuf>,
+    /// How far a recorded launch may overlap the end of the kernel before it, on compute
+    /// capability 9.0 and newer (older devices launch each kernel after the last).
+    pub launch_overlap: LaunchOverlap,
 }
 
 impl Default for PtxConfig {
-    /// 600 s waits; the disk cache under `$POOT_CACHE`, else `$HOME/.cache/poot`.
+    /// 600 s waits; the disk cache under `$POOT_CACHE`, else `$HOME/.cache/poot`; the planner's
+    /// default launch overlap.
     fn default() -> PtxConfig {
         PtxConfig {
             wait_timeout: DEFAULT_WAIT_TIMEOUT,
             cache_root: cache::default_root(),
+            launch_overlap: poot_graph_plan::Tuning::default().launch_overlap,
         }
     }
 }
@@ -98,6 +104,9 @@ pub struct SourceKernel<'a> {
     /// Whether the function takes one more pointer after them: the fault buffer
     /// (`unsigned int* poot_fault`, see `poot_graph_plan::kernel::render::fault`).
     pub takes_fault_buffer: bool,
+    /// Whether the kernel's first statement waits for the kernels before it to finish
+    /// (`poot_wait_predecessors`): only such a kernel may be launched before they have.
+    pub waits_for_predecessors: bool,
 }
 
 /// A CUDA GPU as a poot [`Device`].
@@ -110,6 +119,9 @@ pub struct PtxDevice {
     compute_capability: (u32, u32),
     arch: u32,
     options: Vec<String>,
+    /// Whether recorded launches of kernels that wait for their predecessors are marked to
+    /// overlap them (programmatic stream serialization).
+    overlap_launches: bool,
     nvrtc_version: (i32, i32),
     driver_version: i32,
     disk: Option<DiskCache>,
@@ -331,6 +343,12 @@ impl PtxDevice {
             }
         })?;
         let total = total as u64;
+        // Programmatic dependent launch needs compute capability 9.0 (and PTX for it).
+        let overlap_launches = arch >= 90 && config.launch_overlap != LaunchOverlap::Off;
+        let mut options = nvrtc_options(arch);
+        if overlap_launches && config.launch_overlap == LaunchOverlap::Early {
+            options.push("-DPOOT_EARLY_LAUNCH".to_string());
+        }
         let limits = DeviceLimits {
             name,
             max_buffer_bytes: total,
@@ -351,7 +369,8 @@ impl PtxDevice {
             limits,
             compute_capability: cc,
             arch,
-            options: nvrtc_options(arch),
+            options,
+            overlap_launches,
             nvrtc_version,
             driver_version,
             disk: config.cache_root.as_deref().map(DiskCache::under),
@@ -434,6 +453,7 @@ impl PtxDevice {
             workgroup,
             n_params,
             takes_fault_buffer,
+            waits_for_predecessors,
         } = *src;
         let compile_error = |log: String| DeviceError::Compile {
             kernel: name.to_string(),
@@ -494,6 +514,7 @@ impl PtxDevice {
             n_params,
             workgroup,
             takes_fault_buffer,
+            waits_for_predecessors,
         })
     }
 
@@ -675,8 +696,10 @@ impl PtxDevice {
         })
     }
 
-    /// Submits one checked launch to the stream (eagerly, or into a capture).
-    fn submit(&self, l: &Launch<'_, Self>) -> Result<(), CUresult> {
+    /// Submits one checked launch to the stream (eagerly, or into a capture); `overlap` marks it
+    /// to start before the kernel before it has finished (the caller has checked that this
+    /// kernel waits for it, and that a kernel precedes it).
+    fn submit(&self, l: &Launch<'_, Self>, overlap: bool) -> Result<(), CUresult> {
         let k = l.kernel;
         let mut ptrs: Vec<CUdeviceptr> = l.args.iter().map(|b| b.alloc.ptr).collect();
         if k.takes_fault_buffer {
@@ -692,6 +715,30 @@ impl PtxDevice {
             params.as_mut_ptr()
         };
         let [x, y, z] = l.grid;
+        if overlap {
+            // SAFETY: as below; the attribute array outlives the call.
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id =
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            let config = sys::CUlaunchConfig {
+                gridDimX: x,
+                gridDimY: y,
+                gridDimZ: z,
+                blockDimX: k.workgroup,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: 0,
+                hStream: self.ctx.stream,
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: as for `cuLaunchKernel` below: a loaded function, one valid pointer per
+            // parameter, a config and attribute that live until the call returns.
+            return cu(unsafe {
+                sys::cuLaunchKernelEx(&config, k.function, params_ptr, std::ptr::null_mut())
+            });
+        }
         // SAFETY: the function belongs to a module loaded in this context (kept alive by the
         // kernel); `params` holds one pointer per kernel parameter (checked), each pointing at a
         // device address that lives until the call returns (the driver copies the values); a
@@ -824,15 +871,23 @@ impl PtxDevice {
         };
         cu(r).map_err(|e| self.cuda_failure("cuStreamBeginCapture", e))?;
         let mut launched = Ok(());
+        // Whether the command before is a kernel of ours (a collective's kernels do not wait).
+        let mut after_kernel = false;
         for c in commands {
             let submitted = match c {
-                Command::Launch(l) => self.submit(l).map_err(|e| {
-                    self.cuda_failure(
-                        &format!("cuLaunchKernel of `{}` during capture", l.kernel.name),
-                        e,
-                    )
-                }),
+                Command::Launch(l) => {
+                    let overlap =
+                        self.overlap_launches && after_kernel && l.kernel.waits_for_predecessors;
+                    after_kernel = true;
+                    self.submit(l, overlap).map_err(|e| {
+                        self.cuda_failure(
+                            &format!("cuLaunchKernel of `{}` during capture", l.kernel.name),
+                            e,
+                        )
+                    })
+                }
                 Command::AllReduceSum { src, dst, n_elems } => {
+                    after_kernel = false;
                     self.submit_collective(GroupOp::AllReduceSum, src, dst, *n_elems)
                 }
                 Command::Broadcast {
@@ -840,7 +895,10 @@ impl PtxDevice {
                     dst,
                     n_elems,
                     root,
-                } => self.submit_collective(GroupOp::Broadcast { root: *root }, src, dst, *n_elems),
+                } => {
+                    after_kernel = false;
+                    self.submit_collective(GroupOp::Broadcast { root: *root }, src, dst, *n_elems)
+                }
             };
             if let Err(e) = submitted {
                 launched = Err(e);
@@ -968,13 +1026,14 @@ impl Device for PtxDevice {
             workgroup: kernel.workgroup,
             n_params: kernel.params.len(),
             takes_fault_buffer: src.takes_fault_buffer,
+            waits_for_predecessors: src.waits_for_predecessors,
         })
     }
 
     fn launch(&mut self, launch: &Launch<'_, Self>) -> Result<(), DeviceError> {
         self.enter()?;
         self.check_launch(launch)?;
-        self.submit(launch).map_err(|e| {
+        self.submit(launch, false).map_err(|e| {
             self.cuda_failure(&format!("cuLaunchKernel of `{}`", launch.kernel.name), e)
         })?;
         self.in_flight.push(Arc::clone(&launch.kernel.name));

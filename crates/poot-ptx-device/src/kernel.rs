@@ -41,6 +41,8 @@ pub struct PtxKernel {
     pub(crate) workgroup: u32,
     /// Whether the entry takes the device's fault buffer after its parameters.
     pub(crate) takes_fault_buffer: bool,
+    /// Whether the entry first waits for the kernels before it, so a launch may overlap them.
+    pub(crate) waits_for_predecessors: bool,
 }
 
 // SAFETY: a function handle is a plain driver handle into `module`, which this value keeps

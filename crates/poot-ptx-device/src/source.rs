@@ -10,6 +10,8 @@ pub(crate) struct CudaSource {
     pub(crate) text: String,
     /// Whether the entry takes the fault buffer after the kernel's own parameters.
     pub(crate) takes_fault_buffer: bool,
+    /// Whether the entry first waits for the kernels before it (every rendered kernel does).
+    pub(crate) waits_for_predecessors: bool,
 }
 
 /// Renders `k`, or says why the renderer refused.
@@ -19,5 +21,6 @@ pub(crate) fn render(k: &Kernel) -> Result<CudaSource, String> {
         entry: entry_name(k),
         text,
         takes_fault_buffer: can_fault(k),
+        waits_for_predecessors: true,
     })
 }

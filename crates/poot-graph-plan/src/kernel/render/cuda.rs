@@ -35,6 +35,8 @@ pub fn render_cuda(k: &Kernel) -> Result<String, RenderError> {
         ranges: Ranges::default(),
     };
     let mut body = Code::at_depth(1);
+    r.libs.insert(CudaLib::WaitPredecessors);
+    body.line("poot_wait_predecessors();");
     for (i, s) in k.shared.iter().enumerate() {
         body.line(format!(
             "__shared__ __attribute__((aligned(16))) {} {}[{}];",

@@ -36,6 +36,7 @@ pub(crate) enum CudaLib {
     RemU32,
     Fault,
     FaultIf,
+    WaitPredecessors,
 }
 
 impl CudaLib {
@@ -67,7 +68,8 @@ impl CudaLib {
             | CudaLib::RemI32
             | CudaLib::DivU32
             | CudaLib::RemU32
-            | CudaLib::Fault => &[],
+            | CudaLib::Fault
+            | CudaLib::WaitPredecessors => &[],
         }
     }
 
@@ -100,9 +102,27 @@ impl CudaLib {
             CudaLib::RemU32 => REM_U32,
             CudaLib::Fault => FAULT,
             CudaLib::FaultIf => FAULT_IF,
+            CudaLib::WaitPredecessors => WAIT_PREDECESSORS,
         }
     }
 }
+
+/// The first statement of every kernel. A kernel launched with programmatic stream
+/// serialization may start before the kernels it follows have finished: this waits until they
+/// have and their writes are visible, so nothing it reads or writes can race them. Elsewhere
+/// (an ordinary launch, an older GPU) it does nothing. `POOT_EARLY_LAUNCH` (an NVRTC define)
+/// then lets the kernel after this one be launched at once.
+const WAIT_PREDECESSORS: &str = "\
+// Waits until the kernels this one may overlap have finished and their writes are visible.
+static __device__ __forceinline__ void poot_wait_predecessors() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");
+#ifdef POOT_EARLY_LAUNCH
+    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");
+#endif
+#endif
+}
+";
 
 const WORDS2: &str = "\
 // Two u32 words read in one 8-byte load.
