@@ -1484,7 +1484,9 @@ fn fusion_cases() -> Vec<Case> {
     // long visible prefixes (a window, a softcap, GQA 4, head dim 128), and an unmasked walk
     // with features that fill part of a team (qk dim 8, v dim 24). Then the prefill kernel,
     // which the cases above (all under 128 rows) no longer reach: 128 rows, and one row whose
-    // heads are too wide for the decode kernel's lanes (split into partitions).
+    // heads are too wide for the decode kernel's lanes (split into partitions). Then tiles of
+    // 16 queries: a ragged last tile with a window and a row that sees nothing, and a
+    // walk whose positions end mid-tile.
     for (i, (name, hq, hkv, pos, len, dqk, dv, window, softcap)) in [
         (
             "attention, decode rows, long prefixes, window, softcap, head dim 128",
@@ -1527,6 +1529,28 @@ fn fusion_cases() -> Vec<Case> {
             600,
             640,
             640,
+            None,
+            None,
+        ),
+        (
+            "attention, tiles of queries, ragged, window, softcap, a row with nothing visible",
+            4,
+            2,
+            Some((0..37).map(|r| if r == 1 { -1 } else { 50 + r }).collect()),
+            100,
+            64,
+            64,
+            Some(30),
+            Some(30.0),
+        ),
+        (
+            "attention, tiles of queries, qk dim 16, v dim 128, positions ending mid-tile",
+            2,
+            1,
+            Some((0..20).collect()),
+            20,
+            16,
+            128,
             None,
             None,
         ),

@@ -252,11 +252,20 @@ fn decode_attention_splits_a_long_cache_and_combines() {
 }
 
 #[test]
-fn prefill_attention_is_one_kernel() {
+fn prefill_attention_is_one_kernel_over_tiles_of_queries() {
     let p = plan(&attention_graph(64, 512, false));
     let k = kinds(&p);
-    assert_eq!(k.last(), Some(&"attention"));
+    assert_eq!(k.last(), Some(&"attention_tiled"));
     assert!(!k.contains(&"attention_combine"));
+    // Four heads of 64 tokens: four tiles of 16 queries each.
+    assert_eq!(p.dispatches[k.len() - 1].grid[0], 16);
+    // Off, or under a tile of queries, one workgroup a query.
+    let mut untiled = Target::ptx_preset();
+    untiled.tuning.attention_tiles = false;
+    let p = compile(&attention_graph(64, 512, false), &untiled).unwrap();
+    assert_eq!(kinds(&p).last(), Some(&"attention"));
+    let p = plan(&attention_graph(12, 512, false));
+    assert!(!kinds(&p).contains(&"attention_tiled"), "{:?}", kinds(&p));
 }
 
 #[test]

@@ -336,6 +336,9 @@ impl Lowering<'_> {
                 return self.emit_attention_decode(a, layout);
             }
         }
+        if self.emit_attention_tiled(a)? {
+            return Ok(());
+        }
         let wg = row_threads(dv);
         let (parts, chunk) = partitions(rows, s_len, wg as usize);
         let (out, target) = self.attention_targets(a, parts)?;
