@@ -22,8 +22,10 @@ use super::access::unflatten;
 use super::attention::{Attention, and, exp, neg_inf, rescale};
 use super::context::KernelCtx;
 use super::{Lowering, PlanError};
-use crate::kernel::build::{cmp, eq, load_shared, local_id, lt, max, min, mul_add, select, u32c};
-use crate::kernel::{CmpOp, Expr, SharedId, Ty, Var, Word};
+use crate::kernel::build::{
+    bin, cmp, eq, load_shared, local_id, lt, max, min, mul_add, select, u32c,
+};
+use crate::kernel::{BinOp, CmpOp, Expr, SharedId, Ty, Var, Word};
 
 /// Query rows a workgroup computes.
 const QUERIES: u32 = 16;
@@ -147,7 +149,7 @@ impl Lowering<'_> {
         let seen = pos
             .iter()
             .map(|(_, _, vis)| vis.clone())
-            .reduce(|x, y| crate::kernel::build::bin(crate::kernel::BinOp::Or, x, y))
+            .reduce(|x, y| bin(BinOp::Or, x, y))
             .unwrap_or(Expr::Bool(false));
         cx.kb.store_shared(
             sh.red,
