@@ -26,6 +26,9 @@ pub struct DeviceLimits {
     /// The most loop iterations one thread may run in total, where the driver caps it
     /// (lavapipe stops every loop of a thread after 65535 iterations).
     pub max_loop_iterations: Option<u32>,
+    /// Whether the device multiplies tf32 tiles on matrix units (CUDA compute capability 8.0
+    /// and newer).
+    pub matrix_tf32: bool,
 }
 
 impl DeviceLimits {
@@ -44,6 +47,7 @@ impl DeviceLimits {
                 multiprocessors: self.multiprocessors,
                 memory_bytes: self.memory_bytes,
                 group_ranks: self.group_ranks,
+                matrix_tf32: self.matrix_tf32,
             },
             tuning: Tuning::default(),
         }

@@ -49,6 +49,9 @@ pub struct TargetLimits {
     /// Ranks of the tensor-parallel group the device is one rank of (1 for a device alone).
     /// A collective over any other number of ranks is refused.
     pub group_ranks: usize,
+    /// Whether the device multiplies tf32 tiles on matrix units (CUDA compute capability 8.0
+    /// and newer): a prefill's tiled contractions then use them.
+    pub matrix_tf32: bool,
 }
 
 /// Choices of the kernel shapes that trade one cost for another on a device, with defaults
@@ -109,6 +112,10 @@ pub struct Tuning {
     /// Whether attention over many query rows computes a tile of queries per workgroup, each
     /// staged key and value serving all of them, instead of one query per workgroup.
     pub attention_tiles: bool,
+    /// Whether tiled contractions multiply on the matrix units where the target has them
+    /// ([`Target::matrix_tiles`]), each f32 factor split into two tf32 parts so the sums keep
+    /// f32 accuracy.
+    pub gemm_matrix_units: bool,
 }
 
 /// How far a kernel's launch may overlap the end of the kernel before it. Every rendered CUDA
@@ -144,6 +151,7 @@ impl Default for Tuning {
             gemv_whole_blocks: true,
             launch_overlap: LaunchOverlap::AtExit,
             attention_tiles: true,
+            gemm_matrix_units: true,
         }
     }
 }
@@ -153,7 +161,7 @@ impl Default for Tuning {
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, mma=0|1 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -204,6 +212,7 @@ impl Tuning {
                 "pairs" => t.gemv_block_pairs = flag()?,
                 "whole" => t.gemv_whole_blocks = flag()?,
                 "attn_tiles" => t.attention_tiles = flag()?,
+                "mma" => t.gemm_matrix_units = flag()?,
                 "overlap" => {
                     t.launch_overlap = match value {
                         "0" => LaunchOverlap::Off,
@@ -258,6 +267,7 @@ impl Target {
                 // What an H200 reports as usable (of its 141 GB).
                 memory_bytes: Some(139 << 30),
                 group_ranks: 1,
+                matrix_tf32: true,
             },
             tuning: Tuning::default(),
         }
@@ -279,6 +289,7 @@ impl Target {
                 // A 16 GiB desktop card.
                 memory_bytes: Some(16 << 30),
                 group_ranks: 1,
+                matrix_tf32: false,
             },
             tuning: Tuning::default(),
         }
@@ -301,6 +312,11 @@ impl Target {
         self.backend == Backend::Ptx && self.limits.subgroup_size == 32
     }
 
+    /// Whether tiled contractions multiply on tf32 matrix units (warp-wide `mma.sync`).
+    pub fn matrix_tiles(&self) -> bool {
+        self.team_shuffles() && self.limits.matrix_tf32 && self.tuning.gemm_matrix_units
+    }
+
     /// This target as rank of a tensor-parallel group of `ranks` (each rank plans against its
     /// own device's limits).
     pub fn in_group(mut self, ranks: usize) -> Target {
@@ -318,7 +334,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=64,waves=4,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,mma=0",
         )
         .unwrap();
         assert_eq!(
@@ -340,6 +356,7 @@ mod tests {
                 gemv_whole_blocks: false,
                 launch_overlap: LaunchOverlap::Early,
                 attention_tiles: false,
+                gemm_matrix_units: false,
             }
         );
         assert_eq!(

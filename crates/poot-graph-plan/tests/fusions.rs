@@ -289,6 +289,42 @@ fn a_prefill_chunks_norm_and_projections_are_one_tiled_kernel() {
 }
 
 #[test]
+fn tiled_contractions_multiply_on_matrix_units_where_the_target_has_them() {
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[64, 96]);
+    let y = ops::linear(&b, x, input(&b, "w", &[80, 96]), None).unwrap();
+    let g = b.finish(Outputs::new(y)).unwrap();
+    let mmas = |target: &Target| {
+        let p = compile(&g, target).unwrap();
+        let mut n = 0;
+        count_mma(&p.kernels[p.dispatches[0].kernel].body, &mut n);
+        n
+    };
+    // Per 16-element step, 8 warps each: two halves x (2 x 2 blocks) x 3 products.
+    assert_eq!(mmas(&Target::ptx_preset()), 24);
+    let mut off = Target::ptx_preset();
+    off.tuning.gemm_matrix_units = false;
+    assert_eq!(mmas(&off), 0);
+    assert_eq!(mmas(&Target::wgpu_preset()), 0);
+}
+
+fn count_mma(body: &[Stmt], n: &mut usize) {
+    for s in body {
+        match s {
+            Stmt::MmaTf32 { .. } => *n += 1,
+            Stmt::If {
+                then, otherwise, ..
+            } => {
+                count_mma(then, n);
+                count_mma(otherwise, n);
+            }
+            Stmt::For { body, .. } => count_mma(body, n),
+            _ => {}
+        }
+    }
+}
+
+#[test]
 fn a_prefill_feed_forward_is_two_tiled_epilogues() {
     let p = gated_feed_forward(40);
     assert_eq!(kinds(&p), ["gemm_epilogue", "gemm_epilogue"]);

@@ -741,6 +741,7 @@ fn the_table_covers_every_variant() {
         "LetWords",
         "LetShared",
         "TeamSum",
+        "MmaTf32",
         "Barrier",
         "Fault",
     ] {
@@ -770,6 +771,7 @@ fn walk(body: &[Stmt], stmts: &mut Vec<&'static str>, exprs: &mut Vec<&'static s
             Stmt::LetWords { index, .. } => ("LetWords", vec![index], vec![]),
             Stmt::LetShared { index, .. } => ("LetShared", vec![index], vec![]),
             Stmt::TeamSum { .. } => ("TeamSum", vec![], vec![]),
+            Stmt::MmaTf32 { a, b, .. } => ("MmaTf32", a.iter().chain(b).collect(), vec![]),
             Stmt::Barrier => ("Barrier", vec![], vec![]),
             Stmt::Fault { .. } => ("Fault", vec![], vec![]),
         };

@@ -362,6 +362,8 @@ impl PtxDevice {
             multiprocessors: Some(multiprocessors),
             max_loop_iterations: None,
             group_ranks: 1,
+            // `mma.sync` over tf32 needs compute capability 8.0 (and PTX for it).
+            matrix_tf32: arch >= 80,
         };
         Ok(PtxDevice {
             group: None,

@@ -132,5 +132,6 @@ pub(crate) fn device_limits(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> 
         multiprocessors: None,
         max_loop_iterations: None,
         group_ranks: 1,
+        matrix_tf32: false,
     }
 }

@@ -185,6 +185,12 @@ impl KernelBuilder {
         self.push(Stmt::TeamSum { var, lanes });
     }
 
+    /// Adds the product of the warp's tf32 tiles `a` and `b` to its sums `acc`
+    /// ([`Stmt::MmaTf32`]).
+    pub fn mma_tf32(&mut self, acc: [Var; 4], a: [Expr; 4], b: [Expr; 2]) {
+        self.push(Stmt::MmaTf32 { acc, a, b });
+    }
+
     pub fn fault(&mut self, code: u32) {
         self.push(Stmt::Fault { code });
     }

@@ -260,6 +260,18 @@ pub enum Stmt {
     /// of the subgroup reaches it together; only for targets with subgroup shuffles
     /// ([`crate::Target::team_shuffles`]).
     TeamSum { var: Var, lanes: u32 },
+    /// The warp's 16 x 8 tile of f32 sums plus the product of a 16 x 8 tile of A and an 8 x 8
+    /// tile of B, both tf32 (f32 bit patterns with the low 13 bits clear), on the matrix units:
+    /// PTX's `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`. With `g` the lane / 4 and `t`
+    /// the lane % 4, a lane holds the sums `acc` = C[g][2t], C[g][2t+1], C[g+8][2t],
+    /// C[g+8][2t+1] and passes `a` = A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4] and `b` =
+    /// B[t][g], B[t+4][g] (u32). Every thread of the warp reaches it together; only for targets
+    /// with tf32 matrix units ([`crate::Target::matrix_tiles`]).
+    MmaTf32 {
+        acc: [Var; 4],
+        a: [Expr; 4],
+        b: [Expr; 2],
+    },
     /// A workgroup barrier; only in control flow every thread of the workgroup takes.
     Barrier,
     /// A failed kernel check: the thread records `code` and the step's results are discarded
@@ -540,6 +552,20 @@ impl Kernel {
                             kernel: self.name.clone(),
                             what: format!("team sum of a {t} over {lanes} lanes"),
                         });
+                    }
+                }
+                Stmt::MmaTf32 { acc, a, b } => {
+                    for &v in acc {
+                        let t = self.var_ty(v)?;
+                        if t != Ty::F32 {
+                            return Err(KernelError::Type {
+                                kernel: self.name.clone(),
+                                what: format!("matrix tile sums in a {t} variable"),
+                            });
+                        }
+                    }
+                    for e in a.iter().chain(b) {
+                        self.expect(e, Ty::U32)?;
                     }
                 }
                 Stmt::Barrier | Stmt::Fault { .. } => {}

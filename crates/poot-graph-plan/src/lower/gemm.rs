@@ -37,8 +37,8 @@ use super::classify::{Placement, is_identity_elementwise};
 use super::context::{KernelCtx, LBuf, TileRow};
 use super::emit::{combine, reduce_init};
 use super::{Lowering, PlanError};
-use crate::kernel::build::{bin, eq, load, load_shared, local_id, lt, min, mul_add, u32c};
-use crate::kernel::{BinOp, Expr, ParamId, SharedId, Ty, Var, Word};
+use crate::kernel::build::{bin, eq, load, load_shared, local_id, lt, min, mul_add, u32c, un};
+use crate::kernel::{BinOp, Expr, ParamId, SharedId, Ty, UnOp, Var, Word};
 use crate::plan::BufferRole;
 
 /// Left-side rows from which a contraction is tiled; fewer are decode-shaped.
@@ -56,6 +56,11 @@ const COLS_PER_THREAD: u32 = TN / SIDE;
 /// large GPU): with fewer tiles, the contraction axis is split and a second kernel adds the
 /// partial sums.
 const SPLIT_K_WORKGROUPS: u32 = 128;
+/// The bits of an f32 a tf32 keeps: sign, exponent and the top 10 bits of the mantissa.
+const TF32_MASK: u32 = 0xffff_e000;
+/// A staged row on the matrix-unit path: [`TK`] elements and 4 words of padding, so the
+/// fragments a warp reads (8 rows by 4 elements) fall in 32 different banks.
+const MMA_ROW: u32 = TK + 4;
 /// Contractions shorter than this are not split (their tiles finish in a few steps).
 const SPLIT_K_MIN_LEN: u32 = 256;
 /// The fewest contraction elements one split walks.
@@ -109,6 +114,10 @@ struct Tiles {
     tm: u32,
     tiles_m: u32,
     tiles_n: u32,
+    /// Whether the products are formed on tf32 matrix units ([`Lowering::mma_step`]): the
+    /// shared slices are then stored row by row (a row's [`TK`] elements, padded to
+    /// [`MMA_ROW`]), and each warp owns a block of the tile.
+    mma: bool,
 }
 
 impl Tiles {
@@ -121,11 +130,31 @@ impl Tiles {
             tm,
             tiles_m: (m as u32).div_ceil(tm),
             tiles_n,
+            mma: false,
         }
     }
 
     fn rows_per_thread(&self) -> u32 {
         self.tm / SIDE
+    }
+
+    /// The words of the left side's shared slice and of one weight's.
+    fn slice_words(&self) -> (u32, u32) {
+        if self.mma {
+            (self.tm * MMA_ROW, TN * MMA_ROW)
+        } else {
+            (TK * (self.tm + 1), TK * (TN + 1))
+        }
+    }
+
+    /// Where element `k` of the slice's row `row` (a left-side row of the tile, or a weight's
+    /// column) is staged, in an array whose rows are `width` long (the tile's rows or columns).
+    fn slot(&self, row: Expr, k: Expr, width: u32) -> Expr {
+        if self.mma {
+            row * u32c(MMA_ROW) + k
+        } else {
+            k * u32c(width + 1) + row
+        }
     }
 
     /// Whether the last row tile runs past the rows.
@@ -208,6 +237,18 @@ struct At {
     tx: Expr,
     ty: Expr,
     split: Expr,
+    /// On the matrix-unit path, the thread's place in its warp's fragments.
+    mma: Option<MmaAt>,
+}
+
+/// A thread's place on the matrix-unit path: its warp owns rows `row0..row0 + tm / 2` and
+/// columns `col0..col0 + 16` of the tile (warps in a 2 x 4 grid), and within each 16 x 8 block
+/// it holds rows `g`, `g + 8` and columns `2q`, `2q + 1`.
+struct MmaAt {
+    row0: Expr,
+    col0: Expr,
+    g: Expr,
+    q: Expr,
 }
 
 fn and(a: Expr, b: Expr) -> Expr {
@@ -351,11 +392,13 @@ impl Lowering<'_> {
 
     /// Plans `tiled`: one kernel, or a kernel per split of the contraction axis writing partial
     /// sums and a kernel adding them up and finishing; `false` when they would not fit.
-    fn emit_tiled(&mut self, tiled: Tiled) -> Result<bool, PlanError> {
+    fn emit_tiled(&mut self, mut tiled: Tiled) -> Result<bool, PlanError> {
+        tiled.t.mma = self.target.matrix_tiles();
         let t = &tiled.t;
         let widest = tiled.passes.iter().map(|p| p.sums.len()).max().unwrap_or(1);
         let limits = &self.target.limits;
-        let words = TK * (t.tm + 1) + widest as u32 * TK * (TN + 1);
+        let (a_words, b_words) = t.slice_words();
+        let words = a_words + widest as u32 * b_words;
         if THREADS > limits.max_workgroup_threads || 4 * words > limits.max_shared_bytes {
             return Ok(false);
         }
@@ -477,6 +520,9 @@ impl Lowering<'_> {
         col0: Expr,
         body: &mut dyn FnMut(&mut KernelCtx, usize, Expr, Expr),
     ) {
+        if let Some(w) = &at.mma {
+            return Self::each_mma_output(cx, t, at, w, n, col0, body);
+        }
         for i in 0..t.rows_per_thread() {
             let m = cx
                 .kb
@@ -495,6 +541,107 @@ impl Lowering<'_> {
                 body(cx, (i * COLS_PER_THREAD + j) as usize, m.clone(), col);
                 if inside.is_some() {
                     cx.kb.end();
+                }
+            }
+        }
+    }
+
+    /// [`Lowering::each_output`] on the matrix-unit path: slot `(mi * 2 + ni) * 4 + r` is the
+    /// sum at row `g + 8 (r / 2)` and column `2q + r % 2` of the warp's 16 x 8 block `(mi, ni)`.
+    fn each_mma_output(
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        at: &At,
+        w: &MmaAt,
+        n: u32,
+        col0: Expr,
+        body: &mut dyn FnMut(&mut KernelCtx, usize, Expr, Expr),
+    ) {
+        for mi in 0..t.tm / 32 {
+            for ni in 0..2 {
+                for r in 0..4 {
+                    let m = cx.kb.let_(
+                        Ty::U32,
+                        at.m0.clone() + w.row0.clone() + w.g.clone() + u32c(mi * 16 + r / 2 * 8),
+                    );
+                    let col = cx.kb.let_(
+                        Ty::U32,
+                        col0.clone()
+                            + w.col0.clone()
+                            + w.q.clone() * u32c(2)
+                            + u32c(ni * 8 + r % 2),
+                    );
+                    let inside = all([
+                        t.ragged().then(|| lt(m.clone(), u32c(t.m))),
+                        (!n.is_multiple_of(TN)).then(|| lt(col.clone(), u32c(n))),
+                    ]);
+                    if let Some(c) = &inside {
+                        cx.kb.begin_if(c.clone());
+                    }
+                    body(cx, ((mi * 2 + ni) * 4 + r) as usize, m, col);
+                    if inside.is_some() {
+                        cx.kb.end();
+                    }
+                }
+            }
+        }
+    }
+
+    /// The products of one staged step on the matrix units, a warp's blocks at a time, for each
+    /// half of the step: every f32 factor `x` split into tf32 parts `hi` (its top 19 bits) and
+    /// `lo = x - hi` (exact, then cut to 19 bits too), and each block's sums given `lo * hi`, then
+    /// `hi * lo`, then `hi * hi`. The `lo * lo` term left out is under 2^-20 of the product.
+    fn mma_step(
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        w: &MmaAt,
+        (a_sh, b_sh): (SharedId, &[SharedId]),
+        accs: &[Vec<Var>],
+    ) {
+        let parts = |cx: &mut KernelCtx, arr: SharedId, row: Expr, k: Expr| -> (Expr, Expr) {
+            let x = cx
+                .kb
+                .let_(Ty::F32, load_shared(arr, row * u32c(MMA_ROW) + k));
+            let hi = cx.kb.let_(
+                Ty::U32,
+                bin(BinOp::And, un(UnOp::BitsToU32, x.clone()), u32c(TF32_MASK)),
+            );
+            let rest = x - un(UnOp::BitsToF32, hi.clone());
+            let lo = cx.kb.let_(
+                Ty::U32,
+                bin(BinOp::And, un(UnOp::BitsToU32, rest), u32c(TF32_MASK)),
+            );
+            (hi, lo)
+        };
+        for half in [0, 8] {
+            let k = |off: u32| w.q.clone() + u32c(half + off);
+            // A's fragments for each of the warp's row blocks: rows g, g + 8; elements q, q + 4.
+            let a: Vec<([Expr; 4], [Expr; 4])> = (0..t.tm / 32)
+                .map(|mi| {
+                    let row = w.row0.clone() + w.g.clone() + u32c(mi * 16);
+                    let f = [
+                        parts(cx, a_sh, row.clone(), k(0)),
+                        parts(cx, a_sh, row.clone() + u32c(8), k(0)),
+                        parts(cx, a_sh, row.clone(), k(4)),
+                        parts(cx, a_sh, row + u32c(8), k(4)),
+                    ];
+                    (f.clone().map(|p| p.0), f.map(|p| p.1))
+                })
+                .collect();
+            for (s, sum_accs) in accs.iter().enumerate() {
+                for ni in 0..2 {
+                    // B's fragment: column g of the block; elements q, q + 4.
+                    let col = w.col0.clone() + w.g.clone() + u32c(ni * 8);
+                    let (h0, l0) = parts(cx, b_sh[s], col.clone(), k(0));
+                    let (h1, l1) = parts(cx, b_sh[s], col, k(4));
+                    let (b_hi, b_lo) = ([h0, h1], [l0, l1]);
+                    for (mi, (a_hi, a_lo)) in a.iter().enumerate() {
+                        let slot = (mi * 2 + ni as usize) * 4;
+                        let acc = [0, 1, 2, 3].map(|r| sum_accs[slot + r]);
+                        cx.kb.mma_tf32(acc, a_lo.clone(), b_hi.clone());
+                        cx.kb.mma_tf32(acc, a_hi.clone(), b_lo.clone());
+                        cx.kb.mma_tf32(acc, a_hi.clone(), b_hi.clone());
+                    }
                 }
             }
         }
@@ -654,9 +801,10 @@ impl Lowering<'_> {
     /// The left side's staging array and one per weight tile, each `TK` rows of one padded
     /// tile row or column.
     fn tile_arrays(cx: &mut KernelCtx, t: &Tiles, weights: usize) -> (SharedId, Vec<SharedId>) {
-        let a = cx.kb.shared("tile_a", Ty::F32, TK * (t.tm + 1));
+        let (a_words, b_words) = t.slice_words();
+        let a = cx.kb.shared("tile_a", Ty::F32, a_words);
         let b = (0..weights)
-            .map(|s| cx.kb.shared(format!("tile_b{s}"), Ty::F32, TK * (TN + 1)))
+            .map(|s| cx.kb.shared(format!("tile_b{s}"), Ty::F32, b_words))
             .collect();
         (a, b)
     }
@@ -672,12 +820,23 @@ impl Lowering<'_> {
         let rest = cx.kb.let_(Ty::U32, item % u32c(tiles));
         let tile_n = cx.kb.let_(Ty::U32, rest.clone() / u32c(t.tiles_m));
         let m0 = cx.kb.let_(Ty::U32, (rest % u32c(t.tiles_m)) * u32c(t.tm));
+        let mma = t.mma.then(|| {
+            let warp = local_id() / u32c(32);
+            let lane = local_id() % u32c(32);
+            MmaAt {
+                row0: cx.kb.let_(Ty::U32, warp.clone() / u32c(4) * u32c(t.tm / 2)),
+                col0: cx.kb.let_(Ty::U32, warp % u32c(4) * u32c(16)),
+                g: cx.kb.let_(Ty::U32, lane.clone() / u32c(4)),
+                q: cx.kb.let_(Ty::U32, lane % u32c(4)),
+            }
+        });
         At {
             tile_n,
             m0,
             tx,
             ty,
             split,
+            mma,
         }
     }
 
@@ -857,7 +1016,7 @@ impl Lowering<'_> {
                 t.ragged().then(|| lt(m.clone(), u32c(t.m))),
                 k_ragged.then(|| lt(k.clone(), u32c(k_len))),
             ]);
-            let slot = at.tx.clone() * u32c(t.tm + 1) + offset.clone();
+            let slot = t.slot(offset.clone(), at.tx.clone(), t.tm);
             let (lhs, lead, k) = (pass.lhs, t.lead.clone(), k.clone());
             self.stage(cx, inside, a_sh, slot, |this, cx| {
                 let row = row_index(cx, m, &lead);
@@ -900,7 +1059,7 @@ impl Lowering<'_> {
                         (!w.n.is_multiple_of(TN)).then(|| lt(col.clone(), u32c(w.n))),
                         k_ragged.then(|| lt(kw.clone(), u32c(k_len))),
                     ]);
-                    let slot = kk * u32c(TN + 1) + n_in;
+                    let slot = t.slot(n_in, kk, TN);
                     let idx = if w.transpose {
                         vec![col, kw]
                     } else {
@@ -919,7 +1078,10 @@ impl Lowering<'_> {
             }
         }
         cx.kb.barrier();
-        for kk in 0..TK {
+        if let Some(w) = &at.mma {
+            Self::mma_step(cx, t, w, (a_sh, b_sh), &accs);
+        }
+        for kk in (0..TK).filter(|_| !t.mma) {
             let a: Vec<Expr> = (0..t.rows_per_thread())
                 .map(|i| {
                     let at_a = u32c(kk * (t.tm + 1) + SIDE * i) + at.ty.clone();

@@ -170,6 +170,16 @@ impl Scopes<'_> {
                 self.mutated.insert(*var);
                 Ok(())
             }
+            Stmt::MmaTf32 { acc, a, b } => {
+                for e in a.iter().chain(b) {
+                    self.expr(e)?;
+                }
+                for &v in acc {
+                    self.visible(v)?;
+                    self.mutated.insert(v);
+                }
+                Ok(())
+            }
             Stmt::Barrier | Stmt::Fault { code: _ } => Ok(()),
         }
     }

@@ -284,6 +284,23 @@ impl Cuda<'_> {
                     m /= 2;
                 }
             }
+            Stmt::MmaTf32 { acc, a, b } => {
+                let sums: Vec<String> = acc
+                    .iter()
+                    .map(|&v| format!("\"+f\"({})", names::var(v)))
+                    .collect();
+                let mut ins = Vec::with_capacity(6);
+                for e in a.iter().chain(b) {
+                    ins.push(format!("\"r\"({})", self.expr(e)?));
+                }
+                out.line(format!(
+                    "asm volatile(\"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 \
+                     {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\" \
+                     : {} : {});",
+                    sums.join(", "),
+                    ins.join(", ")
+                ));
+            }
             Stmt::Barrier => out.line("__syncthreads();"),
             Stmt::Fault { code } => {
                 self.libs.insert(CudaLib::Fault);

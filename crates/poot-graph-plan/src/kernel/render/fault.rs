@@ -65,6 +65,7 @@ fn block_faults(body: &[Stmt]) -> bool {
         | Stmt::LetWords { .. }
         | Stmt::LetShared { .. }
         | Stmt::TeamSum { .. }
+        | Stmt::MmaTf32 { .. }
         | Stmt::Barrier => false,
     })
 }
