@@ -313,3 +313,20 @@ impl Lowering<'_> {
         Expr::Var(acc)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::tile_positions;
+
+    #[test]
+    fn tiles_shrink_to_fit_shared_memory() {
+        // 64-wide heads: 32 positions fit CUDA's 48 KB and lavapipe's 32 KB.
+        assert_eq!(tile_positions(64, 64, 48 << 10), Some(32));
+        assert_eq!(tile_positions(64, 64, 32 << 10), Some(32));
+        // 128-wide heads: 32 positions on CUDA, 16 in 32 KB.
+        assert_eq!(tile_positions(128, 128, 48 << 10), Some(32));
+        assert_eq!(tile_positions(128, 128, 32 << 10), Some(16));
+        // 256-wide heads fit neither: the one-query kernel runs.
+        assert_eq!(tile_positions(256, 256, 48 << 10), None);
+    }
+}
