@@ -590,7 +590,8 @@ impl Lowering<'_> {
     /// The products of one staged step on the matrix units, a warp's blocks at a time, for each
     /// half of the step: every f32 factor `x` split into tf32 parts `hi` (its top 19 bits) and
     /// `lo = x - hi` (exact, then cut to 19 bits too), and each block's sums given `lo * hi`, then
-    /// `hi * lo`, then `hi * hi`. The `lo * lo` term left out is under 2^-20 of the product.
+    /// `hi * lo`, then `hi * hi`. What is left out (the `lo * lo` term and the bits each `lo`
+    /// loses) is under 3 * 2^-20 of the product.
     fn mma_step(
         cx: &mut KernelCtx,
         t: &Tiles,
