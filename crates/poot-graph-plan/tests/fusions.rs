@@ -290,10 +290,7 @@ fn a_prefill_chunks_norm_and_projections_are_one_tiled_kernel() {
 
 #[test]
 fn tiled_contractions_multiply_on_matrix_units_where_the_target_has_them() {
-    let b = Builder::new(TraceLimits::standard(64));
-    let x = input(&b, "x", &[64, 96]);
-    let y = ops::linear(&b, x, input(&b, "w", &[80, 96]), None).unwrap();
-    let g = b.finish(Outputs::new(y)).unwrap();
+    let g = one_projection();
     let mmas = |target: &Target| {
         let p = compile(&g, target).unwrap();
         let mut n = 0;
@@ -306,6 +303,14 @@ fn tiled_contractions_multiply_on_matrix_units_where_the_target_has_them() {
     off.tuning.gemm_matrix_units = false;
     assert_eq!(mmas(&off), 0);
     assert_eq!(mmas(&Target::wgpu_preset()), 0);
+}
+
+/// A 64-row left side times 80 x 96 weights.
+fn one_projection() -> Graph {
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[64, 96]);
+    let y = ops::linear(&b, x, input(&b, "w", &[80, 96]), None).unwrap();
+    b.finish(Outputs::new(y)).unwrap()
 }
 
 fn count_mma(body: &[Stmt], n: &mut usize) {
@@ -332,10 +337,7 @@ fn a_prefill_feed_forward_is_two_tiled_epilogues() {
 
 #[test]
 fn a_tiled_kernel_that_does_not_fit_shared_memory_is_not_made() {
-    let b = Builder::new(TraceLimits::standard(64));
-    let x = input(&b, "x", &[64, 96]);
-    let y = ops::linear(&b, x, input(&b, "w", &[80, 96]), None).unwrap();
-    let g = b.finish(Outputs::new(y)).unwrap();
+    let g = one_projection();
     assert_eq!(kinds(&plan(&g)), ["gemm"]);
     let mut small = Target::ptx_preset();
     small.limits.max_shared_bytes = 4096;

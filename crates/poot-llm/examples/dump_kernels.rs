@@ -1,6 +1,6 @@
 //! Writes the CUDA source of every kernel in a checkpoint's greedy decode step, one file per
 //! kernel, with the step's dispatches (kernel, grid, label) in `dispatches.txt`: what the PTX
-//! backend compiles, readable without a GPU.
+//! backend compiles (under `POOT_TUNING`, as the backend reads it), readable without a GPU.
 //!
 //!   dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T]
 
@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use poot_graph_ir::TraceLimits;
 use poot_graph_plan::kernel::render::{entry_name, render_cuda};
-use poot_graph_plan::{Target, compile};
+use poot_graph_plan::{Target, Tuning, compile};
 use poot_llm::sampling::append_head;
 use poot_llm::{Head, LoadOptions, ModelHandle};
 use poot_models::{Registry, StepShape, StepSpec};
@@ -42,7 +42,9 @@ fn main() {
     let spec = StepSpec::step(StepShape::new(1, tokens, capacity));
     let graph = handle.model().trace(&spec, limits).unwrap();
     let graph = append_head(graph, Head::Greedy, limits, 1).unwrap();
-    let plan = compile(&graph, &Target::ptx_preset()).unwrap();
+    let mut target = Target::ptx_preset();
+    target.tuning = Tuning::from_env().unwrap();
+    let plan = compile(&graph, &target).unwrap();
     std::fs::create_dir_all(&out).unwrap();
     for k in &plan.kernels {
         let src = render_cuda(k).unwrap();

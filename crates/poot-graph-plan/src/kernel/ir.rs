@@ -511,15 +511,7 @@ impl Kernel {
                             what: format!("a wide load of {} words", vars.len()),
                         });
                     }
-                    for &v in vars {
-                        let t = self.var_ty(v)?;
-                        if t != Ty::U32 {
-                            return Err(KernelError::Type {
-                                kernel: self.name.clone(),
-                                what: format!("wide load into a {t} variable"),
-                            });
-                        }
-                    }
+                    self.expect_vars(vars, Ty::U32, "wide load into")?;
                     self.expect(index, Ty::U32)?;
                 }
                 Stmt::LetShared { vars, arr, index } => {
@@ -534,15 +526,7 @@ impl Kernel {
                             what: format!("a wide load of {} {arr_ty} elements", vars.len()),
                         });
                     }
-                    for &v in vars {
-                        let t = self.var_ty(v)?;
-                        if t != Ty::F32 {
-                            return Err(KernelError::Type {
-                                kernel: self.name.clone(),
-                                what: format!("wide shared load into a {t} variable"),
-                            });
-                        }
-                    }
+                    self.expect_vars(vars, Ty::F32, "wide shared load into")?;
                     self.expect(index, Ty::U32)?;
                 }
                 Stmt::TeamSum { var, lanes } => {
@@ -555,15 +539,7 @@ impl Kernel {
                     }
                 }
                 Stmt::MmaTf32 { acc, a, b } => {
-                    for &v in acc {
-                        let t = self.var_ty(v)?;
-                        if t != Ty::F32 {
-                            return Err(KernelError::Type {
-                                kernel: self.name.clone(),
-                                what: format!("matrix tile sums in a {t} variable"),
-                            });
-                        }
-                    }
+                    self.expect_vars(acc, Ty::F32, "matrix tile sums in")?;
                     for e in a.iter().chain(b) {
                         self.expect(e, Ty::U32)?;
                     }
@@ -597,6 +573,20 @@ impl Kernel {
         self.params
             .get(p.0 as usize)
             .ok_or_else(|| self.unknown("parameter", p.0))
+    }
+
+    /// Refuses a variable of `vars` that is not a `want`: "`what` a `<its type>` variable".
+    fn expect_vars(&self, vars: &[Var], want: Ty, what: &str) -> Result<(), KernelError> {
+        for &v in vars {
+            let t = self.var_ty(v)?;
+            if t != want {
+                return Err(KernelError::Type {
+                    kernel: self.name.clone(),
+                    what: format!("{what} a {t} variable"),
+                });
+            }
+        }
+        Ok(())
     }
 
     fn expect_u32_buffer(&self, p: ParamId) -> Result<(), KernelError> {

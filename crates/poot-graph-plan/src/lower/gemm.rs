@@ -531,18 +531,31 @@ impl Lowering<'_> {
                 let col = cx
                     .kb
                     .let_(Ty::U32, col0.clone() + at.tx.clone() + u32c(SIDE * j));
-                let inside = all([
-                    t.ragged().then(|| lt(m.clone(), u32c(t.m))),
-                    (!n.is_multiple_of(TN)).then(|| lt(col.clone(), u32c(n))),
-                ]);
-                if let Some(c) = &inside {
-                    cx.kb.begin_if(c.clone());
-                }
-                body(cx, (i * COLS_PER_THREAD + j) as usize, m.clone(), col);
-                if inside.is_some() {
-                    cx.kb.end();
-                }
+                let slot = (i * COLS_PER_THREAD + j) as usize;
+                Self::output_at(cx, t, n, (slot, m.clone(), col), body);
             }
+        }
+    }
+
+    /// Runs `body(cx, slot, m, col)` for output `(m, col)` where it lies inside the rows and
+    /// the `n` columns.
+    fn output_at(
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        n: u32,
+        (slot, m, col): (usize, Expr, Expr),
+        body: &mut dyn FnMut(&mut KernelCtx, usize, Expr, Expr),
+    ) {
+        let inside = all([
+            t.ragged().then(|| lt(m.clone(), u32c(t.m))),
+            (!n.is_multiple_of(TN)).then(|| lt(col.clone(), u32c(n))),
+        ]);
+        if let Some(c) = &inside {
+            cx.kb.begin_if(c.clone());
+        }
+        body(cx, slot, m, col);
+        if inside.is_some() {
+            cx.kb.end();
         }
     }
 
@@ -571,17 +584,8 @@ impl Lowering<'_> {
                             + w.q.clone() * u32c(2)
                             + u32c(ni * 8 + r % 2),
                     );
-                    let inside = all([
-                        t.ragged().then(|| lt(m.clone(), u32c(t.m))),
-                        (!n.is_multiple_of(TN)).then(|| lt(col.clone(), u32c(n))),
-                    ]);
-                    if let Some(c) = &inside {
-                        cx.kb.begin_if(c.clone());
-                    }
-                    body(cx, ((mi * 2 + ni) * 4 + r) as usize, m, col);
-                    if inside.is_some() {
-                        cx.kb.end();
-                    }
+                    let slot = ((mi * 2 + ni) * 4 + r) as usize;
+                    Self::output_at(cx, t, n, (slot, m, col), body);
                 }
             }
         }
@@ -1079,10 +1083,26 @@ impl Lowering<'_> {
             }
         }
         cx.kb.barrier();
-        if let Some(w) = &at.mma {
-            Self::mma_step(cx, t, w, (a_sh, b_sh), &accs);
+        match &at.mma {
+            Some(w) => Self::mma_step(cx, t, w, (a_sh, b_sh), &accs),
+            None => Self::fma_step(cx, t, at, (a_sh, b_sh), &accs),
         }
-        for kk in (0..TK).filter(|_| !t.mma) {
+        // Every thread is done with the slices before the next step stages its own.
+        cx.kb.barrier();
+        cx.kb.end();
+        Ok(accs)
+    }
+
+    /// The products of one staged step on the FMA pipes: each thread's 4 x 4 (or 2 x 4) sums,
+    /// element by element of the step.
+    fn fma_step(
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        at: &At,
+        (a_sh, b_sh): (SharedId, &[SharedId]),
+        accs: &[Vec<Var>],
+    ) {
+        for kk in 0..TK {
             let a: Vec<Expr> = (0..t.rows_per_thread())
                 .map(|i| {
                     let at_a = u32c(kk * (t.tm + 1) + SIDE * i) + at.ty.clone();
@@ -1105,9 +1125,5 @@ impl Lowering<'_> {
                 }
             }
         }
-        // Every thread is done with the slices before the next step stages its own.
-        cx.kb.barrier();
-        cx.kb.end();
-        Ok(accs)
     }
 }
