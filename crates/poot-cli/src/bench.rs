@@ -75,6 +75,19 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
         bandwidth.copies_per_round
     ));
 
+    if args.rows > 1 {
+        let ids = prompt_ids(&handle, prompt)?;
+        let executor = progress::reporting(opened.executor, &status, sizing.prefill_chunk);
+        return crate::bench_rows::bench_rows(
+            &args,
+            &handle,
+            executor,
+            placement,
+            &ids,
+            sizing.prefill_chunk,
+            &status,
+        );
+    }
     let started = Instant::now();
     let options = DriverOptions::new(sizing.capacity, sizing.prefill_chunk);
     let executor = progress::reporting(opened.executor, &status, sizing.prefill_chunk);

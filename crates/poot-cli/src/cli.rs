@@ -118,6 +118,12 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Sequences prefilled and decoded together (as a server's rows): each repeat opens this
+    /// many sequences of --prompt-tokens distinct tokens over a paged KV cache, and reports the
+    /// total prefill and decode throughput, as llama-batched-bench's S_PP and S_TG do.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024), allow_negative_numbers = true)]
+    pub rows: u32,
+
     #[command(flatten)]
     pub placement: PlacementArgs,
 }

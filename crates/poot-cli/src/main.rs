@@ -1,6 +1,7 @@
 //! `poot`: run a checkpoint from the terminal. See `poot --help`.
 
 mod bench;
+mod bench_rows;
 mod catalog;
 mod cli;
 mod embed;

@@ -17,8 +17,9 @@ pub use backend::{
 };
 pub use driver::{
     Driver, DriverError, DriverOptions, Feature, FinishReason, GenerateRequest, GeneratedToken,
-    Generation, GenerationControl, Incompatible, Layout, Placement, PreparedSetLimits, SeqEvent,
-    SeqId, SeqToken, Serving, StepPicks, TokenLogprob, Unprepared, entry_label,
+    Generation, GenerationControl, Incompatible, Layout, Placement, PrefixCacheStats, Preparation,
+    PreparedSetLimits, SeqEvent, SeqId, SeqToken, Serving, StepPicks, TokenLogprob, Unprepared,
+    entry_label,
 };
 pub use encoders::{EncoderError, SentenceEncoder};
 pub use handle::{HandleError, LoadOptions, ModelHandle};

@@ -456,7 +456,8 @@ fn a_refused_entry_names_its_step() {
     else {
         panic!("{refused:?}");
     };
-    assert_eq!(entry, "step (rows 1, tokens 4, capacity 32, greedy head)");
+    // The decode step over every row is prepared first; prompt chunks wait for first use.
+    assert_eq!(entry, "step (rows 1, tokens 1, capacity 32, greedy head)");
     assert!(
         matches!(
             source.root(),
@@ -637,4 +638,93 @@ fn sampling_rules_follow_the_host_distribution() {
     let a = draws(exec.as_mut(), &logits, Sampler::new(1.0, 0, 1.0, 0), 30);
     let b = draws(exec.as_mut(), &logits, Sampler::new(1.0, 0, 1.0, 0), 30);
     assert_eq!(a, b);
+}
+
+/// A step is sized to its work: a lone sequence on a 4-row driver decodes in the 1-row step, a
+/// short prompt advances in power-of-two chunks, and a prompt arriving while others decode
+/// rides along under the token budget; every sequence still gets transformers' tokens.
+#[test]
+fn steps_are_sized_to_the_rows_in_use_and_prompts_advance_in_power_of_two_chunks() {
+    let Some(exec) = executor() else { return };
+    let (handle, reference) = tiny_chat();
+    let cases: Vec<(Vec<u32>, Vec<u32>)> = reference["greedy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let ids = |k: &str| -> Vec<u32> {
+                c[k].as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap() as u32)
+                    .collect()
+            };
+            (ids("prompt_ids"), ids("ids"))
+        })
+        .collect();
+    let options = DriverOptions::new(64, 16)
+        .with_rows(4)
+        .with_max_batched_tokens(20);
+    assert_eq!(options.row_buckets(), vec![1, 2, 4]);
+    assert_eq!(options.chunk_buckets(), vec![2, 4, 8, 16]);
+    let layout = Layout::Paged {
+        block_tokens: 4,
+        blocks: 80,
+    };
+    let mut driver = Driver::new(Arc::clone(&handle), exec, options)
+        .unwrap()
+        .serve(layout)
+        .map_err(|r| r.1)
+        .unwrap();
+    let request = |(prompt, want): &(Vec<u32>, Vec<u32>)| GenerateRequest {
+        ignore_eos: true,
+        ..GenerateRequest::new(prompt.clone(), want.len(), Sampler::greedy())
+    };
+    // A lone sequence: its prompt in power-of-two chunks, its decode in the 1-row step.
+    let (first, second) = (&cases[0], &cases[1]);
+    let a = driver.open(request(first)).unwrap();
+    let mut tokens: Vec<Vec<u32>> = vec![Vec::new(), Vec::new()];
+    let mut done = [false, false];
+    let mut b = None;
+    let mut steps = 0;
+    while !(done[0] && done[1]) {
+        let picks = driver.step().unwrap();
+        steps += 1;
+        for event in driver.commit(picks).unwrap() {
+            let i = if event.id == a { 0 } else { 1 };
+            tokens[i].extend(event.tokens.iter().map(|t| t.id));
+            done[i] |= event.finish.is_some();
+        }
+        // The second sequence arrives once the first decodes.
+        if b.is_none() && !tokens[0].is_empty() {
+            let lone = driver.runs().clone();
+            assert!(
+                lone.keys().all(|&(rows, _)| rows == 1),
+                "a lone sequence runs 1-row steps: {lone:?}"
+            );
+            let chunks: u64 = lone
+                .iter()
+                .filter(|((_, t), _)| *t > 1)
+                .map(|(_, n)| n)
+                .sum();
+            // Whole 16-token chunks, then the rest's powers of two; an odd last token is fed
+            // by the 1-row decode step.
+            let n = first.0.len();
+            let expected = (n / 16) as u64 + u64::from(((n % 16) & !1).count_ones());
+            assert_eq!(chunks, expected, "{n}-token prompt: {lone:?}");
+            b = Some(driver.open(request(second)).unwrap());
+        }
+        assert!(steps < 500, "the sequences did not finish");
+    }
+    assert_eq!(tokens[0], first.1, "transformers' greedy tokens");
+    assert_eq!(tokens[1], second.1, "transformers' greedy tokens");
+    let runs = driver.runs();
+    assert!(
+        runs.contains_key(&(2, 1)),
+        "two decoding rows ran in the 2-row step: {runs:?}"
+    );
+    assert!(
+        !runs.contains_key(&(4, 1)),
+        "the 4-row step never ran: {runs:?}"
+    );
 }

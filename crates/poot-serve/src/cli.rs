@@ -31,6 +31,18 @@ pub enum BackendArg {
     Ptx,
 }
 
+/// When the engine prepares its step variants (row-count buckets of the decode step, prompt
+/// chunk sizes, sampling heads) beyond the decode step over every row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PrepareArg {
+    /// Ready at once; idle time prepares the rest, and a step needing one prepares it.
+    Idle,
+    /// All before the server is ready (slowest start, no preparation later).
+    Start,
+    /// Only when a step first needs one.
+    FirstUse,
+}
+
 #[derive(Debug, Parser)]
 #[command(name = "poot-serve", version, about = "An OpenAI-compatible HTTP server over one poot engine", long_about = LONG_ABOUT)]
 pub struct ServeArgs {
@@ -110,9 +122,20 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub decode_chain: u32,
 
-    /// Prompt tokens per prefill step (default: the smaller of 64 and the context size).
+    /// The largest prompt chunk one prefill runs (default: the smaller of 512 and the context
+    /// size); shorter prompt tails run in power-of-two chunks.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub prefill_chunk: Option<u32>,
+
+    /// Tokens one engine step may feed: a token for every decoding row, then prompt chunks
+    /// from waiting prompts up to this budget (default: the prefill chunk plus --parallel), so
+    /// a long prompt stalls running streams by at most one budget's worth of prefill.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_num_batched_tokens: Option<u32>,
+
+    /// When step variants are prepared.
+    #[arg(long, value_enum, default_value_t = PrepareArg::Idle)]
+    pub prepare_variants: PrepareArg,
 
     /// Requests that may wait for a row; one more is answered 503 at once.
     #[arg(long, value_name = "N", default_value_t = 256)]

@@ -94,6 +94,7 @@ impl Engine {
     pub fn spawn<R, F>(
         start: F,
         max_waiting: usize,
+        warm_when_idle: bool,
         metrics: Arc<Metrics>,
     ) -> Result<Engine, ServeError>
     where
@@ -116,7 +117,7 @@ impl Engine {
                     }
                 };
                 let _ = ready_tx.send(Ok(()));
-                Scheduler::new(rows, metrics, w, h).run(&rx);
+                Scheduler::new(rows, metrics, w, h).run(&rx, warm_when_idle);
             })
             .map_err(|source| ServeError::Io {
                 what: "starting the engine thread".to_owned(),
@@ -211,12 +212,26 @@ impl<R: Rows> Scheduler<R> {
         }
     }
 
-    fn run(mut self, jobs: &mpsc::Receiver<Job>) {
+    fn run(mut self, jobs: &mpsc::Receiver<Job>, warm_when_idle: bool) {
+        // Step variants left to prepare: idle time prepares them one at a time, checking for
+        // jobs between each, so the server is ready before every variant is.
+        let mut warming = warm_when_idle;
         loop {
             if self.running.is_empty() && self.waiting.is_empty() {
-                match jobs.recv() {
-                    Ok(job) => self.take(job),
-                    Err(_) => return,
+                if warming {
+                    match jobs.try_recv() {
+                        Ok(job) => self.take(job),
+                        Err(mpsc::TryRecvError::Empty) => {
+                            warming = self.warm();
+                            continue;
+                        }
+                        Err(mpsc::TryRecvError::Disconnected) => return,
+                    }
+                } else {
+                    match jobs.recv() {
+                        Ok(job) => self.take(job),
+                        Err(_) => return,
+                    }
                 }
             }
             while let Ok(job) = jobs.try_recv() {
@@ -256,6 +271,11 @@ impl<R: Rows> Scheduler<R> {
             self.release(r.id);
             self.metrics.finished.with_label_values(&["abort"]).inc();
         }
+    }
+
+    /// Prepares one step variant; false when none are left or preparing panicked.
+    fn warm(&mut self) -> bool {
+        catch_unwind(AssertUnwindSafe(|| self.rows.warm())).unwrap_or(false)
     }
 
     fn unwait(&self, n: usize) {
@@ -441,6 +461,11 @@ impl<R: Rows> Scheduler<R> {
         m.kv_used.set(used as i64);
         m.kv_total.set(total as i64);
         m.kv_usage.set(used as f64 / total.max(1) as f64);
+        let (queried, hit) = self.rows.prefix_cache();
+        m.prefix_cache_queries.set(queried as i64);
+        m.prefix_cache_hits.set(hit as i64);
+        m.prefix_cache_hit_rate
+            .set(hit as f64 / queried.max(1) as f64);
     }
 }
 
@@ -529,6 +554,7 @@ mod tests {
                 })
             },
             max_waiting,
+            true,
             Arc::clone(&metrics),
         )
         .expect("the fake engine starts");

@@ -28,7 +28,7 @@ use poot_llm::{
 };
 use poot_models::{ModelKind, Program, Registry, Stage};
 
-use crate::cli::{BackendArg, ServeArgs};
+use crate::cli::{BackendArg, PrepareArg, ServeArgs};
 use crate::embeddings::Embedder;
 use crate::engine::Engine;
 use crate::error::ServeError;
@@ -38,7 +38,7 @@ use crate::metrics::Metrics;
 /// The context when `--ctx-size` is not given (capped by the model's positions).
 const DEFAULT_CONTEXT: usize = 2048;
 /// The largest default prefill chunk.
-const DEFAULT_PREFILL_CHUNK: usize = 64;
+const DEFAULT_PREFILL_CHUNK: usize = 512;
 
 fn main() {
     let args = ServeArgs::parse();
@@ -99,10 +99,14 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
     layout(rows, context, block_tokens, kv_blocks, None)?;
     let weight_bytes = handle.store().total_bytes();
     let fit_handle = Arc::clone(&handle);
-    let options = DriverOptions::new(context, prefill_chunk)
+    let mut options = DriverOptions::new(context, prefill_chunk)
         .with_rows(rows)
         .with_chain(args.decode_chain as usize);
+    if let Some(tokens) = args.max_num_batched_tokens {
+        options = options.with_max_batched_tokens(tokens as usize);
+    }
     let backend = args.backend;
+    let prepare = args.prepare_variants;
     let engine_handle = Arc::clone(&handle);
     let started = Instant::now();
     let engine = Engine::spawn(
@@ -117,11 +121,24 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
             eprintln!(
                 "KV {layout:?} ({fit:?} blocks of {block_tokens} positions fit each device's memory)"
             );
-            Driver::placed(engine_handle, opened.executor, placement, options)?
+            let mut driver = Driver::placed(engine_handle, opened.executor, placement, options)?
                 .serve(layout)
-                .map_err(|refused| ServeError::Driver(refused.1))
+                .map_err(|refused| ServeError::Driver(refused.1))?;
+            if prepare == PrepareArg::Start {
+                driver.warm_all();
+            }
+            let p = driver.preparation();
+            eprintln!(
+                "prepared {} step variants (tracing {:.2} s, planning, compiling and recording {:.2} s); {} more are prepared while idle or when first needed",
+                p.entries,
+                p.trace_seconds,
+                p.compile_seconds,
+                driver.pending_entries()
+            );
+            Ok(driver)
         },
         args.max_queue as usize,
+        prepare == PrepareArg::Idle,
         Arc::clone(&metrics),
     )?;
     eprintln!(

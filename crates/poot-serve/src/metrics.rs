@@ -40,6 +40,11 @@ pub struct Metrics {
     pub kv_usage: Gauge,
     pub kv_used: IntGauge,
     pub kv_total: IntGauge,
+    /// Prompt blocks the prefix cache was asked for since start, and those it served (gauges
+    /// mirroring the driver's counters), and their ratio.
+    pub prefix_cache_queries: IntGauge,
+    pub prefix_cache_hits: IntGauge,
+    pub prefix_cache_hit_rate: Gauge,
     /// Engine steps run.
     pub steps: IntCounter,
     /// 1 while the engine is healthy; 0 after a device failure.
@@ -81,6 +86,11 @@ impl Metrics {
             "KV blocks held by sequences over the pool's blocks, 0 to 1 (contiguous cache: rows)",
         )?;
         registry.register(Box::new(kv_usage.clone()))?;
+        let prefix_cache_hit_rate = Gauge::new(
+            "poot_prefix_cache_hit_rate",
+            "Prompt blocks the prefix cache served over those looked up since start, 0 to 1",
+        )?;
+        registry.register(Box::new(prefix_cache_hit_rate.clone()))?;
         let http_seconds = HistogramVec::new(
             HistogramOpts::new(
                 "poot_http_request_duration_seconds",
@@ -137,6 +147,15 @@ impl Metrics {
                 "KV blocks held by sequences (cached prefixes no sequence reads are free)",
             )?,
             kv_total: gauge("poot_kv_blocks_total", "KV blocks sequences can hold")?,
+            prefix_cache_queries: gauge(
+                "poot_prefix_cache_queries",
+                "Prompt blocks looked up in the prefix cache since start",
+            )?,
+            prefix_cache_hits: gauge(
+                "poot_prefix_cache_hits",
+                "Prompt blocks the prefix cache served since start (token-checked)",
+            )?,
+            prefix_cache_hit_rate,
             steps: counter("poot_engine_steps_total", "Engine steps run")?,
             engine_healthy: gauge(
                 "poot_engine_healthy",

@@ -24,6 +24,14 @@ pub trait Rows {
     fn rows(&self) -> usize;
     /// KV blocks held by sequences and the pool's size; for a contiguous cache, rows.
     fn kv_usage(&self) -> (usize, usize);
+    /// Prepares one more step variant while the engine is idle; whether more are left.
+    fn warm(&mut self) -> bool {
+        false
+    }
+    /// Prompt blocks the prefix cache was asked for, and of those how many it served.
+    fn prefix_cache(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 impl Rows for Driver<Serving> {
@@ -57,5 +65,14 @@ impl Rows for Driver<Serving> {
             }
             Layout::Contiguous => (self.open_count(), Driver::rows(self)),
         }
+    }
+
+    fn warm(&mut self) -> bool {
+        self.warm_one()
+    }
+
+    fn prefix_cache(&self) -> (u64, u64) {
+        let s = self.prefix_cache_stats();
+        (s.queried_blocks, s.hit_blocks)
     }
 }

@@ -1,10 +1,14 @@
 //! Where each sequence's keys and values live: a whole row of a contiguous cache, or blocks of
 //! the paged pool. A request's blocks are reserved at admission, so a step never runs out.
 //!
-//! The prefix cache: when a sequence is released, each block it filled entirely with prompt
-//! tokens is kept under a hash of the whole prompt up to that block's end. A later prompt with
-//! the same prefix reuses those blocks instead of recomputing them. Kept blocks with no reader
-//! are evicted oldest first when the free list runs out.
+//! The prefix cache: once a sequence has written a block entirely with prompt tokens, the block
+//! is published under a hash of the whole prompt up to that block's end, while the sequence still
+//! runs, and kept after it is released. A later prompt with the same prefix reuses those blocks
+//! instead of recomputing them. The hash only finds a candidate: a block is reused only when its
+//! own tokens equal the prompt's and the block before it is the one already reused, so by
+//! induction the whole prefix is equal token for token, and a hash collision (FNV-1a's can be
+//! crafted) is a miss, never another prompt's keys and values. Kept blocks with no reader are
+//! evicted least recently used first when the free list runs out.
 
 use std::collections::HashMap;
 
@@ -21,18 +25,36 @@ pub(crate) struct KvPool {
     /// names it; never reserved.
     scratch: u32,
     free: Vec<u32>,
-    /// Kept prompt blocks by prefix hash.
+    /// Published prompt blocks by prefix hash.
     cached: HashMap<u64, CachedBlock>,
+    /// The prefix hash each published block is kept under.
+    published: HashMap<u32, u64>,
     /// Readers of each block a sequence holds (cached blocks can have several).
     readers: HashMap<u32, usize>,
     /// Bumped at each use, for least-recently-used eviction.
     clock: u64,
+    stats: PrefixCacheStats,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct CachedBlock {
     block: u32,
     last_used: u64,
+    /// The block's own tokens, compared before reuse.
+    tokens: Vec<u32>,
+    /// The block holding the prompt's previous block (`None` for a prompt's first block).
+    prev: Option<u32>,
+}
+
+/// What the prefix cache has done, for the metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefixCacheStats {
+    /// Prompt blocks looked up at admission.
+    pub queried_blocks: u64,
+    /// Of those, blocks reused.
+    pub hit_blocks: u64,
+    /// Lookups whose hash matched a block of other tokens (a collision), refused.
+    pub refused_collisions: u64,
 }
 
 /// A sequence's reservation.
@@ -111,16 +133,25 @@ impl KvPool {
         let bt = self.block_tokens;
         // The last prompt token is always computed (its logits pick the first new token), so
         // only blocks strictly before it are reused.
-        let mut reused = Vec::new();
+        let mut reused: Vec<u32> = Vec::new();
         if share {
-            for (i, hash) in prefix_hashes(prompt, bt).enumerate() {
+            for (i, (hash, tokens)) in prefix_hashes(prompt, bt)
+                .zip(prompt.chunks_exact(bt))
+                .enumerate()
+            {
                 if (i + 1) * bt >= prompt.len() {
                     break;
                 }
-                match self.cached.get(&hash) {
-                    Some(c) => reused.push(c.block),
-                    None => break,
+                self.stats.queried_blocks += 1;
+                let Some(c) = self.cached.get(&hash) else {
+                    break;
+                };
+                if c.tokens != tokens || c.prev != reused.last().copied() {
+                    self.stats.refused_collisions += 1;
+                    break;
                 }
+                self.stats.hit_blocks += 1;
+                reused.push(c.block);
             }
         }
         let fresh = need - reused.len();
@@ -158,42 +189,81 @@ impl KvPool {
     /// Takes the least recently used cached block nobody reads.
     fn evict(&mut self) -> Option<u32> {
         let (&hash, _) = self.evictable().min_by_key(|(_, c)| c.last_used)?;
-        self.cached.remove(&hash).map(|c| c.block)
+        let c = self.cached.remove(&hash)?;
+        self.published.remove(&c.block);
+        Some(c.block)
+    }
+
+    /// Publishes the blocks of a running sequence that its prompt's tokens have filled (`fed`
+    /// positions written), so prompts arriving meanwhile with the same prefix share them. A
+    /// block whose hash is already taken stays private.
+    pub fn publish(&mut self, blocks: &[u32], prompt: &[u32], fed: usize) {
+        let bt = self.block_tokens;
+        if bt == 0 {
+            return;
+        }
+        let full = prompt.len().min(fed) / bt;
+        let mut prev = None;
+        for (i, (hash, tokens)) in prefix_hashes(prompt, bt)
+            .zip(prompt.chunks_exact(bt))
+            .take(full)
+            .enumerate()
+        {
+            let Some(&b) = blocks.get(i) else { break };
+            match self.published.get(&b) {
+                // Already published (by this sequence earlier, or reused from the cache).
+                Some(_) => {}
+                None if self.cached.contains_key(&hash) => {
+                    // The prefix is published in another block: this one stays private, and
+                    // so does everything after it (their `prev` would not match).
+                    return;
+                }
+                None => {
+                    self.cached.insert(
+                        hash,
+                        CachedBlock {
+                            block: b,
+                            last_used: self.clock,
+                            tokens: tokens.to_vec(),
+                            prev,
+                        },
+                    );
+                    self.published.insert(b, hash);
+                }
+            }
+            prev = Some(b);
+        }
+    }
+
+    /// What the prefix cache has done so far.
+    pub fn stats(&self) -> PrefixCacheStats {
+        self.stats
     }
 
     /// Returns a sequence's blocks. Blocks `prompt` filled completely (and whose tokens were fed,
-    /// `fed` positions) are kept for the prefix cache when `share` allows.
+    /// `fed` positions) are kept for the prefix cache when `share` allows; the others are freed
+    /// once nobody reads them.
     pub fn release(&mut self, blocks: &[u32], prompt: &[u32], fed: usize, share: bool) {
-        let bt = self.block_tokens;
-        let full = if share && bt > 0 {
-            prompt.len().min(fed) / bt
-        } else {
-            0
-        };
-        let hashes: Vec<u64> = prefix_hashes(prompt, bt.max(1)).take(full).collect();
+        if share {
+            self.publish(blocks, prompt, fed);
+        }
         self.clock += 1;
-        for (i, &b) in blocks.iter().enumerate() {
+        for &b in blocks {
             let Some(n) = self.readers.get_mut(&b) else {
                 continue;
             };
             *n -= 1;
             if *n > 0 {
-                // Only cached blocks have other readers; they stay cached.
                 continue;
             }
             self.readers.remove(&b);
-            if self.cached.values().any(|c| c.block == b) {
-                continue;
-            }
-            match hashes.get(i) {
-                Some(&hash) if !self.cached.contains_key(&hash) => {
-                    let kept = CachedBlock {
-                        block: b,
-                        last_used: self.clock,
-                    };
-                    self.cached.insert(hash, kept);
+            match self.published.get(&b) {
+                Some(hash) => {
+                    if let Some(c) = self.cached.get_mut(hash) {
+                        c.last_used = self.clock;
+                    }
                 }
-                _ => self.free.push(b),
+                None => self.free.push(b),
             }
         }
     }
@@ -307,6 +377,69 @@ mod tests {
             b.reused_tokens, 4,
             "the block holding the last token is recomputed"
         );
+    }
+
+    #[test]
+    fn a_colliding_hash_is_refused_and_the_prompt_computed_afresh() {
+        let mut p = pool(9);
+        let victim: Vec<u32> = (0..9).collect();
+        let a = p.reserve(&victim, 12, true).unwrap();
+        p.release(&a.blocks, &victim, 9, true);
+        // An attacker's prompt whose first block hashes like the victim's: file the victim's
+        // cached block under the attacker's prefix hash, as a crafted collision would find it.
+        let attacker: Vec<u32> = vec![7, 7, 7, 7, 1, 2, 3, 4, 5];
+        let attacker_hash = prefix_hashes(&attacker, 4).next().unwrap();
+        let victim_hash = prefix_hashes(&victim, 4).next().unwrap();
+        let entry = p.cached.remove(&victim_hash).unwrap();
+        p.cached.insert(attacker_hash, entry);
+        let b = p.reserve(&attacker, 12, true).unwrap();
+        assert_eq!(
+            b.reused_tokens, 0,
+            "a hash match over other tokens is a miss"
+        );
+        assert!(!b.blocks.contains(&a.blocks[0]));
+        assert_eq!(p.stats().refused_collisions, 1);
+    }
+
+    #[test]
+    fn a_later_block_is_reused_only_after_its_own_predecessor() {
+        let mut p = pool(9);
+        let first: Vec<u32> = (0..9).collect();
+        let a = p.reserve(&first, 12, true).unwrap();
+        p.release(&a.blocks, &first, 9, true);
+        // Same second block, other first block: its second block's prefix hash differs anyway,
+        // but even a forged entry under the right hash names the wrong predecessor.
+        let second: Vec<u32> = vec![9, 9, 9, 9, 4, 5, 6, 7, 8];
+        let mut hashes = prefix_hashes(&second, 4);
+        let (h0, h1) = (hashes.next().unwrap(), hashes.next().unwrap());
+        let forged = p
+            .cached
+            .get(&prefix_hashes(&first, 4).nth(1).unwrap())
+            .cloned()
+            .unwrap();
+        p.cached.insert(h1, forged);
+        let b = p.reserve(&second, 12, true).unwrap();
+        assert_eq!(b.reused_tokens, 0);
+        assert!(!p.cached.contains_key(&h0) || p.cached[&h0].tokens == second[..4]);
+    }
+
+    #[test]
+    fn a_running_sequence_shares_its_filled_prompt_blocks() {
+        let mut p = pool(9);
+        let prompt: Vec<u32> = (0..11).collect();
+        let a = p.reserve(&prompt, 12, true).unwrap();
+        // Two blocks written so far: they are published while `a` still runs.
+        p.publish(&a.blocks, &prompt, 8);
+        let b = p.reserve(&prompt, 12, true).unwrap();
+        assert_eq!(b.reused_tokens, 8);
+        assert_eq!(&b.blocks[..2], &a.blocks[..2]);
+        assert_eq!(p.stats().hit_blocks, 2);
+        // Both release; the shared blocks stay cached, the rest are free again.
+        p.release(&a.blocks, &prompt, 11, true);
+        p.release(&b.blocks, &prompt, 11, true);
+        assert_eq!(p.available(), 8);
+        let c = p.reserve(&prompt, 12, true).unwrap();
+        assert_eq!(c.reused_tokens, 8);
     }
 
     #[test]

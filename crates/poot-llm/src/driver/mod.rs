@@ -9,10 +9,11 @@ mod compat;
 mod kv;
 mod serving;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
 use std::ops::ControlFlow;
 use std::sync::Arc;
+use std::time::Instant;
 
 use poot_executor::{
     ChainCounter, ChainFeed, ChainId, EntryId, ExecError, ExecutableId, Executor, PagedFeed,
@@ -30,6 +31,7 @@ use crate::sampling::{
 use crate::weights::HandleWeights;
 
 pub use compat::{Feature, Incompatible, check_compatible};
+pub use kv::PrefixCacheStats;
 pub use serving::{SeqEvent, SeqId, SeqToken, StepPicks};
 
 use self::kv::KvPool;
@@ -51,6 +53,9 @@ pub struct DriverOptions {
     /// Decode steps chained on the device per host wait when every row is decoding
     /// (`RowWork::Chain`); 1 waits after every token.
     pub chain: usize,
+    /// Tokens one serving step may feed: every decoding row's token first, then prompt chunks
+    /// up to this budget (at least one prompt token per step, so prompts always advance).
+    pub max_batched_tokens: usize,
 }
 
 impl DriverOptions {
@@ -63,7 +68,33 @@ impl DriverOptions {
             rows: 1,
             prepared: PreparedSetLimits::default(),
             chain: DEFAULT_CHAIN,
+            max_batched_tokens: prefill_chunk.max(1) + 1,
         }
+    }
+
+    /// Feeds at most `tokens` tokens per serving step (decoding rows plus prompt chunks).
+    pub fn with_max_batched_tokens(mut self, tokens: usize) -> DriverOptions {
+        self.max_batched_tokens = tokens.max(1);
+        self
+    }
+
+    /// The row counts of the decode steps serving prepares: powers of two below `rows`, and
+    /// `rows`. A step runs the smallest that holds its decoding rows.
+    pub fn row_buckets(&self) -> Vec<usize> {
+        buckets(self.rows)
+    }
+
+    /// The token counts of the prompt chunks serving prepares: powers of two from 2 below
+    /// `prefill_chunk`, and `prefill_chunk`. A prompt is fed in the largest that fits what is
+    /// left of it, so a 31-token prompt takes 5 steps (16, 8, 4, 2, 1), not 31.
+    pub fn chunk_buckets(&self) -> Vec<usize> {
+        if self.prefill_chunk <= 1 {
+            return Vec::new();
+        }
+        buckets(self.prefill_chunk)
+            .into_iter()
+            .filter(|&t| t >= 2)
+            .collect()
     }
 
     /// Chains up to `steps` decode steps per host wait (1 disables chaining).
@@ -76,8 +107,18 @@ impl DriverOptions {
     pub fn with_rows(mut self, rows: usize) -> DriverOptions {
         self.rows = rows;
         self.trace = TraceLimits::standard(self.prefill_chunk.max(rows).max(1) as u64);
+        self.max_batched_tokens = self.prefill_chunk.max(1) + rows;
         self
     }
+}
+
+/// Powers of two below `n`, then `n`.
+fn buckets(n: usize) -> Vec<usize> {
+    let mut out: Vec<usize> = std::iter::successors(Some(1usize), |&b| b.checked_mul(2))
+        .take_while(|&b| b < n)
+        .collect();
+    out.push(n.max(1));
+    out
 }
 
 /// Decode steps chained per host wait by default: long enough to hide the host's turn, short
@@ -95,7 +136,7 @@ pub struct PreparedSetLimits {
 impl Default for PreparedSetLimits {
     fn default() -> PreparedSetLimits {
         PreparedSetLimits {
-            max_entries: 64,
+            max_entries: 256,
             max_retained_bytes: 64 << 30,
         }
     }
@@ -328,9 +369,27 @@ pub struct Driver<S = Serving> {
     options: DriverOptions,
     entries: HashMap<EntryKey, EntryId>,
     chains: HashMap<EntryKey, ChainId>,
+    /// Entries serving may use that are not prepared yet, in the order idle time warms them.
+    pending: Vec<EntryKey>,
+    /// Entries whose preparation failed: steps use a larger prepared one instead.
+    failed: HashSet<EntryKey>,
+    preparation: Preparation,
+    /// Device runs by (rows, tokens) of the entry that ran them.
+    runs: std::collections::BTreeMap<(usize, usize), u64>,
     layout: Layout,
     seqs: Sequences,
     _state: PhantomData<S>,
+}
+
+/// Where preparing the entries has spent its time so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Preparation {
+    /// Entries prepared.
+    pub entries: usize,
+    /// Tracing the family and appending the sampling head.
+    pub trace_seconds: f64,
+    /// Planning, compiling (or reading the kernel cache) and recording, in the executor.
+    pub compile_seconds: f64,
 }
 
 impl<S> Driver<S> {
@@ -359,6 +418,95 @@ impl<S> Driver<S> {
     /// The most sequences open at once.
     pub fn rows(&self) -> usize {
         self.options.rows
+    }
+
+    /// Where preparing the entries has spent its time so far.
+    pub fn preparation(&self) -> Preparation {
+        self.preparation
+    }
+
+    /// How many device runs each step shape made, by (rows, tokens): which row buckets and
+    /// prompt chunks the scheduler chose (a chain of decode steps counts once).
+    pub fn runs(&self) -> &std::collections::BTreeMap<(usize, usize), u64> {
+        &self.runs
+    }
+
+    /// Entries serving may still prepare (idle time warms them; a step needing one prepares it).
+    pub fn pending_entries(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn prepare(&mut self, layout: Layout, key: EntryKey) -> Result<(), DriverError> {
+        let mut shape = StepShape::new(key.rows, key.tokens, self.options.capacity);
+        if let Layout::Paged {
+            block_tokens,
+            blocks,
+        } = layout
+        {
+            shape = shape.with_kv(KvLayout::Paged {
+                block_tokens,
+                blocks,
+            });
+        }
+        let spec = StepSpec::step(shape);
+        let traced_at = Instant::now();
+        // One graph per device: a tensor-parallel rank's, a pipeline stage's (whose picks are
+        // then the last stage's on every stage), or the whole model's.
+        let devices = self.placement.devices();
+        let mut graphs = Vec::with_capacity(devices);
+        for rank in 0..devices {
+            let placed = self.placement.rank_shape(rank, shape)?;
+            let graph = self
+                .handle
+                .model()
+                .trace(&StepSpec::step(placed), self.options.trace)?;
+            let graph = append_head(graph, key.head, self.options.trace, self.options.rows)?;
+            graphs.push(broadcast_outputs(graph, placed.stage, self.options.trace)?);
+        }
+        let compiled_at = Instant::now();
+        self.preparation.trace_seconds += (compiled_at - traced_at).as_secs_f64();
+        let entry =
+            self.exec
+                .add_entry_ranked(self.exe, &graphs, &entry_label(&spec, Some(key.head)))?;
+        self.entries.insert(key, entry);
+        self.preparation.entries += 1;
+        // The log-probability record is a second output a chain does not keep: those steps
+        // wait on the host.
+        if key.tokens == 1 && self.options.chain > 1 && key.head != Head::Logprobs {
+            let mut counters = vec![ChainCounter {
+                slot: Slot::Pos,
+                stride: 1,
+                offset: 0,
+            }];
+            let mut token_slots = vec![Slot::Token];
+            if key.head.adjusts() {
+                token_slots.push(Slot::Named(HISTORY_SLOT.to_string()));
+            }
+            if key.head.samples() {
+                counters.push(ChainCounter {
+                    slot: Slot::Named(SEED_SLOT.to_string()),
+                    stride: 2,
+                    offset: 1,
+                });
+            }
+            let paged = match layout {
+                Layout::Paged { block_tokens, .. } => Some(PagedFeed {
+                    block_tokens: block_tokens as u32,
+                }),
+                Layout::Contiguous => None,
+            };
+            let feed = ChainFeed {
+                pick_output: 0,
+                token_slots,
+                counters,
+                paged,
+                max_steps: self.options.chain,
+            };
+            let chain = self.exec.add_chain(entry, &feed)?;
+            self.chains.insert(key, chain);
+        }
+        self.preparation.compile_seconds += compiled_at.elapsed().as_secs_f64();
+        Ok(())
     }
 }
 
@@ -452,6 +600,10 @@ impl Driver<Unprepared> {
             options,
             entries: HashMap::new(),
             chains: HashMap::new(),
+            pending: Vec::new(),
+            failed: HashSet::new(),
+            preparation: Preparation::default(),
+            runs: Default::default(),
             layout: Layout::Contiguous,
             seqs: Sequences::default(),
             _state: PhantomData,
@@ -473,6 +625,10 @@ impl Driver<Unprepared> {
             options,
             entries,
             chains,
+            pending,
+            failed,
+            preparation,
+            runs,
             ..
         } = self;
         let pool = KvPool::new(layout, options.capacity);
@@ -484,6 +640,10 @@ impl Driver<Unprepared> {
             options,
             entries,
             chains,
+            pending,
+            failed,
+            preparation,
+            runs,
             layout,
             seqs: Sequences::new(options.rows, pool),
             _state: PhantomData,
@@ -500,13 +660,39 @@ impl Driver<Unprepared> {
         {
             KvPool::check(block_tokens, blocks, self.options.capacity)?;
         }
-        let chunk = self.options.prefill_chunk;
-        let mut shapes = vec![(rows, 1)];
-        if chunk > 1 {
-            shapes.insert(0, (1, chunk));
-        }
+        // Prepared now: the decode step over every row with each head, the fallback any
+        // step can run on. Everything else waits in `pending` for idle time or first use.
         let heads = [Head::Greedy, Head::Sample, Head::Adjusted, Head::Logprobs];
-        let count = (shapes.len() * heads.len()) as u64;
+        let eager: Vec<EntryKey> = heads
+            .iter()
+            .map(|&head| EntryKey {
+                rows,
+                tokens: 1,
+                head,
+            })
+            .collect();
+        let mut pending = Vec::new();
+        // Warm the common heads first: small decode buckets, then prompt chunks largest first.
+        for pair in [
+            [Head::Greedy, Head::Sample],
+            [Head::Adjusted, Head::Logprobs],
+        ] {
+            for &b in self.options.row_buckets().iter().filter(|&&b| b < rows) {
+                pending.extend(pair.map(|head| EntryKey {
+                    rows: b,
+                    tokens: 1,
+                    head,
+                }));
+            }
+            for &t in self.options.chunk_buckets().iter().rev() {
+                pending.extend(pair.map(|head| EntryKey {
+                    rows: 1,
+                    tokens: t,
+                    head,
+                }));
+            }
+        }
+        let count = (eager.len() + pending.len()) as u64;
         let limits = self.options.prepared;
         if count > limits.max_entries as u64 {
             return Err(DriverError::PreparedSet {
@@ -515,87 +701,27 @@ impl Driver<Unprepared> {
                 limit: limits.max_entries as u64,
             });
         }
-        for (rows, tokens) in shapes {
-            for head in heads {
-                self.prepare(layout, EntryKey { rows, tokens, head })?;
-            }
+        for key in eager {
+            self.prepare(layout, key)?;
         }
+        self.check_retained()?;
+        self.pending = pending;
+        Ok(())
+    }
+}
+
+impl<S> Driver<S> {
+    /// Refuses when the prepared entries retain more than the prepared-set limit allows.
+    fn check_retained(&self) -> Result<(), DriverError> {
         let stats = self.exec.stats();
         let retained = stats.scratch_bytes.saturating_add(stats.state_bytes);
-        if retained > limits.max_retained_bytes {
+        let limit = self.options.prepared.max_retained_bytes;
+        if retained > limit {
             return Err(DriverError::PreparedSet {
                 what: "retained bytes",
                 needed: retained,
-                limit: limits.max_retained_bytes,
+                limit,
             });
-        }
-        Ok(())
-    }
-
-    fn prepare(&mut self, layout: Layout, key: EntryKey) -> Result<(), DriverError> {
-        let mut shape = StepShape::new(key.rows, key.tokens, self.options.capacity);
-        if let Layout::Paged {
-            block_tokens,
-            blocks,
-        } = layout
-        {
-            shape = shape.with_kv(KvLayout::Paged {
-                block_tokens,
-                blocks,
-            });
-        }
-        let spec = StepSpec::step(shape);
-        // One graph per device: a tensor-parallel rank's, a pipeline stage's (whose picks are
-        // then the last stage's on every stage), or the whole model's.
-        let devices = self.placement.devices();
-        let mut graphs = Vec::with_capacity(devices);
-        for rank in 0..devices {
-            let placed = self.placement.rank_shape(rank, shape)?;
-            let graph = self
-                .handle
-                .model()
-                .trace(&StepSpec::step(placed), self.options.trace)?;
-            let graph = append_head(graph, key.head, self.options.trace, self.options.rows)?;
-            graphs.push(broadcast_outputs(graph, placed.stage, self.options.trace)?);
-        }
-        let entry =
-            self.exec
-                .add_entry_ranked(self.exe, &graphs, &entry_label(&spec, Some(key.head)))?;
-        self.entries.insert(key, entry);
-        // The log-probability record is a second output a chain does not keep: those steps
-        // wait on the host.
-        if key.tokens == 1 && self.options.chain > 1 && key.head != Head::Logprobs {
-            let mut counters = vec![ChainCounter {
-                slot: Slot::Pos,
-                stride: 1,
-                offset: 0,
-            }];
-            let mut token_slots = vec![Slot::Token];
-            if key.head.adjusts() {
-                token_slots.push(Slot::Named(HISTORY_SLOT.to_string()));
-            }
-            if key.head.samples() {
-                counters.push(ChainCounter {
-                    slot: Slot::Named(SEED_SLOT.to_string()),
-                    stride: 2,
-                    offset: 1,
-                });
-            }
-            let paged = match layout {
-                Layout::Paged { block_tokens, .. } => Some(PagedFeed {
-                    block_tokens: block_tokens as u32,
-                }),
-                Layout::Contiguous => None,
-            };
-            let feed = ChainFeed {
-                pick_output: 0,
-                token_slots,
-                counters,
-                paged,
-                max_steps: self.options.chain,
-            };
-            let chain = self.exec.add_chain(entry, &feed)?;
-            self.chains.insert(key, chain);
         }
         Ok(())
     }

@@ -11,6 +11,8 @@ use poot_graph_ir::Slot;
 use poot_text::{DecoderState, StreamDecoder};
 
 use super::kv::KvPool;
+use poot_executor::EntryId;
+
 use super::{
     Driver, DriverError, EntryKey, FinishReason, GenerateRequest, GeneratedToken, Generation,
     Serving, TokenLogprob, check_request,
@@ -93,6 +95,8 @@ struct Sequence {
     finish: Option<FinishReason>,
     blocks: Vec<u32>,
     cached_tokens: usize,
+    /// `fed` when the prefix cache last saw the sequence's blocks.
+    published_until: usize,
     opened: Instant,
     first_pick: Option<Instant>,
 }
@@ -219,6 +223,7 @@ impl Driver<Serving> {
                 released: 0,
                 finish: None,
                 cached_tokens: reservation.reused_tokens,
+                published_until: reservation.reused_tokens,
                 blocks: reservation.blocks,
                 opened: Instant::now(),
                 first_pick: None,
@@ -240,40 +245,82 @@ impl Driver<Serving> {
             .release(&seq.blocks, &seq.req.prompt, seq.fed, true);
     }
 
-    /// Runs one device step over the open sequences: one prefill chunk (the oldest sequence with
-    /// a chunk of prompt left) and one batched single-token step for every other sequence that
-    /// has a token to feed. Sequences whose pick awaits a commit sit it out.
+    /// Runs one device step over the open sequences, sized to the work. Every sequence with a
+    /// token to decode (or only its prompt's last token left) gets one row of a batched
+    /// single-token step, run with the smallest prepared row bucket that holds them. Prompts
+    /// then advance under the token budget (`max_batched_tokens` less the decoding rows), oldest
+    /// first, each by the largest prepared chunk that fits what is left of it and of the budget;
+    /// a prompt no chunk fits joins the batched step with one token. Sequences whose pick awaits
+    /// a commit sit it out.
     pub fn step(&mut self) -> Result<StepPicks, DriverError> {
-        let chunk = self.options.prefill_chunk;
-        let mut prefill = None;
         let mut singles = Vec::new();
+        // Sequences with at least two prompt tokens left: (id, tokens left, head).
+        let mut prompts = Vec::new();
         for (&id, seq) in &self.seqs.open {
             let Some(first) = seq.next_token() else {
                 continue;
             };
-            if chunk > 1 && prefill.is_none() && seq.prompt_left() >= chunk {
-                let tokens = seq.req.prompt[seq.fed..seq.fed + chunk].to_vec();
-                prefill = Some(RowFeed {
-                    seq: id,
-                    row: 0,
-                    tokens,
-                    start: seq.fed,
-                    picks: seq.prompt_left() == chunk,
-                });
-            } else if chunk == 1 || seq.prompt_left() < chunk {
+            let left = seq.prompt_left();
+            if left <= 1 {
                 singles.push(RowFeed {
                     seq: id,
-                    row: seq.row,
+                    row: 0,
                     tokens: vec![first],
                     start: seq.fed,
-                    picks: seq.prompt_left() <= 1,
+                    picks: true,
                 });
+            } else {
+                let head = seq.req.sampler.head(seq.req.top_logprobs.is_some());
+                prompts.push((id, left, head));
+            }
+        }
+        let mut budget = self
+            .options
+            .max_batched_tokens
+            .saturating_sub(singles.len())
+            .max(1);
+        let mut prefills = Vec::new();
+        for (id, left, head) in prompts {
+            if budget == 0 || singles.len() >= self.options.rows {
+                break;
+            }
+            let fits = left.min(budget);
+            let chunk = self
+                .options
+                .chunk_buckets()
+                .into_iter()
+                .rev()
+                .filter(|&t| t <= fits)
+                .find(|&t| {
+                    self.ensure(EntryKey {
+                        rows: 1,
+                        tokens: t,
+                        head,
+                    })
+                    .is_some()
+                });
+            let Some(seq) = self.seqs.open.get(&id) else {
+                continue;
+            };
+            let take = chunk.unwrap_or(1);
+            let feed = RowFeed {
+                seq: id,
+                row: 0,
+                tokens: seq.req.prompt[seq.fed..seq.fed + take].to_vec(),
+                start: seq.fed,
+                picks: left == take,
+            };
+            budget -= take;
+            if chunk.is_some() {
+                prefills.push(feed);
+            } else {
+                singles.push(feed);
             }
         }
         let mut picks = StepPicks::default();
-        let prefilled = prefill.is_some();
-        if let Some(feed) = prefill {
-            self.run(1, 1, vec![Some(feed)], &mut picks)?;
+        let prefilled = !prefills.is_empty();
+        for feed in prefills {
+            self.run(1, vec![Some(feed)], &mut picks)?;
         }
         if !singles.is_empty() {
             // Chain when nothing needs the host between tokens: no prefill, every row decoding.
@@ -289,24 +336,76 @@ impl Driver<Serving> {
             } else {
                 1
             };
-            let rows = self.options.rows;
-            let mut by_row: Vec<Option<RowFeed>> = (0..rows).map(|_| None).collect();
-            for feed in singles {
-                let r = feed.row;
-                by_row[r] = Some(feed);
+            let mut feeds: Vec<Option<RowFeed>> = singles.into_iter().map(Some).collect();
+            for (r, feed) in feeds.iter_mut().flatten().enumerate() {
+                feed.row = r;
             }
-            self.run(rows, steps, by_row, &mut picks)?;
+            self.run(steps, feeds, &mut picks)?;
         }
+        self.publish_prompt_blocks();
         Ok(picks)
     }
 
-    /// Runs the entry for `rows` rows of the feeds' token count with `feeds` in its rows (None:
-    /// padding), `steps` times chained on the device when `steps` is above 1.
+    /// Publishes the prompt blocks running sequences have filled, for the prefix cache.
+    fn publish_prompt_blocks(&mut self) {
+        let seqs = &mut self.seqs;
+        for seq in seqs.open.values() {
+            // Only while the prompt is being written, and only for sequences whose blocks hold
+            // nothing but the prompt's own keys and values up to `fed`.
+            if seq.fed <= seq.req.prompt.len() + 1 && seq.fed > seq.published_until {
+                seqs.pool.publish(&seq.blocks, &seq.req.prompt, seq.fed);
+            }
+        }
+        for seq in seqs.open.values_mut() {
+            seq.published_until = seq.fed;
+        }
+    }
+
+    /// The entry for `key`, preparing it now if it is pending. `None` when it cannot be
+    /// prepared (the failure is remembered, and steps use a larger prepared entry instead).
+    fn ensure(&mut self, key: EntryKey) -> Option<EntryId> {
+        if let Some(&entry) = self.entries.get(&key) {
+            return Some(entry);
+        }
+        if self.failed.contains(&key) || !self.pending.contains(&key) {
+            return None;
+        }
+        self.pending.retain(|k| *k != key);
+        let fits =
+            self.entries.len() < self.options.prepared.max_entries && self.check_retained().is_ok();
+        if !fits || self.prepare(self.layout, key).is_err() {
+            self.failed.insert(key);
+            return None;
+        }
+        self.entries.get(&key).copied()
+    }
+
+    /// Prepares the next pending entry (a server calls this when idle). Returns whether more
+    /// are pending.
+    pub fn warm_one(&mut self) -> bool {
+        if let Some(&key) = self.pending.first() {
+            self.ensure(key);
+        }
+        !self.pending.is_empty()
+    }
+
+    /// Prepares every pending entry now (a benchmark does this before timing).
+    pub fn warm_all(&mut self) {
+        while self.warm_one() {}
+    }
+
+    /// What the prefix cache has done so far.
+    pub fn prefix_cache_stats(&self) -> super::PrefixCacheStats {
+        self.seqs.pool.stats()
+    }
+
+    /// Runs the feeds (all of one token count) in the smallest prepared entry of that token
+    /// count with enough rows (the extra rows are padding), `steps` times chained on the device
+    /// when `steps` is above 1.
     fn run(
         &mut self,
-        rows: usize,
         steps: usize,
-        feeds: Vec<Option<RowFeed>>,
+        mut feeds: Vec<Option<RowFeed>>,
         picks: &mut StepPicks,
     ) -> Result<(), DriverError> {
         let tokens = feeds
@@ -330,12 +429,29 @@ impl Driver<Serving> {
             .map(|s| s.req.sampler.head(s.req.top_logprobs.is_some()))
             .max_by_key(|&h| rank(h))
             .unwrap_or(Head::Greedy);
+        let needed = feeds.len();
+        let buckets = if tokens == 1 {
+            self.options.row_buckets()
+        } else {
+            vec![1]
+        };
+        let chosen = buckets
+            .into_iter()
+            .filter(|&rows| rows >= needed)
+            .find_map(|rows| {
+                self.ensure(EntryKey { rows, tokens, head })
+                    .map(|e| (rows, e))
+            });
+        let Some((rows, entry)) = chosen else {
+            return Err(DriverError::Unprepared {
+                rows: needed,
+                tokens,
+                head,
+            });
+        };
+        feeds.resize_with(rows, || None);
+        *self.runs.entry((rows, tokens)).or_default() += 1;
         let key = EntryKey { rows, tokens, head };
-        let entry =
-            *self
-                .entries
-                .get(&key)
-                .ok_or(DriverError::Unprepared { rows, tokens, head })?;
         let inputs = self.inputs(tokens, head, &feeds);
         // Each step's picks, row by row.
         let chained = match self.chains.get(&key) {

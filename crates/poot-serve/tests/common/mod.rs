@@ -45,6 +45,13 @@ impl Server {
             .arg("--model")
             .arg(fixture())
             .args(["--backend", "wgpu", "--host", "127.0.0.1", "--port", "0"])
+            // Software Vulkan compiles slowly: prepare step variants only when a test needs
+            // them, unless the test chooses.
+            .args(if extra.contains(&"--prepare-variants") {
+                &[][..]
+            } else {
+                &["--prepare-variants", "first-use"][..]
+            })
             .args(extra)
             .env(
                 "XDG_RUNTIME_DIR",
