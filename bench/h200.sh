@@ -17,6 +17,8 @@
 #                                     decode step by kernel (position 576 of 1024), and with
 #                                     Nsight Compute the first prefill kernels of a 512-token
 #                                     prompt, one by one
+#   bash bench/h200.sh batched [NAME..] poot bench --rows 16/64 beside llama-batched-bench
+#   bash bench/h200.sh serve [NAME..] poot-serve and llama-server under scripts/bench/serve_sweep.py
 #   bash bench/h200.sh path NAME      print where model NAME is written (bench/ab.sh uses it)
 #   bash bench/h200.sh all            every phase in turn
 # Models: smollm2 (SmolLM2-135M Q4_1), llama1b-f16, llama1b-q4_0, llama8b-f16, llama8b-q4_0,
@@ -37,6 +39,8 @@ BACKEND="${BACKEND:-ptx}"
 OUTDIR="${OUT:-$W/out}"
 LLAMA_SRC="$W/llama.cpp"
 LLAMA_BENCH="$LLAMA_SRC/build/bin/llama-bench"
+LLAMA_BATCHED="$LLAMA_SRC/build/bin/llama-batched-bench"
+LLAMA_SERVER="$LLAMA_SRC/build/bin/llama-server"
 POOT="$W/bin/poot"
 MODELS="$W/models"
 RESULTS="$W/results"
@@ -80,7 +84,7 @@ model_path() {
 }
 
 build() {
-  if [ -x "$LLAMA_BENCH" ]; then
+  if [ -x "$LLAMA_BENCH" ] && [ -x "$LLAMA_SERVER" ] && [ -x "$LLAMA_BATCHED" ]; then
     say "llama-bench already built: $LLAMA_BENCH"
     return 0
   fi
@@ -101,15 +105,16 @@ build() {
     cmake -S "$LLAMA_SRC" -B "$LLAMA_SRC/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
       -DGGML_CUDA="${LLAMA_CUDA:-ON}" -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON \
       -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF \
+      -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_APP=OFF \
       >"$W/cmake-configure.log" 2>&1 || { tail -30 "$W/cmake-configure.log"; die "configure failed"; }
   fi
-  say "building llama-bench (-j$(nproc), at most ${BUILD_SECONDS:-540} s this call)"
+  say "building llama-bench, llama-batched-bench and llama-server (-j$(nproc), at most ${BUILD_SECONDS:-540} s this call)"
   local started=$SECONDS
-  timeout "${BUILD_SECONDS:-540}" cmake --build "$LLAMA_SRC/build" --target llama-bench -j"$(nproc)" \
-    >"$W/cmake-build.log" 2>&1
+  timeout "${BUILD_SECONDS:-540}" cmake --build "$LLAMA_SRC/build" --target llama-bench \
+    llama-batched-bench llama-server -j"$(nproc)" >"$W/cmake-build.log" 2>&1
   local rc=$?
-  if [ -x "$LLAMA_BENCH" ]; then
+  if [ -x "$LLAMA_BENCH" ] && [ -x "$LLAMA_SERVER" ] && [ -x "$LLAMA_BATCHED" ]; then
     say "llama-bench built in $((SECONDS - started)) s"
   elif [ "$rc" = 124 ]; then
     tail -3 "$W/cmake-build.log"
@@ -268,6 +273,114 @@ breakdown() {
   done
 }
 
+poot_serve_binary() {
+  local bin="$W/bin/poot-serve" xz
+  [ -x "$bin" ] && return 0
+  xz="$(carried poot-serve.xz)" || die "poot-serve binary missing: carry .bench/c3"
+  unxz_to "$xz" "$bin.tmp" && chmod +x "$bin.tmp" && mv "$bin.tmp" "$bin"
+}
+
+SERVE_MODELS=(smollm2 llama1b-f16 llama8b-q4_k_m)
+
+# Many rows decoding together: `poot bench --rows N` against llama-batched-bench's S_PP and
+# S_TG on the same file (-npp BPP -ntg BTG, ROWS rows).
+batched() {
+  poot_binary
+  smollm2 || true
+  local names=("$@") name path rows npl
+  [ ${#names[@]} = 0 ] && names=("${SERVE_MODELS[@]}")
+  local pp="${BPP:-128}" tg="${BTG:-128}"
+  npl="$(echo "${ROWS:-16 64}" | tr ' ' ',')"
+  for name in "${names[@]}"; do
+    path="$(model_path "$name")" || die "unknown model $name"
+    [ -f "$path" ] || { say "$name: $path missing (run the models phase), skipped"; continue; }
+    for rows in ${ROWS:-16 64}; do
+      say "$name: poot bench --rows $rows"
+      # shellcheck disable=SC2086
+      timeout "${ROWS_SECONDS:-240}" "$POOT" bench "$path" --backend "$BACKEND" --rows "$rows" \
+        --prompt-tokens "$pp" --gen-tokens "$tg" --repeats "${BR:-2}" --json ${POOT_ARGS:-} \
+        >"$RESULTS/$name.rows$rows.poot.json" 2>"$RESULTS/$name.rows$rows.poot.log" ||
+        { tail -3 "$RESULTS/$name.rows$rows.poot.log"; say "$name: poot --rows $rows failed"; }
+      cat "$RESULTS/$name.rows$rows.poot.json"
+    done
+    if [ -x "$LLAMA_BATCHED" ]; then
+      say "$name: llama-batched-bench -npl $npl"
+      "$LLAMA_BATCHED" -m "$path" -ngl 99 -fa on -c $(( ${ROWS##* } * (pp + tg) + 256 )) \
+        -b 2048 -ub 512 -npp "$pp" -ntg "$tg" -npl "$npl" --output-format jsonl \
+        >"$RESULTS/$name.batched.llama.jsonl" 2>"$RESULTS/$name.batched.llama.log" ||
+        { tail -5 "$RESULTS/$name.batched.llama.log"; say "$name: llama-batched-bench failed"; }
+      cat "$RESULTS/$name.batched.llama.jsonl"
+    fi
+  done
+}
+
+# Waits until URL answers /health (or /v1/models), at most $2 seconds; prints the seconds.
+wait_ready() {
+  local url="$1" limit="$2" t0=$SECONDS
+  while [ $((SECONDS - t0)) -lt "$limit" ]; do
+    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + "/health", timeout=2)' \
+      "$url" >/dev/null 2>&1 && { echo $((SECONDS - t0)); return 0; }
+    sleep 0.2
+  done
+  return 1
+}
+
+# The serving benchmark: poot-serve and llama-server, each with PARALLEL rows on the same GGUF,
+# driven by scripts/bench/serve_sweep.py (concurrency LEVELS, LOAD fixed and/or spread); poot's
+# ready time and a lone request's speed beside `poot bench`.
+serve() {
+  poot_binary
+  poot_serve_binary
+  smollm2 || true
+  local names=("$@") name path vocab
+  [ ${#names[@]} = 0 ] && names=("${SERVE_MODELS[@]}")
+  local par="${PARALLEL:-64}" ctx="${SERVE_CTX:-1024}"
+  for name in "${names[@]}"; do
+    path="$(model_path "$name")" || die "unknown model $name"
+    [ -f "$path" ] || { say "$name: $path missing, skipped"; continue; }
+    case "$name" in
+      smollm2) vocab=49152 ;;
+      *) vocab=128256 ;;
+    esac
+    say "$name: poot-serve --parallel $par (vocab $vocab)"
+    local t0=$SECONDS
+    "$W/bin/poot-serve" --model "$path" --backend "$BACKEND" --port 18080 --parallel "$par" \
+      --ctx-size "$ctx" ${SERVE_ARGS:-} >"$RESULTS/$name.serve.poot.log" 2>&1 &
+    local pid=$!
+    local ready
+    ready="$(wait_ready http://127.0.0.1:18080 180)" || { tail -5 "$RESULTS/$name.serve.poot.log"; kill $pid; say "$name: poot-serve not ready"; continue; }
+    echo "{\"ready_s\": $((SECONDS - t0))}" >"$RESULTS/$name.serve.poot.ready.json"
+    say "$name: poot-serve ready after $((SECONDS - t0)) s"
+    grep -E "prepared|engine ready" "$RESULTS/$name.serve.poot.log"
+    # Idle time prepares the remaining step variants: wait for that (at most WARM_SECONDS).
+    local w=0
+    while [ $w -lt "${WARM_SECONDS:-60}" ] && ! grep -q "every step variant is prepared" "$RESULTS/$name.serve.poot.log"; do
+      sleep 1; w=$((w + 1))
+    done
+    say "$name: variants prepared $w s after ready"
+    for load in ${LOADS:-fixed}; do
+      python3 "$repo/scripts/bench/serve_sweep.py" --url http://127.0.0.1:18080 --vocab "$vocab" \
+        --concurrency "${LEVELS:-1,8,32,64,128}" --load "$load" --label poot \
+        --json "$RESULTS/$name.serve.$load.poot.json" || say "$name: sweep failed"
+    done
+    kill $pid; wait $pid 2>/dev/null
+    if [ -x "$LLAMA_SERVER" ]; then
+      say "$name: llama-server -np $par"
+      "$LLAMA_SERVER" -m "$path" -ngl 99 -fa on -np "$par" -c $((par * ctx)) --port 18081 \
+        -b 2048 -ub 512 --no-webui >"$RESULTS/$name.serve.llama.log" 2>&1 &
+      pid=$!
+      wait_ready http://127.0.0.1:18081 180 >/dev/null || { tail -5 "$RESULTS/$name.serve.llama.log"; kill $pid; continue; }
+      for load in ${LOADS:-fixed}; do
+        python3 "$repo/scripts/bench/serve_sweep.py" --url http://127.0.0.1:18081 --vocab "$vocab" \
+          --concurrency "${LEVELS:-1,8,32,64,128}" --load "$load" --label llama.cpp \
+          --json "$RESULTS/$name.serve.$load.llama.json" || say "$name: sweep failed"
+      done
+      kill $pid; wait $pid 2>/dev/null
+    fi
+  done
+  tar -czf "$OUTDIR/results.tar.gz" -C "$RESULTS" .
+}
+
 # The table, and every result and log in one archive ($OUT brings back at most 8 files).
 table() {
   python3 "$repo/scripts/bench/table.py" "$RESULTS" | tee "$OUTDIR/table.md"
@@ -283,6 +396,8 @@ case "$phase" in
   bench) bench "$@" ;;
   table) table ;;
   breakdown) breakdown "$@" ;;
+  batched) batched "$@" ;;
+  serve) serve "$@" ;;
   all) build && models && bench ;;
   *) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 2 ;;
 esac

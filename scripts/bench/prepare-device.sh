@@ -45,16 +45,17 @@ if [ ! -f "$sdist" ]; then
     "llama-cpp-python==$LLAMA_CPP_PYTHON"
 fi
 [ -f "$sdist" ] || { echo "error: pip did not save $sdist" >&2; exit 1; }
-# Keep what configuring and building llama-bench reads: the build files, ggml (CPU and CUDA
-# backends), the library, common, the tools CMake adds (without the server and its web UI)
-# and vendored headers. Drop vocab models, docs, tests, examples and other backends.
+# Keep what configuring and building llama-bench, llama-batched-bench and llama-server read:
+# the build files, ggml (CPU and CUDA backends), the library, common, the tools CMake adds
+# (the server without its tests; its web UI is configured off) and vendored headers. Drop
+# vocab models, docs, tests, examples and other backends.
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 tar -xzf "$sdist" -C "$tmp" \
   --exclude='*/.git/*' --exclude='*/vendor/llama.cpp/models/*' --exclude='*/vendor/llama.cpp/docs/*' \
   --exclude='*/vendor/llama.cpp/tests/*' --exclude='*/vendor/llama.cpp/examples/*' \
   --exclude='*/vendor/llama.cpp/benches/*' --exclude='*/vendor/llama.cpp/media/*' \
-  --exclude='*/vendor/llama.cpp/tools/server/*' --exclude='*/vendor/llama.cpp/tools/ui/*' \
+  --exclude='*/vendor/llama.cpp/tools/server/tests/*' --exclude='*/vendor/llama.cpp/tools/server/public*' \
   --exclude='*/vendor/llama.cpp/.devops/*' --exclude='*/vendor/llama.cpp/.github/*' \
   "llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp"
 src="$tmp/llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp"
@@ -75,9 +76,9 @@ rm -f "$out"/c2/gguf-*.whl
 
 # 3. The poot binary.
 if [ "$skip_build" = 0 ]; then
-  cargo build --release --locked -p poot-cli -p poot-llm --bin poot --example profile
+  cargo build --release --locked -p poot-cli -p poot-llm -p poot-serve --bin poot --bin poot-serve --example profile
 fi
-for bin in "$target/release/poot" "$target/release/examples/profile"; do
+for bin in "$target/release/poot" "$target/release/poot-serve" "$target/release/examples/profile"; do
   [ -x "$bin" ] || { echo "error: $bin missing" >&2; exit 1; }
   name="$(basename "$bin")"
   cp "$bin" "$tmp/$name"

@@ -728,3 +728,84 @@ fn steps_are_sized_to_the_rows_in_use_and_prompts_advance_in_power_of_two_chunks
         "the 4-row step never ran: {runs:?}"
     );
 }
+
+/// A pool too small for every row at once: sequences take blocks step by step, the youngest is
+/// preempted when the pool runs out and recomputes its prompt and output later, and every
+/// sequence still gets transformers' tokens; none is lost.
+#[test]
+fn a_small_pool_preempts_and_recomputes_without_changing_a_token() {
+    let Some(exec) = executor() else { return };
+    let (handle, reference) = tiny_chat();
+    let cases: Vec<(Vec<u32>, Vec<u32>)> = reference["greedy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let ids = |k: &str| -> Vec<u32> {
+                c[k].as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap() as u32)
+                    .collect()
+            };
+            (ids("prompt_ids"), ids("ids"))
+        })
+        .collect();
+    let options = DriverOptions::new(56, 8).with_rows(4).with_chain(4);
+    // 14 usable blocks of 4 positions: the longest request (37 + 16) fits alone, not beside
+    // the others.
+    let layout = Layout::Paged {
+        block_tokens: 4,
+        blocks: 15,
+    };
+    let mut driver = Driver::new(Arc::clone(&handle), exec, options)
+        .unwrap()
+        .serve(layout)
+        .map_err(|r| r.1)
+        .unwrap();
+    let mut ids = Vec::new();
+    for (prompt, want) in &cases {
+        let request = GenerateRequest {
+            ignore_eos: true,
+            ..GenerateRequest::new(prompt.clone(), want.len(), Sampler::greedy())
+        };
+        match driver.open(request) {
+            Ok(id) => ids.push(Some(id)),
+            Err(DriverError::NoRoom { .. }) => ids.push(None),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let mut out: Vec<Vec<u32>> = vec![Vec::new(); cases.len()];
+    let mut done = vec![false; cases.len()];
+    let mut steps = 0;
+    while done.iter().any(|d| !d) {
+        // Admit what waits as soon as there is room.
+        for (i, (prompt, want)) in cases.iter().enumerate() {
+            if ids[i].is_none() {
+                let request = GenerateRequest {
+                    ignore_eos: true,
+                    ..GenerateRequest::new(prompt.clone(), want.len(), Sampler::greedy())
+                };
+                if let Ok(id) = driver.open(request) {
+                    ids[i] = Some(id);
+                }
+            }
+        }
+        let picks = driver.step().unwrap();
+        for event in driver.commit(picks).unwrap() {
+            let i = ids.iter().position(|&id| id == Some(event.id)).unwrap();
+            out[i].extend(event.tokens.iter().map(|t| t.id));
+            if event.finish.is_some() {
+                done[i] = true;
+                driver.release(event.id);
+            }
+        }
+        steps += 1;
+        assert!(steps < 2000, "no progress: {out:?}");
+    }
+    for (i, (_, want)) in cases.iter().enumerate() {
+        assert_eq!(&out[i], want, "case {i}: transformers' greedy tokens");
+    }
+    assert!(driver.preemptions() > 0, "the pool never ran out");
+    assert_eq!(driver.free_blocks(), 14, "every block is back");
+}

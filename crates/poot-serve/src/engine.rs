@@ -223,6 +223,9 @@ impl<R: Rows> Scheduler<R> {
                         Ok(job) => self.take(job),
                         Err(mpsc::TryRecvError::Empty) => {
                             warming = self.warm();
+                            if !warming {
+                                eprintln!("every step variant is prepared");
+                            }
                             continue;
                         }
                         Err(mpsc::TryRecvError::Disconnected) => return,
@@ -461,6 +464,7 @@ impl<R: Rows> Scheduler<R> {
         m.kv_used.set(used as i64);
         m.kv_total.set(total as i64);
         m.kv_usage.set(used as f64 / total.max(1) as f64);
+        m.preemptions.set(self.rows.preemptions() as i64);
         let (queried, hit) = self.rows.prefix_cache();
         m.prefix_cache_queries.set(queried as i64);
         m.prefix_cache_hits.set(hit as i64);

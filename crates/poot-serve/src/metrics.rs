@@ -45,6 +45,8 @@ pub struct Metrics {
     pub prefix_cache_queries: IntGauge,
     pub prefix_cache_hits: IntGauge,
     pub prefix_cache_hit_rate: Gauge,
+    /// Sequences preempted to make room in the KV pool (they recompute later).
+    pub preemptions: IntGauge,
     /// Engine steps run.
     pub steps: IntCounter,
     /// 1 while the engine is healthy; 0 after a device failure.
@@ -156,6 +158,10 @@ impl Metrics {
                 "Prompt blocks the prefix cache served since start (token-checked)",
             )?,
             prefix_cache_hit_rate,
+            preemptions: gauge(
+                "poot_num_preemptions_total",
+                "Sequences preempted to make room in the KV pool since start (they recompute)",
+            )?,
             steps: counter("poot_engine_steps_total", "Engine steps run")?,
             engine_healthy: gauge(
                 "poot_engine_healthy",

@@ -32,6 +32,10 @@ pub trait Rows {
     fn prefix_cache(&self) -> (u64, u64) {
         (0, 0)
     }
+    /// Sequences preempted so far to make room in the KV pool.
+    fn preemptions(&self) -> u64 {
+        0
+    }
 }
 
 impl Rows for Driver<Serving> {
@@ -74,5 +78,9 @@ impl Rows for Driver<Serving> {
     fn prefix_cache(&self) -> (u64, u64) {
         let s = self.prefix_cache_stats();
         (s.queried_blocks, s.hit_blocks)
+    }
+
+    fn preemptions(&self) -> u64 {
+        Driver::preemptions(self)
     }
 }

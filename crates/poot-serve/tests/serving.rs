@@ -46,6 +46,53 @@ fn concurrent_requests_disconnects_and_garbage() {
     garbage_does_not_stop_the_engine(&server);
 }
 
+/// A KV pool far smaller than the rows at full context: sequences take blocks as they grow, the
+/// youngest is preempted when the pool runs out and recomputes later, and every answer still
+/// equals its lone run; none is lost.
+#[test]
+fn a_small_kv_pool_preempts_and_loses_nothing() {
+    if !common::vulkan_or_skip("serving") {
+        return;
+    }
+    let server = Server::start(&[
+        "--ctx-size",
+        "64",
+        "--parallel",
+        ROWS,
+        "--block-size",
+        "4",
+        "--kv-blocks",
+        "20",
+        "--decode-chain",
+        "2",
+    ]);
+    let reference = reference();
+    let prompts: Vec<String> = reference["greedy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c.get("messages").is_none())
+        .map(|c| c["prompt"].as_str().unwrap().to_owned())
+        .collect();
+    let alone: Vec<String> = prompts
+        .iter()
+        .map(|p| text(&complete(&server, p, 24)))
+        .collect();
+    let together: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = prompts
+            .iter()
+            .map(|p| s.spawn(|| text(&complete(&server, p, 24))))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(together, alone);
+    assert!(
+        settled(&server, "poot_num_preemptions_total") > 0.0,
+        "the pool never ran out"
+    );
+    assert_eq!(settled(&server, "poot_kv_blocks_used"), 0.0);
+}
+
 fn concurrent_requests_equal_alone(server: &Server) {
     let reference = reference();
     let mut prompts: Vec<String> = reference["greedy"]

@@ -1,5 +1,7 @@
 //! Where each sequence's keys and values live: a whole row of a contiguous cache, or blocks of
-//! the paged pool. A request's blocks are reserved at admission, so a step never runs out.
+//! the paged pool. A sequence holds the blocks its written positions need plus the ones the
+//! next step will write; the driver grows them before each step and, when the pool runs out,
+//! preempts a younger sequence to make room (it recomputes later).
 //!
 //! The prefix cache: once a sequence has written a block entirely with prompt tokens, the block
 //! is published under a hash of the whole prompt up to that block's end, while the sequence still
@@ -99,6 +101,11 @@ impl KvPool {
         }
     }
 
+    /// Positions per block (0 for the contiguous layout).
+    pub fn block_tokens(&self) -> usize {
+        self.block_tokens
+    }
+
     pub fn paged(&self) -> bool {
         self.block_tokens > 0
     }
@@ -184,6 +191,29 @@ impl KvPool {
             reused_tokens: reused.len() * bt,
             blocks,
         })
+    }
+
+    /// Blocks sequences can ever hold (every block but the scratch block).
+    pub fn usable(&self) -> usize {
+        self.scratch as usize
+    }
+
+    /// Extends a sequence's blocks to cover `positions`, from the free list or by evicting
+    /// unread cached blocks. False when the pool ran out first (the blocks taken are kept).
+    pub fn grow(&mut self, blocks: &mut Vec<u32>, positions: usize) -> bool {
+        let need = self.blocks_for(positions);
+        while blocks.len() < need {
+            let b = match self.free.pop() {
+                Some(b) => b,
+                None => match self.evict() {
+                    Some(b) => b,
+                    None => return false,
+                },
+            };
+            *self.readers.entry(b).or_default() += 1;
+            blocks.push(b);
+        }
+        true
     }
 
     /// Takes the least recently used cached block nobody reads.

@@ -79,6 +79,11 @@ struct Pick {
 struct Sequence {
     row: usize,
     req: GenerateRequest,
+    /// The known tokens to feed before decoding: the prompt, or after a preemption the prompt
+    /// and every token generated so far (recomputed, the last one picking the next token).
+    tokens: Vec<u32>,
+    /// Preempted: its blocks were returned to the pool, and it waits for room to recompute.
+    parked: bool,
     /// Positions whose keys and values are written.
     fed: usize,
     /// The last committed token, to feed next.
@@ -104,17 +109,31 @@ struct Sequence {
 impl Sequence {
     /// The next token to feed, if the sequence can run a step now.
     fn next_token(&self) -> Option<u32> {
-        if self.finish.is_some() || self.awaiting {
+        if self.finish.is_some() || self.awaiting || self.parked {
             return None;
         }
-        match self.req.prompt.get(self.fed) {
+        match self.tokens.get(self.fed) {
             Some(&t) => Some(t),
             None => self.pending,
         }
     }
 
+    /// Known tokens left to feed, up to the prompt's end first: a chunk never mixes prompt and
+    /// recomputed output tokens, since the penalties' history counts them apart.
     fn prompt_left(&self) -> usize {
-        self.req.prompt.len().saturating_sub(self.fed)
+        let end = if self.fed < self.req.prompt.len() {
+            self.req.prompt.len()
+        } else {
+            self.tokens.len()
+        };
+        end.saturating_sub(self.fed)
+    }
+
+    /// Positions the sequence's next step can write: its next chunk (or token), and the
+    /// chained decode steps after it; never past what the request can reach.
+    fn positions_ahead(&self, chunk: usize, chain: usize) -> usize {
+        let ahead = self.prompt_left().min(chunk).max(1) + chain;
+        (self.fed + ahead).min(self.req.prompt.len() + self.req.max_new)
     }
 }
 
@@ -125,6 +144,7 @@ pub(crate) struct Sequences {
     open: BTreeMap<SeqId, Sequence>,
     next: u64,
     pool: KvPool,
+    preemptions: u64,
 }
 
 impl Sequences {
@@ -134,6 +154,26 @@ impl Sequences {
             pool,
             ..Sequences::default()
         }
+    }
+
+    /// Returns `id`'s blocks to the pool and parks it to recompute everything it has seen:
+    /// its prompt and its output so far (whose last token then picks the next one).
+    fn preempt(&mut self, id: SeqId) {
+        let Some(seq) = self.open.get_mut(&id) else {
+            return;
+        };
+        self.pool
+            .release(&seq.blocks, &seq.req.prompt, seq.fed, true);
+        seq.blocks.clear();
+        let mut tokens = seq.req.prompt.clone();
+        tokens.extend(&seq.generated);
+        seq.tokens = tokens;
+        seq.fed = 0;
+        seq.pending = None;
+        seq.stepped = false;
+        seq.published_until = 0;
+        seq.parked = true;
+        self.preemptions += 1;
     }
 }
 
@@ -150,8 +190,7 @@ struct RowFeed {
 impl RowFeed {
     /// Whether the row feeds a generated token (its prompt is done).
     fn decoding(&self, open: &BTreeMap<SeqId, Sequence>) -> bool {
-        open.get(&self.seq)
-            .is_some_and(|s| s.fed >= s.req.prompt.len())
+        open.get(&self.seq).is_some_and(|s| s.fed >= s.tokens.len())
     }
 }
 
@@ -166,8 +205,10 @@ impl Driver<Serving> {
         self.seqs.pool.available()
     }
 
-    /// Admits `req` into a free row, reserving every KV block it can need. `NoRoom` when the
-    /// rows or blocks are taken: retry after a release. Other errors are the request's.
+    /// Admits `req` into a free row, reserving the KV blocks its prompt and first tokens need
+    /// (more are taken step by step; when the pool runs out a younger sequence is preempted).
+    /// `NoRoom` when the rows or blocks are taken: retry after a release. Other errors are the
+    /// request's.
     pub fn open(&mut self, req: GenerateRequest) -> Result<SeqId, DriverError> {
         let (n, cap) = (req.prompt.len(), self.options.capacity);
         if n == 0 {
@@ -194,7 +235,13 @@ impl Driver<Serving> {
         };
         // The repetition penalty counts every prompt token, so its sequences compute them all.
         let share = req.sampler.penalties.repetition == 1.0;
-        let Some(reservation) = seqs.pool.reserve(&req.prompt, n + req.max_new, share) else {
+        // The whole request must fit the pool alone (else it could never finish), and its
+        // prompt plus a block of output must fit now.
+        if seqs.pool.blocks_for(n + req.max_new) > seqs.pool.usable() && seqs.pool.paged() {
+            return Err(no_room(seqs));
+        }
+        let first = (n + req.max_new.min(seqs.pool.block_tokens())).min(n + req.max_new);
+        let Some(reservation) = seqs.pool.reserve(&req.prompt, first, share) else {
             return Err(no_room(seqs));
         };
         if !seqs.pool.paged() {
@@ -211,6 +258,8 @@ impl Driver<Serving> {
             id,
             Sequence {
                 row,
+                tokens: req.prompt.clone(),
+                parked: false,
                 req,
                 fed: reservation.reused_tokens,
                 pending: None,
@@ -245,6 +294,74 @@ impl Driver<Serving> {
             .release(&seq.blocks, &seq.req.prompt, seq.fed, true);
     }
 
+    /// Sequences preempted so far (their KV blocks returned, recomputed later).
+    pub fn preemptions(&self) -> u64 {
+        self.seqs.preemptions
+    }
+
+    /// Before a step: parked sequences take their blocks back when the pool has room (oldest
+    /// first), then every runnable sequence's blocks grow to cover what the step can write.
+    /// When the pool runs out, the youngest running sequence is preempted: its blocks go back
+    /// (its prompt blocks stay in the prefix cache) and it will recompute its prompt and output.
+    fn make_room(&mut self) {
+        let chunk = self.options.prefill_chunk;
+        let chain = self.options.chain;
+        let seqs = &mut self.seqs;
+        if !seqs.pool.paged() {
+            return;
+        }
+        let ids: Vec<SeqId> = seqs.open.keys().copied().collect();
+        for &id in &ids {
+            let Some(seq) = seqs.open.get_mut(&id) else {
+                continue;
+            };
+            if !seq.parked {
+                continue;
+            }
+            // A resumed sequence takes everything it can still need, so it never grows again
+            // and cannot push the sequence that preempted it out in turn.
+            let share = seq.req.sampler.penalties.repetition == 1.0;
+            let total = seq.req.prompt.len() + seq.req.max_new;
+            let Some(r) = seqs.pool.reserve(&seq.tokens, total, share) else {
+                // Older parked sequences resume first.
+                break;
+            };
+            seq.blocks = r.blocks;
+            seq.fed = r.reused_tokens;
+            seq.published_until = r.reused_tokens;
+            seq.parked = false;
+        }
+        for &id in &ids {
+            while let Some(seq) = seqs.open.get_mut(&id) {
+                if seq.parked || seq.finish.is_some() {
+                    break;
+                }
+                let positions = seq.positions_ahead(chunk, chain);
+                if seqs.pool.grow(&mut seq.blocks, positions) {
+                    break;
+                }
+                // The youngest other sequence holding blocks makes room; with none, this one
+                // waits (parked) for the others to finish.
+                let victim = ids
+                    .iter()
+                    .rev()
+                    .copied()
+                    .find(|v| {
+                        *v != id
+                            && seqs
+                                .open
+                                .get(v)
+                                .is_some_and(|s| !s.parked && !s.blocks.is_empty())
+                    })
+                    .unwrap_or(id);
+                seqs.preempt(victim);
+                if victim == id {
+                    break;
+                }
+            }
+        }
+    }
+
     /// Runs one device step over the open sequences, sized to the work. Every sequence with a
     /// token to decode (or only its prompt's last token left) gets one row of a batched
     /// single-token step, run with the smallest prepared row bucket that holds them. Prompts
@@ -253,6 +370,7 @@ impl Driver<Serving> {
     /// a prompt no chunk fits joins the batched step with one token. Sequences whose pick awaits
     /// a commit sit it out.
     pub fn step(&mut self) -> Result<StepPicks, DriverError> {
+        self.make_room();
         let mut singles = Vec::new();
         // Sequences with at least two prompt tokens left: (id, tokens left, head).
         let mut prompts = Vec::new();
@@ -267,7 +385,7 @@ impl Driver<Serving> {
                     row: 0,
                     tokens: vec![first],
                     start: seq.fed,
-                    picks: true,
+                    picks: seq.fed + 1 >= seq.tokens.len(),
                 });
             } else {
                 let head = seq.req.sampler.head(seq.req.top_logprobs.is_some());
@@ -306,9 +424,9 @@ impl Driver<Serving> {
             let feed = RowFeed {
                 seq: id,
                 row: 0,
-                tokens: seq.req.prompt[seq.fed..seq.fed + take].to_vec(),
+                tokens: seq.tokens[seq.fed..seq.fed + take].to_vec(),
                 start: seq.fed,
-                picks: left == take,
+                picks: seq.fed + take >= seq.tokens.len(),
             };
             budget -= take;
             if chunk.is_some() {
@@ -487,7 +605,7 @@ impl Driver<Serving> {
             };
             seq.fed = feed.start + tokens + steps - 1;
             seq.stepped = true;
-            if seq.fed > seq.req.prompt.len() {
+            if seq.fed > seq.tokens.len() {
                 seq.pending = None;
             }
             if feed.picks {
