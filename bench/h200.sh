@@ -342,19 +342,26 @@ serve() {
       smollm2) vocab=49152 ;;
       *) vocab=128256 ;;
     esac
-    say "$name: poot-serve --parallel $par (vocab $vocab)"
-    local t0=$SECONDS
-    "$W/bin/poot-serve" --model "$path" --backend "$BACKEND" --port 18080 --parallel "$par" \
-      --ctx-size "$ctx" ${SERVE_ARGS:-} >"$RESULTS/$name.serve.poot.log" 2>&1 &
-    local pid=$!
-    local ready
-    ready="$(wait_ready http://127.0.0.1:18080 180)" || { tail -5 "$RESULTS/$name.serve.poot.log"; kill $pid; say "$name: poot-serve not ready"; continue; }
-    echo "{\"ready_s\": $((SECONDS - t0))}" >"$RESULTS/$name.serve.poot.ready.json"
-    say "$name: poot-serve ready after $((SECONDS - t0)) s"
-    grep -E "prepared|engine ready" "$RESULTS/$name.serve.poot.log"
+    # Twice: the first start fills the kernel cache (cold), the second reads it (warm).
+    local pid ready t0 start
+    for start in cold warm; do
+      say "$name: poot-serve --parallel $par ($start start)"
+      t0=$SECONDS
+      # shellcheck disable=SC2086
+      "$W/bin/poot-serve" --model "$path" --backend "$BACKEND" --port 18080 --parallel "$par" \
+        --ctx-size "$ctx" ${SERVE_ARGS:-} >"$RESULTS/$name.serve.poot.$start.log" 2>&1 &
+      pid=$!
+      ready="$(wait_ready http://127.0.0.1:18080 180)" || { tail -5 "$RESULTS/$name.serve.poot.$start.log"; kill $pid; say "$name: poot-serve not ready"; continue 2; }
+      say "$name: poot-serve ready after $((SECONDS - t0)) s ($start)"
+      echo "{\"ready_s\": $((SECONDS - t0))}" >"$RESULTS/$name.serve.poot.ready-$start.json"
+      grep -E "prepared|engine ready|loaded" "$RESULTS/$name.serve.poot.$start.log"
+      [ "$start" = warm ] && break
+      kill $pid; wait $pid 2>/dev/null
+    done
+    cp "$RESULTS/$name.serve.poot.warm.log" "$RESULTS/$name.serve.poot.log"
     # Idle time prepares the remaining step variants: wait for that (at most WARM_SECONDS).
     local w=0
-    while [ $w -lt "${WARM_SECONDS:-60}" ] && ! grep -q "every step variant is prepared" "$RESULTS/$name.serve.poot.log"; do
+    while [ $w -lt "${WARM_SECONDS:-60}" ] && ! grep -q "every step variant is prepared" "$RESULTS/$name.serve.poot.warm.log"; do
       sleep 1; w=$((w + 1))
     done
     say "$name: variants prepared $w s after ready"
@@ -367,7 +374,7 @@ serve() {
     if [ -x "$LLAMA_SERVER" ]; then
       say "$name: llama-server -np $par"
       "$LLAMA_SERVER" -m "$path" -ngl 99 -fa on -np "$par" -c $((par * ctx)) --port 18081 \
-        -b 2048 -ub 512 --no-webui >"$RESULTS/$name.serve.llama.log" 2>&1 &
+        -b 2048 -ub 512 >"$RESULTS/$name.serve.llama.log" 2>&1 &
       pid=$!
       wait_ready http://127.0.0.1:18081 180 >/dev/null || { tail -5 "$RESULTS/$name.serve.llama.log"; kill $pid; continue; }
       for load in ${LOADS:-fixed}; do

@@ -7,8 +7,8 @@
 #              needs with CUDA (xz tarball), and the first third of the SmolLM2 GGUF
 #   .bench/c2  the gguf wheel (numpy, pyyaml, tqdm and requests are on the device image), and
 #              the second third of the SmolLM2 GGUF
-#   .bench/c3  the poot release binary and the `profile` example (stripped, xz) and the last
-#              third of the SmolLM2 GGUF
+#   .bench/c3  the poot and poot-serve release binaries, the `profile` and `greedy_check`
+#              examples (stripped, xz) and the last third of the SmolLM2 GGUF
 #
 # Then, on the device, one call per folder (see bench/README.md):
 #   carry .bench/c1: bash bench/h200.sh build
@@ -76,9 +76,11 @@ rm -f "$out"/c2/gguf-*.whl
 
 # 3. The poot binary.
 if [ "$skip_build" = 0 ]; then
-  cargo build --release --locked -p poot-cli -p poot-llm -p poot-serve --bin poot --bin poot-serve --example profile
+  cargo build --release --locked -p poot-cli -p poot-llm -p poot-serve --bin poot --bin poot-serve \
+    --example profile --example greedy_check
 fi
-for bin in "$target/release/poot" "$target/release/poot-serve" "$target/release/examples/profile"; do
+for bin in "$target/release/poot" "$target/release/poot-serve" "$target/release/examples/profile" \
+  "$target/release/examples/greedy_check"; do
   [ -x "$bin" ] || { echo "error: $bin missing" >&2; exit 1; }
   name="$(basename "$bin")"
   cp "$bin" "$tmp/$name"

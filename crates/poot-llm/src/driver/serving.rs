@@ -403,6 +403,11 @@ impl Driver<Serving> {
                 break;
             }
             let fits = left.min(budget);
+            // A prompt that would get less than a whole chunk waits for the next step rather
+            // than splitting into small launches, unless nothing else prefills this step.
+            if !prefills.is_empty() && fits < left.min(self.options.prefill_chunk) {
+                break;
+            }
             let chunk = self
                 .options
                 .chunk_buckets()
