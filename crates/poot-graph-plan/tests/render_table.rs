@@ -772,6 +772,7 @@ fn walk(body: &[Stmt], stmts: &mut Vec<&'static str>, exprs: &mut Vec<&'static s
             Stmt::LetShared { index, .. } => ("LetShared", vec![index], vec![]),
             Stmt::TeamSum { .. } => ("TeamSum", vec![], vec![]),
             Stmt::MmaTf32 { a, b, .. } => ("MmaTf32", a.iter().chain(b).collect(), vec![]),
+            Stmt::MmaHalf { a, b, .. } => ("MmaHalf", a.iter().chain(b).collect(), vec![]),
             Stmt::Barrier => ("Barrier", vec![], vec![]),
             Stmt::Fault { .. } => ("Fault", vec![], vec![]),
         };

@@ -272,6 +272,22 @@ pub enum Stmt {
         a: [Expr; 4],
         b: [Expr; 2],
     },
+    /// The warp's 16 x 8 tile of f32 sums plus the product of a 16 x 16 tile of A and a 16 x 8
+    /// tile of B, both in `half` precision, on the matrix units: PTX's
+    /// `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32`. The operands are f32
+    /// values, each rounded to the nearest `half` value (ties to even) and packed in pairs
+    /// before the product: exact for values the graph already rounded to `half`, whose products
+    /// f32 then holds exactly. With `g` the lane / 4 and `t` the lane % 4, a lane holds the sums
+    /// `acc` as in [`Stmt::MmaTf32`] and passes `a` = A[g][2t], A[g][2t+1], A[g+8][2t],
+    /// A[g+8][2t+1], A[g][2t+8], A[g][2t+9], A[g+8][2t+8], A[g+8][2t+9] and `b` = B[2t][g],
+    /// B[2t+1][g], B[2t+8][g], B[2t+9][g]. Every thread of the warp reaches it together; only for
+    /// targets with half-precision matrix units.
+    MmaHalf {
+        half: Half,
+        acc: [Var; 4],
+        a: [Expr; 8],
+        b: [Expr; 4],
+    },
     /// A workgroup barrier; only in control flow every thread of the workgroup takes.
     Barrier,
     /// A failed kernel check: the thread records `code` and the step's results are discarded
@@ -542,6 +558,12 @@ impl Kernel {
                     self.expect_vars(acc, Ty::F32, "matrix tile sums in")?;
                     for e in a.iter().chain(b) {
                         self.expect(e, Ty::U32)?;
+                    }
+                }
+                Stmt::MmaHalf { half: _, acc, a, b } => {
+                    self.expect_vars(acc, Ty::F32, "matrix tile sums in")?;
+                    for e in a.iter().chain(b) {
+                        self.expect(e, Ty::F32)?;
                     }
                 }
                 Stmt::Barrier | Stmt::Fault { .. } => {}
