@@ -5,6 +5,11 @@
 //! float results within a relative bound (of the largest reference magnitude) that covers the
 //! reassociation the device's reductions do. A non-finite device value where the oracle is
 //! finite fails at any tolerance.
+//!
+//! The oracle evaluates each case's graph as the executor's target rewrites it for precision
+//! ([`poot_graph_plan::precision::round_half_operands`]: on a target multiplying in half
+//! precision, the left sides of tiled contractions against f16 or bf16 weights rounded to
+//! them), so the tolerances stay those of reassociation: the rounding is in both.
 
 use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
 use poot_formats::{
@@ -18,6 +23,7 @@ use poot_graph_ir::{
 };
 
 use poot_formats::BlockFormat;
+use poot_graph_plan::precision::round_half_operands;
 
 use crate::executor::{ConstBytes, ConstSource, Executor, StepInputs, StepOutputs};
 
@@ -130,6 +136,14 @@ pub fn run_case(exec: &mut dyn Executor, case: &Case) -> Outcome {
             return outcome(false, format!("add_entry: {e}"));
         }
     };
+    let graph = match round_half_operands(&case.graph, exec.target()) {
+        Ok(g) => g,
+        Err(e) => {
+            exec.remove_entry(entry);
+            exec.unload(exe);
+            return outcome(false, format!("rounding for the target: {e}"));
+        }
+    };
     let steps = std::iter::once(&case.slots).chain(&case.later_steps);
     let mut result = outcome(true, String::new());
     for (n, slots) in steps.enumerate() {
@@ -148,7 +162,7 @@ pub fn run_case(exec: &mut dyn Executor, case: &Case) -> Outcome {
         for (name, t) in &states {
             inputs.set_state(name.clone(), t.view());
         }
-        let oracle = match eval(&case.graph, &inputs, EvalOptions::default()) {
+        let oracle = match eval(&graph, &inputs, EvalOptions::default()) {
             Ok(o) => o,
             Err(e) => {
                 result = outcome(false, format!("{at}oracle: {e}"));

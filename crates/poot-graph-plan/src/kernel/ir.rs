@@ -281,7 +281,7 @@ pub enum Stmt {
     /// `acc` as in [`Stmt::MmaTf32`] and passes `a` = A[g][2t], A[g][2t+1], A[g+8][2t],
     /// A[g+8][2t+1], A[g][2t+8], A[g][2t+9], A[g+8][2t+8], A[g+8][2t+9] and `b` = B[2t][g],
     /// B[2t+1][g], B[2t+8][g], B[2t+9][g]. Every thread of the warp reaches it together; only for
-    /// targets with half-precision matrix units.
+    /// targets with half-precision matrix units ([`crate::Target::matrix_units`]).
     MmaHalf {
         half: Half,
         acc: [Var; 4],

@@ -25,12 +25,20 @@
 //! adds them in split order and finishes (stores, or computes the epilogue; a row reduction an
 //! epilogue reads is then computed by its own kernel).
 //!
+//! On a target with matrix units ([`crate::Target::matrix_units`]) the products of each staged
+//! step are formed by warps on them, each warp owning a `TM / 2 x 16` block of the tile: against
+//! f16 or bf16 weights whose left side the graph rounded to that type ([`crate::precision`]),
+//! one `m16n8k16` product per 16 x 8 block and step, in that precision ([`Mma::Half`]);
+//! otherwise each f32 factor split into two tf32 parts, three `m16n8k8` products per block and
+//! half step ([`Mma::Tf32`]). The staging is the same for both: f32 slices in shared memory, a
+//! row per left-side row or weight column.
+//!
 //! Each sum adds its products one at a time in `k` order (the oracle keeps eight interleaved
 //! partial sums), then the splits in order: the results differ from the oracle's by
-//! reassociation only. A kernel that would not fit the target's workgroup, shared memory or
+//! reassociation only (on the matrix units, in the units' order within a product). A kernel that would not fit the target's workgroup, shared memory or
 //! bindings is not made; the one-workgroup-per-output kernels run instead.
 
-use poot_graph_ir::{Graph, OpKind, ValueId};
+use poot_graph_ir::{DType, Graph, OpKind, ValueId};
 
 use super::access::{device_word, kty, to_word};
 use super::classify::{Placement, is_identity_elementwise};
@@ -38,8 +46,10 @@ use super::context::{KernelCtx, LBuf, TileRow};
 use super::emit::{combine, reduce_init};
 use super::{Lowering, PlanError};
 use crate::kernel::build::{bin, eq, load, load_shared, local_id, lt, min, mul_add, u32c, un};
-use crate::kernel::{BinOp, Expr, ParamId, SharedId, Ty, UnOp, Var, Word};
+use crate::kernel::{BinOp, Expr, Half, ParamId, SharedId, Ty, UnOp, Var, Word};
 use crate::plan::BufferRole;
+use crate::precision::half_operand;
+use crate::target::MatrixUnits;
 
 /// Left-side rows from which a contraction is tiled; fewer are decode-shaped.
 pub(super) const MIN_ROWS: usize = 9;
@@ -68,7 +78,7 @@ const SPLIT_K_MIN_PART: u32 = 64;
 
 /// Whether contraction `eqn` is computed by a tiled kernel: a `MatMul` over weights shared by
 /// every row (rank 2) with at least [`MIN_ROWS`] rows.
-pub(super) fn tiled(g: &Graph, eqn: usize) -> bool {
+pub(crate) fn tiled(g: &Graph, eqn: usize) -> bool {
     let e = &g.eqns()[eqn];
     if !matches!(e.op, OpKind::MatMul { .. }) {
         return false;
@@ -114,10 +124,21 @@ struct Tiles {
     tm: u32,
     tiles_m: u32,
     tiles_n: u32,
-    /// Whether the products are formed on tf32 matrix units ([`Lowering::mma_step`]): the
-    /// shared slices are then stored row by row (a row's [`TK`] elements, padded to
-    /// [`MMA_ROW`]), and each warp owns a block of the tile.
-    mma: bool,
+    /// Whether the products are formed on matrix units ([`Lowering::mma_step`],
+    /// [`Lowering::mma_half_step`]), and in which precision: the shared slices are then stored
+    /// row by row (a row's [`TK`] elements, padded to [`MMA_ROW`]), and each warp owns a block
+    /// of the tile.
+    mma: Option<Mma>,
+}
+
+/// The precision of a tiled kernel's matrix-unit products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mma {
+    /// Three tf32 products per pair of f32 factors: f32 accuracy.
+    Tf32,
+    /// One f16 (bf16) product per pair: every left side was rounded to it in the graph
+    /// ([`crate::precision`]) and every weight is stored in it, so each product is exact.
+    Half(Half),
 }
 
 impl Tiles {
@@ -130,7 +151,7 @@ impl Tiles {
             tm,
             tiles_m: (m as u32).div_ceil(tm),
             tiles_n,
-            mma: false,
+            mma: None,
         }
     }
 
@@ -140,7 +161,7 @@ impl Tiles {
 
     /// The words of the left side's shared slice and of one weight's.
     fn slice_words(&self) -> (u32, u32) {
-        if self.mma {
+        if self.mma.is_some() {
             (self.tm * MMA_ROW, TN * MMA_ROW)
         } else {
             (TK * (self.tm + 1), TK * (TN + 1))
@@ -150,7 +171,7 @@ impl Tiles {
     /// Where element `k` of the slice's row `row` (a left-side row of the tile, or a weight's
     /// column) is staged, in an array whose rows are `width` long (the tile's rows or columns).
     fn slot(&self, row: Expr, k: Expr, width: u32) -> Expr {
-        if self.mma {
+        if self.mma.is_some() {
             row * u32c(MMA_ROW) + k
         } else {
             k * u32c(width + 1) + row
@@ -393,7 +414,7 @@ impl Lowering<'_> {
     /// Plans `tiled`: one kernel, or a kernel per split of the contraction axis writing partial
     /// sums and a kernel adding them up and finishing; `false` when they would not fit.
     fn emit_tiled(&mut self, mut tiled: Tiled) -> Result<bool, PlanError> {
-        tiled.t.mma = self.target.matrix_tiles();
+        tiled.t.mma = self.matrix_precision(&tiled);
         let t = &tiled.t;
         let widest = tiled.passes.iter().map(|p| p.sums.len()).max().unwrap_or(1);
         let limits = &self.target.limits;
@@ -460,6 +481,36 @@ impl Lowering<'_> {
             return Ok(false);
         }
         self.push_tiles(vec![(cx, grid), combine])
+    }
+
+    /// How `tiled` multiplies on the target's matrix units: in half precision when the target
+    /// does ([`MatrixUnits::Half`]) and every pass's left side was rounded to the type all its
+    /// weights are stored in; else in tf32 where the target has matrix units.
+    fn matrix_precision(&self, tiled: &Tiled) -> Option<Mma> {
+        let half = || {
+            let mut found = None;
+            for pass in &tiled.passes {
+                let h = half_operand(self.g, pass.lhs)?;
+                let weights = pass.sums.iter().flatten();
+                let same = weights
+                    .map(|w| self.g.values()[w.rhs.index()].ty.dtype)
+                    .all(|d| d == h);
+                if !same || found.is_some_and(|f| f != h) {
+                    return None;
+                }
+                found = Some(h);
+            }
+            match found? {
+                DType::F16 => Some(Half::F16),
+                DType::BF16 => Some(Half::Bf16),
+                _ => None,
+            }
+        };
+        match self.target.matrix_units() {
+            MatrixUnits::Off => None,
+            MatrixUnits::Tf32 => Some(Mma::Tf32),
+            MatrixUnits::Half => Some(half().map_or(Mma::Tf32, Mma::Half)),
+        }
     }
 
     /// Whether kernel `cx`, with `more` bindings yet to add, fits the target's shared memory
@@ -652,6 +703,56 @@ impl Lowering<'_> {
         }
     }
 
+    /// The products of one staged step on the matrix units in half precision, one product per
+    /// pair: the warp's blocks for the step's [`TK`] = 16 elements at once. The staged f32
+    /// values are exact in `half` (the graph rounded the left side, the weights are stored in
+    /// it), so packing them into pairs loses nothing and every product is exact in f32.
+    fn mma_half_step(
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        w: &MmaAt,
+        half: Half,
+        (a_sh, b_sh): (SharedId, &[SharedId]),
+        accs: &[Vec<Var>],
+    ) {
+        // Element `2q + off` of staged row `row`.
+        let ld = |cx: &mut KernelCtx, arr: SharedId, row: Expr, off: u32| -> Expr {
+            let at = row * u32c(MMA_ROW) + w.q.clone() * u32c(2) + u32c(off);
+            cx.kb.let_(Ty::F32, load_shared(arr, at))
+        };
+        // A's fragments for each of the warp's row blocks: rows g, g + 8 by elements 2q, 2q + 1,
+        // then the same rows by elements 2q + 8, 2q + 9.
+        let a: Vec<[Expr; 8]> = (0..t.tm / 32)
+            .map(|mi| {
+                let row = w.row0.clone() + w.g.clone() + u32c(mi * 16);
+                let lo = row.clone();
+                let hi = row + u32c(8);
+                [
+                    ld(cx, a_sh, lo.clone(), 0),
+                    ld(cx, a_sh, lo.clone(), 1),
+                    ld(cx, a_sh, hi.clone(), 0),
+                    ld(cx, a_sh, hi.clone(), 1),
+                    ld(cx, a_sh, lo.clone(), 8),
+                    ld(cx, a_sh, lo, 9),
+                    ld(cx, a_sh, hi.clone(), 8),
+                    ld(cx, a_sh, hi, 9),
+                ]
+            })
+            .collect();
+        for (s, sum_accs) in accs.iter().enumerate() {
+            for ni in 0..2 {
+                // B's fragment: column g of the block by elements 2q, 2q + 1, 2q + 8, 2q + 9.
+                let col = w.col0.clone() + w.g.clone() + u32c(ni * 8);
+                let b = [0, 1, 8, 9].map(|off| ld(cx, b_sh[s], col.clone(), off));
+                for (mi, a) in a.iter().enumerate() {
+                    let slot = (mi * 2 + ni as usize) * 4;
+                    let acc = [0, 1, 2, 3].map(|r| sum_accs[slot + r]);
+                    cx.kb.mma_half(half, acc, a.clone(), b.clone());
+                }
+            }
+        }
+    }
+
     /// Stores the sums held in registers (`accs[pass][sum][slot]`) as `tiled` finishes.
     fn finish_tiles(
         &mut self,
@@ -825,7 +926,7 @@ impl Lowering<'_> {
         let rest = cx.kb.let_(Ty::U32, item % u32c(tiles));
         let tile_n = cx.kb.let_(Ty::U32, rest.clone() / u32c(t.tiles_m));
         let m0 = cx.kb.let_(Ty::U32, (rest % u32c(t.tiles_m)) * u32c(t.tm));
-        let mma = t.mma.then(|| {
+        let mma = t.mma.map(|_| {
             let warp = local_id() / u32c(32);
             let lane = local_id() % u32c(32);
             MmaAt {
@@ -1083,9 +1184,12 @@ impl Lowering<'_> {
             }
         }
         cx.kb.barrier();
-        match &at.mma {
-            Some(w) => Self::mma_step(cx, t, w, (a_sh, b_sh), &accs),
-            None => Self::fma_step(cx, t, at, (a_sh, b_sh), &accs),
+        match (&at.mma, t.mma) {
+            (Some(w), Some(Mma::Half(half))) => {
+                Self::mma_half_step(cx, t, w, half, (a_sh, b_sh), &accs)
+            }
+            (Some(w), _) => Self::mma_step(cx, t, w, (a_sh, b_sh), &accs),
+            (None, _) => Self::fma_step(cx, t, at, (a_sh, b_sh), &accs),
         }
         // Every thread is done with the slices before the next step stages its own.
         cx.kb.barrier();
