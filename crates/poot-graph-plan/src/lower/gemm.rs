@@ -68,9 +68,12 @@ const COLS_PER_THREAD: u32 = TN / SIDE;
 const SPLIT_K_WORKGROUPS: u32 = 128;
 /// The bits of an f32 a tf32 keeps: sign, exponent and the top 10 bits of the mantissa.
 const TF32_MASK: u32 = 0xffff_e000;
-/// A staged row on the matrix-unit path: [`TK`] elements and 4 words of padding, so the
+/// A staged row on the tf32 matrix-unit path: [`TK`] elements and 4 words of padding, so the
 /// fragments a warp reads (8 rows by 4 elements) fall in 32 different banks.
 const MMA_ROW: u32 = TK + 4;
+/// A staged row on the half-precision path: [`TK`] elements and 8 words of padding, so the pairs
+/// each half of a warp reads in one 8-byte load (4 rows by 4 pairs) fall in 32 different banks.
+const MMA_HALF_ROW: u32 = TK + 8;
 /// Contractions shorter than this are not split (their tiles finish in a few steps).
 const SPLIT_K_MIN_LEN: u32 = 256;
 /// The fewest contraction elements one split walks.
@@ -126,7 +129,7 @@ struct Tiles {
     tiles_n: u32,
     /// Whether the products are formed on matrix units ([`Lowering::mma_step`],
     /// [`Lowering::mma_half_step`]), and in which precision: the shared slices are then stored
-    /// row by row (a row's [`TK`] elements, padded to [`MMA_ROW`]), and each warp owns a block
+    /// row by row (a row's [`TK`] elements, padded to [`Tiles::mma_row`]), and each warp owns a block
     /// of the tile.
     mma: Option<Mma>,
 }
@@ -159,10 +162,18 @@ impl Tiles {
         self.tm / SIDE
     }
 
+    /// The words of a staged row on the matrix-unit paths.
+    fn mma_row(&self) -> u32 {
+        match self.mma {
+            Some(Mma::Half(_)) => MMA_HALF_ROW,
+            Some(Mma::Tf32) | None => MMA_ROW,
+        }
+    }
+
     /// The words of the left side's shared slice and of one weight's.
     fn slice_words(&self) -> (u32, u32) {
         if self.mma.is_some() {
-            (self.tm * MMA_ROW, TN * MMA_ROW)
+            (self.tm * self.mma_row(), TN * self.mma_row())
         } else {
             (TK * (self.tm + 1), TK * (TN + 1))
         }
@@ -172,7 +183,7 @@ impl Tiles {
     /// column) is staged, in an array whose rows are `width` long (the tile's rows or columns).
     fn slot(&self, row: Expr, k: Expr, width: u32) -> Expr {
         if self.mma.is_some() {
-            row * u32c(MMA_ROW) + k
+            row * u32c(self.mma_row()) + k
         } else {
             k * u32c(width + 1) + row
         }
@@ -715,35 +726,33 @@ impl Lowering<'_> {
         (a_sh, b_sh): (SharedId, &[SharedId]),
         accs: &[Vec<Var>],
     ) {
-        // Element `2q + off` of staged row `row`.
-        let ld = |cx: &mut KernelCtx, arr: SharedId, row: Expr, off: u32| -> Expr {
-            let at = row * u32c(MMA_ROW) + w.q.clone() * u32c(2) + u32c(off);
-            cx.kb.let_(Ty::F32, load_shared(arr, at))
+        // Elements `2q + off` and `2q + off + 1` of staged row `row`, in one 8-byte load (rows
+        // are an even number of words apart, `off` is even).
+        debug_assert_eq!(t.mma_row(), MMA_HALF_ROW);
+        let pair = |cx: &mut KernelCtx, arr: SharedId, row: Expr, off: u32| -> Vec<Expr> {
+            let at = row * u32c(MMA_HALF_ROW) + w.q.clone() * u32c(2) + u32c(off);
+            cx.kb.let_shared(arr, at, 2)
         };
         // A's fragments for each of the warp's row blocks: rows g, g + 8 by elements 2q, 2q + 1,
         // then the same rows by elements 2q + 8, 2q + 9.
         let a: Vec<[Expr; 8]> = (0..t.tm / 32)
             .map(|mi| {
-                let row = w.row0.clone() + w.g.clone() + u32c(mi * 16);
-                let lo = row.clone();
-                let hi = row + u32c(8);
-                [
-                    ld(cx, a_sh, lo.clone(), 0),
-                    ld(cx, a_sh, lo.clone(), 1),
-                    ld(cx, a_sh, hi.clone(), 0),
-                    ld(cx, a_sh, hi.clone(), 1),
-                    ld(cx, a_sh, lo.clone(), 8),
-                    ld(cx, a_sh, lo, 9),
-                    ld(cx, a_sh, hi.clone(), 8),
-                    ld(cx, a_sh, hi, 9),
-                ]
+                let lo = w.row0.clone() + w.g.clone() + u32c(mi * 16);
+                let hi = lo.clone() + u32c(8);
+                let mut f = pair(cx, a_sh, lo.clone(), 0);
+                f.extend(pair(cx, a_sh, hi.clone(), 0));
+                f.extend(pair(cx, a_sh, lo, 8));
+                f.extend(pair(cx, a_sh, hi, 8));
+                std::array::from_fn(|i| f[i].clone())
             })
             .collect();
         for (s, sum_accs) in accs.iter().enumerate() {
             for ni in 0..2 {
                 // B's fragment: column g of the block by elements 2q, 2q + 1, 2q + 8, 2q + 9.
                 let col = w.col0.clone() + w.g.clone() + u32c(ni * 8);
-                let b = [0, 1, 8, 9].map(|off| ld(cx, b_sh[s], col.clone(), off));
+                let mut f = pair(cx, b_sh[s], col.clone(), 0);
+                f.extend(pair(cx, b_sh[s], col, 8));
+                let b: [Expr; 4] = std::array::from_fn(|i| f[i].clone());
                 for (mi, a) in a.iter().enumerate() {
                     let slot = (mi * 2 + ni as usize) * 4;
                     let acc = [0, 1, 2, 3].map(|r| sum_accs[slot + r]);
