@@ -14,9 +14,10 @@
 //! itself is where precision is given up, and the oracle sees it. Against the graph before the
 //! rewrite, each left-side element carries a relative error of at most 2^-11 (f16: 10 stored
 //! mantissa bits, round to nearest) or 2^-8 (bf16), so a sum of products `a_k w_k` is off by at
-//! most 2^-11 (2^-8) times `sum |a_k w_k|`, plus the f32 reassociation; f16 also flushes values
-//! below 2^-24 to zero and rounds those above 65504 to infinity, which a normalized
-//! activation does not reach (the bound assumes it does not).
+//! most 2^-11 (2^-8) times `sum |a_k w_k|`, plus the f32 reassociation. The relative bound holds
+//! in f16's normal range (magnitudes 2^-14 to 65504): below it f16 is subnormal and an element
+//! may be off by up to 2^-25 absolutely (adding at most 2^-25 `sum |w_k|` to a sum), and above
+//! 65504 it becomes infinite, which normalized activations do not reach. bf16 has f32's range.
 //!
 //! A graph already rounded this way is left as it is, so the rewrite may run twice.
 
