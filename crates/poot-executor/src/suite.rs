@@ -1754,6 +1754,37 @@ fn tiled_cases() -> Vec<Case> {
         ));
     }
 
+    // Half-precision weights throughout a layer's contractions (on a target with half-precision
+    // matrix units, each multiplies in that precision): a norm into Q and K siblings, gate and
+    // up into their product, down (over 512 elements: split at 16 rows) with the residual.
+    for (i, (dtype, m)) in [(DType::F16, 48), (DType::BF16, 48), (DType::F16, 16)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut c = CaseBuilder::new(260 + i as u64);
+        let (d, ff) = (96, 512);
+        let x = c.f32("x", &[m, d]);
+        let nw = c.positive("norm", &[d]);
+        let wq = c.half("wq", &[64, d], dtype);
+        let wk = c.half("wk", &[40, d], dtype);
+        let wg = c.half("w_gate", &[ff, d], dtype);
+        let wu = c.half("w_up", &[ff, d], dtype);
+        let wd = c.half("w_down", &[d, ff], dtype);
+        let h = ops::rmsnorm(&c.b, x, nw, 1e-6).expect("rmsnorm");
+        let q = ops::linear(&c.b, h, wq, None).expect("q");
+        let k = ops::linear(&c.b, h, wk, None).expect("k");
+        let g = ops::linear(&c.b, h, wg, None).expect("gate");
+        let u = ops::linear(&c.b, h, wu, None).expect("up");
+        let f =
+            ops::linear(&c.b, ops::swiglu(&c.b, g, u).expect("swiglu"), wd, None).expect("down");
+        let y = c.b.add(x, f).expect("residual");
+        cases.push(c.finish(
+            &format!("tiled {dtype} layer contractions, {m} rows, K {d} and {ff}"),
+            Outputs::new(q).and(k).and(y),
+            reassociated(ff),
+        ));
+    }
+
     // A norm into three sibling projections of 100 rows over two leading axes; over 320
     // elements the contraction is split (its tiles are few) and a second kernel adds up.
     for (i, k_len) in [96, 320].into_iter().enumerate() {
