@@ -1240,3 +1240,157 @@ impl Lowering<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::kernel::expr_eval::{Env, Value};
+    use crate::kernel::{Builtin, Stmt};
+
+    /// One warp's half-precision step, emulated lane by lane: the statements
+    /// [`Lowering::mma_half_step`] emits are evaluated for each of the 32 lanes, the operands of
+    /// each product gathered from all of them and multiplied as the PTX ISA lays out the
+    /// fragments of `mma.m16n8k16` (written here independently: "Matrix Fragments for
+    /// mma.m16n8k16 with floating point type"), and each lane's sums read back through
+    /// [`Lowering::each_mma_output`]'s convention. They must be the product of the staged
+    /// slices. (How the renderer packs each operand pair into a word, the first in the low half,
+    /// is the render golden's to check.)
+    #[test]
+    fn half_fragments_follow_the_ptx_layout() {
+        for tm in [32, 64] {
+            let mut t = Tiles::new(&[tm as usize], 1);
+            t.mma = Some(Mma::Half(Half::F16));
+            let mut cx = KernelCtx::labelled("gemm", "t".to_string(), 32);
+            let (a_sh, b_sh) = Lowering::tile_arrays(&mut cx, &t, 1);
+            let lane = local_id() % u32c(32);
+            let w = MmaAt {
+                row0: u32c(0),
+                col0: u32c(0),
+                g: cx.kb.let_(Ty::U32, lane.clone() / u32c(4)),
+                q: cx.kb.let_(Ty::U32, lane % u32c(4)),
+            };
+            let accs: Vec<Vec<Var>> = vec![
+                (0..t.rows_per_thread() * COLS_PER_THREAD)
+                    .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
+                    .collect(),
+            ];
+            Lowering::mma_half_step(&mut cx, &t, &w, Half::F16, (a_sh, &b_sh), &accs);
+            let k = cx.kb.finish();
+            // Staged slices: the warp's rows (tm / 2) and 16 columns, small integers (exact).
+            let row = MMA_HALF_ROW as usize;
+            let a_val = |m: usize, kk: usize| ((m * 7 + kk * 3) % 11) as f32 - 5.0;
+            let b_val = |n: usize, kk: usize| ((n * 5 + kk * 2) % 13) as f32 - 6.0;
+            let mut a = vec![Value::F32(f32::NAN); tm as usize * row];
+            let mut b = vec![Value::F32(f32::NAN); TN as usize * row];
+            for kk in 0..TK as usize {
+                for m in 0..tm as usize {
+                    a[m * row + kk] = Value::F32(a_val(m, kk));
+                }
+                for n in 0..TN as usize {
+                    b[n * row + kk] = Value::F32(b_val(n, kk));
+                }
+            }
+            // Each lane's variables, statement by statement; the products' operands per lane.
+            let mut vars: Vec<Vec<(Var, Value)>> = vec![Vec::new(); 32];
+            // A product's A and B operands and its sums, as one lane passes them.
+            type Operands = ([f32; 8], [f32; 4], [Var; 4]);
+            let mut products: Vec<Vec<Operands>> = vec![Vec::new(); 32];
+            for (l, (vs, ps)) in vars.iter_mut().zip(&mut products).enumerate() {
+                let env = |vs: &[(Var, Value)]| {
+                    let mut env = Env::new();
+                    env.bind_shared(a_sh, &a).bind_shared(b_sh[0], &b);
+                    env.set_builtin(Builtin::LocalId, l as u32);
+                    for &(v, x) in vs {
+                        env.set_var(v, x);
+                    }
+                    env
+                };
+                for s in &k.body {
+                    match s {
+                        Stmt::Let { var, value, .. } => {
+                            let x = env(vs).eval(value).unwrap();
+                            vs.push((*var, x));
+                        }
+                        Stmt::LetShared {
+                            vars: out,
+                            arr,
+                            index,
+                        } => {
+                            let at = env(vs).eval_u32(index).unwrap() as usize;
+                            assert_eq!(at % out.len(), 0, "an unaligned wide load");
+                            let src = if *arr == a_sh { &a } else { &b };
+                            for (i, &v) in out.iter().enumerate() {
+                                vs.push((v, src[at + i]));
+                            }
+                        }
+                        Stmt::MmaHalf { half, acc, a, b } => {
+                            assert_eq!(*half, Half::F16);
+                            let e = env(vs);
+                            let f = |x: &Expr| e.eval_f32(x).unwrap();
+                            ps.push((a.each_ref().map(f), b.each_ref().map(f), *acc));
+                        }
+                        other => panic!("unexpected statement {other:?}"),
+                    }
+                }
+            }
+            // The ISA's fragments, lane by lane: A (16 x 16, row), B (16 x 8, col), C (16 x 8).
+            let a_at = |i: usize, g: usize, t: usize| {
+                let r = if i < 2 || (4..6).contains(&i) {
+                    g
+                } else {
+                    g + 8
+                };
+                let c = t * 2 + (i & 1) + if i >= 4 { 8 } else { 0 };
+                (r, c)
+            };
+            let b_at =
+                |i: usize, g: usize, t: usize| (t * 2 + (i & 1) + if i >= 2 { 8 } else { 0 }, g);
+            let c_at =
+                |i: usize, g: usize, t: usize| (if i < 2 { g } else { g + 8 }, t * 2 + (i & 1));
+            let n_products = products[0].len();
+            assert_eq!(n_products, (tm / 32 * 2) as usize);
+            let mut sums: HashMap<Var, [f32; 32]> = HashMap::new();
+            for p in 0..n_products {
+                let mut am = [[f32::NAN; 16]; 16];
+                let mut bm = [[f32::NAN; 8]; 16];
+                for (l, ps) in products.iter().enumerate() {
+                    let (g, t) = (l / 4, l % 4);
+                    for i in 0..8 {
+                        let (r, c) = a_at(i, g, t);
+                        am[r][c] = ps[p].0[i];
+                    }
+                    for i in 0..4 {
+                        let (r, c) = b_at(i, g, t);
+                        bm[r][c] = ps[p].1[i];
+                    }
+                }
+                for (l, ps) in products.iter().enumerate() {
+                    let (g, t) = (l / 4, l % 4);
+                    for i in 0..4 {
+                        let (r, c) = c_at(i, g, t);
+                        let d: f32 = (0..16).map(|kk| am[r][kk] * bm[kk][c]).sum();
+                        sums.entry(ps[p].2[i]).or_insert([0.0; 32])[l] += d;
+                    }
+                }
+            }
+            // Slot (mi * 2 + ni) * 4 + r: row g + 8 (r / 2) of row block mi, column 2q + r % 2
+            // of column block ni.
+            for mi in 0..(tm / 32) as usize {
+                for ni in 0..2 {
+                    for r in 0..4 {
+                        let lanes = &sums[&accs[0][(mi * 2 + ni) * 4 + r]];
+                        for (l, &got) in lanes.iter().enumerate() {
+                            let (g, q) = (l / 4, l % 4);
+                            let m = mi * 16 + g + r / 2 * 8;
+                            let n = ni * 8 + q * 2 + r % 2;
+                            let want: f32 = (0..16).map(|kk| a_val(m, kk) * b_val(n, kk)).sum();
+                            assert_eq!(got, want, "tile rows {tm}, lane {l}, ({m}, {n})");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
