@@ -5,6 +5,11 @@
 //! float results within a relative bound (of the largest reference magnitude) that covers the
 //! reassociation the device's reductions do. A non-finite device value where the oracle is
 //! finite fails at any tolerance.
+//!
+//! The oracle evaluates each case's graph as the executor's target rewrites it for precision
+//! ([`poot_graph_plan::precision::round_half_operands`]: on a target multiplying in half
+//! precision, the left sides of tiled contractions against f16 or bf16 weights rounded to
+//! them), so the tolerances stay those of reassociation: the rounding is in both.
 
 use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
 use poot_formats::{
@@ -18,6 +23,7 @@ use poot_graph_ir::{
 };
 
 use poot_formats::BlockFormat;
+use poot_graph_plan::precision::round_half_operands;
 
 use crate::executor::{ConstBytes, ConstSource, Executor, StepInputs, StepOutputs};
 
@@ -130,6 +136,14 @@ pub fn run_case(exec: &mut dyn Executor, case: &Case) -> Outcome {
             return outcome(false, format!("add_entry: {e}"));
         }
     };
+    let graph = match round_half_operands(&case.graph, exec.target()) {
+        Ok(g) => g,
+        Err(e) => {
+            exec.remove_entry(entry);
+            exec.unload(exe);
+            return outcome(false, format!("rounding for the target: {e}"));
+        }
+    };
     let steps = std::iter::once(&case.slots).chain(&case.later_steps);
     let mut result = outcome(true, String::new());
     for (n, slots) in steps.enumerate() {
@@ -148,7 +162,7 @@ pub fn run_case(exec: &mut dyn Executor, case: &Case) -> Outcome {
         for (name, t) in &states {
             inputs.set_state(name.clone(), t.view());
         }
-        let oracle = match eval(&case.graph, &inputs, EvalOptions::default()) {
+        let oracle = match eval(&graph, &inputs, EvalOptions::default()) {
             Ok(o) => o,
             Err(e) => {
                 result = outcome(false, format!("{at}oracle: {e}"));
@@ -1737,6 +1751,37 @@ fn tiled_cases() -> Vec<Case> {
             &format!("tiled linear, {} weights, {m}x{k} by {k}x75", format.name()),
             Outputs::new(y),
             reassociated(k),
+        ));
+    }
+
+    // Half-precision weights throughout a layer's contractions (on a target with half-precision
+    // matrix units, each multiplies in that precision): a norm into Q and K siblings, gate and
+    // up into their product, down (over 512 elements: split at 16 rows) with the residual.
+    for (i, (dtype, m)) in [(DType::F16, 48), (DType::BF16, 48), (DType::F16, 16)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut c = CaseBuilder::new(260 + i as u64);
+        let (d, ff) = (96, 512);
+        let x = c.f32("x", &[m, d]);
+        let nw = c.positive("norm", &[d]);
+        let wq = c.half("wq", &[64, d], dtype);
+        let wk = c.half("wk", &[40, d], dtype);
+        let wg = c.half("w_gate", &[ff, d], dtype);
+        let wu = c.half("w_up", &[ff, d], dtype);
+        let wd = c.half("w_down", &[d, ff], dtype);
+        let h = ops::rmsnorm(&c.b, x, nw, 1e-6).expect("rmsnorm");
+        let q = ops::linear(&c.b, h, wq, None).expect("q");
+        let k = ops::linear(&c.b, h, wk, None).expect("k");
+        let g = ops::linear(&c.b, h, wg, None).expect("gate");
+        let u = ops::linear(&c.b, h, wu, None).expect("up");
+        let f =
+            ops::linear(&c.b, ops::swiglu(&c.b, g, u).expect("swiglu"), wd, None).expect("down");
+        let y = c.b.add(x, f).expect("residual");
+        cases.push(c.finish(
+            &format!("tiled {dtype} layer contractions, {m} rows, K {d} and {ff}"),
+            Outputs::new(q).and(k).and(y),
+            reassociated(ff),
         ));
     }
 

@@ -2,8 +2,9 @@
 //! planned, or refuses with a typed error naming the op or constant and the limit it breaks.
 //!
 //! [`compile`] is the one entry point ([`compile_entry`] is the same, naming the entry in a
-//! refusal). Constants too large for one buffer are first split into row chunks
-//! ([`legalize`]). A plan is a list of kernels (each described once in
+//! refusal). Where the target multiplies in half precision, the left sides of those
+//! contractions are first rounded in the graph ([`precision`]); constants too large for one
+//! buffer are split into row chunks ([`legalize`]). A plan is a list of kernels (each described once in
 //! [`kernel::ir`] and rendered per backend), the buffers they bind (inputs, and intermediates
 //! packed into reused scratch buffers at fixed addresses), and the dispatch list one step
 //! replays.
@@ -12,6 +13,7 @@ pub mod kernel;
 pub mod legalize;
 pub mod lower;
 pub mod plan;
+pub mod precision;
 pub mod refusal;
 pub mod target;
 
@@ -22,13 +24,16 @@ pub use plan::{
     MemoryUse, Plan,
 };
 pub use refusal::PlanError;
-pub use target::{Backend, LaunchOverlap, Target, TargetLimits, Tuning, TuningError};
+pub use target::{Backend, LaunchOverlap, MatrixUnits, Target, TargetLimits, Tuning, TuningError};
 
-/// Plans `graph` for `target`: splits constants too large for one buffer into row chunks,
-/// lowers, and refuses a plan whose buffers exceed the device's memory.
+/// Plans `graph` for `target`: rounds the left sides of contractions the target multiplies in
+/// half precision ([`precision::round_half_operands`]: the plan computes that graph, which is
+/// what a device is compared with), splits constants too large for one buffer into row
+/// chunks, lowers, and refuses a plan whose buffers exceed the device's memory.
 pub fn compile(graph: &Graph, target: &Target) -> Result<Plan, PlanError> {
     graph.validate()?;
-    let legal = legalize::split_large_constants(graph, target)?;
+    let rounded = precision::round_half_operands(graph, target)?;
+    let legal = legalize::split_large_constants(&rounded, target)?;
     let mut plan = lower::lower(&legal.graph, target)?;
     legalize::bind_chunks(&mut plan, &legal.chunks);
     check_memory(&plan, target)?;

@@ -50,7 +50,9 @@ pub struct TargetLimits {
     /// A collective over any other number of ranks is refused.
     pub group_ranks: usize,
     /// Whether the device multiplies tf32 tiles on matrix units (CUDA compute capability 8.0
-    /// and newer): a prefill's tiled contractions then use them.
+    /// and newer): a prefill's tiled contractions then use them. The same capability brings
+    /// `mma.sync` over f16 and bf16 with f32 sums (both need 8.0 and PTX 7.0), so it also
+    /// stands for those: a device with one has the other ([`MatrixUnits`]).
     pub matrix_tf32: bool,
 }
 
@@ -112,10 +114,24 @@ pub struct Tuning {
     /// Whether attention over many query rows computes a tile of queries per workgroup, each
     /// staged key and value serving all of them, instead of one query per workgroup.
     pub attention_tiles: bool,
-    /// Whether tiled contractions multiply on the matrix units where the target has them
-    /// ([`Target::matrix_tiles`]), each f32 factor split into two tf32 parts so the sums keep
-    /// f32 accuracy.
-    pub gemm_matrix_units: bool,
+    /// How tiled contractions multiply where the target has matrix units
+    /// ([`Target::matrix_units`]).
+    pub gemm_matrix_units: MatrixUnits,
+}
+
+/// How tiled contractions (a prefill's, a batched step's) use a target's matrix units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatrixUnits {
+    /// Not at all: every product on the FMA pipes (`mma=0`).
+    Off,
+    /// tf32 products, each f32 factor split into two tf32 parts and three products summed, so
+    /// the sums keep f32 accuracy: the oracle's results up to reassociation (`mma=1`).
+    Tf32,
+    /// Contractions against f16 or bf16 weights multiply in that half precision, one product
+    /// per pair, f32 sums: the planner first rounds the left side to the weights' type, an
+    /// explicit `Cast` in the graph the oracle evaluates too ([`crate::precision`]). Other
+    /// weights take the tf32 path (`mma=half`, the default).
+    Half,
 }
 
 /// How far a kernel's launch may overlap the end of the kernel before it. Every rendered CUDA
@@ -151,7 +167,7 @@ impl Default for Tuning {
             gemv_whole_blocks: true,
             launch_overlap: LaunchOverlap::AtExit,
             attention_tiles: true,
-            gemm_matrix_units: true,
+            gemm_matrix_units: MatrixUnits::Half,
         }
     }
 }
@@ -161,7 +177,7 @@ impl Default for Tuning {
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, mma=0|1 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, mma=0|1|half (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -212,7 +228,14 @@ impl Tuning {
                 "pairs" => t.gemv_block_pairs = flag()?,
                 "whole" => t.gemv_whole_blocks = flag()?,
                 "attn_tiles" => t.attention_tiles = flag()?,
-                "mma" => t.gemm_matrix_units = flag()?,
+                "mma" => {
+                    t.gemm_matrix_units = match value {
+                        "0" => MatrixUnits::Off,
+                        "1" => MatrixUnits::Tf32,
+                        "half" => MatrixUnits::Half,
+                        _ => return Err(bad()),
+                    }
+                }
                 "overlap" => {
                     t.launch_overlap = match value {
                         "0" => LaunchOverlap::Off,
@@ -312,9 +335,14 @@ impl Target {
         self.backend == Backend::Ptx && self.limits.subgroup_size == 32
     }
 
-    /// Whether tiled contractions multiply on tf32 matrix units (warp-wide `mma.sync`).
-    pub fn matrix_tiles(&self) -> bool {
-        self.team_shuffles() && self.limits.matrix_tf32 && self.tuning.gemm_matrix_units
+    /// How tiled contractions multiply on this target's matrix units (warp-wide `mma.sync`):
+    /// as tuned where the device has them, [`MatrixUnits::Off`] elsewhere.
+    pub fn matrix_units(&self) -> MatrixUnits {
+        if self.team_shuffles() && self.limits.matrix_tf32 {
+            self.tuning.gemm_matrix_units
+        } else {
+            MatrixUnits::Off
+        }
     }
 
     /// This target as rank of a tensor-parallel group of `ranks` (each rank plans against its
@@ -356,9 +384,15 @@ mod tests {
                 gemv_whole_blocks: false,
                 launch_overlap: LaunchOverlap::Early,
                 attention_tiles: false,
-                gemm_matrix_units: false,
+                gemm_matrix_units: MatrixUnits::Off,
             }
         );
+        for (spec, units) in [
+            ("mma=1", MatrixUnits::Tf32),
+            ("mma=half", MatrixUnits::Half),
+        ] {
+            assert_eq!(Tuning::parse(spec).unwrap().gemm_matrix_units, units);
+        }
         assert_eq!(
             Tuning::parse("overlap=0").unwrap().launch_overlap,
             LaunchOverlap::Off
@@ -377,11 +411,21 @@ mod tests {
             "columns=3",
             "word_columns=0",
             "overlap=3",
+            "mma=f32",
         ] {
             let e = Tuning::parse(bad).unwrap_err();
             assert_eq!(e.item, bad);
             assert!(e.to_string().contains(bad), "{e}");
         }
+    }
+
+    #[test]
+    fn matrix_units_only_where_the_device_has_them() {
+        assert_eq!(Target::ptx_preset().matrix_units(), MatrixUnits::Half);
+        assert_eq!(Target::wgpu_preset().matrix_units(), MatrixUnits::Off);
+        let mut old = Target::ptx_preset();
+        old.limits.matrix_tf32 = false;
+        assert_eq!(old.matrix_units(), MatrixUnits::Off);
     }
 
     #[test]

@@ -7,8 +7,9 @@ use poot_graph_ir::ops::{self, AttentionOptions};
 use poot_graph_ir::{
     Builder, DType, GgmlType, Graph, Outputs, Slot, TensorType, TraceLimits, Traced,
 };
-use poot_graph_plan::kernel::{Expr, Stmt};
-use poot_graph_plan::{Plan, Target, Tuning, compile};
+use poot_graph_plan::kernel::{Expr, Half, Stmt};
+use poot_graph_plan::precision::round_half_operands;
+use poot_graph_plan::{MatrixUnits, Plan, Target, Tuning, compile};
 
 fn input(b: &Builder, name: &str, dims: &[usize]) -> Traced {
     b.constant(name, TensorType::new(DType::F32, dims.to_vec()))
@@ -291,18 +292,131 @@ fn a_prefill_chunks_norm_and_projections_are_one_tiled_kernel() {
 #[test]
 fn tiled_contractions_multiply_on_matrix_units_where_the_target_has_them() {
     let g = one_projection();
-    let mmas = |target: &Target| {
-        let p = compile(&g, target).unwrap();
-        let mut n = 0;
-        count_mma(&p.kernels[p.dispatches[0].kernel].body, &mut n);
-        n
-    };
-    // Per 16-element step, 8 warps each: two halves x (2 x 2 blocks) x 3 products.
+    let mmas = |target: &Target| mma_counts(&compile(&g, target).unwrap()).0;
+    // Per 16-element step, 8 warps each: two halves x (2 x 2 blocks) x 3 products. f32 weights
+    // take the tf32 path under the default (half) tuning too.
     assert_eq!(mmas(&Target::ptx_preset()), 24);
-    let mut off = Target::ptx_preset();
-    off.tuning.gemm_matrix_units = false;
-    assert_eq!(mmas(&off), 0);
+    assert_eq!(mmas(&with_units(MatrixUnits::Tf32)), 24);
+    assert_eq!(mmas(&with_units(MatrixUnits::Off)), 0);
     assert_eq!(mmas(&Target::wgpu_preset()), 0);
+}
+
+fn with_units(units: MatrixUnits) -> Target {
+    let mut t = Target::ptx_preset();
+    t.tuning.gemm_matrix_units = units;
+    t
+}
+
+/// A norm into sibling projections against `dtype` weights and a gated feed-forward, over
+/// `rows` rows.
+fn half_layer(rows: usize, dtype: DType) -> Graph {
+    let b = Builder::new(TraceLimits::standard(64));
+    let weight = |name: &str, dims: &[usize]| {
+        b.constant(name, TensorType::new(dtype, dims.to_vec()))
+            .unwrap()
+    };
+    let x = input(&b, "x", &[rows, 96]);
+    let h = ops::rmsnorm(&b, x, input(&b, "n", &[96]), 1e-6).unwrap();
+    let q = ops::linear(&b, h, weight("wq", &[64, 96]), None).unwrap();
+    let k = ops::linear(&b, h, weight("wk", &[32, 96]), None).unwrap();
+    let g = ops::linear(&b, h, weight("wg", &[128, 96]), None).unwrap();
+    let u = ops::linear(&b, h, weight("wu", &[128, 96]), None).unwrap();
+    let f = ops::swiglu(&b, g, u).unwrap();
+    let d = ops::linear(&b, f, weight("wd", &[96, 128]), None).unwrap();
+    let y = b.add(x, d).unwrap();
+    b.finish(Outputs::new(q).and(k).and(y)).unwrap()
+}
+
+#[test]
+fn half_weights_multiply_in_half_precision_on_ptx_for_many_rows() {
+    for dtype in [DType::F16, DType::BF16] {
+        let g = half_layer(64, dtype);
+        let p = compile(&g, &Target::ptx_preset()).unwrap();
+        // Q and K as siblings, gate and up into their product, down with the residual: each
+        // 16-element step of each warp takes one product per 16 x 8 block (2 x 2 blocks) per
+        // sum, nothing on the tf32 path.
+        assert_eq!(kinds(&p), ["gemm", "gemm_epilogue", "gemm_epilogue"]);
+        let per_kernel: Vec<(usize, usize)> = p
+            .dispatches
+            .iter()
+            .map(|d| {
+                let mut n = (0, 0);
+                count_mma(&p.kernels[d.kernel].body, &mut n);
+                n
+            })
+            .collect();
+        assert_eq!(per_kernel, [(0, 4), (0, 8), (0, 4)], "{dtype}");
+        let half = match dtype {
+            DType::F16 => Half::F16,
+            _ => Half::Bf16,
+        };
+        assert!(p.kernels.iter().all(|k| halves(&k.body, half)));
+        // Tuned to tf32 or off, or on a target without matrix units: no half products.
+        for target in [
+            with_units(MatrixUnits::Tf32),
+            with_units(MatrixUnits::Off),
+            Target::wgpu_preset(),
+        ] {
+            assert_eq!(mma_counts(&compile(&g, &target).unwrap()).1, 0);
+        }
+        assert!(mma_counts(&compile(&g, &with_units(MatrixUnits::Tf32)).unwrap()).0 > 0);
+        // The rounding is in the graph the plan computes: twice (the norm's output, the
+        // feed-forward product) with a cast to the half type and one back.
+        let rounded = round_half_operands(&g, &Target::ptx_preset()).unwrap();
+        assert_eq!(rounded.eqns().len(), g.eqns().len() + 4, "{rounded}");
+        // Rounding a rounded graph changes nothing.
+        let again = round_half_operands(&rounded, &Target::ptx_preset()).unwrap();
+        assert_eq!(*again, *rounded);
+        for target in [with_units(MatrixUnits::Tf32), Target::wgpu_preset()] {
+            assert_eq!(*round_half_operands(&g, &target).unwrap(), g);
+        }
+    }
+}
+
+#[test]
+fn few_rows_and_other_weights_keep_their_precision() {
+    // One row (a decode step) and eight (a small batched step): decode-shaped kernels, the
+    // graph as traced.
+    for rows in [1, 8] {
+        let g = half_layer(rows, DType::F16);
+        let target = Target::ptx_preset();
+        assert_eq!(*round_half_operands(&g, &target).unwrap(), g);
+        let p = compile(&g, &target).unwrap();
+        assert!(kinds(&p).iter().all(|k| k.starts_with("gemv")), "{p:?}");
+        assert_eq!(mma_counts(&p), (0, 0));
+    }
+    // Nine rows are tiled and rounded.
+    let g = half_layer(9, DType::F16);
+    let (tf32, half) = mma_counts(&compile(&g, &Target::ptx_preset()).unwrap());
+    assert!(tf32 == 0 && half > 0, "{tf32} {half}");
+    // f32 and packed weights: no rounding, tf32 products.
+    for dtype in [DType::F32, DType::Packed(GgmlType::Q8_0)] {
+        let g = half_layer(64, dtype);
+        assert_eq!(*round_half_operands(&g, &Target::ptx_preset()).unwrap(), g);
+        let (tf32, half) = mma_counts(&compile(&g, &Target::ptx_preset()).unwrap());
+        assert!(tf32 > 0 && half == 0, "{dtype}: {tf32} {half}");
+    }
+}
+
+/// Products on the tf32 and on the half-precision matrix units over a plan's kernels.
+fn mma_counts(p: &Plan) -> (usize, usize) {
+    let mut n = (0, 0);
+    for k in &p.kernels {
+        count_mma(&k.body, &mut n);
+    }
+    n
+}
+
+/// Whether every half-precision product in `body` is in `half`.
+fn halves(body: &[Stmt], half: Half) -> bool {
+    body.iter().all(|s| match s {
+        Stmt::MmaHalf { half: h, .. } => *h == half,
+        Stmt::If {
+            then, otherwise, ..
+        } => halves(then, half) && halves(otherwise, half),
+        Stmt::For { body, .. } => halves(body, half),
+        _ => true,
+    })
 }
 
 /// A 64-row left side times 80 x 96 weights.
@@ -313,10 +427,12 @@ fn one_projection() -> Graph {
     b.finish(Outputs::new(y)).unwrap()
 }
 
-fn count_mma(body: &[Stmt], n: &mut usize) {
+/// Adds the tf32 and the half-precision products in `body` to `n`.
+fn count_mma(body: &[Stmt], n: &mut (usize, usize)) {
     for s in body {
         match s {
-            Stmt::MmaTf32 { .. } => *n += 1,
+            Stmt::MmaTf32 { .. } => n.0 += 1,
+            Stmt::MmaHalf { .. } => n.1 += 1,
             Stmt::If {
                 then, otherwise, ..
             } => {

@@ -4,8 +4,8 @@
 use poot_graph_plan::kernel::build::{
     KernelBuilder, f32c, group_id, load, load_half, local_id, lt, max, u32c,
 };
-use poot_graph_plan::kernel::render::{render_cuda, render_wgsl};
-use poot_graph_plan::kernel::{Access, Half, Kernel, Ty, Word};
+use poot_graph_plan::kernel::render::{RenderError, render_cuda, render_wgsl};
+use poot_graph_plan::kernel::{Access, Expr, Half, Kernel, Ty, Word};
 
 /// `y[i] = max(bf16(x[i]) * 0.1, 0)` for `i < n`; faults with code 9 past the buffer's end.
 fn golden_kernel() -> Kernel {
@@ -41,6 +41,58 @@ fn golden_wgsl() {
     assert_eq!(got.entry, "k_scale_relu_b685c54b");
     assert_eq!(got.fault_binding, Some(3));
 }
+
+/// One warp's half-precision matrix product: the 12 operands of lane `l` at `x[12 l..]`, its 4
+/// sums to `y[4 l..]`.
+fn half_tile_kernel(half: Half) -> Kernel {
+    let mut b = KernelBuilder::new("tile", 32);
+    let x = b.param("x", Word::F32, Access::Read);
+    let y = b.param("y", Word::F32, Access::ReadWrite);
+    let at = |i: u32| load(x, local_id() * u32c(12) + u32c(i));
+    let ops: Vec<Expr> = (0..12).map(|i| b.let_(Ty::F32, at(i))).collect();
+    let acc = [0, 1, 2, 3].map(|_| b.var(Ty::F32, f32c(0.0)));
+    let a: [Expr; 8] = std::array::from_fn(|i| ops[i].clone());
+    let w: [Expr; 4] = std::array::from_fn(|i| ops[8 + i].clone());
+    b.mma_half(half, acc, a, w);
+    for (i, v) in acc.into_iter().enumerate() {
+        b.store(y, local_id() * u32c(4) + u32c(i as u32), Expr::Var(v));
+    }
+    b.finish()
+}
+
+/// The statement's exact CUDA: each operand pair rounded and packed by one `cvt` (the first
+/// of a pair in the low half), then one `mma.sync`; WGSL refuses it by name.
+#[test]
+fn golden_half_matrix_tile() {
+    let got = render_cuda(&half_tile_kernel(Half::F16)).expect("renders");
+    let start = got
+        .find("    {\n        unsigned poot_h0")
+        .expect("the product's block");
+    let end = start + got[start..].find("\n    }\n").expect("its end") + 7;
+    assert_eq!(&got[start..end], GOLDEN_HALF_TILE, "{got}");
+    let bf16 = render_cuda(&half_tile_kernel(Half::Bf16)).expect("renders");
+    assert!(bf16.contains("cvt.rn.bf16x2.f32"));
+    assert!(bf16.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+    assert!(matches!(
+        render_wgsl(&half_tile_kernel(Half::F16)),
+        Err(RenderError::Unsupported {
+            what: "a half-precision matrix tile",
+            language: "WGSL",
+            ..
+        })
+    ));
+}
+
+const GOLDEN_HALF_TILE: &str = r#"    {
+        unsigned poot_h0; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(poot_h0) : "f"(v1), "f"(v0));
+        unsigned poot_h1; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(poot_h1) : "f"(v3), "f"(v2));
+        unsigned poot_h2; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(poot_h2) : "f"(v5), "f"(v4));
+        unsigned poot_h3; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(poot_h3) : "f"(v7), "f"(v6));
+        unsigned poot_h4; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(poot_h4) : "f"(v9), "f"(v8));
+        unsigned poot_h5; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(poot_h5) : "f"(v11), "f"(v10));
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};" : "+f"(v12), "+f"(v13), "+f"(v14), "+f"(v15) : "r"(poot_h0), "r"(poot_h1), "r"(poot_h2), "r"(poot_h3), "r"(poot_h4), "r"(poot_h5));
+    }
+"#;
 
 const GOLDEN_CUDA: &str = r#"// poot kernel k_scale_relu_b685c54b: rendered from a kernel description, do not edit.
 

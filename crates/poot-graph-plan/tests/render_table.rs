@@ -742,6 +742,7 @@ fn the_table_covers_every_variant() {
         "LetShared",
         "TeamSum",
         "MmaTf32",
+        "MmaHalf",
         "Barrier",
         "Fault",
     ] {
@@ -772,6 +773,7 @@ fn walk(body: &[Stmt], stmts: &mut Vec<&'static str>, exprs: &mut Vec<&'static s
             Stmt::LetShared { index, .. } => ("LetShared", vec![index], vec![]),
             Stmt::TeamSum { .. } => ("TeamSum", vec![], vec![]),
             Stmt::MmaTf32 { a, b, .. } => ("MmaTf32", a.iter().chain(b).collect(), vec![]),
+            Stmt::MmaHalf { a, b, .. } => ("MmaHalf", a.iter().chain(b).collect(), vec![]),
             Stmt::Barrier => ("Barrier", vec![], vec![]),
             Stmt::Fault { .. } => ("Fault", vec![], vec![]),
         };
@@ -914,10 +916,10 @@ extern "C" __device__ float __nv_powf(float, float);
 static __device__ __forceinline__ float powf(float x, float y) { return __nv_powf(x, y); }
 "#;
 
-/// The clang to use (`POOT_CLANG`, else `clang`) and the newest PTX target it knows, or why not.
-fn clang() -> Result<(String, &'static str), String> {
+/// The clang to use (`POOT_CLANG`, else `clang`) and the newest PTX target it knows, or why not
+/// (probed in `dir`).
+fn clang(dir: &std::path::Path) -> Result<(String, &'static str), String> {
     let clang = std::env::var("POOT_CLANG").unwrap_or_else(|_| "clang".to_string());
-    let dir = scratch_dir();
     let probe = dir.join("probe.cu");
     std::fs::write(&probe, "").map_err(|e| e.to_string())?;
     for arch in ["sm_90", "sm_80"] {
@@ -943,22 +945,23 @@ fn clang() -> Result<(String, &'static str), String> {
     Err(format!("`{clang}` compiles no CUDA for sm_90 or sm_80"))
 }
 
-fn scratch_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("poot-render-cuda-{}", std::process::id()));
+/// A scratch directory of test `name` (tests run in parallel, each removes its own).
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("poot-render-cuda-{}-{name}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     dir
 }
 
 #[test]
 fn every_kernel_renders_to_cuda_clang_compiles() {
-    let (clang, arch) = match clang() {
+    let dir = scratch_dir("all");
+    let (clang, arch) = match clang(&dir) {
         Ok(c) => c,
         Err(why) => {
             println!("SKIP: CUDA rendering not compiled: {why} (apt-get install -y clang)");
             return;
         }
     };
-    let dir = scratch_dir();
     std::fs::write(dir.join("prelude.h"), CLANG_PRELUDE).expect("write the prelude");
     for (i, k) in table(&Target::ptx_preset()).into_iter().enumerate() {
         let src = render_cuda(&k).unwrap_or_else(|e| panic!("{}: {e}", k.name));
@@ -986,40 +989,7 @@ fn every_kernel_renders_to_cuda_clang_compiles() {
         assert_eq!(first.trim(), "poot_wait_predecessors();", "{}", k.name);
         // The first kernel is also compiled as the device compiles for early launches.
         let early = i == 0;
-        let cu = dir.join(format!("{entry}.cu"));
-        let ptx = dir.join(format!("{entry}.ptx"));
-        std::fs::write(&cu, &src).expect("write the source");
-        let out = Command::new(&clang)
-            .args([
-                "-x",
-                "cuda",
-                "--cuda-device-only",
-                &format!("--cuda-gpu-arch={arch}"),
-                "-nocudainc",
-                "-nocudalib",
-                "-O2",
-                "-Wall",
-                "-Werror",
-                "-Wno-unused-function",
-                // Planned kernels keep index variables some paths do not read.
-                "-Wno-unused-variable",
-            ])
-            .args(early.then_some("-DPOOT_EARLY_LAUNCH"))
-            .arg("-include")
-            .arg(dir.join("prelude.h"))
-            .arg("-S")
-            .arg("-o")
-            .arg(&ptx)
-            .arg(&cu)
-            .output()
-            .expect("run clang");
-        assert!(
-            out.status.success(),
-            "{}: clang rejects the CUDA:\n{}\n{src}",
-            k.name,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let ptx_text = std::fs::read_to_string(&ptx).expect("read the PTX");
+        let ptx_text = clang_ptx(&clang, arch, &dir, &k, &src, early);
         assert!(
             ptx_text.contains(&format!(".entry {entry}(")),
             "{}: no entry `{entry}` in the PTX",
@@ -1035,6 +1005,121 @@ fn every_kernel_renders_to_cuda_clang_compiles() {
                 early,
                 "{}",
                 k.name
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The PTX clang makes of kernel `k` rendered as `src` for `arch` (with the prelude in `dir`),
+/// compiled as for early launches when `early`; panics with clang's complaint.
+fn clang_ptx(
+    clang: &str,
+    arch: &str,
+    dir: &std::path::Path,
+    k: &Kernel,
+    src: &str,
+    early: bool,
+) -> String {
+    let entry = entry_name(k);
+    let cu = dir.join(format!("{entry}_{arch}.cu"));
+    let ptx = dir.join(format!("{entry}_{arch}.ptx"));
+    std::fs::write(&cu, src).expect("write the source");
+    let out = Command::new(clang)
+        .args([
+            "-x",
+            "cuda",
+            "--cuda-device-only",
+            &format!("--cuda-gpu-arch={arch}"),
+            "-nocudainc",
+            "-nocudalib",
+            "-O2",
+            "-Wall",
+            "-Werror",
+            "-Wno-unused-function",
+            // Planned kernels keep index variables some paths do not read.
+            "-Wno-unused-variable",
+        ])
+        .args(early.then_some("-DPOOT_EARLY_LAUNCH"))
+        .arg("-include")
+        .arg(dir.join("prelude.h"))
+        .arg("-S")
+        .arg("-o")
+        .arg(&ptx)
+        .arg(&cu)
+        .output()
+        .expect("run clang");
+    assert!(
+        out.status.success(),
+        "{}: clang rejects the CUDA for {arch}:\n{}\n{src}",
+        k.name,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(&ptx).expect("read the PTX")
+}
+
+/// Tiled contractions against f16 and bf16 weights (a norm into sibling projections, a gated
+/// feed-forward with its residual; 64 rows, and 16 rows over 512 elements, split) multiply in
+/// half precision, and compile to PTX holding those products for sm_80 and for sm_90 (each
+/// where this clang knows it).
+#[test]
+fn half_precision_tiles_compile_for_sm_80_and_sm_90() {
+    use poot_graph_ir::{Builder, DType, Outputs, TensorType, TraceLimits, ops};
+    let dir = scratch_dir("half");
+    let (clang, newest) = match clang(&dir) {
+        Ok(c) => c,
+        Err(why) => {
+            println!("SKIP: CUDA rendering not compiled: {why} (apt-get install -y clang)");
+            return;
+        }
+    };
+    std::fs::write(dir.join("prelude.h"), CLANG_PRELUDE).expect("write the prelude");
+    let archs: &[&str] = if newest == "sm_90" {
+        &["sm_80", "sm_90"]
+    } else {
+        println!("SKIP: `{clang}` does not compile for sm_90; sm_80 only");
+        &["sm_80"]
+    };
+    for (dtype, kind) in [(DType::F16, "f16"), (DType::BF16, "bf16")] {
+        for (rows, k_len) in [(64, 96), (16, 512)] {
+            let b = Builder::new(TraceLimits::standard(64));
+            let c = |name: &str, dtype: DType, dims: &[usize]| {
+                b.constant(name, TensorType::new(dtype, dims.to_vec()))
+                    .unwrap()
+            };
+            let x = c("x", DType::F32, &[rows, k_len]);
+            let h = ops::rmsnorm(&b, x, c("n", DType::F32, &[k_len]), 1e-6).unwrap();
+            let q = ops::linear(&b, h, c("wq", dtype, &[64, k_len]), None).unwrap();
+            let kk = ops::linear(&b, h, c("wk", dtype, &[40, k_len]), None).unwrap();
+            let g = ops::linear(&b, h, c("wg", dtype, &[72, k_len]), None).unwrap();
+            let u = ops::linear(&b, h, c("wu", dtype, &[72, k_len]), None).unwrap();
+            let f = ops::swiglu(&b, g, u).unwrap();
+            let d = ops::linear(&b, f, c("wd", dtype, &[k_len, 72]), None).unwrap();
+            let y = b.add(x, d).unwrap();
+            let graph = b.finish(Outputs::new(q).and(kk).and(y)).unwrap();
+            let plan = poot_graph_plan::compile(&graph, &Target::ptx_preset()).unwrap();
+            let mut products = 0;
+            for (i, mut k) in plan.kernels.into_iter().enumerate() {
+                k.name = format!("half_{kind}_{rows}_{i}_{}", k.name);
+                let src = render_cuda(&k).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+                if !src.contains("mma.sync") {
+                    continue;
+                }
+                products += 1;
+                assert!(!src.contains(".tf32"), "{}: tf32 products", k.name);
+                for arch in archs {
+                    let ptx = clang_ptx(&clang, arch, &dir, &k, &src, false);
+                    for want in [
+                        format!("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32"),
+                        format!("cvt.rn.{kind}x2.f32"),
+                    ] {
+                        assert!(ptx.contains(&want), "{} ({arch}): no `{want}`", k.name);
+                    }
+                }
+            }
+            assert!(
+                products >= 3,
+                "{kind}, {rows} rows: {products} kernels multiply"
             );
         }
     }

@@ -191,6 +191,12 @@ impl KernelBuilder {
         self.push(Stmt::MmaTf32 { acc, a, b });
     }
 
+    /// Adds the product of the warp's `half` tiles `a` and `b` (f32 values, rounded to `half`)
+    /// to its sums `acc` ([`Stmt::MmaHalf`]).
+    pub fn mma_half(&mut self, half: Half, acc: [Var; 4], a: [Expr; 8], b: [Expr; 4]) {
+        self.push(Stmt::MmaHalf { half, acc, a, b });
+    }
+
     pub fn fault(&mut self, code: u32) {
         self.push(Stmt::Fault { code });
     }

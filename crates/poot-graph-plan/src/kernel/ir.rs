@@ -263,14 +263,30 @@ pub enum Stmt {
     /// The warp's 16 x 8 tile of f32 sums plus the product of a 16 x 8 tile of A and an 8 x 8
     /// tile of B, both tf32 (f32 bit patterns with the low 13 bits clear), on the matrix units:
     /// PTX's `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`. With `g` the lane / 4 and `t`
-    /// the lane % 4, a lane holds the sums `acc` = C[g][2t], C[g][2t+1], C[g+8][2t],
-    /// C[g+8][2t+1] and passes `a` = A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4] and `b` =
-    /// B[t][g], B[t+4][g] (u32). Every thread of the warp reaches it together; only for targets
-    /// with tf32 matrix units ([`crate::Target::matrix_tiles`]).
+    /// the lane % 4, a lane holds the sums `acc` = `C[g][2t], C[g][2t+1], C[g+8][2t],
+    /// C[g+8][2t+1]` and passes `a` = `A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]` and `b` =
+    /// `B[t][g], B[t+4][g]` (u32). Every thread of the warp reaches it together; only for targets
+    /// with matrix units ([`crate::Target::matrix_units`]).
     MmaTf32 {
         acc: [Var; 4],
         a: [Expr; 4],
         b: [Expr; 2],
+    },
+    /// The warp's 16 x 8 tile of f32 sums plus the product of a 16 x 16 tile of A and a 16 x 8
+    /// tile of B, both in `half` precision, on the matrix units: PTX's
+    /// `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32`. The operands are f32
+    /// values, each rounded to the nearest `half` value (ties to even) and packed in pairs
+    /// before the product: exact for values the graph already rounded to `half`, whose products
+    /// f32 then holds exactly. With `g` the lane / 4 and `t` the lane % 4, a lane holds the sums
+    /// `acc` as in [`Stmt::MmaTf32`] and passes `a` = `A[g][2t], A[g][2t+1], A[g+8][2t],
+    /// A[g+8][2t+1], A[g][2t+8], A[g][2t+9], A[g+8][2t+8], A[g+8][2t+9]` and `b` = `B[2t][g],
+    /// B[2t+1][g], B[2t+8][g], B[2t+9][g]`. Every thread of the warp reaches it together; only
+    /// for targets with matrix units ([`crate::Target::matrix_units`]).
+    MmaHalf {
+        half: Half,
+        acc: [Var; 4],
+        a: [Expr; 8],
+        b: [Expr; 4],
     },
     /// A workgroup barrier; only in control flow every thread of the workgroup takes.
     Barrier,
@@ -542,6 +558,12 @@ impl Kernel {
                     self.expect_vars(acc, Ty::F32, "matrix tile sums in")?;
                     for e in a.iter().chain(b) {
                         self.expect(e, Ty::U32)?;
+                    }
+                }
+                Stmt::MmaHalf { half: _, acc, a, b } => {
+                    self.expect_vars(acc, Ty::F32, "matrix tile sums in")?;
+                    for e in a.iter().chain(b) {
+                        self.expect(e, Ty::F32)?;
                     }
                 }
                 Stmt::Barrier | Stmt::Fault { .. } => {}

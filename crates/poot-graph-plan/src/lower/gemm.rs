@@ -25,12 +25,20 @@
 //! adds them in split order and finishes (stores, or computes the epilogue; a row reduction an
 //! epilogue reads is then computed by its own kernel).
 //!
+//! On a target with matrix units ([`crate::Target::matrix_units`]) the products of each staged
+//! step are formed by warps on them, each warp owning a `TM / 2 x 16` block of the tile: against
+//! f16 or bf16 weights whose left side the graph rounded to that type ([`crate::precision`]),
+//! one `m16n8k16` product per 16 x 8 block and step, in that precision ([`Mma::Half`]);
+//! otherwise each f32 factor split into two tf32 parts, three `m16n8k8` products per block and
+//! half step ([`Mma::Tf32`]). The staging is the same for both: f32 slices in shared memory, a
+//! row per left-side row or weight column.
+//!
 //! Each sum adds its products one at a time in `k` order (the oracle keeps eight interleaved
 //! partial sums), then the splits in order: the results differ from the oracle's by
-//! reassociation only. A kernel that would not fit the target's workgroup, shared memory or
+//! reassociation only (on the matrix units, in the units' order within a product). A kernel that would not fit the target's workgroup, shared memory or
 //! bindings is not made; the one-workgroup-per-output kernels run instead.
 
-use poot_graph_ir::{Graph, OpKind, ValueId};
+use poot_graph_ir::{DType, Graph, OpKind, ValueId};
 
 use super::access::{device_word, kty, to_word};
 use super::classify::{Placement, is_identity_elementwise};
@@ -38,8 +46,10 @@ use super::context::{KernelCtx, LBuf, TileRow};
 use super::emit::{combine, reduce_init};
 use super::{Lowering, PlanError};
 use crate::kernel::build::{bin, eq, load, load_shared, local_id, lt, min, mul_add, u32c, un};
-use crate::kernel::{BinOp, Expr, ParamId, SharedId, Ty, UnOp, Var, Word};
+use crate::kernel::{BinOp, Expr, Half, ParamId, SharedId, Ty, UnOp, Var, Word};
 use crate::plan::BufferRole;
+use crate::precision::half_operand;
+use crate::target::MatrixUnits;
 
 /// Left-side rows from which a contraction is tiled; fewer are decode-shaped.
 pub(super) const MIN_ROWS: usize = 9;
@@ -58,9 +68,12 @@ const COLS_PER_THREAD: u32 = TN / SIDE;
 const SPLIT_K_WORKGROUPS: u32 = 128;
 /// The bits of an f32 a tf32 keeps: sign, exponent and the top 10 bits of the mantissa.
 const TF32_MASK: u32 = 0xffff_e000;
-/// A staged row on the matrix-unit path: [`TK`] elements and 4 words of padding, so the
+/// A staged row on the tf32 matrix-unit path: [`TK`] elements and 4 words of padding, so the
 /// fragments a warp reads (8 rows by 4 elements) fall in 32 different banks.
 const MMA_ROW: u32 = TK + 4;
+/// A staged row on the half-precision path: [`TK`] elements and 8 words of padding, so the pairs
+/// each half of a warp reads in one 8-byte load (4 rows by 4 pairs) fall in 32 different banks.
+const MMA_HALF_ROW: u32 = TK + 8;
 /// Contractions shorter than this are not split (their tiles finish in a few steps).
 const SPLIT_K_MIN_LEN: u32 = 256;
 /// The fewest contraction elements one split walks.
@@ -68,7 +81,7 @@ const SPLIT_K_MIN_PART: u32 = 64;
 
 /// Whether contraction `eqn` is computed by a tiled kernel: a `MatMul` over weights shared by
 /// every row (rank 2) with at least [`MIN_ROWS`] rows.
-pub(super) fn tiled(g: &Graph, eqn: usize) -> bool {
+pub(crate) fn tiled(g: &Graph, eqn: usize) -> bool {
     let e = &g.eqns()[eqn];
     if !matches!(e.op, OpKind::MatMul { .. }) {
         return false;
@@ -114,10 +127,21 @@ struct Tiles {
     tm: u32,
     tiles_m: u32,
     tiles_n: u32,
-    /// Whether the products are formed on tf32 matrix units ([`Lowering::mma_step`]): the
-    /// shared slices are then stored row by row (a row's [`TK`] elements, padded to
-    /// [`MMA_ROW`]), and each warp owns a block of the tile.
-    mma: bool,
+    /// Whether the products are formed on matrix units ([`Lowering::mma_step`],
+    /// [`Lowering::mma_half_step`]), and in which precision: the shared slices are then stored
+    /// row by row (a row's [`TK`] elements, padded to [`Tiles::mma_row`]), and each warp owns a block
+    /// of the tile.
+    mma: Option<Mma>,
+}
+
+/// The precision of a tiled kernel's matrix-unit products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mma {
+    /// Three tf32 products per pair of f32 factors: f32 accuracy.
+    Tf32,
+    /// One f16 (bf16) product per pair: every left side was rounded to it in the graph
+    /// ([`crate::precision`]) and every weight is stored in it, so each product is exact.
+    Half(Half),
 }
 
 impl Tiles {
@@ -130,7 +154,7 @@ impl Tiles {
             tm,
             tiles_m: (m as u32).div_ceil(tm),
             tiles_n,
-            mma: false,
+            mma: None,
         }
     }
 
@@ -138,10 +162,18 @@ impl Tiles {
         self.tm / SIDE
     }
 
+    /// The words of a staged row on the matrix-unit paths.
+    fn mma_row(&self) -> u32 {
+        match self.mma {
+            Some(Mma::Half(_)) => MMA_HALF_ROW,
+            Some(Mma::Tf32) | None => MMA_ROW,
+        }
+    }
+
     /// The words of the left side's shared slice and of one weight's.
     fn slice_words(&self) -> (u32, u32) {
-        if self.mma {
-            (self.tm * MMA_ROW, TN * MMA_ROW)
+        if self.mma.is_some() {
+            (self.tm * self.mma_row(), TN * self.mma_row())
         } else {
             (TK * (self.tm + 1), TK * (TN + 1))
         }
@@ -150,8 +182,8 @@ impl Tiles {
     /// Where element `k` of the slice's row `row` (a left-side row of the tile, or a weight's
     /// column) is staged, in an array whose rows are `width` long (the tile's rows or columns).
     fn slot(&self, row: Expr, k: Expr, width: u32) -> Expr {
-        if self.mma {
-            row * u32c(MMA_ROW) + k
+        if self.mma.is_some() {
+            row * u32c(self.mma_row()) + k
         } else {
             k * u32c(width + 1) + row
         }
@@ -393,7 +425,7 @@ impl Lowering<'_> {
     /// Plans `tiled`: one kernel, or a kernel per split of the contraction axis writing partial
     /// sums and a kernel adding them up and finishing; `false` when they would not fit.
     fn emit_tiled(&mut self, mut tiled: Tiled) -> Result<bool, PlanError> {
-        tiled.t.mma = self.target.matrix_tiles();
+        tiled.t.mma = self.matrix_precision(&tiled);
         let t = &tiled.t;
         let widest = tiled.passes.iter().map(|p| p.sums.len()).max().unwrap_or(1);
         let limits = &self.target.limits;
@@ -460,6 +492,36 @@ impl Lowering<'_> {
             return Ok(false);
         }
         self.push_tiles(vec![(cx, grid), combine])
+    }
+
+    /// How `tiled` multiplies on the target's matrix units: in half precision when the target
+    /// does ([`MatrixUnits::Half`]) and every pass's left side was rounded to the type all its
+    /// weights are stored in; else in tf32 where the target has matrix units.
+    fn matrix_precision(&self, tiled: &Tiled) -> Option<Mma> {
+        let half = || {
+            let mut found = None;
+            for pass in &tiled.passes {
+                let h = half_operand(self.g, pass.lhs)?;
+                let weights = pass.sums.iter().flatten();
+                let same = weights
+                    .map(|w| self.g.values()[w.rhs.index()].ty.dtype)
+                    .all(|d| d == h);
+                if !same || found.is_some_and(|f| f != h) {
+                    return None;
+                }
+                found = Some(h);
+            }
+            match found? {
+                DType::F16 => Some(Half::F16),
+                DType::BF16 => Some(Half::Bf16),
+                _ => None,
+            }
+        };
+        match self.target.matrix_units() {
+            MatrixUnits::Off => None,
+            MatrixUnits::Tf32 => Some(Mma::Tf32),
+            MatrixUnits::Half => Some(half().map_or(Mma::Tf32, Mma::Half)),
+        }
     }
 
     /// Whether kernel `cx`, with `more` bindings yet to add, fits the target's shared memory
@@ -652,6 +714,54 @@ impl Lowering<'_> {
         }
     }
 
+    /// The products of one staged step on the matrix units in half precision, one product per
+    /// pair: the warp's blocks for the step's [`TK`] = 16 elements at once. The staged f32
+    /// values are exact in `half` (the graph rounded the left side, the weights are stored in
+    /// it), so packing them into pairs loses nothing and every product is exact in f32.
+    fn mma_half_step(
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        w: &MmaAt,
+        half: Half,
+        (a_sh, b_sh): (SharedId, &[SharedId]),
+        accs: &[Vec<Var>],
+    ) {
+        // Elements `2q + off` and `2q + off + 1` of staged row `row`, in one 8-byte load (rows
+        // are an even number of words apart, `off` is even).
+        debug_assert_eq!(t.mma_row(), MMA_HALF_ROW);
+        let pair = |cx: &mut KernelCtx, arr: SharedId, row: Expr, off: u32| -> Vec<Expr> {
+            let at = row * u32c(MMA_HALF_ROW) + w.q.clone() * u32c(2) + u32c(off);
+            cx.kb.let_shared(arr, at, 2)
+        };
+        // A's fragments for each of the warp's row blocks: rows g, g + 8 by elements 2q, 2q + 1,
+        // then the same rows by elements 2q + 8, 2q + 9.
+        let a: Vec<[Expr; 8]> = (0..t.tm / 32)
+            .map(|mi| {
+                let lo = w.row0.clone() + w.g.clone() + u32c(mi * 16);
+                let hi = lo.clone() + u32c(8);
+                let mut f = pair(cx, a_sh, lo.clone(), 0);
+                f.extend(pair(cx, a_sh, hi.clone(), 0));
+                f.extend(pair(cx, a_sh, lo, 8));
+                f.extend(pair(cx, a_sh, hi, 8));
+                std::array::from_fn(|i| f[i].clone())
+            })
+            .collect();
+        for (s, sum_accs) in accs.iter().enumerate() {
+            for ni in 0..2 {
+                // B's fragment: column g of the block by elements 2q, 2q + 1, 2q + 8, 2q + 9.
+                let col = w.col0.clone() + w.g.clone() + u32c(ni * 8);
+                let mut f = pair(cx, b_sh[s], col.clone(), 0);
+                f.extend(pair(cx, b_sh[s], col, 8));
+                let b: [Expr; 4] = std::array::from_fn(|i| f[i].clone());
+                for (mi, a) in a.iter().enumerate() {
+                    let slot = (mi * 2 + ni as usize) * 4;
+                    let acc = [0, 1, 2, 3].map(|r| sum_accs[slot + r]);
+                    cx.kb.mma_half(half, acc, a.clone(), b.clone());
+                }
+            }
+        }
+    }
+
     /// Stores the sums held in registers (`accs[pass][sum][slot]`) as `tiled` finishes.
     fn finish_tiles(
         &mut self,
@@ -825,7 +935,7 @@ impl Lowering<'_> {
         let rest = cx.kb.let_(Ty::U32, item % u32c(tiles));
         let tile_n = cx.kb.let_(Ty::U32, rest.clone() / u32c(t.tiles_m));
         let m0 = cx.kb.let_(Ty::U32, (rest % u32c(t.tiles_m)) * u32c(t.tm));
-        let mma = t.mma.then(|| {
+        let mma = t.mma.map(|_| {
             let warp = local_id() / u32c(32);
             let lane = local_id() % u32c(32);
             MmaAt {
@@ -1083,9 +1193,12 @@ impl Lowering<'_> {
             }
         }
         cx.kb.barrier();
-        match &at.mma {
-            Some(w) => Self::mma_step(cx, t, w, (a_sh, b_sh), &accs),
-            None => Self::fma_step(cx, t, at, (a_sh, b_sh), &accs),
+        match (&at.mma, t.mma) {
+            (Some(w), Some(Mma::Half(half))) => {
+                Self::mma_half_step(cx, t, w, half, (a_sh, b_sh), &accs)
+            }
+            (Some(w), _) => Self::mma_step(cx, t, w, (a_sh, b_sh), &accs),
+            (None, _) => Self::fma_step(cx, t, at, (a_sh, b_sh), &accs),
         }
         // Every thread is done with the slices before the next step stages its own.
         cx.kb.barrier();
@@ -1121,6 +1234,160 @@ impl Lowering<'_> {
                         let acc = sum_accs[i * COLS_PER_THREAD as usize + j];
                         cx.kb
                             .set(acc, mul_add(ai.clone(), bj.clone(), Expr::Var(acc)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::kernel::expr_eval::{Env, Value};
+    use crate::kernel::{Builtin, Stmt};
+
+    /// One warp's half-precision step, emulated lane by lane: the statements
+    /// [`Lowering::mma_half_step`] emits are evaluated for each of the 32 lanes, the operands of
+    /// each product gathered from all of them and multiplied as the PTX ISA lays out the
+    /// fragments of `mma.m16n8k16` (written here independently: "Matrix Fragments for
+    /// mma.m16n8k16 with floating point type"), and each lane's sums read back through
+    /// [`Lowering::each_mma_output`]'s convention. They must be the product of the staged
+    /// slices. (How the renderer packs each operand pair into a word, the first in the low half,
+    /// is the render golden's to check.)
+    #[test]
+    fn half_fragments_follow_the_ptx_layout() {
+        for tm in [32, 64] {
+            let mut t = Tiles::new(&[tm as usize], 1);
+            t.mma = Some(Mma::Half(Half::F16));
+            let mut cx = KernelCtx::labelled("gemm", "t".to_string(), 32);
+            let (a_sh, b_sh) = Lowering::tile_arrays(&mut cx, &t, 1);
+            let lane = local_id() % u32c(32);
+            let w = MmaAt {
+                row0: u32c(0),
+                col0: u32c(0),
+                g: cx.kb.let_(Ty::U32, lane.clone() / u32c(4)),
+                q: cx.kb.let_(Ty::U32, lane % u32c(4)),
+            };
+            let accs: Vec<Vec<Var>> = vec![
+                (0..t.rows_per_thread() * COLS_PER_THREAD)
+                    .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
+                    .collect(),
+            ];
+            Lowering::mma_half_step(&mut cx, &t, &w, Half::F16, (a_sh, &b_sh), &accs);
+            let k = cx.kb.finish();
+            // Staged slices: the warp's rows (tm / 2) and 16 columns, small integers (exact).
+            let row = MMA_HALF_ROW as usize;
+            let a_val = |m: usize, kk: usize| ((m * 7 + kk * 3) % 11) as f32 - 5.0;
+            let b_val = |n: usize, kk: usize| ((n * 5 + kk * 2) % 13) as f32 - 6.0;
+            let mut a = vec![Value::F32(f32::NAN); tm as usize * row];
+            let mut b = vec![Value::F32(f32::NAN); TN as usize * row];
+            for kk in 0..TK as usize {
+                for m in 0..tm as usize {
+                    a[m * row + kk] = Value::F32(a_val(m, kk));
+                }
+                for n in 0..TN as usize {
+                    b[n * row + kk] = Value::F32(b_val(n, kk));
+                }
+            }
+            // Each lane's variables, statement by statement; the products' operands per lane.
+            let mut vars: Vec<Vec<(Var, Value)>> = vec![Vec::new(); 32];
+            // A product's A and B operands and its sums, as one lane passes them.
+            type Operands = ([f32; 8], [f32; 4], [Var; 4]);
+            let mut products: Vec<Vec<Operands>> = vec![Vec::new(); 32];
+            for (l, (vs, ps)) in vars.iter_mut().zip(&mut products).enumerate() {
+                let env = |vs: &[(Var, Value)]| {
+                    let mut env = Env::new();
+                    env.bind_shared(a_sh, &a).bind_shared(b_sh[0], &b);
+                    env.set_builtin(Builtin::LocalId, l as u32);
+                    for &(v, x) in vs {
+                        env.set_var(v, x);
+                    }
+                    env
+                };
+                for s in &k.body {
+                    match s {
+                        Stmt::Let { var, value, .. } => {
+                            let x = env(vs).eval(value).unwrap();
+                            vs.push((*var, x));
+                        }
+                        Stmt::LetShared {
+                            vars: out,
+                            arr,
+                            index,
+                        } => {
+                            let at = env(vs).eval_u32(index).unwrap() as usize;
+                            assert_eq!(at % out.len(), 0, "an unaligned wide load");
+                            let src = if *arr == a_sh { &a } else { &b };
+                            for (i, &v) in out.iter().enumerate() {
+                                vs.push((v, src[at + i]));
+                            }
+                        }
+                        Stmt::MmaHalf { half, acc, a, b } => {
+                            assert_eq!(*half, Half::F16);
+                            let e = env(vs);
+                            let f = |x: &Expr| e.eval_f32(x).unwrap();
+                            ps.push((a.each_ref().map(f), b.each_ref().map(f), *acc));
+                        }
+                        other => panic!("unexpected statement {other:?}"),
+                    }
+                }
+            }
+            // The ISA's fragments, lane by lane: A (16 x 16, row), B (16 x 8, col), C (16 x 8).
+            let a_at = |i: usize, g: usize, t: usize| {
+                let r = if i < 2 || (4..6).contains(&i) {
+                    g
+                } else {
+                    g + 8
+                };
+                let c = t * 2 + (i & 1) + if i >= 4 { 8 } else { 0 };
+                (r, c)
+            };
+            let b_at =
+                |i: usize, g: usize, t: usize| (t * 2 + (i & 1) + if i >= 2 { 8 } else { 0 }, g);
+            let c_at =
+                |i: usize, g: usize, t: usize| (if i < 2 { g } else { g + 8 }, t * 2 + (i & 1));
+            let n_products = products[0].len();
+            assert_eq!(n_products, (tm / 32 * 2) as usize);
+            let mut sums: HashMap<Var, [f32; 32]> = HashMap::new();
+            for p in 0..n_products {
+                let mut am = [[f32::NAN; 16]; 16];
+                let mut bm = [[f32::NAN; 8]; 16];
+                for (l, ps) in products.iter().enumerate() {
+                    let (g, t) = (l / 4, l % 4);
+                    for i in 0..8 {
+                        let (r, c) = a_at(i, g, t);
+                        am[r][c] = ps[p].0[i];
+                    }
+                    for i in 0..4 {
+                        let (r, c) = b_at(i, g, t);
+                        bm[r][c] = ps[p].1[i];
+                    }
+                }
+                for (l, ps) in products.iter().enumerate() {
+                    let (g, t) = (l / 4, l % 4);
+                    for i in 0..4 {
+                        let (r, c) = c_at(i, g, t);
+                        let d: f32 = (0..16).map(|kk| am[r][kk] * bm[kk][c]).sum();
+                        sums.entry(ps[p].2[i]).or_insert([0.0; 32])[l] += d;
+                    }
+                }
+            }
+            // Slot (mi * 2 + ni) * 4 + r: row g + 8 (r / 2) of row block mi, column 2q + r % 2
+            // of column block ni.
+            for mi in 0..(tm / 32) as usize {
+                for ni in 0..2 {
+                    for r in 0..4 {
+                        let lanes = &sums[&accs[0][(mi * 2 + ni) * 4 + r]];
+                        for (l, &got) in lanes.iter().enumerate() {
+                            let (g, q) = (l / 4, l % 4);
+                            let m = mi * 16 + g + r / 2 * 8;
+                            let n = ni * 8 + q * 2 + r % 2;
+                            let want: f32 = (0..16).map(|kk| a_val(m, kk) * b_val(n, kk)).sum();
+                            assert_eq!(got, want, "tile rows {tm}, lane {l}, ({m}, {n})");
+                        }
                     }
                 }
             }

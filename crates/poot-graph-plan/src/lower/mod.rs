@@ -20,6 +20,8 @@ mod horizontal;
 mod rows;
 mod split;
 
+pub(crate) use gemm::tiled as tiled_contraction;
+
 use std::collections::HashMap;
 
 use poot_formats::{BlockFormat, DenseType, GgmlType, PackedFormat};

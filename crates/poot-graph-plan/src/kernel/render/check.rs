@@ -170,18 +170,26 @@ impl Scopes<'_> {
                 self.mutated.insert(*var);
                 Ok(())
             }
-            Stmt::MmaTf32 { acc, a, b } => {
-                for e in a.iter().chain(b) {
-                    self.expr(e)?;
-                }
-                for &v in acc {
-                    self.visible(v)?;
-                    self.mutated.insert(v);
-                }
-                Ok(())
-            }
+            Stmt::MmaTf32 { acc, a, b } => self.mma(acc, a.iter().chain(b)),
+            Stmt::MmaHalf { half: _, acc, a, b } => self.mma(acc, a.iter().chain(b)),
             Stmt::Barrier | Stmt::Fault { code: _ } => Ok(()),
         }
+    }
+
+    /// A matrix-unit product: its operands are read, then its sums updated in place.
+    fn mma<'e>(
+        &mut self,
+        acc: &[Var],
+        operands: impl Iterator<Item = &'e Expr>,
+    ) -> Result<(), RenderError> {
+        for e in operands {
+            self.expr(e)?;
+        }
+        for &v in acc {
+            self.visible(v)?;
+            self.mutated.insert(v);
+        }
+        Ok(())
     }
 
     fn expr(&mut self, e: &Expr) -> Result<(), RenderError> {

@@ -301,6 +301,37 @@ impl Cuda<'_> {
                     ins.join(", ")
                 ));
             }
+            Stmt::MmaHalf { half, acc, a, b } => {
+                let sums: Vec<String> = acc
+                    .iter()
+                    .map(|&v| format!("\"+f\"({})", names::var(v)))
+                    .collect();
+                let kind = match half {
+                    Half::F16 => "f16",
+                    Half::Bf16 => "bf16",
+                };
+                // Each pair of operands rounded and packed into one word, the first in the low
+                // half (`cvt` puts its first source in the high half). Not volatile: the compiler
+                // may share a conversion among the products that read it.
+                out.open("{");
+                let mut words = Vec::with_capacity(6);
+                for (i, pair) in a.chunks(2).chain(b.chunks(2)).enumerate() {
+                    let (lo, hi) = (self.expr(&pair[0])?, self.expr(&pair[1])?);
+                    out.line(format!(
+                        "unsigned poot_h{i}; asm(\"cvt.rn.{kind}x2.f32 %0, %1, %2;\" \
+                         : \"=r\"(poot_h{i}) : \"f\"({hi}), \"f\"({lo}));"
+                    ));
+                    words.push(format!("\"r\"(poot_h{i})"));
+                }
+                out.line(format!(
+                    "asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 \
+                     {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\" \
+                     : {} : {});",
+                    sums.join(", "),
+                    words.join(", ")
+                ));
+                out.close("}");
+            }
             Stmt::Barrier => out.line("__syncthreads();"),
             Stmt::Fault { code } => {
                 self.libs.insert(CudaLib::Fault);

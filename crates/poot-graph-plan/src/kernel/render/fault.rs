@@ -66,6 +66,7 @@ fn block_faults(body: &[Stmt]) -> bool {
         | Stmt::LetShared { .. }
         | Stmt::TeamSum { .. }
         | Stmt::MmaTf32 { .. }
+        | Stmt::MmaHalf { .. }
         | Stmt::Barrier => false,
     })
 }

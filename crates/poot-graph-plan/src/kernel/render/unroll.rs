@@ -218,7 +218,7 @@ fn count(body: &[Stmt]) -> u64 {
 pub(crate) fn assigns(body: &[Stmt], var: Var) -> bool {
     body.iter().any(|s| match s {
         Stmt::Set { var: v, .. } | Stmt::TeamSum { var: v, .. } => *v == var,
-        Stmt::MmaTf32 { acc, .. } => acc.contains(&var),
+        Stmt::MmaTf32 { acc, .. } | Stmt::MmaHalf { acc, .. } => acc.contains(&var),
         Stmt::If {
             then, otherwise, ..
         } => assigns(then, var) || assigns(otherwise, var),
@@ -231,7 +231,7 @@ pub(crate) fn assigns(body: &[Stmt], var: Var) -> bool {
 /// would put it under a branch some threads skip).
 fn has_barrier(body: &[Stmt]) -> bool {
     body.iter().any(|s| match s {
-        Stmt::Barrier | Stmt::TeamSum { .. } | Stmt::MmaTf32 { .. } => true,
+        Stmt::Barrier | Stmt::TeamSum { .. } | Stmt::MmaTf32 { .. } | Stmt::MmaHalf { .. } => true,
         Stmt::If {
             then, otherwise, ..
         } => has_barrier(then) || has_barrier(otherwise),

@@ -267,6 +267,7 @@ impl Wgsl<'_> {
             }
             Stmt::TeamSum { .. } => return Err(self.unsupported("a team sum (subgroup shuffle)")),
             Stmt::MmaTf32 { .. } => return Err(self.unsupported("a tf32 matrix tile")),
+            Stmt::MmaHalf { .. } => return Err(self.unsupported("a half-precision matrix tile")),
             Stmt::Barrier => out.line("workgroupBarrier();"),
             Stmt::Fault { code } => {
                 out.line(format!(
