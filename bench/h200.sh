@@ -290,11 +290,12 @@ batched() {
   local names=("$@") name path rows npl
   [ ${#names[@]} = 0 ] && names=("${SERVE_MODELS[@]}")
   local pp="${BPP:-128}" tg="${BTG:-128}"
-  npl="$(echo "${ROWS:-16 64}" | tr ' ' ',')"
+  local rowlist="${ROWS:-16 64}"
+  npl="$(echo "$rowlist" | tr ' ' ',')"
   for name in "${names[@]}"; do
     path="$(model_path "$name")" || die "unknown model $name"
     [ -f "$path" ] || { say "$name: $path missing (run the models phase), skipped"; continue; }
-    for rows in ${ROWS:-16 64}; do
+    for rows in $rowlist; do
       say "$name: poot bench --rows $rows"
       # shellcheck disable=SC2086
       timeout "${ROWS_SECONDS:-240}" "$POOT" bench "$path" --backend "$BACKEND" --rows "$rows" \
@@ -305,7 +306,7 @@ batched() {
     done
     if [ -x "$LLAMA_BATCHED" ]; then
       say "$name: llama-batched-bench -npl $npl"
-      "$LLAMA_BATCHED" -m "$path" -ngl 99 -fa on -c $(( ${ROWS##* } * (pp + tg) + 256 )) \
+      "$LLAMA_BATCHED" -m "$path" -ngl 99 -fa on -c $(( ${rowlist##* } * (pp + tg) + 256 )) \
         -b 2048 -ub 512 -npp "$pp" -ntg "$tg" -npl "$npl" --output-format jsonl \
         >"$RESULTS/$name.batched.llama.jsonl" 2>"$RESULTS/$name.batched.llama.log" ||
         { tail -5 "$RESULTS/$name.batched.llama.log"; say "$name: llama-batched-bench failed"; }
