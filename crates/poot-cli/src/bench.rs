@@ -75,7 +75,7 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
         bandwidth.copies_per_round
     ));
 
-    if args.rows > 1 {
+    if args.rows > 1 || args.paged {
         let ids = prompt_ids(&handle, prompt)?;
         let executor = progress::reporting(opened.executor, &status, sizing.prefill_chunk);
         return crate::bench_rows::bench_rows(

@@ -124,6 +124,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024), allow_negative_numbers = true)]
     pub rows: u32,
 
+    /// Runs even one row the way --rows does (a paged KV cache, the serving steps), to compare
+    /// a server's lone request with the contiguous single-stream path.
+    #[arg(long)]
+    pub paged: bool,
+
     #[command(flatten)]
     pub placement: PlacementArgs,
 }

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Writes a run folder's summary.json from the raw results bench/h200.sh left in it.
+
+  summary.py RUN_DIR --commit SHA --device "NVIDIA H200" [--extra rows.json]
+
+Reads, where present:
+  batched/NAME.rowsN.poot.json + batched/NAME.batched.llama.jsonl
+      -> decode_rows16 / decode_rows64 (poot total decode tok/s over llama-batched-bench's S_TG)
+  serve/NAME.serve.fixed.{poot,llama}.json
+      -> serve_tok_s_c1, serve_tok_s_c64 (output tok/s), serve_ttft_p99_c64 (seconds; the
+         ratio is llama-server's over poot's, so above 1 means poot is better)
+  serve/NAME.serve.poot.ready-warm.json -> ready_s (no peer: llama-server's was not timed)
+--extra adds rows written by hand (a JSON list in the same shape).
+
+Each row: {"model", "metric", "poot", "peer", "peer_name", "ratio", "device", "commit"}; the ratio
+is oriented so that above 1 means poot is better.
+"""
+
+import argparse
+import glob
+import json
+import os
+
+
+def row(model, metric, poot, peer, peer_name, args, lower_is_better=False):
+    ratio = None
+    if poot is not None and peer is not None and poot > 0 and peer > 0:
+        ratio = round(peer / poot if lower_is_better else poot / peer, 3)
+    return {
+        "model": model,
+        "metric": metric,
+        "poot": poot,
+        "peer": peer,
+        "peer_name": peer_name,
+        "ratio": ratio,
+        "device": args.device,
+        "commit": args.commit,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("run_dir")
+    ap.add_argument("--commit", required=True)
+    ap.add_argument("--device", default="NVIDIA H200")
+    ap.add_argument("--extra")
+    args = ap.parse_args()
+    rows = []
+    for path in sorted(glob.glob(os.path.join(args.run_dir, "batched", "*.batched.llama.jsonl"))):
+        name = os.path.basename(path).split(".")[0]
+        llama = {}
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    d = json.loads(line)
+                    llama[d["pl"]] = d
+        for n in (16, 64):
+            p = os.path.join(args.run_dir, "batched", f"{name}.rows{n}.poot.json")
+            if not os.path.exists(p) or n not in llama:
+                continue
+            with open(p) as f:
+                poot = json.load(f)
+            rows.append(
+                row(name, f"decode_rows{n}", round(poot["decode_tok_s"], 1),
+                    round(llama[n]["speed_tg"], 1), "llama-batched-bench S_TG", args)
+            )
+    for path in sorted(glob.glob(os.path.join(args.run_dir, "serve", "*.serve.fixed.poot.json"))):
+        name = os.path.basename(path).split(".")[0]
+        lp = path.replace(".poot.json", ".llama.json")
+        with open(path) as f:
+            poot = {r["concurrency"]: r for r in json.load(f)}
+        llama = {}
+        if os.path.exists(lp):
+            with open(lp) as f:
+                llama = {r["concurrency"]: r for r in json.load(f)}
+        for c, metric in ((1, "serve_tok_s_c1"), (64, "serve_tok_s_c64")):
+            if c in poot:
+                rows.append(
+                    row(name, metric, round(poot[c]["output_tok_s"], 1),
+                        round(llama[c]["output_tok_s"], 1) if c in llama else None,
+                        "llama-server", args)
+                )
+        if 64 in poot:
+            rows.append(
+                row(name, "serve_ttft_p99_c64", round(poot[64]["ttft_p99_s"], 3),
+                    round(llama[64]["ttft_p99_s"], 3) if 64 in llama else None,
+                    "llama-server", args, lower_is_better=True)
+            )
+        rp = os.path.join(args.run_dir, "serve", f"{name}.serve.poot.ready-warm.json")
+        if os.path.exists(rp):
+            with open(rp) as f:
+                ready = json.load(f)["ready_s"]
+            rows.append(row(name, "ready_s", ready, None, None, args))
+    if args.extra:
+        with open(args.extra) as f:
+            rows.extend(json.load(f))
+    out = os.path.join(args.run_dir, "summary.json")
+    with open(out, "w") as f:
+        json.dump(rows, f, indent=1)
+    for r in rows:
+        print(f"{r['model']:16} {r['metric']:20} poot {r['poot']!s:>9} peer {r['peer']!s:>9} ratio {r['ratio']}")
+
+
+if __name__ == "__main__":
+    main()
