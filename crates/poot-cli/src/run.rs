@@ -91,6 +91,11 @@ pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
 
     let Some(user) = &args.prompt else {
         let sizing = sizing::size(capacity, prefill_chunk, max_positions, None)?;
+        let handle = narrowed(handle, &path, sizing.capacity)?;
+        let text = handle.text().map_err(|source| CliError::Text {
+            path: path.clone(),
+            source: Box::new(source),
+        })?;
         let mut session = Session::start(&handle, &args, sizing, sampler, format, status)?;
         return chat_loop(&mut session, text, conversation, &args.stop);
     };
@@ -113,6 +118,7 @@ pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
         max_positions,
         Some((prompt.ids.len(), max_new)),
     )?;
+    let handle = narrowed(handle, &path, sizing.capacity)?;
     let mut session = Session::start(&handle, &args, sizing, sampler, format, status)?;
     let answer = session.generate(&prompt)?;
     if format == Format::Text && !answer.closed && io::stdout().is_terminal() {
@@ -121,8 +127,24 @@ pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The handle narrowed to `capacity` positions (its rotary tables sized by the capacity in
+/// use, not by the context the checkpoint declares), ready to share with a driver.
+pub(crate) fn narrowed(
+    mut handle: ModelHandle,
+    path: &Path,
+    capacity: usize,
+) -> Result<Arc<ModelHandle>, CliError> {
+    handle
+        .narrow_positions(capacity)
+        .map_err(|source| CliError::Load {
+            path: PathBuf::from(path),
+            source: Box::new(source),
+        })?;
+    Ok(Arc::new(handle))
+}
+
 /// Loads the checkpoint at `path`.
-pub(crate) fn load(path: &Path, status: &Status) -> Result<Arc<ModelHandle>, CliError> {
+pub(crate) fn load(path: &Path, status: &Status) -> Result<ModelHandle, CliError> {
     status.line(format!("loading {}", path.display()));
     let started = Instant::now();
     let registry = Registry::builtin().map_err(CliError::Registry)?;
@@ -143,7 +165,7 @@ pub(crate) fn load(path: &Path, status: &Status) -> Result<Arc<ModelHandle>, Cli
         config.max_positions,
         started.elapsed().as_secs_f64()
     ));
-    Ok(Arc::new(handle))
+    Ok(handle)
 }
 
 /// The sampler the flags ask for.

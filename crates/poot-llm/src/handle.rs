@@ -24,6 +24,9 @@ pub enum HandleError {
     /// The tokenizer or chat template could not be built.
     #[error(transparent)]
     Text(#[from] TextError),
+    /// The model could not be narrowed to the positions asked for (more than it has).
+    #[error("narrowing the model to the capacity in use: {0}")]
+    Narrow(poot_models::TraceError),
     /// The checkpoint carries no tokenizer (a weights-only directory).
     #[error("the checkpoint has no tokenizer (tokenizer.json or GGUF tokenizer metadata)")]
     NoTokenizer,
@@ -71,6 +74,15 @@ impl ModelHandle {
             checkpoint,
             text,
         })
+    }
+
+    /// Narrows the model to the first `positions` positions, the largest KV capacity the
+    /// caller will use: rotary tables are then computed and uploaded for those only, however
+    /// long a context the checkpoint declares. Refused beyond the model's positions.
+    pub fn narrow_positions(&mut self, positions: usize) -> Result<(), HandleError> {
+        self.model
+            .narrow_positions(positions)
+            .map_err(HandleError::Narrow)
     }
 
     pub fn model(&self) -> &dyn Model {

@@ -76,6 +76,15 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
         Some(c) => c as usize,
         None => DEFAULT_CONTEXT.min(max_positions),
     };
+    // Rotary tables for the context served, not for the one the checkpoint declares.
+    let mut handle = handle;
+    handle
+        .narrow_positions(context)
+        .map_err(|source| ServeError::Load {
+            path: args.model.clone(),
+            source: Box::new(source),
+        })?;
+    let handle = Arc::new(handle);
     let prefill_chunk = match args.prefill_chunk {
         Some(c) if c as usize > context => {
             return Err(ServeError::Options(format!(
@@ -313,7 +322,7 @@ async fn shutdown() {
     eprintln!("shutting down");
 }
 
-fn load(path: &Path) -> Result<Arc<ModelHandle>, ServeError> {
+fn load(path: &Path) -> Result<ModelHandle, ServeError> {
     let started = Instant::now();
     let registry = Registry::builtin().map_err(|e| ServeError::Load {
         path: path.to_path_buf(),
@@ -344,7 +353,7 @@ fn load(path: &Path) -> Result<Arc<ModelHandle>, ServeError> {
         handle.config().n_layers,
         started.elapsed().as_secs_f64()
     );
-    Ok(Arc::new(handle))
+    Ok(handle)
 }
 
 fn choice(backend: BackendArg) -> BackendChoice {
