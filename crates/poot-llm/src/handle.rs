@@ -27,6 +27,15 @@ pub enum HandleError {
     /// The model could not be narrowed to the positions asked for (more than it has).
     #[error("narrowing the model to the capacity in use: {0}")]
     Narrow(poot_models::TraceError),
+    /// The tokenizer has ids past the embedding's rows: encoding some text would read outside
+    /// the embedding. The tokenizer belongs to another model (or the embedding is truncated).
+    #[error(
+        "the tokenizer has {tokenizer_ids} ids, more than the {embedding_rows} rows of the embedding"
+    )]
+    TokenizerVocab {
+        tokenizer_ids: usize,
+        embedding_rows: usize,
+    },
     /// The checkpoint carries no tokenizer (a weights-only directory).
     #[error("the checkpoint has no tokenizer (tokenizer.json or GGUF tokenizer metadata)")]
     NoTokenizer,
@@ -69,6 +78,17 @@ impl ModelHandle {
                 None => None,
             },
         };
+        // An embedding may have spare rows (padded for alignment), never fewer than the ids.
+        if let Some(t) = &text {
+            let tokenizer_ids = t.tokenizer().vocab_size();
+            let embedding_rows = model.config().vocab_size;
+            if tokenizer_ids > embedding_rows {
+                return Err(HandleError::TokenizerVocab {
+                    tokenizer_ids,
+                    embedding_rows,
+                });
+            }
+        }
         Ok(ModelHandle {
             model,
             checkpoint,
