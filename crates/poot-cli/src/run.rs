@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use poot_llm::sampling::CANDIDATES;
 use poot_llm::{
     BackendChoice, Driver, DriverError, DriverOptions, GenerateRequest, Layout, LoadOptions,
     MAX_LOGIT_BIAS, ModelHandle, OpenedExecutor, Penalties, Sampler, Serving, open_placed_executor,
@@ -50,6 +51,15 @@ pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
         return Err(CliError::TooManyLogitBiases {
             given: args.logit_bias.len(),
             max: MAX_LOGIT_BIAS,
+        });
+    }
+    if args.stop.iter().any(String::is_empty) {
+        return Err(CliError::EmptyStop);
+    }
+    if args.top_k as usize > CANDIDATES {
+        return Err(CliError::TopKOverLimit {
+            given: args.top_k,
+            limit: CANDIDATES,
         });
     }
     let path = resolve::model_path(&args.model, &status)?;

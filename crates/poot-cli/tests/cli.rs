@@ -195,6 +195,18 @@ fn bad_flag_values_are_refused_before_loading() {
 }
 
 #[test]
+fn an_empty_stop_and_a_top_k_over_the_candidates_are_refused_before_loading() {
+    let o = poot(&["run", "smollm2", "hello", "--stop", ""]);
+    assert_one_error(&o, "--stop is empty");
+    assert!(!stderr(&o).contains("loading"), "{}", stderr(&o));
+    let o = poot(&["run", "smollm2", "hello", "--stop", "x", "--stop", ""]);
+    assert_one_error(&o, "--stop is empty");
+    let o = poot(&["run", "smollm2", "hello", "--top-k", "33"]);
+    assert_one_error(&o, "--top-k 33 exceeds the 32 candidates");
+    assert!(!stderr(&o).contains("loading"), "{}", stderr(&o));
+}
+
+#[test]
 fn logit_bias_beyond_the_limit_or_the_vocabulary_is_refused_early() {
     let mut args = vec!["run", "smollm2", "hello"];
     let biases: Vec<String> = (0..65).map(|i| format!("{i}=1")).collect();
