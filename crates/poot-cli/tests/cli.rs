@@ -792,3 +792,23 @@ fn progress_bars_show_on_a_terminal_only() {
     assert!(drawn.contains("texts embedded"), "{drawn}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Without `XDG_RUNTIME_DIR` (a headless machine, a container) the Vulkan probes stay quiet:
+/// `poot` gives itself a private runtime directory before probing.
+#[test]
+fn a_run_without_a_runtime_dir_prints_no_runtime_dir_error() {
+    if !vulkan() {
+        return;
+    }
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures/tiny-chat");
+    let o = Command::new(env!("CARGO_BIN_EXE_poot"))
+        .args(["run", fixture.to_str().unwrap(), "hello"])
+        .args(["--max-new", "1", "--backend", "wgpu", "--capacity", "16"])
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("XDG_RUNTIME_DIR"), "{err}");
+}

@@ -52,6 +52,11 @@ fn main() {
             }
         }
     }
+    // Quiets the Vulkan probes' "XDG_RUNTIME_DIR is invalid or not set" on headless machines.
+    if let Some(dir) = poot_llm::backend::private_runtime_dir() {
+        // SAFETY: the process is still single-threaded here.
+        unsafe { std::env::set_var(poot_llm::backend::RUNTIME_DIR_ENV, dir) };
+    }
     if let Err(e) = serve(args) {
         eprintln!("poot-serve: {e}");
         std::process::exit(1);
