@@ -111,7 +111,7 @@ pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
     };
     let prompt = if chat {
         conversation.push(json!({"role": "user", "content": user}));
-        chat_prompt(text, &conversation, &args.stop)?
+        chat_prompt(text, &conversation, &args.stop, args.ignore_eos)?
     } else {
         Prompt {
             ids: text.encode(user)?,
@@ -224,15 +224,16 @@ fn chat_prompt(
     text: &TextServices,
     conversation: &[Json],
     stops: &[String],
+    ignore_eos: bool,
 ) -> Result<Prompt, CliError> {
     let rendered = text.render_chat_value(&Json::Array(conversation.to_vec()), None)?;
     let ids = text.encode_chat(&rendered)?;
     let mut all_stops = stops.to_vec();
-    all_stops.extend(rendered.stops.iter().filter(|s| !s.is_empty()).cloned());
+    all_stops.extend(rendered.turn_stops(ignore_eos));
     Ok(Prompt {
         ids,
         stops: all_stops,
-        stop_ids: rendered.stop_ids.clone(),
+        stop_ids: rendered.turn_stop_ids(ignore_eos),
     })
 }
 
@@ -387,7 +388,7 @@ fn chat_loop(
             continue;
         }
         conversation.push(json!({"role": "user", "content": line}));
-        let prompt = chat_prompt(text, &conversation, stops)?;
+        let prompt = chat_prompt(text, &conversation, stops, session.ignore_eos)?;
         if prompt.ids.len() + session.max_new > session.capacity() {
             return Err(CliError::PromptOverCapacity {
                 prompt: prompt.ids.len(),

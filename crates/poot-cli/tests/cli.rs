@@ -812,3 +812,66 @@ fn a_run_without_a_runtime_dir_prints_no_runtime_dir_error() {
     assert!(o.status.success(), "{err}");
     assert!(!err.contains("XDG_RUNTIME_DIR"), "{err}");
 }
+
+/// `--chat` with the end-of-turn token forced (`<|im_end|>`, id 2 in both checkpoints): it ends
+/// the answer at once, unless `--ignore-eos`, which runs through it to `--max-new` as
+/// transformers does when EOS is ignored.
+fn forced_end_of_turn(model: &str, ignore_eos: bool) -> Vec<Json> {
+    let mut args = vec![
+        "run",
+        model,
+        "The capital of France is",
+        "--chat",
+        "--logit-bias",
+        "2=100",
+        "--max-new",
+        "4",
+        "--json",
+        "--quiet",
+        "--backend",
+        "wgpu",
+        "--capacity",
+        "128",
+    ];
+    if ignore_eos {
+        args.push("--ignore-eos");
+    }
+    let o = poot(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn check_ignore_eos_runs_through_the_end_of_turn(model: &str) {
+    let through = forced_end_of_turn(model, true);
+    let summary = through.last().unwrap();
+    assert_eq!(
+        summary["tokens"],
+        serde_json::json!([2, 2, 2, 2]),
+        "{through:?}"
+    );
+    assert_eq!(summary["finish"], "length");
+    let stopped = forced_end_of_turn(model, false);
+    let summary = stopped.last().unwrap();
+    // The end-of-turn token is an end-of-generation token too: either ends the answer at once.
+    assert!(
+        matches!(summary["finish"].as_str(), Some("eos" | "stop")),
+        "{stopped:?}"
+    );
+    assert_eq!(summary["tokens"], serde_json::json!([]), "{stopped:?}");
+}
+
+#[test]
+fn ignore_eos_chat_runs_through_the_end_of_turn_token() {
+    if !vulkan() {
+        return;
+    }
+    let tiny =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures/tiny-chat");
+    check_ignore_eos_runs_through_the_end_of_turn(tiny.to_str().unwrap());
+    if smollm2().is_some() {
+        check_ignore_eos_runs_through_the_end_of_turn("smollm2");
+    }
+}
