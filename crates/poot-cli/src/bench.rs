@@ -41,7 +41,7 @@ struct Run {
 
 pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
     let path = resolve::model_path(&args.model, &status)?;
-    let handle = run::load(&path, &status)?;
+    let handle = run::load(&path, args.verify.as_deref(), &status)?;
     if handle.config().kind == ModelKind::Encoder {
         return Err(CliError::NotAGenerator {
             name: args.model.clone(),

@@ -47,6 +47,12 @@ pub enum CliError {
         path: PathBuf,
         source: Box<HandleError>,
     },
+    /// `--verify`'s manifest could not be read or parsed.
+    #[error("--verify {}: {source}", path.display())]
+    Manifest {
+        path: PathBuf,
+        source: Box<HandleError>,
+    },
     /// The checkpoint has no tokenizer.
     #[error("{}: {source}", path.display())]
     Text {

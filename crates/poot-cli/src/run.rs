@@ -63,7 +63,7 @@ pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
         });
     }
     let path = resolve::model_path(&args.model, &status)?;
-    let handle = load(&path, &status)?;
+    let handle = load(&path, args.verify.as_deref(), &status)?;
     let vocab = handle.config().vocab_size;
     if let Some(&(id, _)) = args.logit_bias.iter().find(|(id, _)| *id as usize >= vocab) {
         return Err(CliError::LogitBiasToken { id, vocab });
@@ -153,18 +153,34 @@ pub(crate) fn narrowed(
     Ok(Arc::new(handle))
 }
 
-/// Loads the checkpoint at `path`.
-pub(crate) fn load(path: &Path, status: &Status) -> Result<ModelHandle, CliError> {
+/// The load options `--verify MANIFEST` asks for (none: the defaults).
+pub(crate) fn load_options(verify: Option<&Path>) -> Result<LoadOptions, CliError> {
+    match verify {
+        None => Ok(LoadOptions::default()),
+        Some(manifest) => {
+            poot_llm::handle::verifying(manifest).map_err(|source| CliError::Manifest {
+                path: manifest.to_path_buf(),
+                source: Box::new(source),
+            })
+        }
+    }
+}
+
+/// Loads the checkpoint at `path`, checked against `verify`'s manifest when given.
+pub(crate) fn load(
+    path: &Path,
+    verify: Option<&Path>,
+    status: &Status,
+) -> Result<ModelHandle, CliError> {
+    let options = load_options(verify)?;
     status.line(format!("loading {}", path.display()));
     let started = Instant::now();
     let registry = Registry::builtin().map_err(CliError::Registry)?;
     let progress = Progress::new(status);
     progress.spinner(format!("reading {}", path.display()));
-    let handle = ModelHandle::load(path, &registry, &LoadOptions::default()).map_err(|source| {
-        CliError::Load {
-            path: PathBuf::from(path),
-            source: Box::new(source),
-        }
+    let handle = ModelHandle::load(path, &registry, &options).map_err(|source| CliError::Load {
+        path: PathBuf::from(path),
+        source: Box::new(source),
     })?;
     progress.clear();
     let config = handle.config();

@@ -875,3 +875,52 @@ fn ignore_eos_chat_runs_through_the_end_of_turn_token() {
         check_ignore_eos_runs_through_the_end_of_turn("smollm2");
     }
 }
+
+/// `--verify MANIFEST` checks the checkpoint against a poot integrity manifest: a wrong digest
+/// or an unreadable manifest is one error line before any backend opens; a matching one runs.
+#[test]
+fn verify_checks_the_checkpoint_against_its_manifest() {
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures/tiny-chat");
+    let model = fixture.to_str().unwrap();
+    let dir = temp_dir("verify");
+    let recorded = poot_llm::handle::Manifest::record(&fixture)
+        .unwrap()
+        .to_json();
+    let good = dir.join("good.json");
+    std::fs::write(&good, &recorded).unwrap();
+    let mut tampered: Json = serde_json::from_str(&recorded).unwrap();
+    tampered["files"]["model.safetensors"]["sha256"] = Json::from("0".repeat(64));
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, tampered.to_string()).unwrap();
+
+    let o = poot(&["run", model, "hi", "--verify", bad.to_str().unwrap()]);
+    assert_one_error(&o, "model.safetensors");
+    assert!(!stderr(&o).contains("backend"), "{}", stderr(&o));
+    for command in ["run", "embed", "bench"] {
+        let mut args = vec![command, model];
+        if command != "bench" {
+            args.push("hi");
+        }
+        args.extend(["--verify", "/nonexistent/poot-manifest.json"]);
+        let o = poot(&args);
+        assert_one_error(&o, "--verify /nonexistent/poot-manifest.json");
+    }
+    if vulkan() {
+        let o = poot(&[
+            "run",
+            model,
+            "hi",
+            "--verify",
+            good.to_str().unwrap(),
+            "--max-new",
+            "1",
+            "--backend",
+            "wgpu",
+            "--capacity",
+            "16",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -7,7 +7,7 @@ use poot_load::{Checkpoint, ConfigSource, WeightStore};
 use poot_models::{Model, ModelConfig, ModelError, Registry};
 use poot_text::{HfTextFiles, TextError, TextServices};
 
-pub use poot_load::LoadOptions;
+pub use poot_load::{LoadOptions, Manifest};
 
 /// Why a checkpoint could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +39,18 @@ pub enum HandleError {
     /// The checkpoint carries no tokenizer (a weights-only directory).
     #[error("the checkpoint has no tokenizer (tokenizer.json or GGUF tokenizer metadata)")]
     NoTokenizer,
+}
+
+/// Load options that check every file a load reads against the integrity manifest at
+/// `manifest_path` (lengths and SHA-256, see [`Manifest`]) before any tensor is read.
+pub fn verifying(manifest_path: &Path) -> Result<LoadOptions, HandleError> {
+    let bytes = std::fs::read(manifest_path).map_err(|source| poot_load::LoadError::Io {
+        path: manifest_path.to_path_buf(),
+        source,
+    })?;
+    Ok(LoadOptions {
+        integrity: Some(Manifest::from_json(&bytes)?),
+    })
 }
 
 /// A checkpoint ready to run: shared by reference, one handle can back several drivers.

@@ -66,7 +66,7 @@ fn main() {
 fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let metrics =
         Arc::new(Metrics::new().map_err(|e| ServeError::Options(format!("metrics: {e}")))?);
-    let handle = load(&args.model)?;
+    let handle = load(&args.model, args.verify.as_deref())?;
     let model_id = args
         .served_model_name
         .clone()
@@ -327,18 +327,27 @@ async fn shutdown() {
     eprintln!("shutting down");
 }
 
-fn load(path: &Path) -> Result<ModelHandle, ServeError> {
+/// Loads the generation model at `path`, checked against `verify`'s manifest when given.
+fn load(path: &Path, verify: Option<&Path>) -> Result<ModelHandle, ServeError> {
     let started = Instant::now();
     let registry = Registry::builtin().map_err(|e| ServeError::Load {
         path: path.to_path_buf(),
         source: Box::new(poot_llm::HandleError::Model(e)),
     })?;
-    let handle = ModelHandle::load(path, &registry, &LoadOptions::default()).map_err(|source| {
-        ServeError::Load {
+    let options = match verify {
+        None => LoadOptions::default(),
+        Some(manifest) => {
+            poot_llm::handle::verifying(manifest).map_err(|source| ServeError::Load {
+                path: manifest.to_path_buf(),
+                source: Box::new(source),
+            })?
+        }
+    };
+    let handle =
+        ModelHandle::load(path, &registry, &options).map_err(|source| ServeError::Load {
             path: path.to_path_buf(),
             source: Box::new(source),
-        }
-    })?;
+        })?;
     if handle.config().kind == ModelKind::Encoder {
         return Err(ServeError::Model {
             path: path.to_path_buf(),
@@ -418,7 +427,7 @@ mod tests {
     fn a_pipeline_fits_each_stages_share_of_a_block_beside_its_weights() {
         let dir =
             std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-chat");
-        let handle = load(&dir).unwrap();
+        let handle = load(&dir, None).unwrap();
         let gib = 1u64 << 30;
         let mut target = poot_graph_plan::Target::ptx_preset();
         target.limits.memory_bytes = Some(2 * gib);
