@@ -362,3 +362,15 @@ fn the_unvaried_checkpoints_build() {
         bounded("fixture", || hf_case(f, &[])).unwrap();
     }
 }
+
+/// `tests/fixtures/tiny_llama.gguf` is this writer's tiny Llama (the `model_load` fuzz target's
+/// seed). `POOT_WRITE_FIXTURES=1` rewrites it.
+#[test]
+fn the_committed_tiny_gguf_is_the_writers_llama() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny_llama.gguf");
+    let bytes = TinyGguf::llama().bytes();
+    if std::env::var_os("POOT_WRITE_FIXTURES").is_some() {
+        std::fs::write(&path, &bytes).unwrap();
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
