@@ -150,3 +150,51 @@ fn a_huge_declared_context_is_narrowed_to_the_capacity_in_use() {
     ));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[path = "../../poot-models/tests/common/tiny_gguf.rs"]
+mod tiny_gguf;
+
+/// The whole handle load (model and text services) of a tiny GGUF Llama whose numeric keys,
+/// tokenizer ids included, hold extreme values: a handle or a typed error, never a panic.
+#[test]
+fn extreme_gguf_values_give_a_handle_or_a_typed_error() {
+    use tiny_gguf::{Meta, TinyGguf};
+    let registry = Registry::builtin().unwrap();
+    let dir = std::env::temp_dir().join(format!("poot-handle-extreme-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("model.gguf");
+    std::fs::write(&path, TinyGguf::llama().bytes()).unwrap();
+    let mut plain = ModelHandle::load(&path, &registry, &LoadOptions::default()).unwrap();
+    plain.narrow_positions(16).unwrap();
+    let keys: Vec<String> = TinyGguf::llama()
+        .meta
+        .into_iter()
+        .filter(|(_, v)| !matches!(v, Meta::Str(_) | Meta::Strs(_)))
+        .map(|(k, _)| k)
+        .chain(["tokenizer.ggml.padding_token_id".to_string()])
+        .collect();
+    let values = [
+        Meta::U32(0),
+        Meta::U32(u32::MAX),
+        Meta::I32(-1),
+        Meta::U64(1 << 62),
+        Meta::U64(u64::MAX),
+        Meta::I64(i64::MIN),
+        Meta::F32(f32::NAN),
+        Meta::F32(-1.0),
+        Meta::F64(1e300),
+    ];
+    for key in &keys {
+        for value in &values {
+            let mut g = TinyGguf::llama();
+            g.set(key, value.clone());
+            std::fs::write(&path, g.bytes()).unwrap();
+            if let Ok(mut h) = ModelHandle::load(&path, &registry, &LoadOptions::default()) {
+                let capacity = h.config().max_positions.min(16);
+                h.narrow_positions(capacity).unwrap();
+                let _ = h.text().map(|t| t.encode("t1 t2"));
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -130,6 +130,8 @@ impl TinyGguf {
             "tokenizer.ggml.tokens",
             Meta::Strs((0..16).map(|i| format!("t{i}")).collect()),
         );
+        // Byte-level BPE without merges: each token is its own piece.
+        g.set("tokenizer.ggml.merges", Meta::Strs(Vec::new()));
         g.set("tokenizer.ggml.bos_token_id", Meta::U32(1));
         g.set("tokenizer.ggml.eos_token_id", Meta::U32(2));
         g.tensor("token_embd.weight", &[16, 8]);
