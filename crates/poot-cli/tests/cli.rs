@@ -924,3 +924,38 @@ fn verify_checks_the_checkpoint_against_its_manifest() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A checkpoint declaring a context of 2^24 runs at a capacity of 16 within 2 GB of address
+/// space: its rotary tables are sized by the capacity in use (before, tables for every declared
+/// position took 3.3 GB resident and the run failed under this limit).
+#[test]
+fn a_huge_declared_context_runs_at_the_capacity_in_use() {
+    if !vulkan() {
+        return;
+    }
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures/tiny-chat");
+    let dir = temp_dir("huge-context");
+    for file in [
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
+        std::fs::copy(fixture.join(file), dir.join(file)).unwrap();
+    }
+    let mut config: Json =
+        serde_json::from_slice(&std::fs::read(fixture.join("config.json")).unwrap()).unwrap();
+    config["max_position_embeddings"] = Json::from(1u64 << 24);
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -v 2000000 && exec "$0" run "$1" hi --max-new 2 --backend wgpu --capacity 16"#)
+        .arg(env!("CARGO_BIN_EXE_poot"))
+        .arg(&dir)
+        .env("XDG_RUNTIME_DIR", "/tmp")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("16777216 positions"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
