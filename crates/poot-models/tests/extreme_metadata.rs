@@ -76,6 +76,13 @@ fn scratch(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// Removes the scratch directory holding `path`.
+fn discard(path: &Path) {
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// Loads and builds `path`; a built decoder also traces a step at a small capacity and reads
 /// its constants (the rotary tables at that capacity). Returns the build's error, if any.
 fn build_and_use(path: &Path) -> Result<(), ModelError> {
@@ -217,7 +224,7 @@ fn gguf_case(changes: &[(usize, Value_)], yarn: bool) -> Result<(), ModelError> 
     let path = scratch("case.gguf");
     std::fs::write(&path, g.bytes()).unwrap();
     let out = build_and_use(&path);
-    let _ = std::fs::remove_file(&path);
+    discard(&path);
     out
 }
 
@@ -285,7 +292,7 @@ fn hf_case(fixture: usize, changes: &[(usize, Value_)]) -> Result<(), ModelError
     .unwrap();
     std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
     let out = build_and_use(&dir);
-    let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
+    discard(&dir);
     out
 }
 
@@ -322,6 +329,7 @@ fn the_reported_sizes_are_typed_errors_naming_their_key() {
         let path = scratch("reported.gguf");
         std::fs::write(&path, g.bytes()).unwrap();
         let err = bounded(key, || build_and_use(&path)).unwrap_err();
+        discard(&path);
         assert!(err.to_string().contains(key), "{key} = {value:?}: {err}");
     }
     let llama = FIXTURES.iter().position(|f| f.family == "llama").unwrap();
@@ -350,6 +358,7 @@ fn a_huge_declared_context_builds_without_its_tables() {
     let path = scratch("context.gguf");
     std::fs::write(&path, g.bytes()).unwrap();
     bounded("context 2^24", || build_and_use(&path)).unwrap();
+    discard(&path);
 }
 
 /// The unvaried checkpoints build, so the cases above vary a model that otherwise loads.
@@ -358,6 +367,7 @@ fn the_unvaried_checkpoints_build() {
     let path = scratch("plain.gguf");
     std::fs::write(&path, TinyGguf::llama().bytes()).unwrap();
     bounded("plain gguf", || build_and_use(&path)).unwrap();
+    discard(&path);
     for f in 0..FIXTURES.len() {
         bounded("fixture", || hf_case(f, &[])).unwrap();
     }

@@ -32,9 +32,12 @@ fn build(path: &Path) -> Result<(), ModelError> {
 }
 
 fn build_gguf(g: &TinyGguf) -> Result<(), ModelError> {
-    let path = scratch().join("model.gguf");
+    let dir = scratch();
+    let path = dir.join("model.gguf");
     std::fs::write(&path, g.bytes()).unwrap();
-    build(&path)
+    let out = build(&path);
+    std::fs::remove_dir_all(&dir).unwrap();
+    out
 }
 
 /// The llama fixture with `config.json` changed by `edit`.
@@ -50,7 +53,9 @@ fn build_hf(edit: impl FnOnce(&mut Value)) -> Result<(), ModelError> {
     )
     .unwrap();
     std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
-    build(&dir)
+    let out = build(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    out
 }
 
 #[test]
