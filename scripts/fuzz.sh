@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Fuzzes poot-load's parsers with libFuzzer on stable Rust, for a bounded time per target.
+# Fuzzes poot-load's parsers and the model load (config to family, poot-models) with libFuzzer
+# on stable Rust, for a bounded time per target.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET ...]     (default: 60 s, every target)
 #
-# Targets (fuzz/fuzz_targets/): gguf_parse, safetensors_parse, gguf_load, hf_load. Each run
-# is seeded from the committed fixtures (crates/poot-load/tests/fixtures) plus the corpus
+# Targets (fuzz/fuzz_targets/): gguf_parse, safetensors_parse, gguf_load, hf_load, model_load.
+# Each run is seeded from the committed fixtures (crates/poot-load/tests/fixtures; model_load
+# from crates/poot-models/tests/fixtures/tiny_llama.gguf) plus the corpus
 # earlier runs grew (fuzz/corpus/, not committed). A crash, a timeout or an allocation over
 # the malloc limit fails the run and leaves the input in fuzz/artifacts/TARGET/; reproduce it
 # with `fuzz/target/<triple>/release/TARGET fuzz/artifacts/TARGET/<file>`.
@@ -20,7 +22,7 @@ secs="${1:-60}"
 shift || true
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-  targets=(gguf_parse safetensors_parse gguf_load hf_load)
+  targets=(gguf_parse safetensors_parse gguf_load hf_load model_load)
 fi
 
 triple="$(rustc -vV | sed -n 's/^host: //p')"
@@ -59,6 +61,8 @@ seed() { # target corpus-dir
       for d in gptq awq fp8_block fp8_channel fp8_noscale; do
         hf_seed "$fixtures/$d" "$2/$d.bin"
       done ;;
+    model_load)
+      cp "$root/crates/poot-models/tests/fixtures/tiny_llama.gguf" "$2"/ ;;
     *) echo "unknown fuzz target $1" >&2; exit 2 ;;
   esac
 }

@@ -41,7 +41,7 @@ struct Run {
 
 pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
     let path = resolve::model_path(&args.model, &status)?;
-    let handle = run::load(&path, &status)?;
+    let handle = run::load(&path, args.verify.as_deref(), &status)?;
     if handle.config().kind == ModelKind::Encoder {
         return Err(CliError::NotAGenerator {
             name: args.model.clone(),
@@ -51,6 +51,7 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
     }
     let (prompt, generate) = (args.prompt_tokens as usize, args.gen_tokens as usize);
     let sizing = bench_sizing(&args, handle.config().max_positions)?;
+    let handle = run::narrowed(handle, &path, sizing.capacity)?;
 
     let started = Instant::now();
     let placement = args.placement.placement();

@@ -84,6 +84,11 @@ pub struct BenchArgs {
     #[arg(value_name = "MODEL")]
     pub model: String,
 
+    /// Check every file the load reads against this integrity manifest (a poot manifest: each
+    /// file's length and SHA-256) before any tensor is read; a mismatch fails the load.
+    #[arg(long, value_name = "MANIFEST")]
+    pub verify: Option<std::path::PathBuf>,
+
     /// Which GPU backend runs the model: auto tries ptx (CUDA), then wgpu (Vulkan).
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
@@ -167,6 +172,11 @@ pub struct EmbedArgs {
     #[arg(value_name = "MODEL")]
     pub model: String,
 
+    /// Check every file the load reads against this integrity manifest (a poot manifest: each
+    /// file's length and SHA-256) before any tensor is read; a mismatch fails the load.
+    #[arg(long, value_name = "MANIFEST")]
+    pub verify: Option<std::path::PathBuf>,
+
     /// The texts to embed.
     #[arg(value_name = "TEXT", required = true)]
     pub texts: Vec<String>,
@@ -218,6 +228,11 @@ pub struct RunArgs {
     /// A GGUF file, a Hugging Face checkpoint directory, or a packaged name (smollm2, gemma3).
     #[arg(value_name = "MODEL")]
     pub model: String,
+
+    /// Check every file the load reads against this integrity manifest (a poot manifest: each
+    /// file's length and SHA-256) before any tensor is read; a mismatch fails the load.
+    #[arg(long, value_name = "MANIFEST")]
+    pub verify: Option<std::path::PathBuf>,
 
     /// The text to continue (or, with --chat, the user message). Leave it out to chat
     /// interactively.

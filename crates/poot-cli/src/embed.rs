@@ -32,6 +32,8 @@ struct SentenceConfig {
 
 pub fn embed(args: EmbedArgs, status: Status) -> Result<(), CliError> {
     let path = resolve::model_path_for(&args.model, Purpose::Embed, &status)?;
+    // A manifest that cannot be read fails before the backend opens.
+    let options = crate::run::load_options(args.verify.as_deref())?;
     let config = sentence_config(&path)?;
     let normalize = args.normalize.unwrap_or(config.normalize);
     // Each WordPiece token covers at least one character, plus [CLS] and [SEP]: lengths up to
@@ -63,7 +65,7 @@ pub fn embed(args: EmbedArgs, status: Status) -> Result<(), CliError> {
     progress.spinner(format!("reading {}", path.display()));
     let rows = args.texts.len().min(MAX_ROWS);
     let executor = Box::new(Reporting::new(opened.executor, progress.clone(), buckets));
-    let mut encoder = SentenceEncoder::load_up_to(&path, executor, rows, prepared)?;
+    let mut encoder = SentenceEncoder::load_with(&path, executor, rows, prepared, &options)?;
     progress.clear();
     status.line(format!(
         "loaded {} and compiled lengths up to {prepared} for {rows} rows in {:.1} s",

@@ -47,6 +47,12 @@ pub enum CliError {
         path: PathBuf,
         source: Box<HandleError>,
     },
+    /// `--verify`'s manifest could not be read or parsed.
+    #[error("--verify {}: {source}", path.display())]
+    Manifest {
+        path: PathBuf,
+        source: Box<HandleError>,
+    },
     /// The checkpoint has no tokenizer.
     #[error("{}: {source}", path.display())]
     Text {
@@ -100,6 +106,14 @@ pub enum CliError {
     /// `--logit-bias` was given more often than the driver takes.
     #[error("--logit-bias given {given} times; at most {max} tokens can be biased")]
     TooManyLogitBiases { given: usize, max: usize },
+    /// `--stop ""`: an empty stop string would end generation before its first token.
+    #[error("--stop is empty; a stop string needs at least one character")]
+    EmptyStop,
+    /// `--top-k` above what the device draws from: it would be cut to the limit silently.
+    #[error(
+        "--top-k {given} exceeds the {limit} candidates the device draws from (use 0..={limit})"
+    )]
+    TopKOverLimit { given: u32, limit: usize },
     /// `--logit-bias` names a token outside the model's vocabulary.
     #[error("--logit-bias names token {id}, but the model's token ids are below {vocab}")]
     LogitBiasToken { id: u32, vocab: usize },

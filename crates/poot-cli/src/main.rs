@@ -44,6 +44,11 @@ fn main() -> ExitCode {
             }
         }
     }
+    // Quiets the Vulkan probes' "XDG_RUNTIME_DIR is invalid or not set" on headless machines.
+    if let Some(dir) = poot_llm::backend::private_runtime_dir() {
+        // SAFETY: the process is still single-threaded here.
+        unsafe { std::env::set_var(poot_llm::backend::RUNTIME_DIR_ENV, dir) };
+    }
     let status = Status { quiet: cli.quiet };
     let result = match cli.command {
         Command::Run(args) => run::run(args, status),

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use poot_llm::sampling::CANDIDATES;
 use poot_llm::{
     BackendChoice, Driver, DriverError, DriverOptions, GenerateRequest, Layout, LoadOptions,
     MAX_LOGIT_BIAS, ModelHandle, OpenedExecutor, Penalties, Sampler, Serving, open_placed_executor,
@@ -52,8 +53,17 @@ pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
             max: MAX_LOGIT_BIAS,
         });
     }
+    if args.stop.iter().any(String::is_empty) {
+        return Err(CliError::EmptyStop);
+    }
+    if args.top_k as usize > CANDIDATES {
+        return Err(CliError::TopKOverLimit {
+            given: args.top_k,
+            limit: CANDIDATES,
+        });
+    }
     let path = resolve::model_path(&args.model, &status)?;
-    let handle = load(&path, &status)?;
+    let handle = load(&path, args.verify.as_deref(), &status)?;
     let vocab = handle.config().vocab_size;
     if let Some(&(id, _)) = args.logit_bias.iter().find(|(id, _)| *id as usize >= vocab) {
         return Err(CliError::LogitBiasToken { id, vocab });
@@ -91,12 +101,17 @@ pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
 
     let Some(user) = &args.prompt else {
         let sizing = sizing::size(capacity, prefill_chunk, max_positions, None)?;
+        let handle = narrowed(handle, &path, sizing.capacity)?;
+        let text = handle.text().map_err(|source| CliError::Text {
+            path: path.clone(),
+            source: Box::new(source),
+        })?;
         let mut session = Session::start(&handle, &args, sizing, sampler, format, status)?;
         return chat_loop(&mut session, text, conversation, &args.stop);
     };
     let prompt = if chat {
         conversation.push(json!({"role": "user", "content": user}));
-        chat_prompt(text, &conversation, &args.stop)?
+        chat_prompt(text, &conversation, &args.stop, args.ignore_eos)?
     } else {
         Prompt {
             ids: text.encode(user)?,
@@ -113,6 +128,7 @@ pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
         max_positions,
         Some((prompt.ids.len(), max_new)),
     )?;
+    let handle = narrowed(handle, &path, sizing.capacity)?;
     let mut session = Session::start(&handle, &args, sizing, sampler, format, status)?;
     let answer = session.generate(&prompt)?;
     if format == Format::Text && !answer.closed && io::stdout().is_terminal() {
@@ -121,18 +137,50 @@ pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Loads the checkpoint at `path`.
-pub(crate) fn load(path: &Path, status: &Status) -> Result<Arc<ModelHandle>, CliError> {
+/// The handle narrowed to `capacity` positions (its rotary tables sized by the capacity in
+/// use, not by the context the checkpoint declares), ready to share with a driver.
+pub(crate) fn narrowed(
+    mut handle: ModelHandle,
+    path: &Path,
+    capacity: usize,
+) -> Result<Arc<ModelHandle>, CliError> {
+    handle
+        .narrow_positions(capacity)
+        .map_err(|source| CliError::Load {
+            path: PathBuf::from(path),
+            source: Box::new(source),
+        })?;
+    Ok(Arc::new(handle))
+}
+
+/// The load options `--verify MANIFEST` asks for (none: the defaults).
+pub(crate) fn load_options(verify: Option<&Path>) -> Result<LoadOptions, CliError> {
+    match verify {
+        None => Ok(LoadOptions::default()),
+        Some(manifest) => {
+            poot_llm::handle::verifying(manifest).map_err(|source| CliError::Manifest {
+                path: manifest.to_path_buf(),
+                source: Box::new(source),
+            })
+        }
+    }
+}
+
+/// Loads the checkpoint at `path`, checked against `verify`'s manifest when given.
+pub(crate) fn load(
+    path: &Path,
+    verify: Option<&Path>,
+    status: &Status,
+) -> Result<ModelHandle, CliError> {
+    let options = load_options(verify)?;
     status.line(format!("loading {}", path.display()));
     let started = Instant::now();
     let registry = Registry::builtin().map_err(CliError::Registry)?;
     let progress = Progress::new(status);
     progress.spinner(format!("reading {}", path.display()));
-    let handle = ModelHandle::load(path, &registry, &LoadOptions::default()).map_err(|source| {
-        CliError::Load {
-            path: PathBuf::from(path),
-            source: Box::new(source),
-        }
+    let handle = ModelHandle::load(path, &registry, &options).map_err(|source| CliError::Load {
+        path: PathBuf::from(path),
+        source: Box::new(source),
     })?;
     progress.clear();
     let config = handle.config();
@@ -143,7 +191,7 @@ pub(crate) fn load(path: &Path, status: &Status) -> Result<Arc<ModelHandle>, Cli
         config.max_positions,
         started.elapsed().as_secs_f64()
     ));
-    Ok(Arc::new(handle))
+    Ok(handle)
 }
 
 /// The sampler the flags ask for.
@@ -192,15 +240,16 @@ fn chat_prompt(
     text: &TextServices,
     conversation: &[Json],
     stops: &[String],
+    ignore_eos: bool,
 ) -> Result<Prompt, CliError> {
     let rendered = text.render_chat_value(&Json::Array(conversation.to_vec()), None)?;
     let ids = text.encode_chat(&rendered)?;
     let mut all_stops = stops.to_vec();
-    all_stops.extend(rendered.stops.iter().filter(|s| !s.is_empty()).cloned());
+    all_stops.extend(rendered.turn_stops(ignore_eos));
     Ok(Prompt {
         ids,
         stops: all_stops,
-        stop_ids: rendered.stop_ids.clone(),
+        stop_ids: rendered.turn_stop_ids(ignore_eos),
     })
 }
 
@@ -355,7 +404,7 @@ fn chat_loop(
             continue;
         }
         conversation.push(json!({"role": "user", "content": line}));
-        let prompt = chat_prompt(text, &conversation, stops)?;
+        let prompt = chat_prompt(text, &conversation, stops, session.ignore_eos)?;
         if prompt.ids.len() + session.max_new > session.capacity() {
             return Err(CliError::PromptOverCapacity {
                 prompt: prompt.ids.len(),

@@ -195,6 +195,18 @@ fn bad_flag_values_are_refused_before_loading() {
 }
 
 #[test]
+fn an_empty_stop_and_a_top_k_over_the_candidates_are_refused_before_loading() {
+    let o = poot(&["run", "smollm2", "hello", "--stop", ""]);
+    assert_one_error(&o, "--stop is empty");
+    assert!(!stderr(&o).contains("loading"), "{}", stderr(&o));
+    let o = poot(&["run", "smollm2", "hello", "--stop", "x", "--stop", ""]);
+    assert_one_error(&o, "--stop is empty");
+    let o = poot(&["run", "smollm2", "hello", "--top-k", "33"]);
+    assert_one_error(&o, "--top-k 33 exceeds the 32 candidates");
+    assert!(!stderr(&o).contains("loading"), "{}", stderr(&o));
+}
+
+#[test]
 fn logit_bias_beyond_the_limit_or_the_vocabulary_is_refused_early() {
     let mut args = vec!["run", "smollm2", "hello"];
     let biases: Vec<String> = (0..65).map(|i| format!("{i}=1")).collect();
@@ -779,4 +791,171 @@ fn progress_bars_show_on_a_terminal_only() {
     assert!(drawn.contains("compiling entries ["), "{drawn}");
     assert!(drawn.contains("texts embedded"), "{drawn}");
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Without `XDG_RUNTIME_DIR` (a headless machine, a container) the Vulkan probes stay quiet:
+/// `poot` gives itself a private runtime directory before probing.
+#[test]
+fn a_run_without_a_runtime_dir_prints_no_runtime_dir_error() {
+    if !vulkan() {
+        return;
+    }
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures/tiny-chat");
+    let o = Command::new(env!("CARGO_BIN_EXE_poot"))
+        .args(["run", fixture.to_str().unwrap(), "hello"])
+        .args(["--max-new", "1", "--backend", "wgpu", "--capacity", "16"])
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("XDG_RUNTIME_DIR"), "{err}");
+}
+
+/// `--chat` with the end-of-turn token forced (`<|im_end|>`, id 2 in both checkpoints): it ends
+/// the answer at once, unless `--ignore-eos`, which runs through it to `--max-new` as
+/// transformers does when EOS is ignored.
+fn forced_end_of_turn(model: &str, ignore_eos: bool) -> Vec<Json> {
+    let mut args = vec![
+        "run",
+        model,
+        "The capital of France is",
+        "--chat",
+        "--logit-bias",
+        "2=100",
+        "--max-new",
+        "4",
+        "--json",
+        "--quiet",
+        "--backend",
+        "wgpu",
+        "--capacity",
+        "128",
+    ];
+    if ignore_eos {
+        args.push("--ignore-eos");
+    }
+    let o = poot(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn check_ignore_eos_runs_through_the_end_of_turn(model: &str) {
+    let through = forced_end_of_turn(model, true);
+    let summary = through.last().unwrap();
+    assert_eq!(
+        summary["tokens"],
+        serde_json::json!([2, 2, 2, 2]),
+        "{through:?}"
+    );
+    assert_eq!(summary["finish"], "length");
+    let stopped = forced_end_of_turn(model, false);
+    let summary = stopped.last().unwrap();
+    // The end-of-turn token is an end-of-generation token too: either ends the answer at once.
+    assert!(
+        matches!(summary["finish"].as_str(), Some("eos" | "stop")),
+        "{stopped:?}"
+    );
+    assert_eq!(summary["tokens"], serde_json::json!([]), "{stopped:?}");
+}
+
+#[test]
+fn ignore_eos_chat_runs_through_the_end_of_turn_token() {
+    if !vulkan() {
+        return;
+    }
+    let tiny =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures/tiny-chat");
+    check_ignore_eos_runs_through_the_end_of_turn(tiny.to_str().unwrap());
+    if smollm2().is_some() {
+        check_ignore_eos_runs_through_the_end_of_turn("smollm2");
+    }
+}
+
+/// `--verify MANIFEST` checks the checkpoint against a poot integrity manifest: a wrong digest
+/// or an unreadable manifest is one error line before any backend opens; a matching one runs.
+#[test]
+fn verify_checks_the_checkpoint_against_its_manifest() {
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures/tiny-chat");
+    let model = fixture.to_str().unwrap();
+    let dir = temp_dir("verify");
+    let recorded = poot_llm::handle::Manifest::record(&fixture)
+        .unwrap()
+        .to_json();
+    let good = dir.join("good.json");
+    std::fs::write(&good, &recorded).unwrap();
+    let mut tampered: Json = serde_json::from_str(&recorded).unwrap();
+    tampered["files"]["model.safetensors"]["sha256"] = Json::from("0".repeat(64));
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, tampered.to_string()).unwrap();
+
+    let o = poot(&["run", model, "hi", "--verify", bad.to_str().unwrap()]);
+    assert_one_error(&o, "model.safetensors");
+    assert!(!stderr(&o).contains("backend"), "{}", stderr(&o));
+    for command in ["run", "embed", "bench"] {
+        let mut args = vec![command, model];
+        if command != "bench" {
+            args.push("hi");
+        }
+        args.extend(["--verify", "/nonexistent/poot-manifest.json"]);
+        let o = poot(&args);
+        assert_one_error(&o, "--verify /nonexistent/poot-manifest.json");
+    }
+    if vulkan() {
+        let o = poot(&[
+            "run",
+            model,
+            "hi",
+            "--verify",
+            good.to_str().unwrap(),
+            "--max-new",
+            "1",
+            "--backend",
+            "wgpu",
+            "--capacity",
+            "16",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A checkpoint declaring a context of 2^24 runs at a capacity of 16 within 2 GB of address
+/// space: its rotary tables are sized by the capacity in use (before, tables for every declared
+/// position took 3.3 GB resident and the run failed under this limit).
+#[test]
+fn a_huge_declared_context_runs_at_the_capacity_in_use() {
+    if !vulkan() {
+        return;
+    }
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures/tiny-chat");
+    let dir = temp_dir("huge-context");
+    for file in [
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
+        std::fs::copy(fixture.join(file), dir.join(file)).unwrap();
+    }
+    let mut config: Json =
+        serde_json::from_slice(&std::fs::read(fixture.join("config.json")).unwrap()).unwrap();
+    config["max_position_embeddings"] = Json::from(1u64 << 24);
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -v 2000000 && exec "$0" run "$1" hi --max-new 2 --backend wgpu --capacity 16"#)
+        .arg(env!("CARGO_BIN_EXE_poot"))
+        .arg(&dir)
+        .env("XDG_RUNTIME_DIR", "/tmp")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("16777216 positions"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -10,6 +10,29 @@ use poot_wgpu_device::{WgpuDevice, WgpuOptions};
 
 use crate::placement::Placement;
 
+/// The environment variable the Vulkan loader's window-system probes read.
+pub const RUNTIME_DIR_ENV: &str = "XDG_RUNTIME_DIR";
+
+/// A private runtime directory to set as `XDG_RUNTIME_DIR` when the process has none: without
+/// it, each Vulkan probe (wgpu enumerating adapters loads the Wayland client, which checks the
+/// variable) prints "error: XDG_RUNTIME_DIR is invalid or not set" although nothing is wrong
+/// for a headless compute process. `None` when the variable is set or no directory could be
+/// made (then the message stays, and is harmless). The caller sets the variable while the
+/// process is still single-threaded.
+pub fn private_runtime_dir() -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    if std::env::var_os(RUNTIME_DIR_ENV).is_some() {
+        return None;
+    }
+    let user = std::env::var("USER").unwrap_or_else(|_| "user".to_string());
+    let dir = std::env::temp_dir().join(format!("poot-runtime-{user}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => Some(dir),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Some(dir),
+        Err(_) => None,
+    }
+}
+
 /// Which backend to run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendChoice {

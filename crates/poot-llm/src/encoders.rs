@@ -73,13 +73,25 @@ impl SentenceEncoder {
     /// faster load, longer texts truncated).
     pub fn load_up_to(
         path: &Path,
-        mut exec: Box<dyn Executor>,
+        exec: Box<dyn Executor>,
         rows: usize,
         max_tokens: usize,
     ) -> Result<SentenceEncoder, EncoderError> {
+        SentenceEncoder::load_with(path, exec, rows, max_tokens, &LoadOptions::default())
+    }
+
+    /// [`SentenceEncoder::load_up_to`] under `options` (an integrity manifest, say), as a
+    /// generation model's [`ModelHandle::load`] takes them.
+    pub fn load_with(
+        path: &Path,
+        mut exec: Box<dyn Executor>,
+        rows: usize,
+        max_tokens: usize,
+        options: &LoadOptions,
+    ) -> Result<SentenceEncoder, EncoderError> {
         let registry = Registry::builtin()
             .map_err(|e| DriverError::from(crate::handle::HandleError::Model(e)))?;
-        let handle = Arc::new(ModelHandle::load(path, &registry, &LoadOptions::default())?);
+        let handle = Arc::new(ModelHandle::load(path, &registry, options)?);
         if handle.config().kind != ModelKind::Encoder {
             return Err(EncoderError::NotEncoder {
                 family: handle.config().family,

@@ -7,7 +7,7 @@ use poot_load::{Checkpoint, ConfigSource, WeightStore};
 use poot_models::{Model, ModelConfig, ModelError, Registry};
 use poot_text::{HfTextFiles, TextError, TextServices};
 
-pub use poot_load::LoadOptions;
+pub use poot_load::{LoadOptions, Manifest};
 
 /// Why a checkpoint could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -24,9 +24,33 @@ pub enum HandleError {
     /// The tokenizer or chat template could not be built.
     #[error(transparent)]
     Text(#[from] TextError),
+    /// The model could not be narrowed to the positions asked for (more than it has).
+    #[error("narrowing the model to the capacity in use: {0}")]
+    Narrow(poot_models::TraceError),
+    /// The tokenizer has ids past the embedding's rows: encoding some text would read outside
+    /// the embedding. The tokenizer belongs to another model (or the embedding is truncated).
+    #[error(
+        "the tokenizer has {tokenizer_ids} ids, more than the {embedding_rows} rows of the embedding"
+    )]
+    TokenizerVocab {
+        tokenizer_ids: usize,
+        embedding_rows: usize,
+    },
     /// The checkpoint carries no tokenizer (a weights-only directory).
     #[error("the checkpoint has no tokenizer (tokenizer.json or GGUF tokenizer metadata)")]
     NoTokenizer,
+}
+
+/// Load options that check every file a load reads against the integrity manifest at
+/// `manifest_path` (lengths and SHA-256, see [`Manifest`]) before any tensor is read.
+pub fn verifying(manifest_path: &Path) -> Result<LoadOptions, HandleError> {
+    let bytes = std::fs::read(manifest_path).map_err(|source| poot_load::LoadError::Io {
+        path: manifest_path.to_path_buf(),
+        source,
+    })?;
+    Ok(LoadOptions {
+        integrity: Some(Manifest::from_json(&bytes)?),
+    })
 }
 
 /// A checkpoint ready to run: shared by reference, one handle can back several drivers.
@@ -66,11 +90,31 @@ impl ModelHandle {
                 None => None,
             },
         };
+        // An embedding may have spare rows (padded for alignment), never fewer than the ids.
+        if let Some(t) = &text {
+            let tokenizer_ids = t.tokenizer().vocab_size();
+            let embedding_rows = model.config().vocab_size;
+            if tokenizer_ids > embedding_rows {
+                return Err(HandleError::TokenizerVocab {
+                    tokenizer_ids,
+                    embedding_rows,
+                });
+            }
+        }
         Ok(ModelHandle {
             model,
             checkpoint,
             text,
         })
+    }
+
+    /// Narrows the model to the first `positions` positions, the largest KV capacity the
+    /// caller will use: rotary tables are then computed and uploaded for those only, however
+    /// long a context the checkpoint declares. Refused beyond the model's positions.
+    pub fn narrow_positions(&mut self, positions: usize) -> Result<(), HandleError> {
+        self.model
+            .narrow_positions(positions)
+            .map_err(HandleError::Narrow)
     }
 
     pub fn model(&self) -> &dyn Model {

@@ -222,6 +222,30 @@ fn several_rows_over_a_contiguous_cache_are_refused_as_incompatible() {
 }
 
 #[test]
+fn a_top_k_over_the_device_candidates_is_refused() {
+    let Some(exec) = executor() else { return };
+    let (handle, _) = tiny_chat();
+    let mut driver = Driver::new(handle, exec, DriverOptions::new(32, 4))
+        .unwrap()
+        .serve(Layout::Contiguous)
+        .map_err(|r| r.1)
+        .unwrap();
+    let request = |k| GenerateRequest::new(vec![1, 2, 3], 2, Sampler::new(0.9, k, 1.0, 7));
+    let err = driver
+        .generate(request(33), &mut |_| ControlFlow::Continue(()))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, DriverError::Sampling(why) if why.contains("top_k 33 exceeds the 32")),
+        "{err}"
+    );
+    let out = driver
+        .generate(request(32), &mut |_| ControlFlow::Continue(()))
+        .unwrap();
+    assert!(!out.tokens.is_empty());
+}
+
+#[test]
 fn seeded_sampling_reproduces_its_tokens() {
     let Some((handle, mut driver)) = smollm2_driver() else {
         return;
@@ -230,7 +254,8 @@ fn seeded_sampling_reproduces_its_tokens() {
     let mut run = |seed| {
         let req = GenerateRequest {
             ignore_eos: true,
-            ..GenerateRequest::new(prompt.clone(), 3, Sampler::new(0.9, 40, 0.95, seed))
+            // top_k 32: the most the device draws from (40 was cut to 32; now it is refused).
+            ..GenerateRequest::new(prompt.clone(), 3, Sampler::new(0.9, 32, 0.95, seed))
         };
         driver
             .generate(req, &mut |_| ControlFlow::Continue(()))
@@ -251,7 +276,7 @@ fn seeded_sampling_reproduces_its_tokens() {
         .unwrap();
     let req = GenerateRequest {
         ignore_eos: true,
-        ..GenerateRequest::new(prompt.clone(), 3, Sampler::new(0.9, 40, 0.95, 42))
+        ..GenerateRequest::new(prompt.clone(), 3, Sampler::new(0.9, 32, 0.95, 42))
     };
     let tokens = unchained
         .generate(req, &mut |_| ControlFlow::Continue(()))

@@ -61,3 +61,29 @@ fn minilm_embeddings_match_sentence_transformers_on_wgpu() {
         );
     }
 }
+
+/// The encoder takes the same load options as a generation model: a manifest whose digest for
+/// the weights is wrong fails the load, naming the file.
+#[test]
+fn an_encoder_load_checks_the_integrity_manifest() {
+    let exec = match open_executor(BackendChoice::Wgpu) {
+        Ok(o) => o.executor,
+        Err(e) => {
+            eprintln!("SKIP: {e}");
+            return;
+        }
+    };
+    let bert =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-models/tests/fixtures/random/bert");
+    let recorded = poot_llm::handle::Manifest::record(&bert).unwrap().to_json();
+    let mut tampered: serde_json::Value = serde_json::from_str(&recorded).unwrap();
+    tampered["files"]["model.safetensors"]["sha256"] = "0".repeat(64).into();
+    let manifest = poot_llm::handle::Manifest::from_json(tampered.to_string().as_bytes()).unwrap();
+    let options = poot_llm::LoadOptions {
+        integrity: Some(manifest),
+    };
+    let err = SentenceEncoder::load_with(&bert, exec, 1, 8, &options)
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("model.safetensors"), "{err}");
+}

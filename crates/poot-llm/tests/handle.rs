@@ -60,3 +60,141 @@ fn real_checkpoints_load_with_their_text_services() {
         assert!(h.text().is_ok());
     }
 }
+
+/// A copy of the tiny chat fixture with `config.json` and `tokenizer.json` changed.
+fn tiny_chat_copy(
+    name: &str,
+    config: impl FnOnce(&mut serde_json::Value),
+    tokenizer: impl FnOnce(&mut serde_json::Value),
+) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures/tiny-chat");
+    let dir = std::env::temp_dir().join(format!("poot-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for file in ["model.safetensors", "tokenizer_config.json"] {
+        std::fs::copy(src.join(file), dir.join(file)).unwrap();
+    }
+    for (file, edit) in [
+        (
+            "config.json",
+            Box::new(config) as Box<dyn FnOnce(&mut serde_json::Value)>,
+        ),
+        ("tokenizer.json", Box::new(tokenizer)),
+    ] {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(src.join(file)).unwrap()).unwrap();
+        edit(&mut v);
+        std::fs::write(dir.join(file), serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn a_tokenizer_with_ids_past_the_embedding_is_refused() {
+    // tiny-chat's embedding has 512 rows; one added token (`tokenizers` gives it the next free
+    // id, 512) reaches past them.
+    let dir = tiny_chat_copy(
+        "tokenizer-past-embedding",
+        |_| {},
+        |t| {
+            t["added_tokens"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({
+                    "id": 600, "content": "<|extra|>", "single_word": false, "lstrip": false,
+                    "rstrip": false, "normalized": false, "special": true
+                }))
+        },
+    );
+    let err = ModelHandle::load(&dir, &Registry::builtin().unwrap(), &LoadOptions::default())
+        .err()
+        .unwrap();
+    assert!(
+        matches!(
+            err,
+            HandleError::TokenizerVocab {
+                tokenizer_ids: 513,
+                embedding_rows: 512
+            }
+        ),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_huge_declared_context_is_narrowed_to_the_capacity_in_use() {
+    use poot_models::weights::{Role, WeightRole};
+    let dir = tiny_chat_copy(
+        "huge-context",
+        |c| c["max_position_embeddings"] = (1u64 << 24).into(),
+        |_| {},
+    );
+    let registry = Registry::builtin().unwrap();
+    let mut h = ModelHandle::load(&dir, &registry, &LoadOptions::default()).unwrap();
+    assert_eq!(h.config().max_positions, 1 << 24);
+    h.narrow_positions(64).unwrap();
+    assert_eq!(h.config().max_positions, 64);
+    let cos = h
+        .model()
+        .weights()
+        .get(WeightRole::global(Role::RopeCos(0)))
+        .unwrap();
+    assert_eq!(cos.ty.dims()[0], 64);
+    // Narrowing is one way: a larger capacity than the model now has is refused.
+    assert!(matches!(
+        h.narrow_positions(65),
+        Err(HandleError::Narrow(poot_models::TraceError::Positions {
+            capacity: 65,
+            max_positions: 64
+        }))
+    ));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[path = "../../poot-models/tests/common/tiny_gguf.rs"]
+mod tiny_gguf;
+
+/// The whole handle load (model and text services) of a tiny GGUF Llama whose numeric keys,
+/// tokenizer ids included, hold extreme values: a handle or a typed error, never a panic.
+#[test]
+fn extreme_gguf_values_give_a_handle_or_a_typed_error() {
+    use tiny_gguf::{Meta, TinyGguf};
+    let registry = Registry::builtin().unwrap();
+    let dir = std::env::temp_dir().join(format!("poot-handle-extreme-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("model.gguf");
+    std::fs::write(&path, TinyGguf::llama().bytes()).unwrap();
+    let mut plain = ModelHandle::load(&path, &registry, &LoadOptions::default()).unwrap();
+    plain.narrow_positions(16).unwrap();
+    let keys: Vec<String> = TinyGguf::llama()
+        .meta
+        .into_iter()
+        .filter(|(_, v)| !matches!(v, Meta::Str(_) | Meta::Strs(_)))
+        .map(|(k, _)| k)
+        .chain(["tokenizer.ggml.padding_token_id".to_string()])
+        .collect();
+    let values = [
+        Meta::U32(0),
+        Meta::U32(u32::MAX),
+        Meta::I32(-1),
+        Meta::U64(1 << 62),
+        Meta::U64(u64::MAX),
+        Meta::I64(i64::MIN),
+        Meta::F32(f32::NAN),
+        Meta::F32(-1.0),
+        Meta::F64(1e300),
+    ];
+    for key in &keys {
+        for value in &values {
+            let mut g = TinyGguf::llama();
+            g.set(key, value.clone());
+            std::fs::write(&path, g.bytes()).unwrap();
+            if let Ok(mut h) = ModelHandle::load(&path, &registry, &LoadOptions::default()) {
+                let capacity = h.config().max_positions.min(16);
+                h.narrow_positions(capacity).unwrap();
+                let _ = h.text().map(|t| t.encode("t1 t2"));
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -8,6 +8,7 @@ use poot_load::gguf::{GgufMetadata, MetaValue};
 use serde_json::Value;
 
 use crate::error::ModelError;
+use crate::limits::Limit;
 
 /// Where a checkpoint's config comes from.
 pub use poot_load::ConfigSource as RawConfig;
@@ -118,6 +119,46 @@ impl<'a> ConfigReader<'a> {
         self.opt_usize(k)?.ok_or_else(|| ModelError::MissingKey {
             key: self.spelled(k),
         })
+    }
+
+    /// [`ConfigReader::opt_usize`], refused above `limit` before the caller sizes anything by it.
+    pub fn opt_usize_at_most(&self, k: Key, limit: Limit) -> Result<Option<usize>, ModelError> {
+        match self.opt_usize(k)? {
+            Some(n) if n > limit.max => Err(ModelError::TooLarge {
+                key: self.spelled(k),
+                value: n as u64,
+                limit: limit.max as u64,
+                why: limit.why,
+            }),
+            n => Ok(n),
+        }
+    }
+
+    /// [`ConfigReader::usize`], refused above `limit`.
+    pub fn usize_at_most(&self, k: Key, limit: Limit) -> Result<usize, ModelError> {
+        self.opt_usize_at_most(k, limit)?
+            .ok_or_else(|| ModelError::MissingKey {
+                key: self.spelled(k),
+            })
+    }
+
+    /// A refusal of `value` at key `k`, which should be `expected`.
+    pub fn out_of_range(
+        &self,
+        k: Key,
+        value: impl std::fmt::Display,
+        expected: &'static str,
+    ) -> ModelError {
+        ModelError::OutOfRange {
+            key: self.spelled(k),
+            value: value.to_string(),
+            expected,
+        }
+    }
+
+    /// The spelling of `k` in this config (`llama.block_count`, `num_hidden_layers`).
+    pub fn key_name(&self, k: Key) -> String {
+        self.spelled(k)
     }
 
     pub fn opt_f32(&self, k: Key) -> Result<Option<f32>, ModelError> {

@@ -166,6 +166,51 @@ pub enum ModelError {
         value: String,
         supported: &'static str,
     },
+    /// A config size beyond what the engine can address or hold (a layer count, a context, a
+    /// width): refused before anything is sized by it. The checkpoint's metadata is wrong, or
+    /// the model is beyond the engine.
+    #[error("config key `{key}` = {value} exceeds the limit of {limit} ({why})")]
+    TooLarge {
+        key: String,
+        value: u64,
+        limit: u64,
+        why: &'static str,
+    },
+    /// A config value outside its meaningful range (a non-positive or non-finite rotary base,
+    /// a negative or NaN norm epsilon, rotary dims beyond the head).
+    #[error("config key `{key}` = {value} is out of range: {expected}")]
+    OutOfRange {
+        key: String,
+        value: String,
+        expected: &'static str,
+    },
+    /// The config's layer count disagrees with the checkpoint's layer tensors: `tensor` is
+    /// present although the config declares `declared` layers, or missing although it should
+    /// be there.
+    #[error("config key `{key}` declares {declared} layers, but tensor `{tensor}` is {found}")]
+    LayerCount {
+        key: String,
+        declared: usize,
+        tensor: String,
+        /// `present` (the checkpoint holds more layers) or `missing` (fewer).
+        found: &'static str,
+    },
+    /// A config's vocabulary size disagrees with a tensor's rows (the embedding, the head).
+    #[error("config key `{key}` = {declared}, but tensor `{tensor}` has {rows} rows")]
+    VocabSize {
+        key: String,
+        declared: usize,
+        tensor: String,
+        rows: usize,
+    },
+    /// A computed table (rotary angles) too large to hold: its positions are bounded by the
+    /// config's context, so narrow the model to the capacity in use.
+    #[error("table `{role}` of {rows} x {cols} f32 is too large to compute")]
+    TableTooLarge {
+        role: String,
+        rows: usize,
+        cols: usize,
+    },
     /// A tensor the family needs is not in the checkpoint.
     #[error("tensor `{name}` ({role}) is missing from the checkpoint")]
     MissingTensor { name: String, role: String },

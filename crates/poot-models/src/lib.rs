@@ -6,13 +6,16 @@
 
 pub mod components;
 pub mod config;
+pub mod consistency;
 pub mod error;
 pub mod families;
+pub mod limits;
 pub mod model;
 pub mod pipeline;
 pub mod registry;
 pub mod schema;
 pub mod step;
+pub mod table;
 pub mod tensor_parallel;
 pub mod weights;
 

@@ -39,6 +39,13 @@ pub trait Model: Send + Sync {
     fn schema(&self) -> &ModelSchema;
     fn weights(&self) -> &WeightMap;
 
+    /// Narrows the model to its first `positions` positions, the largest capacity a driver will
+    /// use: computed tables (rotary angles) then cover only those, and a longer trace is
+    /// refused. A checkpoint may declare a context far beyond what any device holds; sizing
+    /// its tables by the capacity in use keeps load time and memory bounded by that capacity.
+    /// Refused when `positions` exceeds the model's positions.
+    fn narrow_positions(&mut self, positions: usize) -> Result<(), TraceError>;
+
     /// The weight map rank `shard.rank` of a tensor-parallel group reads (its slices of the
     /// split weights, see [`crate::tensor_parallel`]). A group of one reads [`Model::weights`];
     /// a family whose tracer does not split its layers refuses any larger group.
@@ -174,6 +181,18 @@ pub trait Model: Send + Sync {
         }
         Ok(graph)
     }
+}
+
+/// The positions a model narrowed to `positions` keeps (at least one), refused beyond the
+/// `max_positions` it has.
+pub fn narrowed_positions(positions: usize, max_positions: usize) -> Result<usize, TraceError> {
+    if positions > max_positions {
+        return Err(TraceError::Positions {
+            capacity: positions,
+            max_positions,
+        });
+    }
+    Ok(positions.max(1))
 }
 
 /// What a family's build returns.

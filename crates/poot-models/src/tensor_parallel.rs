@@ -31,6 +31,7 @@ use poot_graph_ir::{ComponentFormat, DType, TensorType};
 
 use crate::error::TraceError;
 use crate::step::Shard;
+use crate::table::ComputedTable;
 use crate::weights::{ComponentSource, Role, WeightEntry, WeightMap, WeightRole, WeightSource};
 
 /// The indivisible parts a split weight is cut between.
@@ -244,9 +245,11 @@ impl WeightMap {
                     }
                 }
             }
-            WeightSource::Table(t) => {
-                WeightSource::Table(slice_table(t, dims, axis, range.clone()))
-            }
+            WeightSource::Table(t) => WeightSource::Table(ComputedTable::values(
+                new_dims[0],
+                new_dims.iter().skip(1).product(),
+                slice_table(t.data(), dims, axis, range.clone()),
+            )),
             WeightSource::Components(parts) => {
                 let DType::Components(format) = e.ty.dtype else {
                     return Err(TraceError::SplitShape {
@@ -465,7 +468,7 @@ pub fn component_slices(
 pub type ComponentSlice = (&'static str, Option<Range<u64>>, Option<Range<u64>>);
 
 /// Rows (`axis` 0) or columns (`axis` 1) `range` of a row-major f32 table of `dims`.
-fn slice_table(t: &Arc<[f32]>, dims: &[usize], axis: usize, range: Range<usize>) -> Arc<[f32]> {
+fn slice_table(t: &[f32], dims: &[usize], axis: usize, range: Range<usize>) -> Arc<[f32]> {
     let cols: usize = dims.iter().skip(1).product();
     if axis == 0 {
         Arc::from(t.get(range.start * cols..range.end * cols).unwrap_or(&[]))

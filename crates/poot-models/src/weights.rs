@@ -6,7 +6,6 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
-use std::sync::Arc;
 
 use poot_formats::{DenseType, GgmlType, PackedFormat, StoredType};
 use poot_graph_ir::{Builder, ComponentFormat, DType, TensorType, Traced, component_const_name};
@@ -14,6 +13,7 @@ use poot_load::{Checkpoint, ConfigSource, LinearWeight, WeightStore};
 
 use crate::config::SourceKind;
 use crate::error::{ModelError, TraceError};
+use crate::table::{ComputedTable, Formula};
 
 /// What a weight does in the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -147,8 +147,8 @@ pub enum WeightSource {
         rows: Option<Range<u64>>,
         cols: Option<Range<u64>>,
     },
-    /// A table the family computes from the config (rotary angles).
-    Table(Arc<[f32]>),
+    /// A table the family computes from the config (rotary angles), on first read.
+    Table(ComputedTable),
     /// A component-format constant (a GPTQ, AWQ, FP8 or FP4 linear): each component's role
     /// and the checkpoint tensor that stores it (or a tensor-parallel rank's slice of it), in
     /// the format's order.
@@ -527,17 +527,31 @@ impl WeightMap {
         self.entries.insert(e.role, e);
     }
 
-    /// Binds `role` to a computed f32 table of `dims`.
-    pub fn bind_table(&mut self, role: WeightRole, dims: Vec<usize>, data: Arc<[f32]>) {
-        let ty = TensorType::new(DType::F32, dims);
+    /// Binds `role` to a computed f32 table.
+    pub fn bind_table(&mut self, role: WeightRole, table: ComputedTable) {
+        let ty = TensorType::new(DType::F32, table.dims());
         self.entries.insert(
             role,
             WeightEntry {
                 role,
                 ty,
-                source: WeightSource::Table(data),
+                source: WeightSource::Table(table),
             },
         );
+    }
+
+    /// Cuts every rotary table to its first `positions` rows: a model narrowed to the capacity
+    /// in use computes and uploads only those.
+    pub fn narrow_rope_tables(&mut self, positions: usize) {
+        for e in self.entries.values_mut() {
+            if let WeightSource::Table(t) = &e.source
+                && matches!(t.formula(), Formula::Rope { .. })
+            {
+                let narrowed = t.first_rows(positions);
+                e.ty = TensorType::new(DType::F32, narrowed.dims());
+                e.source = WeightSource::Table(narrowed);
+            }
+        }
     }
 
     /// Binds `role` to the tensor the family's name table spells for it.
@@ -597,7 +611,7 @@ impl WeightMap {
                 role: const_name.to_string(),
             })?;
         match &e.source {
-            WeightSource::Table(t) => Ok(ConstData::F32(t)),
+            WeightSource::Table(t) => Ok(ConstData::F32(t.data())),
             WeightSource::Tensor { name, rows, cols } => {
                 Ok(match stored_slice(store, name, rows, cols)? {
                     Cow::Borrowed(b) => ConstData::Bytes(b),

@@ -105,7 +105,7 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         return Err(ApiError::context(prompt.len(), max_new, app.context));
     }
     let mut stops = g.stops.clone();
-    stops.extend(rendered.stops.iter().filter(|s| !s.is_empty()).cloned());
+    stops.extend(rendered.turn_stops(g.ignore_eos));
     let seqs: Vec<SeqSpec> = (0..g.n)
         .map(|i| SeqSpec {
             request: GenerateRequest {
@@ -114,7 +114,7 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
                 stops: stops.clone(),
                 ..GenerateRequest::new(prompt.clone(), max_new, choice_sampler(&g.sampler, i))
             },
-            stop_ids: rendered.stop_ids.clone(),
+            stop_ids: rendered.turn_stop_ids(g.ignore_eos),
         })
         .collect();
     let rx = app.engine.submit(seqs)?;

@@ -55,6 +55,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME", alias = "alias")]
     pub served_model_name: Option<String>,
 
+    /// Check every file the generation model's load reads against this integrity manifest (a
+    /// poot manifest: each file's length and SHA-256) before any tensor is read.
+    #[arg(long, value_name = "MANIFEST")]
+    pub verify: Option<PathBuf>,
+
     /// An encoder checkpoint (a BERT-family directory such as all-MiniLM-L6-v2) that serves
     /// POST /v1/embeddings.
     #[arg(long, value_name = "PATH")]

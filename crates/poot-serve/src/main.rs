@@ -52,6 +52,11 @@ fn main() {
             }
         }
     }
+    // Quiets the Vulkan probes' "XDG_RUNTIME_DIR is invalid or not set" on headless machines.
+    if let Some(dir) = poot_llm::backend::private_runtime_dir() {
+        // SAFETY: the process is still single-threaded here.
+        unsafe { std::env::set_var(poot_llm::backend::RUNTIME_DIR_ENV, dir) };
+    }
     if let Err(e) = serve(args) {
         eprintln!("poot-serve: {e}");
         std::process::exit(1);
@@ -61,7 +66,7 @@ fn main() {
 fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let metrics =
         Arc::new(Metrics::new().map_err(|e| ServeError::Options(format!("metrics: {e}")))?);
-    let handle = load(&args.model)?;
+    let handle = load(&args.model, args.verify.as_deref())?;
     let model_id = args
         .served_model_name
         .clone()
@@ -76,6 +81,15 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
         Some(c) => c as usize,
         None => DEFAULT_CONTEXT.min(max_positions),
     };
+    // Rotary tables for the context served, not for the one the checkpoint declares.
+    let mut handle = handle;
+    handle
+        .narrow_positions(context)
+        .map_err(|source| ServeError::Load {
+            path: args.model.clone(),
+            source: Box::new(source),
+        })?;
+    let handle = Arc::new(handle);
     let prefill_chunk = match args.prefill_chunk {
         Some(c) if c as usize > context => {
             return Err(ServeError::Options(format!(
@@ -330,18 +344,27 @@ async fn shutdown() {
     eprintln!("shutting down");
 }
 
-fn load(path: &Path) -> Result<Arc<ModelHandle>, ServeError> {
+/// Loads the generation model at `path`, checked against `verify`'s manifest when given.
+fn load(path: &Path, verify: Option<&Path>) -> Result<ModelHandle, ServeError> {
     let started = Instant::now();
     let registry = Registry::builtin().map_err(|e| ServeError::Load {
         path: path.to_path_buf(),
         source: Box::new(poot_llm::HandleError::Model(e)),
     })?;
-    let handle = ModelHandle::load(path, &registry, &LoadOptions::default()).map_err(|source| {
-        ServeError::Load {
+    let options = match verify {
+        None => LoadOptions::default(),
+        Some(manifest) => {
+            poot_llm::handle::verifying(manifest).map_err(|source| ServeError::Load {
+                path: manifest.to_path_buf(),
+                source: Box::new(source),
+            })?
+        }
+    };
+    let handle =
+        ModelHandle::load(path, &registry, &options).map_err(|source| ServeError::Load {
             path: path.to_path_buf(),
             source: Box::new(source),
-        }
-    })?;
+        })?;
     if handle.config().kind == ModelKind::Encoder {
         return Err(ServeError::Model {
             path: path.to_path_buf(),
@@ -361,7 +384,7 @@ fn load(path: &Path) -> Result<Arc<ModelHandle>, ServeError> {
         handle.config().n_layers,
         started.elapsed().as_secs_f64()
     );
-    Ok(Arc::new(handle))
+    Ok(handle)
 }
 
 fn choice(backend: BackendArg) -> BackendChoice {
@@ -421,7 +444,7 @@ mod tests {
     fn a_pipeline_fits_each_stages_share_of_a_block_beside_its_weights() {
         let dir =
             std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-chat");
-        let handle = load(&dir).unwrap();
+        let handle = load(&dir, None).unwrap();
         let gib = 1u64 << 30;
         let mut target = poot_graph_plan::Target::ptx_preset();
         target.limits.memory_bytes = Some(2 * gib);

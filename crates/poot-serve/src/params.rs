@@ -1,6 +1,7 @@
 //! Checks a request's sampling and stopping fields against OpenAI's ranges and turns them into
 //! the driver's terms. A field out of range is a 400 naming it; the driver checks again.
 
+use poot_llm::sampling::CANDIDATES;
 use poot_llm::{MAX_TOP_LOGPROBS, Penalties, Sampler};
 
 use crate::error::ApiError;
@@ -49,6 +50,13 @@ pub fn generation(f: &SamplingFields, vocab: usize) -> Result<Generation, ApiErr
             ));
         }
     };
+    // The device draws among at most CANDIDATES tokens; a larger top_k would be cut silently.
+    if top_k as usize > CANDIDATES {
+        return Err(ApiError::invalid_value(
+            "top_k",
+            format!("top_k {top_k} exceeds the {CANDIDATES} candidates the device draws from"),
+        ));
+    }
     let min_p = f.min_p.unwrap_or(0.0);
     if !(0.0..=1.0).contains(&min_p) {
         return Err(ApiError::invalid_value(
@@ -222,6 +230,8 @@ mod tests {
             (r#"{"temperature": -1}"#, "temperature"),
             (r#"{"top_p": 0}"#, "top_p"),
             (r#"{"top_k": -2}"#, "top_k"),
+            (r#"{"top_k": 33}"#, "top_k"),
+            (r#"{"top_k": 4294967296}"#, "top_k"),
             (r#"{"min_p": 1.5}"#, "min_p"),
             (r#"{"n": 0}"#, "n"),
             (r#"{"n": 1000}"#, "n"),

@@ -44,6 +44,63 @@ fn concurrent_requests_disconnects_and_garbage() {
     disconnected_stream_frees_its_row(&server);
     disconnected_request_frees_its_row(&server);
     garbage_does_not_stop_the_engine(&server);
+    a_top_k_over_the_candidates_is_refused(&server);
+    ignore_eos_chat_runs_through_the_end_of_turn(&server);
+}
+
+/// A chat answer whose end-of-turn token (`<|im_end|>`, id 2) is forced ends at once, unless
+/// `ignore_eos`: then it runs through the token to `max_tokens`, as transformers does.
+fn ignore_eos_chat_runs_through_the_end_of_turn(server: &Server) {
+    let body = |ignore_eos| {
+        json!({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}],
+               "max_tokens": 3, "temperature": 0, "logit_bias": {"2": 100},
+               "ignore_eos": ignore_eos})
+        .to_string()
+    };
+    let r = server.post("/v1/chat/completions", &body(true));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["usage"]["completion_tokens"], 3, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
+    let r = server.post("/v1/chat/completions", &body(false));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+}
+
+/// The device draws among 32 candidates: a larger top_k is a 400 naming the limit, on both
+/// routes, rather than a draw silently cut to 32.
+fn a_top_k_over_the_candidates_is_refused(server: &Server) {
+    for (path, body) in [
+        (
+            "/v1/completions",
+            json!({"model": MODEL_ID, "prompt": "a", "top_k": 33, "max_tokens": 2}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": MODEL_ID, "messages": [{"role": "user", "content": "a"}],
+                   "top_k": 1000, "max_tokens": 2}),
+        ),
+    ] {
+        let r = server.post(path, &body.to_string());
+        assert_eq!(r.status, 400, "{path}: {}", r.body);
+        let e = r.json();
+        assert_eq!(e["error"]["param"], "top_k", "{}", r.body);
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("32 candidates"),
+            "{}",
+            r.body
+        );
+    }
+    // At the limit it runs.
+    let body = json!({"model": MODEL_ID, "prompt": "a", "top_k": 32, "max_tokens": 2});
+    assert_eq!(
+        server.post("/v1/completions", &body.to_string()).status,
+        200
+    );
 }
 
 /// A KV pool far smaller than the rows at full context: sequences take blocks as they grow, the

@@ -3,7 +3,9 @@
 //!
 //! The templates are the formats' Jinja sources as the axolotl project packages them
 //! (axolotl 0.19.0, `axolotl/utils/chat_templates/templates`), so they render exactly like the
-//! models' own templates.
+//! models' own templates; except `gemma`, a family's fallback for a GGUF without a template,
+//! which renders what llama.cpp's built-in gemma format does (`src/llama-chat.cpp`): Gemma's
+//! own template refuses a system message, llama.cpp's joins it to the first user turn.
 
 use crate::chat_template::ChatTemplate;
 use crate::error::ChatError;

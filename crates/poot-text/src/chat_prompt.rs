@@ -63,6 +63,28 @@ pub struct RenderedChat {
 }
 
 impl RenderedChat {
+    /// The texts that end the assistant's turn, or none when the caller ignores end-of-sequence:
+    /// then generation runs through the end-of-turn token to its token limit, as transformers
+    /// does when EOS is ignored.
+    pub fn turn_stops(&self, ignore_eos: bool) -> Vec<String> {
+        if ignore_eos {
+            return Vec::new();
+        }
+        self.stops
+            .iter()
+            .filter(|s| !s.is_empty())
+            .cloned()
+            .collect()
+    }
+
+    /// The ids of [`RenderedChat::turn_stops`] that are single tokens (none when EOS is ignored).
+    pub fn turn_stop_ids(&self, ignore_eos: bool) -> Vec<u32> {
+        if ignore_eos {
+            return Vec::new();
+        }
+        self.stop_ids.clone()
+    }
+
     /// Byte ranges of the text where a message spelled a control token.
     pub fn protected_ranges(&self) -> &[Range<usize>] {
         &self.protected

@@ -743,6 +743,14 @@ fn check_request(req: &GenerateRequest, vocab: usize) -> Result<(), DriverError>
     if !(0.0..=1.0).contains(&s.min_p) {
         return bad(format!("min_p {} must be in [0, 1]", s.min_p));
     }
+    // The device draws among at most CANDIDATES tokens: a larger top_k would be cut silently.
+    if s.top_k as usize > crate::sampling::CANDIDATES {
+        return bad(format!(
+            "top_k {} exceeds the {} candidates the device draws from",
+            s.top_k,
+            crate::sampling::CANDIDATES
+        ));
+    }
     let p = s.penalties;
     if !(p.repetition.is_finite() && p.repetition > 0.0) {
         return bad(format!(

@@ -2,7 +2,6 @@
 //! [`DenseDecoderSpec`], binds its name table, and gets its tracer from here.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use poot_graph_ir::ops::RopeStyle;
 use poot_graph_ir::{Builder, Graph};
@@ -13,9 +12,10 @@ use super::{
 };
 use crate::config::SourceKind;
 use crate::error::{ModelError, TraceError};
-use crate::model::{Model, ModelConfig};
+use crate::model::{Model, ModelConfig, narrowed_positions};
 use crate::schema::ModelSchema;
 use crate::step::{Program, Shard, StepSpec};
+use crate::table::ComputedTable;
 use crate::tensor_parallel::Heads;
 use crate::weights::{NameTable, Role, TensorIndex, WeightMap, WeightRole};
 
@@ -132,14 +132,12 @@ impl DenseDecoder {
                 value: spec.ropes.len().to_string(),
                 supported: "at most 255",
             })?;
-            let (cos, sin) = rope.tables(c.max_positions);
-            let dims = vec![c.max_positions, rope.dims / 2];
-            w.bind_table(
-                WeightRole::global(Role::RopeCos(i)),
-                dims.clone(),
-                Arc::from(cos),
-            );
-            w.bind_table(WeightRole::global(Role::RopeSin(i)), dims, Arc::from(sin));
+            // Described here, computed on first read (after any narrowing to the capacity in use).
+            for (role, sin) in [(Role::RopeCos(i), false), (Role::RopeSin(i), true)] {
+                let role = WeightRole::global(role);
+                let table = ComputedTable::rope(&role.const_name(), *rope, sin, c.max_positions)?;
+                w.bind_table(role, table);
+            }
         }
         let schema = ModelSchema::decoder(c.n_layers, spec.n_kv_heads, spec.head_dim);
         Ok(DenseDecoder {
@@ -165,6 +163,13 @@ impl Model for DenseDecoder {
 
     fn weights(&self) -> &WeightMap {
         &self.weights
+    }
+
+    fn narrow_positions(&mut self, positions: usize) -> Result<(), TraceError> {
+        let c = &mut self.spec.config;
+        c.max_positions = narrowed_positions(positions, c.max_positions)?;
+        self.weights.narrow_rope_tables(c.max_positions);
+        Ok(())
     }
 
     /// Checks the heads split over the group before narrowing the weights, so a refusal names
@@ -359,11 +364,14 @@ impl DecoderBasics {
         names: &NameTable,
     ) -> Result<DecoderBasics, ModelError> {
         use crate::config::key;
-        let hidden = cfg.usize(key("hidden_size", "embedding_length"))?;
-        let layers = cfg.usize(key("num_hidden_layers", "block_count"))?;
-        let n_heads = cfg.usize(key("num_attention_heads", "attention.head_count"))?;
+        use crate::limits::{LAYERS, POSITIONS, WIDTH};
+        let hidden = cfg.usize_at_most(key("hidden_size", "embedding_length"), WIDTH)?;
+        let layers_key = key("num_hidden_layers", "block_count");
+        let layers = cfg.usize_at_most(layers_key, LAYERS)?;
+        let heads_key = key("num_attention_heads", "attention.head_count");
+        let n_heads = cfg.usize_at_most(heads_key, WIDTH)?;
         let n_kv_heads = cfg
-            .opt_usize(key("num_key_value_heads", "attention.head_count_kv"))?
+            .opt_usize_at_most(key("num_key_value_heads", "attention.head_count_kv"), WIDTH)?
             .unwrap_or(n_heads);
         if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
             return Err(ModelError::Unsupported {
@@ -372,27 +380,38 @@ impl DecoderBasics {
                 supported: "a positive divisor of the query head count",
             });
         }
-        let head_dim = match cfg.opt_usize(key("head_dim", "attention.key_length"))? {
+        let head_dim_key = key("head_dim", "attention.key_length");
+        let head_dim = match cfg.opt_usize_at_most(head_dim_key, WIDTH)? {
             Some(d) => d,
             None => hidden / n_heads,
         };
-        let intermediate = cfg.usize(key("intermediate_size", "feed_forward_length"))?;
-        let eps = cfg
-            .opt_f32(key("rms_norm_eps", "attention.layer_norm_rms_epsilon"))?
-            .unwrap_or(1e-6);
+        let intermediate =
+            cfg.usize_at_most(key("intermediate_size", "feed_forward_length"), WIDTH)?;
+        let eps_key = key("rms_norm_eps", "attention.layer_norm_rms_epsilon");
+        let eps = cfg.opt_f32(eps_key)?.unwrap_or(1e-6);
+        if !(eps.is_finite() && eps >= 0.0) {
+            return Err(cfg.out_of_range(eps_key, eps, "a finite epsilon >= 0"));
+        }
         // transformers 5 may spell the base only inside `rope_parameters`.
         let nested_theta = cfg
             .hf("rope_parameters")
             .and_then(|p| p.get("rope_theta"))
             .and_then(|t| t.as_f64())
             .map(|t| t as f32);
-        let theta = cfg
-            .opt_f32(key("rope_theta", "rope.freq_base"))?
-            .or(nested_theta)
-            .unwrap_or(10000.0);
+        let theta_key = key("rope_theta", "rope.freq_base");
+        let theta = cfg.opt_f32(theta_key)?.or(nested_theta).unwrap_or(10000.0);
+        check_rope_base(cfg, theta_key, theta)?;
         let max_positions = cfg
-            .opt_usize(key("max_position_embeddings", "context_length"))?
+            .opt_usize_at_most(key("max_position_embeddings", "context_length"), POSITIONS)?
             .unwrap_or(2048);
+        crate::consistency::check_layer_count(
+            cfg,
+            layers_key,
+            layers,
+            index,
+            names,
+            Role::AttnNorm,
+        )?;
         let embed_name = names
             .name(cfg.kind(), None, Role::TokenEmbed)
             .unwrap_or_default();
@@ -403,7 +422,7 @@ impl DecoderBasics {
                 role: "w.embed".into(),
             })?;
         let vocab = match embed.shape.as_slice() {
-            [v, d] if *d as usize == hidden => *v as usize,
+            [v, d] if *d == hidden as u64 && usize::try_from(*v).is_ok() => *v as usize,
             _ => {
                 return Err(ModelError::TensorShape {
                     name: embed_name,
@@ -412,19 +431,36 @@ impl DecoderBasics {
                 });
             }
         };
+        crate::consistency::check_vocab(cfg, &embed_name, vocab)?;
         let bos_id = cfg
             .opt_ids(key("bos_token_id", "tokenizer.ggml.bos_token_id"))?
             .first()
             .copied();
         let eos_ids = cfg.opt_ids(key("eos_token_id", "tokenizer.ggml.eos_token_id"))?;
+        let rope_dims_key = key("", "rope.dimension_count");
         let rope_dims = cfg
-            .opt_usize(key("", "rope.dimension_count"))?
+            .opt_usize_at_most(rope_dims_key, WIDTH)?
             .unwrap_or(head_dim);
-        let partial = cfg.opt_f32(key("partial_rotary_factor", ""))?;
+        let partial_key = key("partial_rotary_factor", "");
+        let partial = cfg.opt_f32(partial_key)?;
+        // The key the rotary feature count came from, for a refusal.
+        let rope_source = match (partial, cfg.opt_usize(rope_dims_key)?) {
+            (Some(_), _) => partial_key,
+            (None, Some(_)) => rope_dims_key,
+            (None, None) => head_dim_key,
+        };
         let rope_dims = match partial {
-            Some(f) => ((head_dim as f32) * f) as usize,
+            Some(f) if f.is_finite() && f > 0.0 && f <= 1.0 => ((head_dim as f32) * f) as usize,
+            Some(f) => return Err(cfg.out_of_range(partial_key, f, "a fraction in (0, 1]")),
             None => rope_dims,
         };
+        if rope_dims == 0 || rope_dims % 2 != 0 || rope_dims > head_dim {
+            return Err(cfg.out_of_range(
+                rope_source,
+                rope_dims,
+                "an even number of rotary features, at most the head dim",
+            ));
+        }
         Ok(DecoderBasics {
             hidden,
             layers,
@@ -440,6 +476,20 @@ impl DecoderBasics {
             eos_ids,
             rope_dims,
         })
+    }
+}
+
+/// Refuses a rotary base the frequencies `1 / theta^(2i / dims)` cannot come from: zero,
+/// negative or not finite.
+pub fn check_rope_base(
+    cfg: &crate::config::ConfigReader,
+    k: crate::config::Key,
+    theta: f32,
+) -> Result<(), ModelError> {
+    if theta.is_finite() && theta > 0.0 {
+        Ok(())
+    } else {
+        Err(cfg.out_of_range(k, theta, "a finite rotary base > 0"))
     }
 }
 

@@ -3,6 +3,7 @@
 
 use crate::config::{ConfigReader, Key, key};
 use crate::error::ModelError;
+use crate::limits::POSITIONS;
 
 /// How a config stretches the rotary frequencies for a longer context.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -121,23 +122,34 @@ impl RopeConfig {
     /// `(cos, sin)` tables `[positions, dims / 2]`, row-major. The angle is the f32 product of
     /// position and frequency (as Hugging Face forms it); cos and sin are taken in f64 and rounded.
     pub fn tables(&self, positions: usize) -> (Vec<f32>, Vec<f32>) {
+        (self.table(positions, false), self.table(positions, true))
+    }
+
+    /// The cos table (the sin table when `sin`) of [`RopeConfig::tables`]. The caller bounds
+    /// `positions` (see [`crate::table::ComputedTable::rope`]).
+    pub fn table(&self, positions: usize, sin: bool) -> Vec<f32> {
         let inv = self.inv_freq();
         let scale = self.table_scale();
-        let mut cos = Vec::with_capacity(positions * inv.len());
-        let mut sin = Vec::with_capacity(positions * inv.len());
+        let mut out = Vec::with_capacity(positions.saturating_mul(inv.len()));
         for p in 0..positions {
             for &f in &inv {
                 let angle = (p as f32 * f) as f64;
-                cos.push((angle.cos() as f32) * scale);
-                sin.push((angle.sin() as f32) * scale);
+                let v = if sin { angle.sin() } else { angle.cos() };
+                out.push((v as f32) * scale);
             }
         }
-        (cos, sin)
+        out
     }
 
     /// Reads the scaling a config asks for: Hugging Face's `rope_scaling` (or `rope_parameters`)
     /// object, or GGUF's `rope.scaling.*` keys. A kind the engine does not implement is refused.
     pub fn read_scaling(cfg: &ConfigReader) -> Result<RopeScaling, ModelError> {
+        let scaling = Self::read_scaling_values(cfg)?;
+        scaling.check()?;
+        Ok(scaling)
+    }
+
+    fn read_scaling_values(cfg: &ConfigReader) -> Result<RopeScaling, ModelError> {
         const GGUF_TYPE: Key = key("", "rope.scaling.type");
         const GGUF_FACTOR: Key = key("", "rope.scaling.factor");
         const GGUF_ORIG: Key = key("", "rope.scaling.original_context_length");
@@ -151,7 +163,7 @@ impl RopeConfig {
                     let factor = cfg.f32(GGUF_FACTOR)?;
                     Ok(RopeScaling::Yarn {
                         factor,
-                        original_max_positions: cfg.usize(GGUF_ORIG)? as f32,
+                        original_max_positions: cfg.usize_at_most(GGUF_ORIG, POSITIONS)? as f32,
                         beta_fast: 32.0,
                         beta_slow: 1.0,
                         attention_factor: yarn_mscale(factor),
@@ -190,7 +202,10 @@ impl RopeConfig {
                 let factor = need("factor")?;
                 let original = match num("original_max_position_embeddings") {
                     Some(o) => o,
-                    None => cfg.usize(key("max_position_embeddings", ""))? as f32 / factor,
+                    None => {
+                        cfg.usize_at_most(key("max_position_embeddings", ""), POSITIONS)? as f32
+                            / factor
+                    }
                 };
                 let attention_factor = match num("attention_factor") {
                     Some(a) => a,
@@ -214,6 +229,61 @@ impl RopeConfig {
                 value: other.to_string(),
                 supported: "default, linear, llama3, yarn",
             }),
+        }
+    }
+}
+
+impl RopeScaling {
+    /// Refuses parameters the frequency formulas cannot use: a factor or context that is not
+    /// finite and positive, equal Llama 3 frequency factors (a division by their difference),
+    /// non-finite YaRN betas or attention factor.
+    fn check(&self) -> Result<(), ModelError> {
+        let positive = |name: &'static str, v: f32| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(ModelError::OutOfRange {
+                    key: format!("rope_scaling.{name}"),
+                    value: v.to_string(),
+                    expected: "a finite value > 0",
+                })
+            }
+        };
+        match *self {
+            RopeScaling::None => Ok(()),
+            RopeScaling::Linear { factor } => positive("factor", factor),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_positions,
+            } => {
+                positive("factor", factor)?;
+                positive("low_freq_factor", low_freq_factor)?;
+                positive("high_freq_factor", high_freq_factor)?;
+                positive("original_max_position_embeddings", original_max_positions)?;
+                if low_freq_factor == high_freq_factor {
+                    return Err(ModelError::OutOfRange {
+                        key: "rope_scaling.high_freq_factor".into(),
+                        value: high_freq_factor.to_string(),
+                        expected: "a value other than low_freq_factor",
+                    });
+                }
+                Ok(())
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_positions,
+                beta_fast,
+                beta_slow,
+                attention_factor,
+            } => {
+                positive("factor", factor)?;
+                positive("original_max_position_embeddings", original_max_positions)?;
+                positive("beta_fast", beta_fast)?;
+                positive("beta_slow", beta_slow)?;
+                positive("attention_factor", attention_factor)
+            }
         }
     }
 }

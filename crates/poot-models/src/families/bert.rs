@@ -11,7 +11,8 @@ use crate::components::{
 };
 use crate::config::{ConfigReader, RawConfig, SourceKind, key};
 use crate::error::{ModelError, TraceError};
-use crate::model::{Model, ModelConfig, ModelKind, ModelParts};
+use crate::limits::{LAYERS, POSITIONS, WIDTH};
+use crate::model::{Model, ModelConfig, ModelKind, ModelParts, narrowed_positions};
 use crate::registry::FamilyEntry;
 use crate::schema::{ModelSchema, StepInput};
 use crate::step::{Program, StepSpec};
@@ -152,14 +153,18 @@ pub struct Bert {
 
 fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelError> {
     let cfg = ConfigReader::new(raw);
-    let hidden = cfg.usize(key("hidden_size", "embedding_length"))?;
-    let layers = cfg.usize(key("num_hidden_layers", "block_count"))?;
-    let n_heads = cfg.usize(key("num_attention_heads", "attention.head_count"))?;
-    let intermediate = cfg.usize(key("intermediate_size", "feed_forward_length"))?;
-    let eps = cfg
-        .opt_f32(key("layer_norm_eps", "attention.layer_norm_epsilon"))?
-        .unwrap_or(1e-12);
-    let max_positions = cfg.usize(key("max_position_embeddings", "context_length"))?;
+    let hidden = cfg.usize_at_most(key("hidden_size", "embedding_length"), WIDTH)?;
+    let layers_key = key("num_hidden_layers", "block_count");
+    let layers = cfg.usize_at_most(layers_key, LAYERS)?;
+    let n_heads = cfg.usize_at_most(key("num_attention_heads", "attention.head_count"), WIDTH)?;
+    let intermediate = cfg.usize_at_most(key("intermediate_size", "feed_forward_length"), WIDTH)?;
+    let eps_key = key("layer_norm_eps", "attention.layer_norm_epsilon");
+    let eps = cfg.opt_f32(eps_key)?.unwrap_or(1e-12);
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(cfg.out_of_range(eps_key, eps, "a finite epsilon >= 0"));
+    }
+    let max_positions =
+        cfg.usize_at_most(key("max_position_embeddings", "context_length"), POSITIONS)?;
     if n_heads == 0 || hidden % n_heads != 0 {
         return Err(cfg.unsupported(
             key("num_attention_heads", "attention.head_count"),
@@ -178,12 +183,13 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
         Some(n) if index.tensor_meta(&n).is_some() => NAMES,
         _ => prefixed,
     };
+    crate::consistency::check_layer_count(&cfg, layers_key, layers, index, &names, Role::AttnNorm)?;
     let kind = cfg.kind();
     let d = hidden as u64;
     let mut w = WeightMap::new();
     let embed_name = names.name(kind, None, Role::TokenEmbed).unwrap_or_default();
     let vocab = match index.tensor_meta(&embed_name).map(|m| m.shape) {
-        Some(s) if s.len() == 2 && s[1] == d => s[0] as usize,
+        Some(s) if s.len() == 2 && s[1] == d && usize::try_from(s[0]).is_ok() => s[0] as usize,
         Some(s) => {
             return Err(ModelError::TensorShape {
                 name: embed_name,
@@ -198,6 +204,7 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
             });
         }
     };
+    crate::consistency::check_vocab(&cfg, &embed_name, vocab)?;
     let g = WeightRole::global;
     w.bind_named(index, &names, kind, g(Role::TokenEmbed), None)?;
     w.bind_named(
@@ -275,6 +282,12 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
 }
 
 impl Model for Bert {
+    /// Only the positions: the learned position embedding is a checkpoint tensor, bound whole.
+    fn narrow_positions(&mut self, positions: usize) -> Result<(), TraceError> {
+        self.config.max_positions = narrowed_positions(positions, self.config.max_positions)?;
+        Ok(())
+    }
+
     fn config(&self) -> &ModelConfig {
         &self.config
     }

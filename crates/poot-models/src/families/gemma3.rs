@@ -3,12 +3,13 @@
 
 use poot_graph_ir::ops::{RmsNormOptions, RopeStyle};
 
-use crate::components::dense::{DecoderBasics, STANDARD_DECODER_NAMES};
+use crate::components::dense::{DecoderBasics, STANDARD_DECODER_NAMES, check_rope_base};
 use crate::components::{
     Activation, DenseDecoder, DenseDecoderSpec, LayerAttention, Norm, RopeConfig, RopeScaling,
 };
 use crate::config::{ConfigReader, RawConfig, SourceKind, key};
 use crate::error::ModelError;
+use crate::limits::POSITIONS;
 use crate::model::ModelParts;
 use crate::registry::FamilyEntry;
 use crate::weights::{NameTable, Role, TensorIndex, spell};
@@ -54,15 +55,15 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
         dims: basics.rope_dims,
         scaling: RopeConfig::read_scaling(&cfg)?,
     };
-    let local_theta = cfg
-        .opt_f32(key("rope_local_base_freq", ""))?
-        .unwrap_or(10000.0);
+    let local_key = key("rope_local_base_freq", "");
+    let local_theta = cfg.opt_f32(local_key)?.unwrap_or(10000.0);
+    check_rope_base(&cfg, local_key, local_theta)?;
     let local = RopeConfig {
         theta: local_theta,
         dims: basics.rope_dims,
         scaling: RopeScaling::None,
     };
-    let window = cfg.usize(key("sliding_window", "attention.sliding_window"))?;
+    let window = cfg.usize_at_most(key("sliding_window", "attention.sliding_window"), POSITIONS)?;
     let sliding = sliding_layers(&cfg, basics.layers)?;
 
     let mut spec = DenseDecoderSpec::standard("gemma3", &basics, global, RopeStyle::HalfSplit);

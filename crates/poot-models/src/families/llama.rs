@@ -6,6 +6,7 @@ use crate::components::LayerAttention;
 use crate::components::dense::build_standard;
 use crate::config::{RawConfig, SourceKind, key};
 use crate::error::ModelError;
+use crate::limits::POSITIONS;
 use crate::model::ModelParts;
 use crate::registry::FamilyEntry;
 use crate::weights::TensorIndex;
@@ -27,7 +28,7 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
             spec.rope_style = RopeStyle::Interleaved;
         }
         // Mistral's sliding window applies to every layer.
-        let window = cfg.opt_usize(key("sliding_window", ""))?;
+        let window = cfg.opt_usize_at_most(key("sliding_window", ""), POSITIONS)?;
         spec.layers = vec![
             LayerAttention {
                 rope_table: 0,
