@@ -2,7 +2,10 @@
 //! kernel, with the step's dispatches (kernel, grid, label) in `dispatches.txt`: what the PTX
 //! backend compiles (under `POOT_TUNING`, as the backend reads it), readable without a GPU.
 //!
-//!   dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T]
+//!   dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T] [--paged-blocks B]
+//!
+//! `--paged-blocks B` plans the step over a paged pool of B blocks of 16 positions, as a
+//! server's steps are.
 
 #![allow(clippy::unwrap_used)]
 
@@ -14,7 +17,7 @@ use poot_graph_plan::kernel::render::{entry_name, render_cuda};
 use poot_graph_plan::{Target, Tuning, compile};
 use poot_llm::sampling::append_head;
 use poot_llm::{Head, LoadOptions, ModelHandle};
-use poot_models::{Registry, StepShape, StepSpec};
+use poot_models::{KvLayout, Registry, StepShape, StepSpec};
 
 fn flag(args: &[String], name: &str, default: usize) -> usize {
     args.iter()
@@ -25,7 +28,8 @@ fn flag(args: &[String], name: &str, default: usize) -> usize {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T]";
+    let usage =
+        "usage: dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T] [--paged-blocks B]";
     let path = PathBuf::from(args.get(1).expect(usage));
     let out = PathBuf::from(args.get(2).expect(usage));
     let capacity = flag(&args, "--capacity", 1024);
@@ -39,7 +43,15 @@ fn main() {
         .unwrap(),
     );
     let limits = TraceLimits::standard(tokens as u64);
-    let spec = StepSpec::step(StepShape::new(1, tokens, capacity));
+    let mut shape = StepShape::new(1, tokens, capacity);
+    let blocks = flag(&args, "--paged-blocks", 0);
+    if blocks > 0 {
+        shape = shape.with_kv(KvLayout::Paged {
+            block_tokens: 16,
+            blocks,
+        });
+    }
+    let spec = StepSpec::step(shape);
     let graph = handle.model().trace(&spec, limits).unwrap();
     let graph = append_head(graph, Head::Greedy, limits, 1).unwrap();
     let mut target = Target::ptx_preset();

@@ -133,8 +133,9 @@ pub struct ServeArgs {
     pub prefill_chunk: Option<u32>,
 
     /// Tokens one engine step may feed: a token for every decoding row, then prompt chunks
-    /// from waiting prompts up to this budget (default: the prefill chunk plus --parallel), so
-    /// a long prompt stalls running streams by at most one budget's worth of prefill.
+    /// from waiting prompts up to this budget, each prompt at most one chunk a step (default:
+    /// 2048 or the prefill chunk if larger, plus --parallel), so a long prompt stalls running
+    /// streams by at most one chunk, and a burst of prompts by at most the budget.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_num_batched_tokens: Option<u32>,
 

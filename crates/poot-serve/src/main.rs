@@ -39,6 +39,9 @@ use crate::metrics::Metrics;
 const DEFAULT_CONTEXT: usize = 2048;
 /// The largest default prefill chunk.
 const DEFAULT_PREFILL_CHUNK: usize = 512;
+/// Prompt tokens a step may feed besides its decoding rows, unless --max-num-batched-tokens
+/// says otherwise.
+const DEFAULT_BATCHED_TOKENS: usize = 2048;
 
 fn main() {
     let args = ServeArgs::parse();
@@ -116,9 +119,14 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let mut options = DriverOptions::new(context, prefill_chunk)
         .with_rows(rows)
         .with_chain(args.decode_chain as usize);
-    if let Some(tokens) = args.max_num_batched_tokens {
-        options = options.with_max_batched_tokens(tokens as usize);
-    }
+    // By default several prompts' chunks share a step (as vLLM's 2048-token budget does), so a
+    // burst of prompts waits for fewer decode steps between its chunks.
+    let batched = args
+        .max_num_batched_tokens
+        .map_or(DEFAULT_BATCHED_TOKENS.max(prefill_chunk) + rows, |t| {
+            t as usize
+        });
+    options = options.with_max_batched_tokens(batched);
     let backend = args.backend;
     let prepare = args.prepare_variants;
     let engine_handle = Arc::clone(&handle);
