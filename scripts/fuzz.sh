@@ -3,6 +3,7 @@
 # on stable Rust, for a bounded time per target.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET ...]     (default: 60 s, every target)
+#   POOT_FUZZ_RUNS=10000000 scripts/fuzz.sh 86400          (a campaign: N inputs per target)
 #
 # Targets (fuzz/fuzz_targets/): gguf_parse, safetensors_parse, gguf_load, hf_load, model_load.
 # Each run is seeded from the committed fixtures (crates/poot-load/tests/fixtures; model_load
@@ -74,7 +75,8 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$artifacts"
   seed "$t" "$corpus"
   echo "== $t: ${secs}s"
-  if ! "$CARGO_TARGET_DIR/$triple/release/$t" "$corpus" \
+  # POOT_FUZZ_RUNS=N: a campaign of N inputs per target (the time limit still applies).
+  if ! "$CARGO_TARGET_DIR/$triple/release/$t" "$corpus" ${POOT_FUZZ_RUNS:+-runs="$POOT_FUZZ_RUNS"} \
       -max_total_time="$secs" -max_len=32768 -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=64 \
       -artifact_prefix="$artifacts/" -print_final_stats=1 2> "$artifacts/last-run.log"; then
     status=1

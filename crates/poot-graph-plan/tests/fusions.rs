@@ -293,9 +293,10 @@ fn a_prefill_chunks_norm_and_projections_are_one_tiled_kernel() {
 fn tiled_contractions_multiply_on_matrix_units_where_the_target_has_them() {
     let g = one_projection();
     let mmas = |target: &Target| mma_counts(&compile(&g, target).unwrap()).0;
-    // Per 16-element step, 8 warps each: two halves x (2 x 2 blocks) x 3 products. f32 weights
-    // take the tf32 path under the default (half) tuning too.
+    // Per 16-element step, 8 warps each: two halves x (2 x 2 blocks) x 3 products. The default
+    // is tf32, and f32 weights take the tf32 path under the half tuning too.
     assert_eq!(mmas(&Target::ptx_preset()), 24);
+    assert_eq!(mmas(&with_units(MatrixUnits::Half)), 24);
     assert_eq!(mmas(&with_units(MatrixUnits::Tf32)), 24);
     assert_eq!(mmas(&with_units(MatrixUnits::Off)), 0);
     assert_eq!(mmas(&Target::wgpu_preset()), 0);
@@ -331,7 +332,7 @@ fn half_layer(rows: usize, dtype: DType) -> Graph {
 fn half_weights_multiply_in_half_precision_on_ptx_for_many_rows() {
     for dtype in [DType::F16, DType::BF16] {
         let g = half_layer(64, dtype);
-        let p = compile(&g, &Target::ptx_preset()).unwrap();
+        let p = compile(&g, &with_units(MatrixUnits::Half)).unwrap();
         // Q and K as siblings, gate and up into their product, down with the residual: each
         // 16-element step of each warp takes one product per 16 x 8 block (2 x 2 blocks) per
         // sum, nothing on the tf32 path.
@@ -362,10 +363,10 @@ fn half_weights_multiply_in_half_precision_on_ptx_for_many_rows() {
         assert!(mma_counts(&compile(&g, &with_units(MatrixUnits::Tf32)).unwrap()).0 > 0);
         // The rounding is in the graph the plan computes: twice (the norm's output, the
         // feed-forward product) with a cast to the half type and one back.
-        let rounded = round_half_operands(&g, &Target::ptx_preset()).unwrap();
+        let rounded = round_half_operands(&g, &with_units(MatrixUnits::Half)).unwrap();
         assert_eq!(rounded.eqns().len(), g.eqns().len() + 4, "{rounded}");
         // Rounding a rounded graph changes nothing.
-        let again = round_half_operands(&rounded, &Target::ptx_preset()).unwrap();
+        let again = round_half_operands(&rounded, &with_units(MatrixUnits::Half)).unwrap();
         assert_eq!(*again, *rounded);
         for target in [with_units(MatrixUnits::Tf32), Target::wgpu_preset()] {
             assert_eq!(*round_half_operands(&g, &target).unwrap(), g);
@@ -379,7 +380,7 @@ fn few_rows_and_other_weights_keep_their_precision() {
     // graph as traced.
     for rows in [1, 8] {
         let g = half_layer(rows, DType::F16);
-        let target = Target::ptx_preset();
+        let target = with_units(MatrixUnits::Half);
         assert_eq!(*round_half_operands(&g, &target).unwrap(), g);
         let p = compile(&g, &target).unwrap();
         assert!(kinds(&p).iter().all(|k| k.starts_with("gemv")), "{p:?}");
@@ -387,13 +388,16 @@ fn few_rows_and_other_weights_keep_their_precision() {
     }
     // Nine rows are tiled and rounded.
     let g = half_layer(9, DType::F16);
-    let (tf32, half) = mma_counts(&compile(&g, &Target::ptx_preset()).unwrap());
+    let (tf32, half) = mma_counts(&compile(&g, &with_units(MatrixUnits::Half)).unwrap());
     assert!(tf32 == 0 && half > 0, "{tf32} {half}");
     // f32 and packed weights: no rounding, tf32 products.
     for dtype in [DType::F32, DType::Packed(GgmlType::Q8_0)] {
         let g = half_layer(64, dtype);
-        assert_eq!(*round_half_operands(&g, &Target::ptx_preset()).unwrap(), g);
-        let (tf32, half) = mma_counts(&compile(&g, &Target::ptx_preset()).unwrap());
+        assert_eq!(
+            *round_half_operands(&g, &with_units(MatrixUnits::Half)).unwrap(),
+            g
+        );
+        let (tf32, half) = mma_counts(&compile(&g, &with_units(MatrixUnits::Half)).unwrap());
         assert!(tf32 > 0 && half == 0, "{dtype}: {tf32} {half}");
     }
 }

@@ -8,8 +8,8 @@
 use half::{bf16, f16};
 use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
 use poot_graph_ir::{Builder, DType, Graph, Outputs, TensorType, TraceLimits, ops};
-use poot_graph_plan::Target;
 use poot_graph_plan::precision::{half_operand, round_half_operands};
+use poot_graph_plan::{MatrixUnits, Target};
 
 const ROWS: usize = 24;
 const K: usize = 96;
@@ -84,7 +84,7 @@ fn run(g: &Graph, x: &[f32], w: &HostTensor<'_>) -> Vec<f32> {
 
 #[test]
 fn the_rewritten_graph_rounds_its_left_side_as_explicit_casts_do() {
-    let target = Target::ptx_preset();
+    let target = half_target();
     let x = values(3, ROWS * K);
     for dtype in [DType::F16, DType::BF16] {
         let (w, _) = weights(dtype);
@@ -112,7 +112,7 @@ fn the_rewritten_graph_rounds_its_left_side_as_explicit_casts_do() {
 
 #[test]
 fn rounding_the_left_side_moves_each_sum_by_at_most_the_stated_bound() {
-    let target = Target::ptx_preset();
+    let target = half_target();
     let x = values(5, ROWS * K);
     for (dtype, bound) in [(DType::F16, 2f64.powi(-11)), (DType::BF16, 2f64.powi(-8))] {
         let (w, wf) = weights(dtype);
@@ -140,4 +140,12 @@ fn rounding_the_left_side_moves_each_sum_by_at_most_the_stated_bound() {
         // The bound is nearly reached: the rewrite does round.
         assert!(worst > bound / 64.0, "{dtype}: worst {worst:e}");
     }
+}
+
+/// The PTX preset with contractions against half weights multiplied in half precision (the
+/// opt-in `mma=half`).
+fn half_target() -> Target {
+    let mut t = Target::ptx_preset();
+    t.tuning.gemm_matrix_units = MatrixUnits::Half;
+    t
 }
