@@ -60,6 +60,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MANIFEST")]
     pub verify: Option<PathBuf>,
 
+    /// The same check for the embedding model's files (--embedding-model).
+    #[arg(long, value_name = "MANIFEST", requires = "embedding_model")]
+    pub embedding_verify: Option<PathBuf>,
+
     /// An encoder checkpoint (a BERT-family directory such as all-MiniLM-L6-v2) that serves
     /// POST /v1/embeddings.
     #[arg(long, value_name = "PATH")]

@@ -9,7 +9,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
-use poot_llm::{ModelHandle, OpenedExecutor, SentenceEncoder};
+use poot_llm::{LoadOptions, ModelHandle, OpenedExecutor, SentenceEncoder};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
@@ -44,6 +44,7 @@ impl Embedder {
         open: impl FnOnce() -> Result<OpenedExecutor, ServeError> + Send + 'static,
         rows: usize,
         max_tokens: Option<usize>,
+        options: LoadOptions,
     ) -> Result<Embedder, ServeError> {
         let (jobs, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<Arc<ModelHandle>, ServeError>>();
@@ -52,11 +53,12 @@ impl Embedder {
             .name("poot-embed".to_owned())
             .spawn(move || {
                 let loaded = open().and_then(|opened| {
-                    SentenceEncoder::load_up_to(
+                    SentenceEncoder::load_with(
                         &owned,
                         opened.executor,
                         rows,
                         max_tokens.unwrap_or(usize::MAX),
+                        &options,
                     )
                     .map_err(|source| ServeError::Encoder {
                         path: owned.clone(),

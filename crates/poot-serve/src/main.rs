@@ -174,12 +174,14 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
                 .embedding_model_name
                 .clone()
                 .unwrap_or_else(|| model_name(path));
+            let options = load_options(args.embedding_verify.as_deref())?;
             let e = Embedder::start(
                 path,
                 id,
                 move || open(backend),
                 args.embedding_batch as usize,
                 args.embedding_max_tokens.map(|t| t as usize),
+                options,
             )?;
             eprintln!(
                 "embedding model ready: {} (inputs up to {} tokens) in {:.1} s",
@@ -352,6 +354,19 @@ async fn shutdown() {
     eprintln!("shutting down");
 }
 
+/// Load options checking the checkpoint against `verify`'s manifest, when given.
+fn load_options(verify: Option<&Path>) -> Result<LoadOptions, ServeError> {
+    match verify {
+        None => Ok(LoadOptions::default()),
+        Some(manifest) => {
+            poot_llm::handle::verifying(manifest).map_err(|source| ServeError::Load {
+                path: manifest.to_path_buf(),
+                source: Box::new(source),
+            })
+        }
+    }
+}
+
 /// Loads the generation model at `path`, checked against `verify`'s manifest when given.
 fn load(path: &Path, verify: Option<&Path>) -> Result<ModelHandle, ServeError> {
     let started = Instant::now();
@@ -359,15 +374,7 @@ fn load(path: &Path, verify: Option<&Path>) -> Result<ModelHandle, ServeError> {
         path: path.to_path_buf(),
         source: Box::new(poot_llm::HandleError::Model(e)),
     })?;
-    let options = match verify {
-        None => LoadOptions::default(),
-        Some(manifest) => {
-            poot_llm::handle::verifying(manifest).map_err(|source| ServeError::Load {
-                path: manifest.to_path_buf(),
-                source: Box::new(source),
-            })?
-        }
-    };
+    let options = load_options(verify)?;
     let handle =
         ModelHandle::load(path, &registry, &options).map_err(|source| ServeError::Load {
             path: path.to_path_buf(),
