@@ -198,3 +198,34 @@ fn extreme_gguf_values_give_a_handle_or_a_typed_error() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A GGUF Llama without a chat template chats in chatml, as llama.cpp does for a model that
+/// ships none (its `common_chat_templates_init` default), with the system message kept.
+#[test]
+fn a_gguf_llama_without_a_template_chats_in_chatml() {
+    use tiny_gguf::TinyGguf;
+    let dir = std::env::temp_dir().join(format!("poot-handle-chatml-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("model.gguf");
+    std::fs::write(&path, TinyGguf::llama().bytes()).unwrap();
+    let h = ModelHandle::load(
+        &path,
+        &Registry::builtin().unwrap(),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let messages = serde_json::json!([
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"}
+    ]);
+    let rendered = h
+        .text()
+        .unwrap()
+        .render_chat_value(&messages, None)
+        .unwrap();
+    assert_eq!(
+        rendered.text,
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -24,8 +24,10 @@ pub const ENTRY: FamilyEntry = FamilyEntry {
 fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelError> {
     build_standard(raw, index, "llama", |cfg, spec| {
         // llama.cpp's converter permutes Q and K rows so GGUF Llamas pair features interleaved.
+        // A GGUF without a chat template chats as llama.cpp does then: in chatml.
         if cfg.kind() == SourceKind::Gguf {
             spec.rope_style = RopeStyle::Interleaved;
+            spec.config.chat_format = Some("chatml");
         }
         // Mistral's sliding window applies to every layer.
         let window = cfg.opt_usize_at_most(key("sliding_window", ""), POSITIONS)?;
