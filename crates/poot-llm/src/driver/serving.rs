@@ -320,7 +320,10 @@ impl Driver<Serving> {
             }
             // A resumed sequence takes everything it can still need, so it never grows again
             // and cannot push the sequence that preempted it out in turn.
-            let share = seq.req.sampler.penalties.repetition == 1.0;
+            // Reused blocks are not fed again, so they must hold nothing a penalty counts: the
+            // repetition penalty counts every token, presence and frequency the output.
+            let p = seq.req.sampler.penalties;
+            let share = p.repetition == 1.0 && p.presence == 0.0 && p.frequency == 0.0;
             let total = seq.req.prompt.len() + seq.req.max_new;
             let Some(r) = seqs.pool.reserve(&seq.tokens, total, share) else {
                 // Older parked sequences resume first.
