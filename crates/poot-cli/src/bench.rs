@@ -230,7 +230,8 @@ fn timed(driver: &mut Driver<Serving>, prompt: &[u32], generate: usize) -> Resul
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of `v` (0 for none).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => 0.0,
@@ -420,7 +421,7 @@ impl Report {
     }
 }
 
-fn write_text(text: &str) -> std::io::Result<()> {
+pub(crate) fn write_text(text: &str) -> std::io::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;

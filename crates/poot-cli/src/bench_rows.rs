@@ -11,6 +11,7 @@ use std::time::Instant;
 use poot_llm::{Driver, DriverOptions, GenerateRequest, Layout, ModelHandle, Sampler, Serving};
 use serde_json::json;
 
+use crate::bench::{median, write_text};
 use crate::cli::BenchArgs;
 use crate::error::CliError;
 use crate::output;
@@ -184,20 +185,4 @@ fn round(
             first.elapsed().as_secs_f64(),
         ),
     })
-}
-
-fn write_text(text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
-    out.flush()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }

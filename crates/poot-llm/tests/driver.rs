@@ -131,25 +131,28 @@ fn tiny_chat() -> (Arc<ModelHandle>, serde_json::Value) {
     (handle, reference)
 }
 
+/// The (prompt ids, greedy ids) pairs of a fixture's transformers reference.
+fn greedy_cases(reference: &serde_json::Value) -> Vec<(Vec<u32>, Vec<u32>)> {
+    let ids = |c: &serde_json::Value, k: &str| -> Vec<u32> {
+        c[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect()
+    };
+    reference["greedy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (ids(c, "prompt_ids"), ids(c, "ids")))
+        .collect()
+}
+
 #[test]
 fn paged_rows_batch_and_reuse_a_prompt_prefix_with_the_tokens_of_one_contiguous_row() {
     let Some(exec) = executor() else { return };
     let (handle, reference) = tiny_chat();
-    let cases: Vec<(Vec<u32>, Vec<u32>)> = reference["greedy"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            let ids = |k: &str| -> Vec<u32> {
-                c[k].as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap() as u32)
-                    .collect()
-            };
-            (ids("prompt_ids"), ids("ids"))
-        })
-        .collect();
+    let cases = greedy_cases(&reference);
     let options = DriverOptions::new(64, 4).with_rows(2);
     let layout = Layout::Paged {
         block_tokens: 4,
@@ -672,21 +675,7 @@ fn sampling_rules_follow_the_host_distribution() {
 fn steps_are_sized_to_the_rows_in_use_and_prompts_advance_in_power_of_two_chunks() {
     let Some(exec) = executor() else { return };
     let (handle, reference) = tiny_chat();
-    let cases: Vec<(Vec<u32>, Vec<u32>)> = reference["greedy"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            let ids = |k: &str| -> Vec<u32> {
-                c[k].as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap() as u32)
-                    .collect()
-            };
-            (ids("prompt_ids"), ids("ids"))
-        })
-        .collect();
+    let cases = greedy_cases(&reference);
     let options = DriverOptions::new(64, 16)
         .with_rows(4)
         .with_max_batched_tokens(20);
@@ -761,21 +750,7 @@ fn steps_are_sized_to_the_rows_in_use_and_prompts_advance_in_power_of_two_chunks
 fn a_small_pool_preempts_and_recomputes_without_changing_a_token() {
     let Some(exec) = executor() else { return };
     let (handle, reference) = tiny_chat();
-    let cases: Vec<(Vec<u32>, Vec<u32>)> = reference["greedy"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            let ids = |k: &str| -> Vec<u32> {
-                c[k].as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap() as u32)
-                    .collect()
-            };
-            (ids("prompt_ids"), ids("ids"))
-        })
-        .collect();
+    let cases = greedy_cases(&reference);
     let options = DriverOptions::new(56, 8).with_rows(4).with_chain(4);
     // 14 usable blocks of 4 positions: the longest request (37 + 16) fits alone, not beside
     // the others.
@@ -788,32 +763,24 @@ fn a_small_pool_preempts_and_recomputes_without_changing_a_token() {
         .serve(layout)
         .map_err(|r| r.1)
         .unwrap();
-    let mut ids = Vec::new();
-    for (prompt, want) in &cases {
-        let request = GenerateRequest {
-            ignore_eos: true,
-            ..GenerateRequest::new(prompt.clone(), want.len(), Sampler::greedy())
-        };
-        match driver.open(request) {
-            Ok(id) => ids.push(Some(id)),
-            Err(DriverError::NoRoom { .. }) => ids.push(None),
-            Err(e) => panic!("{e}"),
-        }
-    }
+    let mut ids: Vec<Option<SeqId>> = vec![None; cases.len()];
     let mut out: Vec<Vec<u32>> = vec![Vec::new(); cases.len()];
     let mut done = vec![false; cases.len()];
     let mut steps = 0;
     while done.iter().any(|d| !d) {
         // Admit what waits as soon as there is room.
         for (i, (prompt, want)) in cases.iter().enumerate() {
-            if ids[i].is_none() {
-                let request = GenerateRequest {
-                    ignore_eos: true,
-                    ..GenerateRequest::new(prompt.clone(), want.len(), Sampler::greedy())
-                };
-                if let Ok(id) = driver.open(request) {
-                    ids[i] = Some(id);
-                }
+            if ids[i].is_some() || done[i] {
+                continue;
+            }
+            let request = GenerateRequest {
+                ignore_eos: true,
+                ..GenerateRequest::new(prompt.clone(), want.len(), Sampler::greedy())
+            };
+            match driver.open(request) {
+                Ok(id) => ids[i] = Some(id),
+                Err(DriverError::NoRoom { .. }) => {}
+                Err(e) => panic!("{e}"),
             }
         }
         let picks = driver.step().unwrap();

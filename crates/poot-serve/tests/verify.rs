@@ -10,17 +10,24 @@ use std::process::Command;
 use common::{MODEL_ID, Server};
 use serde_json::{Value, json};
 
-#[test]
-fn verify_refuses_a_tampered_checkpoint_and_serves_a_matching_one() {
-    let dir = std::env::temp_dir().join(format!("poot-serve-verify-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let recorded = poot_llm::handle::Manifest::record(&common::fixture())
+/// `checkpoint`'s recorded manifest, and the path in `dir` of a copy whose
+/// `model.safetensors` digest is wrong.
+fn manifests(checkpoint: &std::path::Path, dir: &std::path::Path) -> (String, std::path::PathBuf) {
+    let recorded = poot_llm::handle::Manifest::record(checkpoint)
         .unwrap()
         .to_json();
     let mut tampered: Value = serde_json::from_str(&recorded).unwrap();
     tampered["files"]["model.safetensors"]["sha256"] = Value::from("0".repeat(64));
     let bad = dir.join("bad.json");
     std::fs::write(&bad, tampered.to_string()).unwrap();
+    (recorded, bad)
+}
+
+#[test]
+fn verify_refuses_a_tampered_checkpoint_and_serves_a_matching_one() {
+    let dir = std::env::temp_dir().join(format!("poot-serve-verify-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (recorded, bad) = manifests(&common::fixture(), &dir);
     let o = Command::new(env!("CARGO_BIN_EXE_poot-serve"))
         .arg("--model")
         .arg(common::fixture())
@@ -58,13 +65,7 @@ fn embedding_verify_refuses_a_tampered_encoder() {
     let encoder = common::root().join("crates/poot-models/tests/fixtures/random/bert");
     let dir = std::env::temp_dir().join(format!("poot-serve-everify-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let recorded = poot_llm::handle::Manifest::record(&encoder)
-        .unwrap()
-        .to_json();
-    let mut tampered: Value = serde_json::from_str(&recorded).unwrap();
-    tampered["files"]["model.safetensors"]["sha256"] = Value::from("0".repeat(64));
-    let bad = dir.join("bad.json");
-    std::fs::write(&bad, tampered.to_string()).unwrap();
+    let (_, bad) = manifests(&encoder, &dir);
     let o = Command::new(env!("CARGO_BIN_EXE_poot-serve"))
         .arg("--model")
         .arg(common::fixture())
