@@ -2,6 +2,7 @@
 //! Everything else (planning, buffer binding, slot writes, state, faults bookkeeping) lives once
 //! in the generic engine.
 
+use poot_graph_plan::HalfType;
 use poot_graph_plan::kernel::Kernel;
 
 use crate::error::DeviceError;
@@ -16,7 +17,23 @@ pub struct Launch<'a, D: Device + ?Sized> {
     pub args: &'a [&'a D::Buffer],
 }
 
-/// One step of a recording: a kernel launch, or a collective over the device's group.
+/// A half-precision contraction for the device's library: `out[m, n] = sum_k lhs[m, k] *
+/// w[n, k]` (`w[k, n]` when not `transpose_weights`) with f32 sums, where `lhs` holds
+/// `rows x depth` f32 words exactly representable in `half` and `weights` the stored `half`
+/// elements.
+pub struct Contraction<'a, D: Device + ?Sized> {
+    pub half: HalfType,
+    pub lhs: &'a D::Buffer,
+    pub weights: &'a D::Buffer,
+    pub transpose_weights: bool,
+    pub out: &'a D::Buffer,
+    pub rows: u32,
+    pub cols: u32,
+    pub depth: u32,
+}
+
+/// One step of a recording: a kernel launch, a collective over the device's group, or a
+/// contraction in the device's library.
 pub enum Command<'a, D: Device + ?Sized> {
     Launch(Launch<'a, D>),
     /// The f32 sum of `n_elems` elements of `src` over the group, written to `dst` on every rank.
@@ -33,6 +50,9 @@ pub enum Command<'a, D: Device + ?Sized> {
         n_elems: u64,
         root: usize,
     },
+    /// A contraction in the device's library (where [`DeviceLimits::library_gemm`] says it has
+    /// one).
+    Contract(Contraction<'a, D>),
 }
 
 /// A backend. Implementations hold the context; every method that touches the device returns a
@@ -75,9 +95,9 @@ pub trait Device {
     /// Records `launches` once, for replay.
     fn record(&mut self, launches: &[Launch<'_, Self>]) -> Result<Self::Recording, DeviceError>;
 
-    /// Records `commands` once, for replay: launches and collectives in order. A device alone
-    /// (the default) records the launches and refuses any collective with
-    /// [`DeviceError::NoCollectives`].
+    /// Records `commands` once, for replay: launches, collectives and library contractions in
+    /// order. The default records the launches and refuses any collective with
+    /// [`DeviceError::NoCollectives`] and any contraction with [`DeviceError::NoLibrary`].
     fn record_commands(
         &mut self,
         commands: &[Command<'_, Self>],
@@ -92,6 +112,11 @@ pub trait Device {
                 }),
                 Command::AllReduceSum { .. } | Command::Broadcast { .. } => {
                     return Err(DeviceError::NoCollectives {
+                        device: self.limits().name.clone(),
+                    });
+                }
+                Command::Contract(_) => {
+                    return Err(DeviceError::NoLibrary {
                         device: self.limits().name.clone(),
                     });
                 }

@@ -295,22 +295,22 @@ impl<D: Device> Executor for Engine<D> {
                 grid: d.grid,
                 args,
             });
-        let recorded = if plan.collectives.is_empty() {
+        let recorded = if plan.collectives.is_empty() && plan.contractions.is_empty() {
             let launches: Vec<Launch<'_, D>> = launches.collect();
             self.device.record(&launches)
         } else {
-            // Collectives among the launches, each before the dispatch it precedes.
-            let mut commands = Vec::with_capacity(plan.dispatches.len() + plan.collectives.len());
-            let mut collectives = plan.collectives.iter().peekable();
+            // Collectives and library contractions among the launches, each before the
+            // dispatch it precedes; a contraction before the collectives its count leaves out.
+            let calls = call_commands(&plan, &homes, &own, exe)?;
+            let mut commands = Vec::with_capacity(plan.dispatches.len() + calls.len());
+            let mut calls = calls.into_iter().peekable();
             for (i, l) in launches.enumerate() {
-                while let Some(c) = collectives.next_if(|c| c.before <= i) {
-                    commands.push(collective_command(c, &homes, &own, exe)?);
+                while let Some((_, c)) = calls.next_if(|(before, _)| *before <= i) {
+                    commands.push(c);
                 }
                 commands.push(Command::Launch(l));
             }
-            for c in collectives {
-                commands.push(collective_command(c, &homes, &own, exe)?);
-            }
+            commands.extend(calls.map(|(_, c)| c));
             self.device.record_commands(&commands)
         };
         drop(arg_refs);
@@ -829,6 +829,38 @@ impl<D: Device> Engine<D> {
             .and_then(|e| e.as_ref())
             .map(|e| e.source.as_ref())
     }
+}
+
+/// The recorded forms of a plan's collectives and library contractions, each with the number
+/// of dispatches before it, in the order the step runs them.
+fn call_commands<'a, D: Device>(
+    plan: &poot_graph_plan::Plan,
+    homes: &'a [Home],
+    own: &'a [D::Buffer],
+    exe: &'a Executable<D>,
+) -> Result<Vec<(usize, Command<'a, D>)>, ExecError> {
+    let mut keyed = Vec::with_capacity(plan.collectives.len() + plan.contractions.len());
+    for (j, c) in plan.collectives.iter().enumerate() {
+        keyed.push(((c.before, j, 1u8), collective_command(c, homes, own, exe)?));
+    }
+    for c in &plan.contractions {
+        let command = Command::Contract(crate::Contraction {
+            half: c.half,
+            lhs: resolve(homes, own, exe, c.lhs.0 as usize)?,
+            weights: resolve(homes, own, exe, c.weights.0 as usize)?,
+            transpose_weights: c.transpose_weights,
+            out: resolve(homes, own, exe, c.out.0 as usize)?,
+            rows: c.rows,
+            cols: c.cols,
+            depth: c.depth,
+        });
+        keyed.push(((c.before, c.collectives_before, 0u8), command));
+    }
+    keyed.sort_by_key(|(key, _)| *key);
+    Ok(keyed
+        .into_iter()
+        .map(|((before, _, _), c)| (before, c))
+        .collect())
 }
 
 /// The recorded form of a plan's collective, its buffers resolved.

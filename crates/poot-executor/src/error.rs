@@ -38,6 +38,9 @@ pub enum DeviceError {
     /// whole model for it instead of a rank's graph.
     #[error("device {device} runs no collectives (it is not one rank of a group)")]
     NoCollectives { device: String },
+    /// A library contraction on a device without the library (a plan made for another device).
+    #[error("device {device} has no library for half-precision contractions")]
+    NoLibrary { device: String },
     /// A collective failed on the device's group (NCCL's error text), or the group was aborted
     /// because another rank failed.
     #[error("collective failed: {reason}")]
@@ -58,6 +61,7 @@ impl DeviceError {
                 | DeviceError::BadLaunch { .. }
                 | DeviceError::KernelFault { .. }
                 | DeviceError::NoCollectives { .. }
+                | DeviceError::NoLibrary { .. }
         )
     }
 }

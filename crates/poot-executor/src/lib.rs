@@ -13,7 +13,7 @@ pub mod suite;
 
 pub use chain::{ChainCounter, ChainFeed, PagedFeed};
 pub use coordinator::{Coordinator, GroupAbort, RankExecutor};
-pub use device::{Command, Device, Launch};
+pub use device::{Command, Contraction, Device, Launch};
 pub use engine::Engine;
 pub use error::{DeviceError, ExecError};
 pub use executor::{

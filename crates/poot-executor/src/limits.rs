@@ -29,6 +29,9 @@ pub struct DeviceLimits {
     /// Whether the device multiplies tf32 tiles on matrix units (CUDA compute capability 8.0
     /// and newer).
     pub matrix_tf32: bool,
+    /// Whether the device multiplies half-precision contractions in a vendor library
+    /// ([`Command::Contract`](crate::Command::Contract)).
+    pub library_gemm: bool,
 }
 
 impl DeviceLimits {
@@ -48,6 +51,7 @@ impl DeviceLimits {
                 memory_bytes: self.memory_bytes,
                 group_ranks: self.group_ranks,
                 matrix_tf32: self.matrix_tf32,
+                library_gemm: self.library_gemm,
             },
             tuning: Tuning::default(),
         }

@@ -1785,6 +1785,32 @@ fn tiled_cases() -> Vec<Case> {
         ));
     }
 
+    // Contractions a device's library may take (stored half weights, sizes a multiple of 8):
+    // row counts that are not, weights transposed as checkpoints store them and not, two
+    // leading axes.
+    for (i, (dtype, lead)) in [
+        (DType::F16, vec![9]),
+        (DType::BF16, vec![100]),
+        (DType::F16, vec![2, 50]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = CaseBuilder::new(270 + i as u64);
+        let mut dims = lead.clone();
+        dims.push(64);
+        let x = c.f32("x", &dims);
+        let w = c.half("w", &[48, 64], dtype);
+        let wt = c.half("wt", &[64, 40], dtype);
+        let y = ops::linear(&c.b, x, w, None).expect("linear");
+        let z = c.b.matmul(x, wt, false).expect("matmul");
+        cases.push(c.finish(
+            &format!("library-shaped {dtype} contractions, {lead:?} rows, K 64"),
+            Outputs::new(y).and(z),
+            reassociated(64),
+        ));
+    }
+
     // A norm into three sibling projections of 100 rows over two leading axes; over 320
     // elements the contraction is split (its tiles are few) and a second kernel adds up.
     for (i, k_len) in [96, 320].into_iter().enumerate() {

@@ -20,8 +20,8 @@ pub mod target;
 use poot_graph_ir::Graph;
 
 pub use plan::{
-    BufferDecl, BufferId, BufferRole, Collective, CollectiveOp, DeviceWords, Dispatch, HostValue,
-    MemoryUse, Plan,
+    BufferDecl, BufferId, BufferRole, Collective, CollectiveOp, DeviceWords, Dispatch, HalfType,
+    HostValue, LibraryContraction, MemoryUse, Plan,
 };
 pub use refusal::PlanError;
 pub use target::{Backend, LaunchOverlap, MatrixUnits, Target, TargetLimits, Tuning, TuningError};

@@ -68,6 +68,40 @@ pub struct Collective {
     pub label: String,
 }
 
+/// The half-precision type a library contraction multiplies in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HalfType {
+    F16,
+    BF16,
+}
+
+/// A contraction the step gives to the device's library (cuBLASLt on PTX) instead of a kernel:
+/// `out[m, n] = sum_k lhs[m, k] * w[n, k]` (or `w[k, n]` when the weights are not transposed),
+/// f32 sums. `lhs` holds f32 words the graph already rounded to `half`
+/// ([`crate::precision`]), so the device's conversion of them to `half` is exact; the weights
+/// are a stored `half` constant.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LibraryContraction {
+    /// Runs after the first `before` dispatches and before the rest.
+    pub before: usize,
+    /// Runs after this many of the plan's collectives (those with the same `before` are
+    /// ordered by it).
+    pub collectives_before: usize,
+    pub half: HalfType,
+    /// The left side, `rows x depth` f32 words, row-major.
+    pub lhs: BufferId,
+    /// The weights as stored: `cols x depth` when `transpose_weights`, else `depth x cols`.
+    pub weights: BufferId,
+    pub transpose_weights: bool,
+    /// The result, `rows x cols` f32 words, row-major (another buffer than `lhs`).
+    pub out: BufferId,
+    pub rows: u32,
+    pub cols: u32,
+    pub depth: u32,
+    /// The graph value it computes (`l3.attn.q`), for diagnostics.
+    pub label: String,
+}
+
 /// Where a host-visible value lives and how its words read.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostValue {
@@ -110,6 +144,8 @@ pub struct Plan {
     /// The collectives the step runs between its dispatches, in order (empty on a device
     /// alone).
     pub collectives: Vec<Collective>,
+    /// The contractions the step gives to the device's library, in order.
+    pub contractions: Vec<LibraryContraction>,
     /// Each slot of the graph: the buffer the host writes, as device words.
     pub slots: Vec<(Slot, HostValue)>,
     /// Each state input's buffer (updated in place: the state output lands in the same buffer).

@@ -1,7 +1,8 @@
 //! Precision legalization: where a tiled contraction multiplies on half-precision matrix units,
 //! the rounding that costs is written into the graph, so the CPU oracle computes it too.
 //!
-//! On a target whose tiled contractions use [`MatrixUnits::Half`], each contraction that is
+//! On a target whose tiled contractions use [`MatrixUnits::Half`](crate::MatrixUnits::Half) or
+//! go to the device's library ([`Target::half_operands`]), each contraction that is
 //! tiled (at least 9 left-side rows: a prefill chunk or a batched step, never a decode step's
 //! product of a few rows) against rank-2 f16 or bf16 weights reads its left side through an explicit rounding to the weights' type:
 //! `Cast { to: F32 }(Cast { to: F16 }(x))` (or BF16). Contractions of one left side against
@@ -27,7 +28,7 @@ use std::collections::HashMap;
 use poot_graph_ir::{DType, Eqn, Graph, OpKind, Storage, TensorType, ValueId, ValueInfo};
 
 use crate::refusal::PlanError;
-use crate::target::{MatrixUnits, Target};
+use crate::target::Target;
 
 /// `graph` with the left side of every tiled contraction against f16 or bf16 weights rounded to
 /// the weights' type, where `target` multiplies such contractions in half precision; `graph`
@@ -36,7 +37,7 @@ pub fn round_half_operands<'g>(
     graph: &'g Graph,
     target: &Target,
 ) -> Result<Cow<'g, Graph>, PlanError> {
-    if target.matrix_units() != MatrixUnits::Half {
+    if !target.half_operands() {
         return Ok(Cow::Borrowed(graph));
     }
     let wanted = |j: usize| -> Option<(ValueId, DType)> {

@@ -54,6 +54,10 @@ pub struct TargetLimits {
     /// `mma.sync` over f16 and bf16 with f32 sums (both need 8.0 and PTX 7.0), so it also
     /// stands for those: a device with one has the other ([`MatrixUnits`]).
     pub matrix_tf32: bool,
+    /// Whether the device has a vendor library that multiplies half-precision operands with
+    /// f32 sums (cuBLASLt on CUDA): a contraction the planner gives it becomes a library step
+    /// between kernels ([`crate::plan::LibraryContraction`]).
+    pub library_gemm: bool,
 }
 
 /// Choices of the kernel shapes that trade one cost for another on a device, with defaults
@@ -117,6 +121,10 @@ pub struct Tuning {
     /// How tiled contractions multiply where the target has matrix units
     /// ([`Target::matrix_units`]).
     pub gemm_matrix_units: MatrixUnits,
+    /// Whether tiled contractions against stored f16 or bf16 weights go to the device's library
+    /// ([`TargetLimits::library_gemm`]) where it has one (`lib=0|1`). Measured on the H200
+    /// (session 10): see bench/README.md.
+    pub library_gemm: bool,
 }
 
 /// How tiled contractions (a prefill's, a batched step's) use a target's matrix units.
@@ -171,6 +179,7 @@ impl Default for Tuning {
             launch_overlap: LaunchOverlap::AtExit,
             attention_tiles: true,
             gemm_matrix_units: MatrixUnits::Tf32,
+            library_gemm: true,
         }
     }
 }
@@ -180,7 +189,7 @@ impl Default for Tuning {
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, mma=0|1|half (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, mma=0|1|half, lib=0|1 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -231,6 +240,7 @@ impl Tuning {
                 "pairs" => t.gemv_block_pairs = flag()?,
                 "whole" => t.gemv_whole_blocks = flag()?,
                 "attn_tiles" => t.attention_tiles = flag()?,
+                "lib" => t.library_gemm = flag()?,
                 "mma" => {
                     t.gemm_matrix_units = match value {
                         "0" => MatrixUnits::Off,
@@ -294,6 +304,7 @@ impl Target {
                 memory_bytes: Some(139 << 30),
                 group_ranks: 1,
                 matrix_tf32: true,
+                library_gemm: true,
             },
             tuning: Tuning::default(),
         }
@@ -316,6 +327,7 @@ impl Target {
                 memory_bytes: Some(16 << 30),
                 group_ranks: 1,
                 matrix_tf32: false,
+                library_gemm: false,
             },
             tuning: Tuning::default(),
         }
@@ -348,6 +360,19 @@ impl Target {
         }
     }
 
+    /// Whether contractions against stored f16 or bf16 weights may be given to the device's
+    /// library (where it has one and the tuning allows).
+    pub fn library_contractions(&self) -> bool {
+        self.limits.library_gemm && self.tuning.library_gemm
+    }
+
+    /// Whether tiled contractions against f16 or bf16 weights multiply in that precision (on
+    /// the matrix units or in the library), so the planner rounds their left side first
+    /// ([`crate::precision`]).
+    pub fn half_operands(&self) -> bool {
+        self.matrix_units() == MatrixUnits::Half || self.library_contractions()
+    }
+
     /// This target as rank of a tensor-parallel group of `ranks` (each rank plans against its
     /// own device's limits).
     pub fn in_group(mut self, ranks: usize) -> Target {
@@ -365,7 +390,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=64,waves=4,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,mma=0",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,mma=0,lib=0",
         )
         .unwrap();
         assert_eq!(
@@ -388,6 +413,7 @@ mod tests {
                 launch_overlap: LaunchOverlap::Early,
                 attention_tiles: false,
                 gemm_matrix_units: MatrixUnits::Off,
+                library_gemm: false,
             }
         );
         for (spec, units) in [

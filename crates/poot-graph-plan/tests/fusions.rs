@@ -9,7 +9,7 @@ use poot_graph_ir::{
 };
 use poot_graph_plan::kernel::{Expr, Half, Stmt};
 use poot_graph_plan::precision::round_half_operands;
-use poot_graph_plan::{MatrixUnits, Plan, Target, Tuning, compile};
+use poot_graph_plan::{HalfType, MatrixUnits, Plan, Target, Tuning, compile};
 
 fn input(b: &Builder, name: &str, dims: &[usize]) -> Traced {
     b.constant(name, TensorType::new(DType::F32, dims.to_vec()))
@@ -302,9 +302,11 @@ fn tiled_contractions_multiply_on_matrix_units_where_the_target_has_them() {
     assert_eq!(mmas(&Target::wgpu_preset()), 0);
 }
 
+/// The PTX preset with its tiled contractions in kernels, multiplying on `units`.
 fn with_units(units: MatrixUnits) -> Target {
     let mut t = Target::ptx_preset();
     t.tuning.gemm_matrix_units = units;
+    t.tuning.library_gemm = false;
     t
 }
 
@@ -400,6 +402,75 @@ fn few_rows_and_other_weights_keep_their_precision() {
         let (tf32, half) = mma_counts(&compile(&g, &with_units(MatrixUnits::Half)).unwrap());
         assert!(tf32 > 0 && half == 0, "{dtype}: {tf32} {half}");
     }
+}
+
+#[test]
+fn half_weights_go_to_the_library_where_the_device_has_one() {
+    for dtype in [DType::F16, DType::BF16] {
+        let g = half_layer(64, dtype);
+        let p = plan(&g);
+        // Five contractions in the library; the kernels compute the rounded norm, the rounded
+        // gated product and the residual add around them, with no tiled kernel left.
+        assert_eq!(p.contractions.len(), 5, "{dtype}");
+        assert!(
+            kinds(&p).iter().all(|k| !k.starts_with("gemm")),
+            "{:?}",
+            kinds(&p)
+        );
+        let half = match dtype {
+            DType::F16 => HalfType::F16,
+            _ => HalfType::BF16,
+        };
+        let shapes: Vec<(u32, u32, u32)> = p
+            .contractions
+            .iter()
+            .map(|c| (c.rows, c.cols, c.depth))
+            .collect();
+        assert_eq!(
+            shapes,
+            [
+                (64, 64, 96),
+                (64, 32, 96),
+                (64, 128, 96),
+                (64, 128, 96),
+                (64, 96, 128)
+            ]
+        );
+        for c in &p.contractions {
+            assert_eq!(c.half, half);
+            assert!(c.transpose_weights);
+            assert_ne!(c.lhs, c.out);
+            assert_eq!(c.collectives_before, 0);
+        }
+        // The four projections of the norm follow its kernel; the down projection follows the
+        // gated product's kernel and precedes the residual add's.
+        let befores: Vec<usize> = p.contractions.iter().map(|c| c.before).collect();
+        assert_eq!(befores[..4], [1, 1, 1, 1], "{:?}", kinds(&p));
+        assert_eq!(befores[4], 2, "{:?}", kinds(&p));
+        assert_eq!(p.dispatches.len(), 3, "{:?}", kinds(&p));
+        // The rounding the library multiplies in is in the graph the plan computes.
+        let rounded = round_half_operands(&g, &Target::ptx_preset()).unwrap();
+        assert_eq!(rounded.eqns().len(), g.eqns().len() + 4);
+    }
+    // Few rows, the library tuned off, a device without one, or columns that are not a
+    // multiple of 8: kernels.
+    let mut off = Target::ptx_preset();
+    off.tuning.library_gemm = false;
+    for (g, target) in [
+        (half_layer(8, DType::F16), Target::ptx_preset()),
+        (half_layer(64, DType::F16), off),
+        (half_layer(64, DType::F16), Target::wgpu_preset()),
+    ] {
+        assert!(compile(&g, &target).unwrap().contractions.is_empty());
+    }
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[16, 96]);
+    let w = b
+        .constant("w", TensorType::new(DType::F16, vec![60, 96]))
+        .unwrap();
+    let y = ops::linear(&b, x, w, None).unwrap();
+    let g = b.finish(Outputs::new(y)).unwrap();
+    assert!(plan(&g).contractions.is_empty());
 }
 
 /// Products on the tf32 and on the half-precision matrix units over a plan's kernels.

@@ -273,6 +273,11 @@ impl Device for Emulated {
                         n_elems: *n_elems,
                     });
                 }
+                Command::Contract(_) => {
+                    return Err(DeviceError::NoLibrary {
+                        device: self.limits().name.clone(),
+                    });
+                }
             }
         }
         if !run.is_empty() {

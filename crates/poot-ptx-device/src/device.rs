@@ -31,6 +31,7 @@ use crate::cache::{self, CacheKey, DiskCache};
 use crate::context::{Context, cu};
 use crate::fault::{InFlight, classify, cuda_error_text, is_sticky};
 use crate::kernel::{LoadedModule, PtxKernel};
+use crate::library::Library;
 use crate::nccl::NcclComm;
 use crate::nvrtc::{self, nvrtc_options, select_arch};
 use crate::recording::PtxRecording;
@@ -114,8 +115,11 @@ pub struct PtxDevice {
     /// The group's communicator when the device is a rank of one (declared before `ctx` so it
     /// is destroyed while the context lives).
     group: Option<Arc<NcclComm>>,
-    ctx: Arc<Context>,
-    limits: DeviceLimits,
+    /// cuBLASLt, where it loads (declared before `ctx`: its handle is destroyed while the
+    /// context lives).
+    pub(crate) library: Option<Library>,
+    pub(crate) ctx: Arc<Context>,
+    pub(crate) limits: DeviceLimits,
     compute_capability: (u32, u32),
     arch: u32,
     options: Vec<String>,
@@ -349,6 +353,12 @@ impl PtxDevice {
         if overlap_launches && config.launch_overlap == LaunchOverlap::Early {
             options.push("-DPOOT_EARLY_LAUNCH".to_string());
         }
+        // cuBLASLt's half-precision tensor-core products need compute capability 8.0 (bf16).
+        let library = if arch >= 80 && ctx.make_current().is_ok() {
+            Library::open()
+        } else {
+            None
+        };
         let limits = DeviceLimits {
             name,
             max_buffer_bytes: total,
@@ -364,9 +374,11 @@ impl PtxDevice {
             group_ranks: 1,
             // `mma.sync` over tf32 needs compute capability 8.0 (and PTX for it).
             matrix_tf32: arch >= 80,
+            library_gemm: library.is_some(),
         };
         Ok(PtxDevice {
             group: None,
+            library,
             ctx: Arc::new(ctx),
             limits,
             compute_capability: cc,
@@ -437,6 +449,11 @@ impl PtxDevice {
     /// The device's rank in its group, when it is one.
     pub fn rank(&self) -> Option<usize> {
         self.group.as_ref().map(|g| g.rank)
+    }
+
+    /// A zeroed allocation of the device's own (cuBLASLt's staging and workspace).
+    pub(crate) fn alloc_raw(&mut self, bytes: u64) -> Result<Arc<Allocation>, DeviceError> {
+        Ok(self.alloc(bytes)?.alloc)
     }
 
     /// The first failure, when the device is poisoned.
@@ -529,7 +546,7 @@ impl PtxDevice {
     }
 
     /// A CUDA failure of `call`: classified against the work in flight, and poisoning.
-    fn cuda_failure(&self, call: &str, e: CUresult) -> DeviceError {
+    pub(crate) fn cuda_failure(&self, call: &str, e: CUresult) -> DeviceError {
         let (err, detail) = classify(call, e, &self.in_flight, self.ctx.fault_code());
         self.ctx.poison.record(err, Some(&detail))
     }
@@ -892,6 +909,11 @@ impl PtxDevice {
                     after_kernel = false;
                     self.submit_collective(GroupOp::AllReduceSum, src, dst, *n_elems)
                 }
+                Command::Contract(c) => {
+                    // The library's kernels do not wait for ours to signal: launch after them.
+                    after_kernel = false;
+                    self.submit_contraction(c)
+                }
                 Command::Broadcast {
                     src,
                     dst,
@@ -1066,7 +1088,7 @@ impl Device for PtxDevice {
         let mut names: Vec<&str> = Vec::with_capacity(commands.len());
         let mut group = None;
         let mut modules: Vec<Arc<LoadedModule>> = Vec::new();
-        let mut buffers: Vec<Arc<Allocation>> = Vec::new();
+        let mut buffers: Vec<Arc<Allocation>> = self.prepare_contractions(commands)?;
         let mut keep = |b: &PtxBuffer| {
             if !buffers.iter().any(|a| Arc::ptr_eq(a, &b.alloc)) {
                 buffers.push(Arc::clone(&b.alloc));
@@ -1096,6 +1118,12 @@ impl Device for PtxDevice {
                     });
                     keep(src);
                     keep(dst);
+                }
+                Command::Contract(c) => {
+                    names.push("library contraction");
+                    keep(c.lhs);
+                    keep(c.weights);
+                    keep(c.out);
                 }
             }
         }

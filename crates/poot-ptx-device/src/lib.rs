@@ -26,6 +26,7 @@ mod device;
 mod fault;
 mod group;
 mod kernel;
+mod library;
 mod nccl;
 mod nvrtc;
 mod recording;

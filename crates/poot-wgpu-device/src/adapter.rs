@@ -133,5 +133,6 @@ pub(crate) fn device_limits(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> 
         max_loop_iterations: None,
         group_ranks: 1,
         matrix_tf32: false,
+        library_gemm: false,
     }
 }

@@ -5,7 +5,7 @@
 //! ([`Placement::Absorbed`]); a recognised attention by its rewrite. Everything else is
 //! materialized once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use poot_graph_ir::{DType, Graph, OpKind, Storage, ValueId};
 
@@ -211,7 +211,7 @@ impl Classification {
 }
 
 /// How values are placed; `rewrite_attention` takes the flash-attention rewrite where it applies.
-pub fn classify(g: &Graph, rewrite_attention: bool) -> Classification {
+pub fn classify(g: &Graph, rewrite_attention: bool, library: &HashSet<usize>) -> Classification {
     let n = g.values().len();
     let mut uses = vec![0u32; n];
     let mut producer = vec![None; n];
@@ -309,7 +309,7 @@ pub fn classify(g: &Graph, rewrite_attention: bool) -> Classification {
             && e.inputs.iter().any(|v| {
                 let i = v.index();
                 g.values()[i].ty.shape == g.values()[out].ty.shape
-                    && ((plain_contraction(g, producer[i], placement[i], pinned[i])
+                    && ((plain_contraction(g, producer[i], placement[i], pinned[i], library)
                         && !feeds_reduce_alone[i])
                         || (placement[i] == Placement::Inline && reaches_contraction[i]))
             });
@@ -416,7 +416,7 @@ pub fn classify(g: &Graph, rewrite_attention: bool) -> Classification {
     let mut epilogues: HashMap<usize, Vec<ValueId>> = HashMap::new();
     for (i, e) in g.eqns().iter().enumerate() {
         let out = e.out.index();
-        if plain_contraction(g, Some(i), placement[out], pinned[out])
+        if plain_contraction(g, Some(i), placement[out], pinned[out], library)
             && let Some(sink) = sinks.sink(out)
         {
             epilogues.entry(sink).or_default().push(e.out);
@@ -452,10 +452,19 @@ pub(super) fn is_identity_elementwise(op: &OpKind) -> bool {
 
 /// Whether the value `eqn` produces is a materialized plain contraction (`MatMul`) that another
 /// kernel may compute instead.
-fn plain_contraction(g: &Graph, eqn: Option<usize>, p: Placement, pinned: bool) -> bool {
+/// Whether eqn's contraction is computed by a kernel of its own that can take an epilogue (not
+/// by the device's library, whose result is stored as it is).
+fn plain_contraction(
+    g: &Graph,
+    eqn: Option<usize>,
+    p: Placement,
+    pinned: bool,
+    library: &HashSet<usize>,
+) -> bool {
     let Some(i) = eqn else { return false };
     p == Placement::Materialized
         && !pinned
+        && !library.contains(&i)
         && matches!(g.eqns()[i].op, OpKind::MatMul { .. })
         && g.values()[g.eqns()[i].out.index()].ty.rank() >= 2
 }

@@ -82,6 +82,7 @@ impl Lowering<'_> {
                 && operand == 0
                 && ej.op == (OpKind::MatMul { transpose_rhs })
                 && !self.done.contains(&j)
+                && !self.library.contains(&j)
                 && !self.cls.attention.contains_key(&j)
                 && self.cls.placement[ej.out.index()] == Placement::Materialized
                 && jd.len() == od.len()

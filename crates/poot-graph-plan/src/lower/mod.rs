@@ -17,12 +17,13 @@ mod fan_in;
 mod gemm;
 mod gemv;
 mod horizontal;
+mod library;
 mod rows;
 mod split;
 
 pub(crate) use gemm::tiled as tiled_contraction;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use poot_formats::{BlockFormat, DenseType, GgmlType, PackedFormat};
 use poot_graph_ir::{
@@ -33,7 +34,7 @@ use self::classify::{Classification, Placement, classify};
 use self::context::{KernelCtx, LBuf};
 use self::dequant::FormatTable;
 use crate::kernel::Kernel;
-use crate::plan::{BufferRole, CollectiveOp, DeviceWords, HostValue, Plan};
+use crate::plan::{BufferRole, CollectiveOp, DeviceWords, HalfType, HostValue, Plan};
 use crate::refusal::PlanError;
 use crate::target::Target;
 
@@ -90,6 +91,11 @@ pub(crate) struct Lowering<'g> {
     dispatches: Vec<PlannedDispatch>,
     /// Collectives, each with the number of dispatches planned before it.
     collectives: Vec<(usize, PlannedCollective)>,
+    /// The equations the device's library computes ([`library`]).
+    library: HashSet<usize>,
+    /// Library contractions, each with the numbers of dispatches and collectives planned
+    /// before it.
+    contractions: Vec<(usize, usize, PlannedContraction)>,
     /// Equations already computed by an earlier equation's kernel (horizontal fusion), or
     /// computed later by a later one's (see `deferred`).
     done: std::collections::HashSet<usize>,
@@ -116,6 +122,19 @@ pub(crate) struct PlannedCollective {
     label: String,
 }
 
+/// A library contraction before physical buffer assignment.
+pub(crate) struct PlannedContraction {
+    half: HalfType,
+    lhs: LBuf,
+    weights: LBuf,
+    transpose_weights: bool,
+    out: LBuf,
+    rows: u32,
+    cols: u32,
+    depth: u32,
+    label: String,
+}
+
 /// Lowers `g` for `target`. A graph whose fused attention kernel would bind more buffers than
 /// the target allows is planned again without the attention rewrite.
 pub fn lower(g: &Graph, target: &Target) -> Result<Plan, PlanError> {
@@ -126,7 +145,8 @@ pub fn lower(g: &Graph, target: &Target) -> Result<Plan, PlanError> {
 }
 
 fn lower_with(g: &Graph, target: &Target, rewrite_attention: bool) -> Result<Plan, PlanError> {
-    let mut cls = classify(g, rewrite_attention);
+    let library = library::chosen(g, target);
+    let mut cls = classify(g, rewrite_attention, &library);
     fan_in::limit(g, &mut cls, target.limits.max_bindings);
     let mut l = Lowering {
         g,
@@ -140,6 +160,8 @@ fn lower_with(g: &Graph, target: &Target, rewrite_attention: bool) -> Result<Pla
         kernel_index: HashMap::new(),
         dispatches: Vec::new(),
         collectives: Vec::new(),
+        library,
+        contractions: Vec::new(),
         done: std::collections::HashSet::new(),
         deferred: HashMap::new(),
         deferred_to: HashMap::new(),
@@ -529,17 +551,13 @@ impl<'g> Lowering<'g> {
             .map(|b| (b.role.clone(), b.size_bytes))
             .collect();
         let pinned: Vec<LBuf> = outputs.iter().map(|o| LBuf(o.buffer.0)).collect();
-        // Every step in order, collectives among the dispatches, so a buffer a collective
-        // reads or writes lives across it.
-        let collective_args: Vec<[LBuf; 2]> = self
-            .collectives
-            .iter()
-            .map(|(_, c)| [c.src, c.dst])
-            .collect();
+        // Every step in order, collectives and library contractions among the dispatches, so
+        // a buffer one of them reads or writes lives across it.
+        let calls: Vec<(usize, Vec<LBuf>)> = self.call_order();
         let mut uses: Vec<&[LBuf]> = Vec::new();
-        let mut next = self.collectives.iter().zip(&collective_args).peekable();
+        let mut next = calls.iter().peekable();
         for (i, d) in self.dispatches.iter().enumerate() {
-            while let Some((_, args)) = next.next_if(|((before, _), _)| *before == i) {
+            while let Some((_, args)) = next.next_if(|(before, _)| *before == i) {
                 uses.push(args.as_slice());
             }
             uses.push(d.args.as_slice());
@@ -592,17 +610,57 @@ impl<'g> Lowering<'g> {
                 label: c.label.clone(),
             })
             .collect();
+        let contractions = self
+            .contractions
+            .iter()
+            .map(
+                |(before, collectives_before, c)| crate::plan::LibraryContraction {
+                    before: *before,
+                    collectives_before: *collectives_before,
+                    half: c.half,
+                    lhs: assignment.map[c.lhs.0 as usize],
+                    weights: assignment.map[c.weights.0 as usize],
+                    transpose_weights: c.transpose_weights,
+                    out: assignment.map[c.out.0 as usize],
+                    rows: c.rows,
+                    cols: c.cols,
+                    depth: c.depth,
+                    label: c.label.clone(),
+                },
+            )
+            .collect();
         Ok(Plan {
             target: self.target.clone(),
             kernels: self.kernels,
             buffers: assignment.buffers,
             dispatches,
             collectives,
+            contractions,
             slots: slots.collect(),
             states: states.collect(),
             consts: consts.collect(),
             outputs,
         })
+    }
+
+    /// The buffers of the collectives and library contractions, each with the number of
+    /// dispatches before it, in the order the step runs them.
+    fn call_order(&self) -> Vec<(usize, Vec<LBuf>)> {
+        // A contraction runs before the collective its count of collectives names.
+        let mut calls: Vec<((usize, usize, u8), Vec<LBuf>)> = self
+            .collectives
+            .iter()
+            .enumerate()
+            .map(|(j, (before, c))| ((*before, j, 1), vec![c.src, c.dst]))
+            .chain(self.contractions.iter().map(|(before, collectives, c)| {
+                ((*before, *collectives, 0), vec![c.lhs, c.weights, c.out])
+            }))
+            .collect();
+        calls.sort_by_key(|(key, _)| *key);
+        calls
+            .into_iter()
+            .map(|((before, _, _), args)| (before, args))
+            .collect()
     }
 
     /// Emits the kernel(s) computing materialized eqn `i`.
@@ -615,6 +673,7 @@ impl<'g> Lowering<'g> {
             OpKind::ArgTopK { k } => self.emit_top_k(i, *k),
             OpKind::MatMul { transpose_rhs } => match self.cls.attention.get(&i).cloned() {
                 Some(a) => self.emit_attention(&a),
+                None if self.library.contains(&i) => self.emit_library_contraction(i),
                 None => self.emit_sibling_matmuls(i, *transpose_rhs),
             },
             OpKind::IndexedMatMul => self.emit_indexed_matmul(i),

@@ -1,0 +1,110 @@
+//! Contractions given to the device's library (cuBLASLt on PTX) instead of a generated kernel.
+//!
+//! A tiled contraction (a prefill chunk's, a batched step's) against a stored f16 or bf16
+//! weight whose left side the graph rounded to the weight's type ([`crate::precision`]) is the
+//! textbook half-precision GEMM with f32 sums: the field's libraries run it near the tensor
+//! cores' peak, which the generated tiles do not reach. The planner keeps everything around it:
+//! the left side is computed into a buffer of its own by the kernel that would otherwise have
+//! been inlined into the contraction's staging, and what the contraction's kernel would have
+//! computed as its epilogue (a residual add, `silu(gate) * up`) is an ordinary kernel reading
+//! the stored result.
+//!
+//! The device computes the rewritten graph up to the order of its f32 sums (the library's, not
+//! the oracle's), the tolerance every tiled contraction is held to.
+
+use std::collections::HashSet;
+
+use poot_graph_ir::{DType, Graph, OpKind, Storage};
+
+use super::{Lowering, PlanError, PlannedContraction};
+use crate::plan::HalfType;
+use crate::precision::half_operand;
+use crate::target::Target;
+
+/// Contraction lengths and output columns the library takes: a multiple of 8 elements keeps
+/// every row of both operands 16-byte aligned, which its tensor-core kernels want.
+const ALIGN: usize = 8;
+
+/// The equations of `g` that `target` gives to its library.
+pub(super) fn chosen(g: &Graph, target: &Target) -> HashSet<usize> {
+    if !target.library_contractions() {
+        return HashSet::new();
+    }
+    (0..g.eqns().len())
+        .filter(|&i| library_half(g, i).is_some())
+        .collect()
+}
+
+/// The half type eqn `i` multiplies in when the library can take it: a tiled `MatMul` of a
+/// rounded left side against a whole stored rank-2 constant of that type, with aligned sizes
+/// that fit the library's 32-bit dimensions.
+fn library_half(g: &Graph, i: usize) -> Option<HalfType> {
+    let e = &g.eqns()[i];
+    if !matches!(e.op, OpKind::MatMul { .. }) || !super::gemm::tiled(g, i) {
+        return None;
+    }
+    let (lhs, rhs) = (e.inputs[0], e.inputs[1]);
+    let w = &g.values()[rhs.index()];
+    if !matches!(w.storage, Storage::Const(_)) {
+        return None;
+    }
+    let half = match w.ty.dtype {
+        DType::F16 => HalfType::F16,
+        DType::BF16 => HalfType::BF16,
+        _ => return None,
+    };
+    if half_operand(g, lhs) != Some(w.ty.dtype) {
+        return None;
+    }
+    let out = g.values()[e.out.index()].ty.dims();
+    let depth = *g.values()[lhs.index()].ty.dims().last()?;
+    let cols = *out.last()?;
+    let rows: usize = out[..out.len() - 1].iter().product();
+    let fits = |n: usize| u32::try_from(n).is_ok_and(|n| n > 0);
+    (depth.is_multiple_of(ALIGN)
+        && cols.is_multiple_of(ALIGN)
+        && fits(rows)
+        && fits(depth)
+        && fits(cols))
+    .then_some(half)
+}
+
+impl Lowering<'_> {
+    /// Contraction eqn `i` as a library step: its left side materialized, its result stored in
+    /// a buffer of its own.
+    pub(super) fn emit_library_contraction(&mut self, i: usize) -> Result<(), PlanError> {
+        let e = &self.g.eqns()[i];
+        let OpKind::MatMul { transpose_rhs } = e.op else {
+            return Err(PlanError::Unplaced {
+                label: self.label(e.out),
+            });
+        };
+        let half = library_half(self.g, i).ok_or_else(|| PlanError::Unplaced {
+            label: self.label(e.out),
+        })?;
+        let (lhs, rhs, v) = (e.inputs[0], e.inputs[1], e.out);
+        let out_dims = self.g.values()[v.index()].ty.dims().to_vec();
+        let depth = *self.g.values()[lhs.index()].ty.dims().last().unwrap_or(&1);
+        let cols = *out_dims.last().unwrap_or(&1);
+        let rows: usize = out_dims[..out_dims.len() - 1].iter().product();
+        let lhs_buf = self.materialized(lhs)?;
+        let weights = self.buffer_of(rhs)?;
+        let out = self.scratch_for(v)?;
+        self.contractions.push((
+            self.dispatches.len(),
+            self.collectives.len(),
+            PlannedContraction {
+                half,
+                lhs: lhs_buf,
+                weights,
+                transpose_weights: transpose_rhs,
+                out,
+                rows: rows as u32,
+                cols: cols as u32,
+                depth: depth as u32,
+                label: self.label(v),
+            },
+        ));
+        Ok(())
+    }
+}

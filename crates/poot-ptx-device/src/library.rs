@@ -1,0 +1,476 @@
+//! cuBLASLt: the plan's library contractions ([`Command::Contract`]).
+//!
+//! A contraction's left side arrives as f32 words the graph already rounded to the half type,
+//! so a small kernel of ours converts it exactly into a staging buffer of halves; cuBLASLt then
+//! multiplies it with the stored half weights into f32 (`CUBLAS_COMPUTE_32F`). Both run on the
+//! device's stream and are captured into the step's CUDA graph with the kernels around them.
+//!
+//! Everything a capture must not do is done before it: the staging buffer and cuBLASLt's
+//! workspace are allocated (grown, never shrunk: an older recording keeps the allocations it
+//! was captured with alive), and each shape's algorithm is chosen once by cuBLASLt's heuristic.
+//! One staging buffer and one workspace serve every contraction, since all of them run in
+//! order on the one stream.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::cublaslt::sys as lt;
+use cudarc::driver::sys::{self, CUdeviceptr};
+use poot_executor::{Command, Contraction, DeviceError};
+use poot_graph_plan::HalfType;
+
+use crate::buffer::Allocation;
+use crate::context::cu;
+use crate::device::{PtxDevice, SourceKernel};
+use crate::kernel::PtxKernel;
+
+/// Bytes of workspace cuBLASLt may use (what PyTorch gives it on Hopper).
+const WORKSPACE_BYTES: u64 = 32 << 20;
+/// Threads per workgroup of the conversion kernels.
+const CONVERT_THREADS: u32 = 256;
+
+/// The conversion kernels: f32 words (already exact in the half type) to packed halves, four
+/// per thread (`n4` groups of four; the planner only gives the library lengths divisible by 8).
+const CONVERT_SOURCE: &str = r#"
+extern "C" __global__ void poot_to_f16(const float4* __restrict__ src, uint2* __restrict__ dst,
+                                       unsigned int n4) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    float4 v = src[i];
+    unsigned int lo, hi;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(v.y), "f"(v.x));
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(v.w), "f"(v.z));
+    dst[i] = make_uint2(lo, hi);
+}
+
+extern "C" __global__ void poot_to_bf16(const float4* __restrict__ src, uint2* __restrict__ dst,
+                                        unsigned int n4) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    float4 v = src[i];
+    unsigned int lo, hi;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(v.y), "f"(v.x));
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(v.w), "f"(v.z));
+    dst[i] = make_uint2(lo, hi);
+}
+"#;
+
+/// A contraction's shape, the key of its chosen algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Shape {
+    half: HalfType,
+    transpose_weights: bool,
+    rows: u32,
+    cols: u32,
+    depth: u32,
+}
+
+impl Shape {
+    fn of(c: &Contraction<'_, PtxDevice>) -> Shape {
+        Shape {
+            half: c.half,
+            transpose_weights: c.transpose_weights,
+            rows: c.rows,
+            cols: c.cols,
+            depth: c.depth,
+        }
+    }
+
+    fn elems(self, n: u32, m: u32) -> u64 {
+        u64::from(n) * u64::from(m)
+    }
+
+    fn lhs_elems(self) -> u64 {
+        self.elems(self.rows, self.depth)
+    }
+}
+
+/// The device's cuBLASLt state.
+pub(crate) struct Library {
+    handle: lt::cublasLtHandle_t,
+    algos: HashMap<Shape, lt::cublasLtMatmulAlgo_t>,
+    staging: Option<Arc<Allocation>>,
+    workspace: Option<Arc<Allocation>>,
+    to_f16: Option<PtxKernel>,
+    to_bf16: Option<PtxKernel>,
+}
+
+// SAFETY: the handle is a plain library handle used only with the device's context current,
+// from whichever thread holds the device (`&mut` or `&` of it, never both).
+unsafe impl Send for Library {}
+// SAFETY: as above.
+unsafe impl Sync for Library {}
+
+impl Library {
+    /// cuBLASLt, where its library loads and a handle can be made in the current context;
+    /// `None` otherwise (plans then keep their contractions in kernels).
+    pub(crate) fn open() -> Option<Library> {
+        // cudarc panics on the first call into a library it cannot load: check first.
+        // SAFETY: this only tries to load the library.
+        if !unsafe { lt::is_culib_present() } {
+            return None;
+        }
+        let mut handle: lt::cublasLtHandle_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the device's context is current.
+        let status = unsafe { lt::cublasLtCreate(&mut handle) };
+        (status == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS).then_some(Library {
+            handle,
+            algos: HashMap::new(),
+            staging: None,
+            workspace: None,
+            to_f16: None,
+            to_bf16: None,
+        })
+    }
+}
+
+impl Drop for Library {
+    fn drop(&mut self) {
+        // SAFETY: created by cublasLtCreate, destroyed once, while the context still lives
+        // (the device declares the library before its context).
+        unsafe {
+            let _ = lt::cublasLtDestroy(self.handle);
+        }
+    }
+}
+
+fn failed(call: &str, status: lt::cublasStatus_t) -> DeviceError {
+    DeviceError::BadLaunch {
+        kernel: "library contraction".to_string(),
+        reason: format!("{call} returned {status:?}"),
+    }
+}
+
+fn check(call: &str, status: lt::cublasStatus_t) -> Result<(), DeviceError> {
+    if status == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(failed(call, status))
+    }
+}
+
+/// The descriptors of one contraction, destroyed on drop.
+struct Descriptors {
+    op: lt::cublasLtMatmulDesc_t,
+    a: lt::cublasLtMatrixLayout_t,
+    b: lt::cublasLtMatrixLayout_t,
+    c: lt::cublasLtMatrixLayout_t,
+}
+
+impl Descriptors {
+    /// `out` (column-major `cols x rows`, so row-major `rows x cols`) = `op(W) * lhsT`: the
+    /// weights as column-major `depth x cols` transposed (stored `cols x depth` row-major), or
+    /// column-major `cols x depth` as they are; the left side column-major `depth x rows`.
+    fn new(s: Shape) -> Result<Descriptors, DeviceError> {
+        let half = match s.half {
+            HalfType::F16 => lt::cudaDataType::CUDA_R_16F,
+            HalfType::BF16 => lt::cudaDataType::CUDA_R_16BF,
+        };
+        let mut d = Descriptors {
+            op: std::ptr::null_mut(),
+            a: std::ptr::null_mut(),
+            b: std::ptr::null_mut(),
+            c: std::ptr::null_mut(),
+        };
+        let (rows, cols, depth) = (u64::from(s.rows), u64::from(s.cols), u64::from(s.depth));
+        // CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 (cublasOperation_t, an int attribute).
+        let trans_a: i32 = if s.transpose_weights { 1 } else { 0 };
+        let (a_rows, a_cols) = if s.transpose_weights {
+            (depth, cols)
+        } else {
+            (cols, depth)
+        };
+        // SAFETY: valid out-pointers; attribute buffers of the sizes passed; every descriptor
+        // made is destroyed by `Drop` (null ones are skipped).
+        unsafe {
+            check(
+                "cublasLtMatmulDescCreate",
+                lt::cublasLtMatmulDescCreate(
+                    &mut d.op,
+                    lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    lt::cudaDataType::CUDA_R_32F,
+                ),
+            )?;
+            check(
+                "cublasLtMatmulDescSetAttribute",
+                lt::cublasLtMatmulDescSetAttribute(
+                    d.op,
+                    lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                    (&trans_a as *const i32).cast(),
+                    std::mem::size_of::<i32>(),
+                ),
+            )?;
+            check(
+                "cublasLtMatrixLayoutCreate",
+                lt::cublasLtMatrixLayoutCreate(&mut d.a, half, a_rows, a_cols, a_rows as i64),
+            )?;
+            check(
+                "cublasLtMatrixLayoutCreate",
+                lt::cublasLtMatrixLayoutCreate(&mut d.b, half, depth, rows, depth as i64),
+            )?;
+            check(
+                "cublasLtMatrixLayoutCreate",
+                lt::cublasLtMatrixLayoutCreate(
+                    &mut d.c,
+                    lt::cudaDataType::CUDA_R_32F,
+                    cols,
+                    rows,
+                    cols as i64,
+                ),
+            )?;
+        }
+        Ok(d)
+    }
+}
+
+impl Drop for Descriptors {
+    fn drop(&mut self) {
+        // SAFETY: each non-null descriptor was created above and is destroyed once.
+        unsafe {
+            for l in [self.a, self.b, self.c] {
+                if !l.is_null() {
+                    let _ = lt::cublasLtMatrixLayoutDestroy(l);
+                }
+            }
+            if !self.op.is_null() {
+                let _ = lt::cublasLtMatmulDescDestroy(self.op);
+            }
+        }
+    }
+}
+
+impl PtxDevice {
+    /// Makes ready what the library contractions among `commands` need before a capture:
+    /// conversion kernels, a large enough staging buffer, the workspace and each shape's
+    /// algorithm. Returns the allocations a recording of them must keep alive.
+    pub(crate) fn prepare_contractions(
+        &mut self,
+        commands: &[Command<'_, Self>],
+    ) -> Result<Vec<Arc<Allocation>>, DeviceError> {
+        let shapes: Vec<Shape> = commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::Contract(c) => Some(Shape::of(c)),
+                _ => None,
+            })
+            .collect();
+        if shapes.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.library.is_none() {
+            return Err(DeviceError::NoLibrary {
+                device: self.limits.name.clone(),
+            });
+        }
+        if self.library.as_ref().is_some_and(|l| l.to_f16.is_none()) {
+            let compile = |dev: &mut PtxDevice, entry: &str| {
+                dev.compile_source(&SourceKernel {
+                    name: entry,
+                    entry,
+                    source: CONVERT_SOURCE,
+                    workgroup: CONVERT_THREADS,
+                    n_params: 2,
+                    takes_fault_buffer: false,
+                    waits_for_predecessors: false,
+                })
+            };
+            let f16 = compile(self, "poot_to_f16")?;
+            let bf16 = compile(self, "poot_to_bf16")?;
+            let lib = self.library.as_mut().expect("checked above");
+            lib.to_f16 = Some(f16);
+            lib.to_bf16 = Some(bf16);
+        }
+        let staging_bytes = shapes.iter().map(|s| 2 * s.lhs_elems()).max().unwrap_or(0);
+        let have =
+            |a: &Option<Arc<Allocation>>, bytes: u64| a.as_ref().is_some_and(|a| a.bytes >= bytes);
+        if !have(
+            &self.library.as_ref().expect("checked").staging,
+            staging_bytes,
+        ) {
+            // Grown to the next power of two so a few larger steps do not each allocate.
+            let buf = self.alloc_raw(staging_bytes.next_power_of_two())?;
+            self.library.as_mut().expect("checked").staging = Some(buf);
+        }
+        if !have(
+            &self.library.as_ref().expect("checked").workspace,
+            WORKSPACE_BYTES,
+        ) {
+            let buf = self.alloc_raw(WORKSPACE_BYTES)?;
+            self.library.as_mut().expect("checked").workspace = Some(buf);
+        }
+        for s in shapes {
+            self.choose_algo(s)?;
+        }
+        let lib = self.library.as_ref().expect("checked");
+        Ok(lib.staging.iter().chain(&lib.workspace).cloned().collect())
+    }
+
+    /// cuBLASLt's first choice for `s` (kept for later recordings).
+    fn choose_algo(&mut self, s: Shape) -> Result<(), DeviceError> {
+        let lib = self.library.as_mut().expect("prepared");
+        if lib.algos.contains_key(&s) {
+            return Ok(());
+        }
+        let d = Descriptors::new(s)?;
+        let mut pref: lt::cublasLtMatmulPreference_t = std::ptr::null_mut();
+        let workspace: u64 = WORKSPACE_BYTES;
+        // SAFETY: a zeroed heuristic result is a valid out-value; the preference is destroyed
+        // below on every path.
+        let mut result: lt::cublasLtMatmulHeuristicResult_t = unsafe { std::mem::zeroed() };
+        let mut found: i32 = 0;
+        // SAFETY: valid out-pointers and descriptors; the attribute buffer holds a u64.
+        let status = unsafe {
+            let made = lt::cublasLtMatmulPreferenceCreate(&mut pref);
+            if made != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                return Err(failed("cublasLtMatmulPreferenceCreate", made));
+            }
+            let mut s = lt::cublasLtMatmulPreferenceSetAttribute(
+                pref,
+                lt::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                (&workspace as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            );
+            if s == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                s = lt::cublasLtMatmulAlgoGetHeuristic(
+                    lib.handle,
+                    d.op,
+                    d.a,
+                    d.b,
+                    d.c,
+                    d.c,
+                    pref,
+                    1,
+                    &mut result,
+                    &mut found,
+                );
+            }
+            let _ = lt::cublasLtMatmulPreferenceDestroy(pref);
+            s
+        };
+        check("cublasLtMatmulAlgoGetHeuristic", status)?;
+        if found < 1 {
+            return Err(DeviceError::BadLaunch {
+                kernel: "library contraction".to_string(),
+                reason: format!("cuBLASLt has no algorithm for {s:?}"),
+            });
+        }
+        lib.algos.insert(s, result.algo);
+        Ok(())
+    }
+
+    /// Submits one prepared contraction to the stream (eagerly, or into a capture): the left
+    /// side's conversion, then the product.
+    pub(crate) fn submit_contraction(&self, c: &Contraction<'_, Self>) -> Result<(), DeviceError> {
+        let s = Shape::of(c);
+        let lib = self
+            .library
+            .as_ref()
+            .ok_or_else(|| DeviceError::NoLibrary {
+                device: self.limits.name.clone(),
+            })?;
+        let (Some(staging), Some(workspace), Some(algo)) =
+            (&lib.staging, &lib.workspace, lib.algos.get(&s))
+        else {
+            return Err(DeviceError::BadLaunch {
+                kernel: "library contraction".to_string(),
+                reason: "submitted before it was prepared".to_string(),
+            });
+        };
+        let lhs_bytes = 4 * s.lhs_elems();
+        let weight_bytes = 2 * s.elems(s.cols, s.depth);
+        let out_bytes = 4 * s.elems(s.rows, s.cols);
+        for (b, need, what) in [
+            (c.lhs, lhs_bytes, "left side"),
+            (c.weights, weight_bytes, "weights"),
+            (c.out, out_bytes, "result"),
+        ] {
+            if b.alloc.bytes < need || !Arc::ptr_eq(&b.alloc.ctx, &self.ctx) {
+                return Err(DeviceError::BadLaunch {
+                    kernel: "library contraction".to_string(),
+                    reason: format!(
+                        "its {what} needs {need} B of this device, the buffer has {} B",
+                        b.alloc.bytes
+                    ),
+                });
+            }
+        }
+        if staging.bytes < 2 * s.lhs_elems() || !s.lhs_elems().is_multiple_of(4) {
+            return Err(DeviceError::BadLaunch {
+                kernel: "library contraction".to_string(),
+                reason: format!("{s:?} does not fit the prepared staging buffer"),
+            });
+        }
+        let convert = match s.half {
+            HalfType::F16 => lib.to_f16.as_ref(),
+            HalfType::BF16 => lib.to_bf16.as_ref(),
+        }
+        .expect("prepared with the staging buffer");
+        let n4 = u32::try_from(s.lhs_elems() / 4).map_err(|_| DeviceError::BadLaunch {
+            kernel: "library contraction".to_string(),
+            reason: format!("{s:?}: left side over 2^34 elements"),
+        })?;
+        self.launch_convert(convert, c.lhs.alloc.ptr, staging.ptr, n4)?;
+        let d = Descriptors::new(s)?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: every pointer is a live device allocation of this context holding at least
+        // what the descriptors describe (checked above); the scalars are host f32s read during
+        // the call; the workspace holds the bytes the algorithm was chosen for.
+        let status = unsafe {
+            lt::cublasLtMatmul(
+                lib.handle,
+                d.op,
+                (&alpha as *const f32).cast(),
+                c.weights.alloc.ptr as *const c_void,
+                d.a,
+                staging.ptr as *const c_void,
+                d.b,
+                (&beta as *const f32).cast(),
+                c.out.alloc.ptr as *const c_void,
+                d.c,
+                c.out.alloc.ptr as *mut c_void,
+                d.c,
+                algo,
+                workspace.ptr as *mut c_void,
+                workspace.bytes as usize,
+                self.ctx.stream as lt::cudaStream_t,
+            )
+        };
+        check("cublasLtMatmul", status)
+    }
+
+    /// One launch of a conversion kernel over `n4` groups of four elements.
+    fn launch_convert(
+        &self,
+        k: &PtxKernel,
+        src: CUdeviceptr,
+        dst: CUdeviceptr,
+        n4: u32,
+    ) -> Result<(), DeviceError> {
+        let (mut src, mut dst, mut n4v) = (src, dst, n4);
+        let mut params: [*mut c_void; 3] = [
+            (&mut src as *mut CUdeviceptr).cast(),
+            (&mut dst as *mut CUdeviceptr).cast(),
+            (&mut n4v as *mut u32).cast(),
+        ];
+        let groups = n4.div_ceil(CONVERT_THREADS).max(1);
+        // SAFETY: a function of a loaded module of this context taking (ptr, ptr, u32); the
+        // parameter values live until the call returns (the driver copies them).
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                k.function,
+                groups,
+                1,
+                1,
+                CONVERT_THREADS,
+                1,
+                1,
+                0,
+                self.ctx.stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        cu(r).map_err(|e| self.cuda_failure("cuLaunchKernel of the half conversion", e))
+    }
+}
