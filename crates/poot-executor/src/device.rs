@@ -2,8 +2,8 @@
 //! Everything else (planning, buffer binding, slot writes, state, faults bookkeeping) lives once
 //! in the generic engine.
 
-use poot_graph_plan::HalfType;
 use poot_graph_plan::kernel::Kernel;
+use poot_graph_plan::{HalfType, WeightWords};
 
 use crate::error::DeviceError;
 use crate::limits::DeviceLimits;
@@ -20,11 +20,12 @@ pub struct Launch<'a, D: Device + ?Sized> {
 /// A half-precision contraction for the device's library: `out[m, n] = sum_k lhs[m, k] *
 /// w[n, k]` (`w[k, n]` when not `transpose_weights`) with f32 sums, where `lhs` holds
 /// `rows x depth` f32 words exactly representable in `half` and `weights` the stored `half`
-/// elements.
+/// elements, or f32 words exactly representable in it ([`WeightWords::F32`]).
 pub struct Contraction<'a, D: Device + ?Sized> {
     pub half: HalfType,
     pub lhs: &'a D::Buffer,
     pub weights: &'a D::Buffer,
+    pub weight_words: WeightWords,
     pub transpose_weights: bool,
     pub out: &'a D::Buffer,
     pub rows: u32,

@@ -848,6 +848,7 @@ fn call_commands<'a, D: Device>(
             half: c.half,
             lhs: resolve(homes, own, exe, c.lhs.0 as usize)?,
             weights: resolve(homes, own, exe, c.weights.0 as usize)?,
+            weight_words: c.weight_words,
             transpose_weights: c.transpose_weights,
             out: resolve(homes, own, exe, c.out.0 as usize)?,
             rows: c.rows,

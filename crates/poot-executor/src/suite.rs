@@ -1811,6 +1811,28 @@ fn tiled_cases() -> Vec<Case> {
         ));
     }
 
+    // Block-quantized weights a device's library multiplies decoded to f16 (a prefill chunk's
+    // rows, sizes a multiple of 8): a norm into two projections of two formats.
+    for (i, (format, m)) in [(GgmlType::Q4_0, 128), (GgmlType::Q4_K, 136)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut c = CaseBuilder::new(275 + i as u64);
+        let k = 256;
+        let x = c.f32("x", &[m, k]);
+        let nw = c.positive("norm", &[k]);
+        let wa = c.packed("wa", format, 48, k);
+        let wb = c.packed("wb", GgmlType::Q8_0, 40, k);
+        let h = ops::rmsnorm(&c.b, x, nw, 1e-6).expect("rmsnorm");
+        let a = ops::linear(&c.b, h, wa, None).expect("a");
+        let b = ops::linear(&c.b, h, wb, None).expect("b");
+        cases.push(c.finish(
+            &format!("decodable {format:?} and Q8_0 projections of a norm, {m} rows, K {k}"),
+            Outputs::new(a).and(b),
+            reassociated(k),
+        ));
+    }
+
     // A norm into three sibling projections of 100 rows over two leading axes; over 320
     // elements the contraction is split (its tiles are few) and a second kernel adds up.
     for (i, k_len) in [96, 320].into_iter().enumerate() {

@@ -21,7 +21,7 @@ use poot_graph_ir::Graph;
 
 pub use plan::{
     BufferDecl, BufferId, BufferRole, Collective, CollectiveOp, DeviceWords, Dispatch, HalfType,
-    HostValue, LibraryContraction, MemoryUse, Plan,
+    HostValue, LibraryContraction, MemoryUse, Plan, WeightWords,
 };
 pub use refusal::PlanError;
 pub use target::{Backend, LaunchOverlap, MatrixUnits, Target, TargetLimits, Tuning, TuningError};

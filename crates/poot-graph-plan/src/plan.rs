@@ -75,11 +75,21 @@ pub enum HalfType {
     BF16,
 }
 
+/// How a library contraction's weights are held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WeightWords {
+    /// The stored half elements of a constant.
+    Stored,
+    /// f32 words the graph rounded to the half type (block-quantized weights decoded for the
+    /// library), `cols x depth`; the device converts them exactly, as it does the left side.
+    F32,
+}
+
 /// A contraction the step gives to the device's library (cuBLASLt on PTX) instead of a kernel:
 /// `out[m, n] = sum_k lhs[m, k] * w[n, k]` (or `w[k, n]` when the weights are not transposed),
 /// f32 sums. `lhs` holds f32 words the graph already rounded to `half`
 /// ([`crate::precision`]), so the device's conversion of them to `half` is exact; the weights
-/// are a stored `half` constant.
+/// are a stored `half` constant or f32 words rounded to it ([`WeightWords`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LibraryContraction {
     /// Runs after the first `before` dispatches and before the rest.
@@ -92,6 +102,7 @@ pub struct LibraryContraction {
     pub lhs: BufferId,
     /// The weights as stored: `cols x depth` when `transpose_weights`, else `depth x cols`.
     pub weights: BufferId,
+    pub weight_words: WeightWords,
     pub transpose_weights: bool,
     /// The result, `rows x cols` f32 words, row-major (another buffer than `lhs`).
     pub out: BufferId,

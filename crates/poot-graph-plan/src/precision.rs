@@ -30,9 +30,16 @@ use poot_graph_ir::{DType, Eqn, Graph, OpKind, Storage, TensorType, ValueId, Val
 use crate::refusal::PlanError;
 use crate::target::Target;
 
+/// Left-side rows from which a contraction against block-quantized weights is given to the
+/// device's library: its weights are then decoded to f16 in full for every step, which pays
+/// only over many rows (a prefill chunk), not for a batched decode step.
+pub const LIBRARY_PACKED_MIN_ROWS: usize = 128;
+
 /// `graph` with the left side of every tiled contraction against f16 or bf16 weights rounded to
-/// the weights' type, where `target` multiplies such contractions in half precision; `graph`
-/// itself elsewhere.
+/// the weights' type, where `target` multiplies such contractions in half precision; and, where
+/// the target gives contractions of many rows against block-quantized weights to its library,
+/// those weights decoded and rounded to f16 and the left side rounded to f16 too. `graph`
+/// itself where nothing changes.
 pub fn round_half_operands<'g>(
     graph: &'g Graph,
     target: &Target,
@@ -40,60 +47,173 @@ pub fn round_half_operands<'g>(
     if !target.half_operands() {
         return Ok(Cow::Borrowed(graph));
     }
-    let wanted = |j: usize| -> Option<(ValueId, DType)> {
+    let library = target.library_contractions();
+    let wanted = |j: usize| -> Option<Rounding> {
         let e = &graph.eqns()[j];
-        let half = half_weights(graph, j)?;
-        (half_operand(graph, e.inputs[0]) != Some(half)).then_some((e.inputs[0], half))
+        let (half, decode) = match half_weights(graph, j) {
+            Some(half) => (half, None),
+            None if library && decoded_for_library(graph, j) => (DType::F16, Some(e.inputs[1])),
+            None => return None,
+        };
+        let round = (half_operand(graph, e.inputs[0]) != Some(half)).then_some((e.inputs[0], half));
+        (round.is_some() || decode.is_some()).then_some(Rounding { round, decode })
     };
     if !(0..graph.eqns().len()).any(|j| wanted(j).is_some()) {
         return Ok(Cow::Borrowed(graph));
     }
-    let mut values: Vec<ValueInfo> = graph.values().to_vec();
-    let mut eqns: Vec<Eqn> = Vec::with_capacity(graph.eqns().len() + 2);
-    let mut rounded: HashMap<(ValueId, DType), ValueId> = HashMap::new();
+    let mut r = Rewrite {
+        values: graph.values().to_vec(),
+        eqns: Vec::with_capacity(graph.eqns().len() + 8),
+        rounded: HashMap::new(),
+        decoded: HashMap::new(),
+    };
     for (j, e) in graph.eqns().iter().enumerate() {
         let mut e = e.clone();
-        if let Some((lhs, half)) = wanted(j) {
-            let r = match rounded.get(&(lhs, half)) {
-                Some(&r) => r,
-                None => {
-                    let info = &graph.values()[lhs.index()];
-                    let label = if info.label.is_empty() {
-                        format!("v{}", lhs.index())
-                    } else {
-                        info.label.clone()
-                    };
-                    let shape = info.ty.shape.clone();
-                    let mut push = |dtype: DType, suffix: &str, input: ValueId| {
-                        values.push(ValueInfo {
-                            ty: TensorType::new(dtype, shape.clone()),
-                            storage: Storage::Device,
-                            label: format!("{label}.{suffix}"),
-                        });
-                        let out = ValueId(values.len() as u32 - 1);
-                        eqns.push(Eqn {
-                            op: OpKind::Cast { to: dtype },
-                            inputs: vec![input],
-                            out,
-                        });
-                        out
-                    };
-                    let name = half.name();
-                    let narrow = push(half, name, lhs);
-                    let r = push(DType::F32, &format!("{name}_f32"), narrow);
-                    rounded.insert((lhs, half), r);
-                    r
-                }
-            };
-            e.inputs[0] = r;
+        if let Some(Rounding { round, decode }) = wanted(j) {
+            if let Some((lhs, half)) = round {
+                e.inputs[0] = r.rounded(lhs, half);
+            }
+            if let Some(w) = decode {
+                e.inputs[1] = r.decoded(w);
+            }
         }
-        eqns.push(e);
+        r.eqns.push(e);
     }
     Ok(Cow::Owned(Graph::from_parts(
-        values,
-        eqns,
+        r.values,
+        r.eqns,
         graph.outputs().clone(),
     )?))
+}
+
+/// What one contraction's operands need.
+struct Rounding {
+    /// The left side, to round to this half type.
+    round: Option<(ValueId, DType)>,
+    /// Block-quantized weights, to decode and round to f16.
+    decode: Option<ValueId>,
+}
+
+/// A graph being rewritten: its values and equations so far, and the roundings and decodings
+/// already made (sibling contractions share them).
+struct Rewrite {
+    values: Vec<ValueInfo>,
+    eqns: Vec<Eqn>,
+    rounded: HashMap<(ValueId, DType), ValueId>,
+    decoded: HashMap<ValueId, ValueId>,
+}
+
+impl Rewrite {
+    fn label(&self, v: ValueId) -> String {
+        let info = &self.values[v.index()];
+        if info.label.is_empty() {
+            format!("v{}", v.index())
+        } else {
+            info.label.clone()
+        }
+    }
+
+    /// A new value of `ty` computed by `op` over `inputs`.
+    fn push(&mut self, op: OpKind, inputs: Vec<ValueId>, ty: TensorType, label: String) -> ValueId {
+        self.values.push(ValueInfo {
+            ty,
+            storage: Storage::Device,
+            label,
+        });
+        let out = ValueId(self.values.len() as u32 - 1);
+        self.eqns.push(Eqn { op, inputs, out });
+        out
+    }
+
+    /// `v` (f32) rounded to `half` and widened back: `Cast { to: F32 }(Cast { to: half }(v))`.
+    fn round(&mut self, v: ValueId, half: DType, label: &str) -> ValueId {
+        let shape = self.values[v.index()].ty.shape.clone();
+        let name = half.name();
+        let narrow = self.push(
+            OpKind::Cast { to: half },
+            vec![v],
+            TensorType::new(half, shape.clone()),
+            format!("{label}.{name}"),
+        );
+        self.push(
+            OpKind::Cast { to: DType::F32 },
+            vec![narrow],
+            TensorType::new(DType::F32, shape),
+            format!("{label}.{name}_f32"),
+        )
+    }
+
+    fn rounded(&mut self, v: ValueId, half: DType) -> ValueId {
+        if let Some(&r) = self.rounded.get(&(v, half)) {
+            return r;
+        }
+        let label = self.label(v);
+        let r = self.round(v, half, &label);
+        self.rounded.insert((v, half), r);
+        r
+    }
+
+    /// The rank-2 block-quantized constant `w` decoded row by row (a gather of every row) and
+    /// rounded to f16.
+    fn decoded(&mut self, w: ValueId) -> ValueId {
+        if let Some(&d) = self.decoded.get(&w) {
+            return d;
+        }
+        let label = self.label(w);
+        let dims = self.values[w.index()].ty.dims().to_vec();
+        let rows = self.push(
+            OpKind::Iota {
+                shape: vec![dims[0]].into(),
+                axis: 0,
+                dtype: DType::I32,
+            },
+            vec![],
+            TensorType::new(DType::I32, vec![dims[0]]),
+            format!("{label}.rows"),
+        );
+        let decoded = self.push(
+            OpKind::Gather { axis: 0 },
+            vec![w, rows],
+            TensorType::new(DType::F32, dims),
+            format!("{label}.decoded"),
+        );
+        let d = self.round(decoded, DType::F16, &label);
+        self.decoded.insert(w, d);
+        d
+    }
+}
+
+/// Whether contraction `eqn` is one whose block-quantized weights a device library multiplies
+/// once decoded to f16: a tiled contraction of at least [`LIBRARY_PACKED_MIN_ROWS`] rows against
+/// a stored rank-2 GGUF block constant, `[columns, depth]` as checkpoints store it, with both a
+/// multiple of 8.
+pub(crate) fn decoded_for_library(g: &Graph, eqn: usize) -> bool {
+    let e = &g.eqns()[eqn];
+    if e.op
+        != (OpKind::MatMul {
+            transpose_rhs: true,
+        })
+        || !crate::lower::tiled_contraction(g, eqn)
+    {
+        return false;
+    }
+    let w = &g.values()[e.inputs[1].index()];
+    let out = g.values()[e.out.index()].ty.dims();
+    let rows: usize = out[..out.len() - 1].iter().product();
+    let dims = w.ty.dims();
+    let block = match w.ty.dtype {
+        DType::Packed(t) => matches!(
+            t.packed_format(),
+            Ok(Some(poot_formats::PackedFormat::Block(_)))
+        ),
+        _ => false,
+    };
+    block
+        && matches!(w.storage, Storage::Const(_))
+        && rows >= LIBRARY_PACKED_MIN_ROWS
+        && dims.len() == 2
+        && dims.iter().all(|d| d.is_multiple_of(8))
+        && i32::try_from(dims[0]).is_ok()
 }
 
 /// The half type (F16 or BF16) of the weights of contraction `eqn` when it is tiled against

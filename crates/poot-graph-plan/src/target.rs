@@ -121,9 +121,10 @@ pub struct Tuning {
     /// How tiled contractions multiply where the target has matrix units
     /// ([`Target::matrix_units`]).
     pub gemm_matrix_units: MatrixUnits,
-    /// Whether tiled contractions against stored f16 or bf16 weights go to the device's library
-    /// ([`TargetLimits::library_gemm`]) where it has one (`lib=0|1`). Measured on the H200
-    /// (session 10): see bench/README.md.
+    /// Whether tiled contractions against f16 or bf16 weights (and, over a prefill's rows,
+    /// block-quantized weights decoded to f16) go to the device's library
+    /// ([`TargetLimits::library_gemm`]) where it has one (`lib=0|1`). Opt-in until it is
+    /// measured on a GPU: it was built in a session without device time (see bench/README.md).
     pub library_gemm: bool,
 }
 
@@ -179,7 +180,7 @@ impl Default for Tuning {
             launch_overlap: LaunchOverlap::AtExit,
             attention_tiles: true,
             gemm_matrix_units: MatrixUnits::Tf32,
-            library_gemm: true,
+            library_gemm: false,
         }
     }
 }
@@ -390,7 +391,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=64,waves=4,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,mma=0,lib=0",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,mma=0,lib=1",
         )
         .unwrap();
         assert_eq!(
@@ -413,7 +414,7 @@ mod tests {
                 launch_overlap: LaunchOverlap::Early,
                 attention_tiles: false,
                 gemm_matrix_units: MatrixUnits::Off,
-                library_gemm: false,
+                library_gemm: true,
             }
         );
         for (spec, units) in [

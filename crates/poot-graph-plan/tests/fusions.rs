@@ -9,7 +9,7 @@ use poot_graph_ir::{
 };
 use poot_graph_plan::kernel::{Expr, Half, Stmt};
 use poot_graph_plan::precision::round_half_operands;
-use poot_graph_plan::{HalfType, MatrixUnits, Plan, Target, Tuning, compile};
+use poot_graph_plan::{HalfType, MatrixUnits, Plan, Target, Tuning, WeightWords, compile};
 
 fn input(b: &Builder, name: &str, dims: &[usize]) -> Traced {
     b.constant(name, TensorType::new(DType::F32, dims.to_vec()))
@@ -302,6 +302,14 @@ fn tiled_contractions_multiply_on_matrix_units_where_the_target_has_them() {
     assert_eq!(mmas(&Target::wgpu_preset()), 0);
 }
 
+/// The PTX preset with its tiled contractions against f16, bf16 and (over many rows) block
+/// weights given to the device's library.
+fn with_library() -> Target {
+    let mut t = Target::ptx_preset();
+    t.tuning.library_gemm = true;
+    t
+}
+
 /// The PTX preset with its tiled contractions in kernels, multiplying on `units`.
 fn with_units(units: MatrixUnits) -> Target {
     let mut t = Target::ptx_preset();
@@ -408,7 +416,7 @@ fn few_rows_and_other_weights_keep_their_precision() {
 fn half_weights_go_to_the_library_where_the_device_has_one() {
     for dtype in [DType::F16, DType::BF16] {
         let g = half_layer(64, dtype);
-        let p = plan(&g);
+        let p = compile(&g, &with_library()).unwrap();
         // Five contractions in the library; the kernels compute the rounded norm, the rounded
         // gated product and the residual add around them, with no tiled kernel left.
         assert_eq!(p.contractions.len(), 5, "{dtype}");
@@ -449,15 +457,14 @@ fn half_weights_go_to_the_library_where_the_device_has_one() {
         assert_eq!(befores[4], 2, "{:?}", kinds(&p));
         assert_eq!(p.dispatches.len(), 3, "{:?}", kinds(&p));
         // The rounding the library multiplies in is in the graph the plan computes.
-        let rounded = round_half_operands(&g, &Target::ptx_preset()).unwrap();
+        let rounded = round_half_operands(&g, &with_library()).unwrap();
         assert_eq!(rounded.eqns().len(), g.eqns().len() + 4);
     }
     // Few rows, the library tuned off, a device without one, or columns that are not a
     // multiple of 8: kernels.
-    let mut off = Target::ptx_preset();
-    off.tuning.library_gemm = false;
+    let off = Target::ptx_preset();
     for (g, target) in [
-        (half_layer(8, DType::F16), Target::ptx_preset()),
+        (half_layer(8, DType::F16), with_library()),
         (half_layer(64, DType::F16), off),
         (half_layer(64, DType::F16), Target::wgpu_preset()),
     ] {
@@ -470,7 +477,55 @@ fn half_weights_go_to_the_library_where_the_device_has_one() {
         .unwrap();
     let y = ops::linear(&b, x, w, None).unwrap();
     let g = b.finish(Outputs::new(y)).unwrap();
-    assert!(plan(&g).contractions.is_empty());
+    assert!(
+        compile(&g, &with_library())
+            .unwrap()
+            .contractions
+            .is_empty()
+    );
+}
+
+#[test]
+fn block_weights_are_decoded_for_the_library_over_many_rows() {
+    let q8 = DType::Packed(GgmlType::Q8_0);
+    let g = half_layer(128, q8);
+    let p = compile(&g, &with_library()).unwrap();
+    // Each weight decoded and rounded to f16 by a kernel, multiplied in the library.
+    assert_eq!(p.contractions.len(), 5);
+    assert!(
+        p.contractions
+            .iter()
+            .all(|c| c.weight_words == WeightWords::F32 && c.half == HalfType::F16)
+    );
+    assert!(
+        kinds(&p).iter().all(|k| !k.starts_with("gemm")),
+        "{:?}",
+        kinds(&p)
+    );
+    // The decoding and both roundings are in the graph: per weight an iota, a gather and two
+    // casts; per left side two casts.
+    let rounded = round_half_operands(&g, &with_library()).unwrap();
+    assert_eq!(rounded.eqns().len(), g.eqns().len() + 5 * 4 + 2 * 2);
+    let again = round_half_operands(&rounded, &with_library()).unwrap();
+    assert_eq!(*again, *rounded);
+    // A batched decode step's rows (under 128) keep the quantized kernels, as does a device
+    // without the library.
+    assert!(
+        compile(&half_layer(64, q8), &with_library())
+            .unwrap()
+            .contractions
+            .is_empty()
+    );
+    assert_eq!(
+        *round_half_operands(&half_layer(64, q8), &with_library()).unwrap(),
+        half_layer(64, q8)
+    );
+    assert!(
+        compile(&g, &with_units(MatrixUnits::Tf32))
+            .unwrap()
+            .contractions
+            .is_empty()
+    );
 }
 
 /// Products on the tf32 and on the half-precision matrix units over a plan's kernels.

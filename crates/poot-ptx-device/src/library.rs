@@ -18,7 +18,7 @@ use std::sync::Arc;
 use cudarc::cublaslt::sys as lt;
 use cudarc::driver::sys::{self, CUdeviceptr};
 use poot_executor::{Command, Contraction, DeviceError};
-use poot_graph_plan::HalfType;
+use poot_graph_plan::{HalfType, WeightWords};
 
 use crate::buffer::Allocation;
 use crate::context::cu;
@@ -60,6 +60,7 @@ extern "C" __global__ void poot_to_bf16(const float4* __restrict__ src, uint2* _
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Shape {
     half: HalfType,
+    weight_words: WeightWords,
     transpose_weights: bool,
     rows: u32,
     cols: u32,
@@ -70,6 +71,7 @@ impl Shape {
     fn of(c: &Contraction<'_, PtxDevice>) -> Shape {
         Shape {
             half: c.half,
+            weight_words: c.weight_words,
             transpose_weights: c.transpose_weights,
             rows: c.rows,
             cols: c.cols,
@@ -83,6 +85,25 @@ impl Shape {
 
     fn lhs_elems(self) -> u64 {
         self.elems(self.rows, self.depth)
+    }
+
+    fn weight_elems(self) -> u64 {
+        self.elems(self.cols, self.depth)
+    }
+
+    /// Where the converted weights start in the staging buffer (after the left side, aligned
+    /// for the library's loads).
+    fn staged_weights_offset(self) -> u64 {
+        (2 * self.lhs_elems()).next_multiple_of(256)
+    }
+
+    /// Staging bytes: the converted left side, and the converted weights when they come as f32
+    /// words.
+    fn staging_bytes(self) -> u64 {
+        match self.weight_words {
+            WeightWords::Stored => 2 * self.lhs_elems(),
+            WeightWords::F32 => self.staged_weights_offset() + 2 * self.weight_elems(),
+        }
     }
 }
 
@@ -281,7 +302,7 @@ impl PtxDevice {
             lib.to_f16 = Some(f16);
             lib.to_bf16 = Some(bf16);
         }
-        let staging_bytes = shapes.iter().map(|s| 2 * s.lhs_elems()).max().unwrap_or(0);
+        let staging_bytes = shapes.iter().map(|s| s.staging_bytes()).max().unwrap_or(0);
         let have =
             |a: &Option<Arc<Allocation>>, bytes: u64| a.as_ref().is_some_and(|a| a.bytes >= bytes);
         if !have(
@@ -378,7 +399,10 @@ impl PtxDevice {
             });
         };
         let lhs_bytes = 4 * s.lhs_elems();
-        let weight_bytes = 2 * s.elems(s.cols, s.depth);
+        let weight_bytes = match s.weight_words {
+            WeightWords::Stored => 2 * s.weight_elems(),
+            WeightWords::F32 => 4 * s.weight_elems(),
+        };
         let out_bytes = 4 * s.elems(s.rows, s.cols);
         for (b, need, what) in [
             (c.lhs, lhs_bytes, "left side"),
@@ -395,7 +419,10 @@ impl PtxDevice {
                 });
             }
         }
-        if staging.bytes < 2 * s.lhs_elems() || !s.lhs_elems().is_multiple_of(4) {
+        if staging.bytes < s.staging_bytes()
+            || !s.lhs_elems().is_multiple_of(4)
+            || !s.weight_elems().is_multiple_of(4)
+        {
             return Err(DeviceError::BadLaunch {
                 kernel: "library contraction".to_string(),
                 reason: format!("{s:?} does not fit the prepared staging buffer"),
@@ -406,11 +433,31 @@ impl PtxDevice {
             HalfType::BF16 => lib.to_bf16.as_ref(),
         }
         .expect("prepared with the staging buffer");
-        let n4 = u32::try_from(s.lhs_elems() / 4).map_err(|_| DeviceError::BadLaunch {
-            kernel: "library contraction".to_string(),
-            reason: format!("{s:?}: left side over 2^34 elements"),
-        })?;
-        self.launch_convert(convert, c.lhs.alloc.ptr, staging.ptr, n4)?;
+        let groups_of_four = |n: u64| {
+            u32::try_from(n / 4).map_err(|_| DeviceError::BadLaunch {
+                kernel: "library contraction".to_string(),
+                reason: format!("{s:?}: an operand over 2^34 elements"),
+            })
+        };
+        self.launch_convert(
+            convert,
+            c.lhs.alloc.ptr,
+            staging.ptr,
+            groups_of_four(s.lhs_elems())?,
+        )?;
+        let weights = match s.weight_words {
+            WeightWords::Stored => c.weights.alloc.ptr,
+            WeightWords::F32 => {
+                let at = staging.ptr + s.staged_weights_offset();
+                self.launch_convert(
+                    convert,
+                    c.weights.alloc.ptr,
+                    at,
+                    groups_of_four(s.weight_elems())?,
+                )?;
+                at
+            }
+        };
         let d = Descriptors::new(s)?;
         let (alpha, beta) = (1.0f32, 0.0f32);
         // SAFETY: every pointer is a live device allocation of this context holding at least
@@ -421,7 +468,7 @@ impl PtxDevice {
                 lib.handle,
                 d.op,
                 (&alpha as *const f32).cast(),
-                c.weights.alloc.ptr as *const c_void,
+                weights as *const c_void,
                 d.a,
                 staging.ptr as *const c_void,
                 d.b,

@@ -9,6 +9,10 @@
 //! computed as its epilogue (a residual add, `silu(gate) * up`) is an ordinary kernel reading
 //! the stored result.
 //!
+//! Block-quantized weights reach it decoded: over many rows (a prefill chunk) the graph decodes
+//! them in full and rounds them to f16 ([`crate::precision`]), a kernel of ours computes that
+//! into a buffer, and the library multiplies it like a stored f16 weight.
+//!
 //! The device computes the rewritten graph up to the order of its f32 sums (the library's, not
 //! the oracle's), the tolerance every tiled contraction is held to.
 
@@ -17,7 +21,7 @@ use std::collections::HashSet;
 use poot_graph_ir::{DType, Graph, OpKind, Storage};
 
 use super::{Lowering, PlanError, PlannedContraction};
-use crate::plan::HalfType;
+use crate::plan::{HalfType, WeightWords};
 use crate::precision::half_operand;
 use crate::target::Target;
 
@@ -31,29 +35,36 @@ pub(super) fn chosen(g: &Graph, target: &Target) -> HashSet<usize> {
         return HashSet::new();
     }
     (0..g.eqns().len())
-        .filter(|&i| library_half(g, i).is_some())
+        .filter(|&i| library_operands(g, i).is_some())
         .collect()
 }
 
-/// The half type eqn `i` multiplies in when the library can take it: a tiled `MatMul` of a
-/// rounded left side against a whole stored rank-2 constant of that type, with aligned sizes
-/// that fit the library's 32-bit dimensions.
-fn library_half(g: &Graph, i: usize) -> Option<HalfType> {
+/// How eqn `i`'s contraction reaches the library, when it can: a tiled `MatMul` of a rounded
+/// left side against weights of that half type, either a whole stored rank-2 constant or f32
+/// words rounded to it (block-quantized weights decoded for the library, see
+/// [`crate::precision`]), with aligned sizes that fit the library's 32-bit dimensions.
+fn library_operands(g: &Graph, i: usize) -> Option<(HalfType, WeightWords)> {
     let e = &g.eqns()[i];
-    if !matches!(e.op, OpKind::MatMul { .. }) || !super::gemm::tiled(g, i) {
+    let OpKind::MatMul { transpose_rhs } = e.op else {
+        return None;
+    };
+    if !super::gemm::tiled(g, i) {
         return None;
     }
     let (lhs, rhs) = (e.inputs[0], e.inputs[1]);
     let w = &g.values()[rhs.index()];
-    if !matches!(w.storage, Storage::Const(_)) {
-        return None;
-    }
-    let half = match w.ty.dtype {
+    let (dtype, words) = match (&w.storage, w.ty.dtype) {
+        (Storage::Const(_), d @ (DType::F16 | DType::BF16)) => (d, WeightWords::Stored),
+        // Rounded weights are computed in full into a buffer of f32 words, `[columns, depth]`.
+        (Storage::Device, DType::F32) if transpose_rhs => (half_operand(g, rhs)?, WeightWords::F32),
+        _ => return None,
+    };
+    let half = match dtype {
         DType::F16 => HalfType::F16,
         DType::BF16 => HalfType::BF16,
         _ => return None,
     };
-    if half_operand(g, lhs) != Some(w.ty.dtype) {
+    if half_operand(g, lhs) != Some(dtype) {
         return None;
     }
     let out = g.values()[e.out.index()].ty.dims();
@@ -66,7 +77,7 @@ fn library_half(g: &Graph, i: usize) -> Option<HalfType> {
         && fits(rows)
         && fits(depth)
         && fits(cols))
-    .then_some(half)
+    .then_some((half, words))
 }
 
 impl Lowering<'_> {
@@ -79,16 +90,20 @@ impl Lowering<'_> {
                 label: self.label(e.out),
             });
         };
-        let half = library_half(self.g, i).ok_or_else(|| PlanError::Unplaced {
-            label: self.label(e.out),
-        })?;
+        let (half, weight_words) =
+            library_operands(self.g, i).ok_or_else(|| PlanError::Unplaced {
+                label: self.label(e.out),
+            })?;
         let (lhs, rhs, v) = (e.inputs[0], e.inputs[1], e.out);
         let out_dims = self.g.values()[v.index()].ty.dims().to_vec();
         let depth = *self.g.values()[lhs.index()].ty.dims().last().unwrap_or(&1);
         let cols = *out_dims.last().unwrap_or(&1);
         let rows: usize = out_dims[..out_dims.len() - 1].iter().product();
         let lhs_buf = self.materialized(lhs)?;
-        let weights = self.buffer_of(rhs)?;
+        let weights = match weight_words {
+            WeightWords::Stored => self.buffer_of(rhs)?,
+            WeightWords::F32 => self.materialized(rhs)?,
+        };
         let out = self.scratch_for(v)?;
         self.contractions.push((
             self.dispatches.len(),
@@ -97,6 +112,7 @@ impl Lowering<'_> {
                 half,
                 lhs: lhs_buf,
                 weights,
+                weight_words,
                 transpose_weights: transpose_rhs,
                 out,
                 rows: rows as u32,

@@ -34,7 +34,7 @@ use self::classify::{Classification, Placement, classify};
 use self::context::{KernelCtx, LBuf};
 use self::dequant::FormatTable;
 use crate::kernel::Kernel;
-use crate::plan::{BufferRole, CollectiveOp, DeviceWords, HalfType, HostValue, Plan};
+use crate::plan::{BufferRole, CollectiveOp, DeviceWords, HalfType, HostValue, Plan, WeightWords};
 use crate::refusal::PlanError;
 use crate::target::Target;
 
@@ -127,6 +127,7 @@ pub(crate) struct PlannedContraction {
     half: HalfType,
     lhs: LBuf,
     weights: LBuf,
+    weight_words: WeightWords,
     transpose_weights: bool,
     out: LBuf,
     rows: u32,
@@ -620,6 +621,7 @@ impl<'g> Lowering<'g> {
                     half: c.half,
                     lhs: assignment.map[c.lhs.0 as usize],
                     weights: assignment.map[c.weights.0 as usize],
+                    weight_words: c.weight_words,
                     transpose_weights: c.transpose_weights,
                     out: assignment.map[c.out.0 as usize],
                     rows: c.rows,
