@@ -22,6 +22,7 @@ use crate::engine::Engine;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::openai::{ModelCard, ModelList};
+use crate::tool_calls::ToolSyntax;
 
 /// What every handler shares.
 pub struct App {
@@ -36,6 +37,8 @@ pub struct App {
     pub api_key: Option<String>,
     pub metrics: Arc<Metrics>,
     pub embedder: Option<Embedder>,
+    /// The generation model's tool-call syntax, when its chat templates show one.
+    pub tool_syntax: Option<ToolSyntax>,
     /// Unix time the server started (the models' `created`).
     pub created: u64,
 }
