@@ -9,6 +9,7 @@ mod embeddings;
 mod engine;
 mod error;
 mod http;
+mod messages;
 mod metrics;
 mod openai;
 mod params;

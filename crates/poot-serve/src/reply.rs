@@ -141,6 +141,8 @@ pub async fn collect(
 pub enum Frame {
     /// `data: {json}` (OpenAI's chat and completion chunks).
     Data(Value),
+    /// `event: {name}` then `data: {json}` (Anthropic's and the Responses API's events).
+    Named(&'static str, Value),
     /// `data: [DONE]`, the end of an OpenAI stream.
     Done,
 }
@@ -149,9 +151,21 @@ impl Frame {
     fn into_sse(self) -> SseEvent {
         match self {
             Frame::Data(v) => SseEvent::default().data(v.to_string()),
+            Frame::Named(name, v) => SseEvent::default().event(name).data(v.to_string()),
             Frame::Done => SseEvent::default().data("[DONE]"),
         }
     }
+}
+
+/// A named event whose data opens with `"type": name`, as Anthropic's and the Responses API's
+/// events do.
+pub fn typed_event(name: &'static str, data: Value) -> Frame {
+    let mut fields = serde_json::Map::new();
+    fields.insert("type".to_owned(), Value::String(name.to_owned()));
+    if let Value::Object(rest) = data {
+        fields.extend(rest);
+    }
+    Frame::Named(name, Value::Object(fields))
 }
 
 /// How a route's stream looks.

@@ -104,6 +104,15 @@ impl ToolSyntax {
         Some(ToolSyntax { format, controls })
     }
 
+    /// A syntax whose markers are all plain text.
+    #[cfg(test)]
+    pub fn plain(format: ToolFormat) -> ToolSyntax {
+        ToolSyntax {
+            format,
+            controls: Vec::new(),
+        }
+    }
+
     /// The text a generated token stands for in call syntax: its released `text`, then the
     /// marker when the token is a control-token marker (whose text the decoder leaves out; what
     /// the token released was written before it).
