@@ -73,6 +73,7 @@ pub fn router(app: Arc<App>) -> Router {
             "/v1/messages/count_tokens",
             post(crate::messages::count_tokens),
         )
+        .route("/v1/responses", post(crate::responses::responses))
         .route("/v1/embeddings", post(crate::embeddings::embeddings))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))

@@ -14,6 +14,7 @@ mod metrics;
 mod openai;
 mod params;
 mod reply;
+mod responses;
 mod rows;
 mod tool_calls;
 
