@@ -261,7 +261,7 @@ fn finish_reason(finish: Finish, calls: usize) -> &'static str {
 
 /// Checks each message's role and content, and flattens content parts to text (the template
 /// reads plain strings). `developer` is OpenAI's newer name for `system`.
-fn messages(messages: Value) -> Result<Value, ApiError> {
+pub fn messages(messages: Value) -> Result<Value, ApiError> {
     let Value::Array(list) = messages else {
         return Err(ApiError::invalid_value(
             "messages",

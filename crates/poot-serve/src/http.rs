@@ -80,6 +80,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/health", get(health))
         .route("/metrics/prometheus", get(metrics))
         .route("/metrics", get(metrics))
+        .route("/tokenize", post(crate::tokenize::tokenize))
+        .route("/detokenize", post(crate::tokenize::detokenize))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&app), front))
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)

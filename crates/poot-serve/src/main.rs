@@ -16,6 +16,7 @@ mod params;
 mod reply;
 mod responses;
 mod rows;
+mod tokenize;
 mod tool_calls;
 
 use std::io::Write;
