@@ -7,7 +7,8 @@
 //!
 //! Not built: images and documents (the models served read text), extended thinking, and
 //! forcing a tool (`tool_choice` `any` or `tool`, which needs guided decoding); each is a 400
-//! that says so.
+//! that says so. Nor is prefill: a last assistant message is rendered as a finished turn and the
+//! answer is a new one.
 
 use std::collections::HashMap;
 use std::sync::Arc;
