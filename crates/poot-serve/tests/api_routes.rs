@@ -55,6 +55,7 @@ fn messages_responses_and_tokenizer_routes() {
     tokenize_round_trips(&server);
     tokenizer_refusals(&server);
     keys(&server);
+    garbage(&server);
     // After all of that the engine still answers.
     let r = post(
         &server,
@@ -279,5 +280,113 @@ fn keys(server: &Server) {
     // The tokenizer routes are behind the key too.
     let r = server.request("POST", "/tokenize", "{\"content\": \"a\"}", &[]);
     assert_eq!(r.status, 401, "{}", r.body);
+    assert_eq!(server.request("GET", "/health", "", &[]).status, 200);
+}
+
+/// Shapes no client should send: each a 4xx, none a 5xx or a dropped connection.
+fn garbage(server: &Server) {
+    let m = MODEL_ID;
+    let cases: Vec<(&str, Value)> = vec![
+        (
+            "/v1/messages",
+            json!({"model": m, "max_tokens": 4, "messages": null}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": m, "max_tokens": 4, "messages": [1]}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": m, "max_tokens": 4, "messages": [{"role": "user", "content": [null]}]}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": m, "max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "system": 5}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": m, "max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "tools": "x"}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": m, "max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f"}]}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": m, "max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": m, "max_tokens": 4, "messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": 3}]}]}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": m, "max_tokens": "many", "messages": []}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": m, "max_tokens": 4, "messages": [], "temperature": 9}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": m, "max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "thinking": {"type": "enabled", "budget_tokens": 10}}),
+        ),
+        ("/v1/messages/count_tokens", json!({"model": m})),
+        ("/v1/responses", json!({"model": m, "input": {"a": 1}})),
+        ("/v1/responses", json!({"model": m, "input": [null]})),
+        (
+            "/v1/responses",
+            json!({"model": m, "input": [{"type": "function_call", "name": "f"}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": m, "input": [{"type": "function_call_output", "call_id": "c", "output": 5}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": m, "input": "x", "tools": [{"type": "function"}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": m, "input": "x", "tools": {}}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": m, "input": "x", "temperature": -1}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": m, "input": "x", "conversation": "conv_1"}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": m, "input": "x", "background": true}),
+        ),
+        ("/v1/responses", json!({"model": m})),
+        ("/tokenize", json!({"content": 5})),
+        ("/tokenize", json!({"messages": "x"})),
+        ("/detokenize", json!({"tokens": "abc"})),
+        ("/detokenize", json!({})),
+    ];
+    for (path, body) in cases {
+        let r = post(server, path, &body);
+        assert!(
+            (400..500).contains(&r.status),
+            "{path} {body}: {} {}",
+            r.status,
+            r.body
+        );
+        let v = r.json();
+        let message = if path.starts_with("/v1/messages") {
+            assert_eq!(v["type"], "error", "{path} {body}: {v}");
+            &v["error"]["message"]
+        } else {
+            &v["error"]["message"]
+        };
+        assert!(
+            message.as_str().is_some_and(|s| !s.is_empty()),
+            "{path} {body}: {v}"
+        );
+    }
     assert_eq!(server.request("GET", "/health", "", &[]).status, 200);
 }
