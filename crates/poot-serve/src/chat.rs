@@ -98,10 +98,6 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         include_usage: g.include_usage,
     };
     let answers = (0..g.n).map(|_| answer(app, &prompt, tool_use)).collect();
-    let short_ids = app
-        .tool_syntax
-        .as_ref()
-        .is_some_and(|s| s.format.short_ids());
     if g.stream {
         let chunks = ChatChunks {
             handle: Arc::clone(&app.handle),
@@ -110,7 +106,6 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
             logprobs: top_logprobs.is_some(),
             answers,
             sent_calls: vec![0; g.n],
-            short_ids,
         };
         return Ok(reply::stream(rx, chunks, g.n, prompt.ids.len()).await);
     }
@@ -122,14 +117,7 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         .zip(answers)
         .enumerate()
         .map(|(index, (out, answer))| {
-            choice(
-                &app.handle,
-                index,
-                &out,
-                answer,
-                top_logprobs.is_some(),
-                short_ids,
-            )
+            choice(&app.handle, index, &out, answer, top_logprobs.is_some())
         })
         .collect();
     Ok(heading.whole("chat.completion", choices, usage))
@@ -343,7 +331,6 @@ fn choice(
     out: &ChoiceOut,
     answer: Answer,
     logprobs: bool,
-    short_ids: bool,
 ) -> ChatChoice {
     let logprobs = logprobs.then(|| ChatLogprobs {
         content: out
@@ -357,7 +344,7 @@ fn choice(
     for piece in answer.whole(out) {
         match piece {
             Piece::Text(t) => content.push_str(&t),
-            Piece::Call(c) => calls.push(tool_call_out(c, short_ids)),
+            Piece::Call(c) => calls.push(tool_call_out(c)),
         }
     }
     let finish_reason = out.finish.map(|f| finish_reason(f, calls.len()));
@@ -373,9 +360,9 @@ fn choice(
     }
 }
 
-fn tool_call_out(call: ToolCall, short_ids: bool) -> ToolCallOut {
+fn tool_call_out(call: ToolCall) -> ToolCallOut {
     ToolCallOut {
-        id: tool_calls::call_id("call_", short_ids),
+        id: tool_calls::call_id("call_"),
         kind: "function",
         function: FunctionCall {
             name: call.name,
@@ -393,7 +380,6 @@ struct ChatChunks {
     answers: Vec<Answer>,
     /// Per choice: calls sent.
     sent_calls: Vec<usize>,
-    short_ids: bool,
 }
 
 impl ChatChunks {
@@ -436,7 +422,7 @@ impl ChatChunks {
                     if let Some(n) = self.sent_calls.get_mut(index) {
                         *n += 1;
                     }
-                    let call = tool_call_out(c, self.short_ids);
+                    let call = tool_call_out(c);
                     let head = ToolCallDelta {
                         index: at,
                         id: Some(call.id),
@@ -603,14 +589,7 @@ mod tests {
         let handle = handle();
         let syntax = syntax(&handle);
         let answer = Answer::with_tools(&syntax, names());
-        let c = choice(
-            &handle,
-            0,
-            &out(&CALL, "", Finish::Stop),
-            answer,
-            false,
-            false,
-        );
+        let c = choice(&handle, 0, &out(&CALL, "", Finish::Stop), answer, false);
         let v = serde_json::to_value(&c).expect("serializes");
         assert_eq!(v["finish_reason"], "tool_calls");
         assert_eq!(v["message"]["content"], "Checking.\n");
@@ -633,7 +612,6 @@ mod tests {
             &out(&CALL[3..], "", Finish::Length),
             Answer::with_tools(&syntax, names()),
             false,
-            false,
         );
         let v = serde_json::to_value(&c).expect("serializes");
         assert_eq!(v["message"]["content"], Value::Null);
@@ -643,14 +621,7 @@ mod tests {
             Answer::with_tools(&syntax, vec!["other".to_owned()]),
             Answer::plain(),
         ] {
-            let c = choice(
-                &handle,
-                0,
-                &out(&CALL, "", Finish::Stop),
-                answer,
-                false,
-                false,
-            );
+            let c = choice(&handle, 0, &out(&CALL, "", Finish::Stop), answer, false);
             let v = serde_json::to_value(&c).expect("serializes");
             assert_eq!(v["message"]["content"], CALL.concat());
             assert!(v["message"].get("tool_calls").is_none(), "{v}");
@@ -674,7 +645,6 @@ mod tests {
             logprobs: false,
             answers: vec![Answer::with_tools(&syntax, names())],
             sent_calls: vec![0],
-            short_ids: false,
         };
         let mut frames = chunks.opening();
         for (i, t) in CALL.iter().enumerate() {

@@ -484,7 +484,7 @@ struct Message {
 }
 
 fn tool_use_id() -> String {
-    tool_calls::call_id("toolu_", false)
+    tool_calls::call_id("toolu_")
 }
 
 fn tool_use_block(call: ToolCall) -> Block {

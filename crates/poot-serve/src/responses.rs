@@ -147,10 +147,6 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
         metadata: req.metadata.clone().unwrap_or_else(|| json!({})),
         user: req.user.clone(),
-        short_ids: app
-            .tool_syntax
-            .as_ref()
-            .is_some_and(|s| s.format.short_ids()),
     };
     if g.stream {
         let events = ResponseEvents {
@@ -396,8 +392,6 @@ struct Shell {
     parallel_tool_calls: bool,
     metadata: Value,
     user: Option<String>,
-    /// Call ids of 9 letters and digits (Mistral's templates take no others).
-    short_ids: bool,
 }
 
 impl Shell {
@@ -459,7 +453,7 @@ impl Shell {
     fn call_item(&self, call: ToolCall, status: &str) -> (Value, String) {
         let id = format!("fc_{:016x}", params::fresh_seed());
         let item = json!({"type": "function_call", "id": id,
-                          "call_id": tool_calls::call_id("call_", self.short_ids),
+                          "call_id": tool_calls::call_id("call_"),
                           "name": call.name, "arguments": call.arguments, "status": status});
         (item, id)
     }
@@ -729,7 +723,6 @@ mod tests {
             parallel_tool_calls: true,
             metadata: json!({}),
             user: None,
-            short_ids: false,
         }
     }
 

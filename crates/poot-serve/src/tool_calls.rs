@@ -536,16 +536,11 @@ pub fn tool_names(tools: &Value) -> Vec<String> {
         .collect()
 }
 
-/// A fresh call id: `{prefix}` and 24 hex digits, or 9 letters and digits where the format
-/// takes only those.
-pub fn call_id(prefix: &str, short: bool) -> String {
-    let a = crate::params::fresh_seed();
-    if short {
-        alphanumeric(a)
-    } else {
-        let b = crate::params::fresh_seed();
-        format!("{prefix}{a:016x}{:08x}", b as u32)
-    }
+/// A fresh call id: `prefix` and 24 hex digits. (For Mistral's templates, which take only ids
+/// of 9 letters and digits, [`shorten_call_ids`] maps ids when a conversation is rendered.)
+pub fn call_id(prefix: &str) -> String {
+    let (a, b) = (crate::params::fresh_seed(), crate::params::fresh_seed());
+    format!("{prefix}{a:016x}{:08x}", b as u32)
 }
 
 #[cfg(test)]
@@ -806,14 +801,9 @@ mod tests {
 
     #[test]
     fn call_ids_have_their_shape() {
-        let long = call_id("call_", false);
-        assert!(long.starts_with("call_") && long.len() == 5 + 24, "{long}");
-        let short = call_id("call_", true);
-        assert!(
-            short.len() == 9 && short.chars().all(|c| c.is_ascii_alphanumeric()),
-            "{short}"
-        );
-        assert_ne!(call_id("call_", false), call_id("call_", false));
+        let id = call_id("call_");
+        assert!(id.starts_with("call_") && id.len() == 5 + 24, "{id}");
+        assert_ne!(call_id("call_"), call_id("call_"));
     }
 
     #[test]
