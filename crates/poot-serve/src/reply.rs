@@ -4,8 +4,10 @@
 //! ([`Chunks`]); the rest is shared.
 //!
 //! A streamed reply waits for its first event before answering, so a request the engine refuses
-//! at admission still gets its 4xx status. An error after that ends the stream with an
-//! `{"error": ...}` event, as vLLM does.
+//! at admission still gets its 4xx status (in the route's error shape). An error after that ends
+//! the stream with an error event: OpenAI's routes send `{"error": ...}` then `[DONE]`, as vLLM
+//! does; Anthropic's an `error` event; the Responses API's an `error` event with its sequence
+//! number.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
