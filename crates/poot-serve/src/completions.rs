@@ -18,7 +18,7 @@ use crate::error::ApiError;
 use crate::http::{App, parse, unix_now};
 use crate::openai::{CompletionChoice, CompletionLogprobs, CompletionRequest, Prompt, Usage};
 use crate::params::{self, choice_sampler};
-use crate::reply::{self, ChoiceOut, Chunks, Heading, token_text};
+use crate::reply::{self, ChoiceOut, Chunks, Frame, Heading, token_text};
 
 /// Most sequences one request may open (prompts times `n`).
 const MAX_SEQUENCES: usize = 256;
@@ -116,7 +116,7 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
             logprobs: top_logprobs.is_some(),
             offsets: vec![0; choices],
         };
-        return Ok(reply::stream(rx, chunks, choices, prompt_tokens, g.include_usage).await);
+        return Ok(reply::stream(rx, chunks, choices, prompt_tokens).await);
     }
     let (outs, completion_tokens) = reply::collect(rx, choices).await?;
     let mut usage = Usage::default();
@@ -239,7 +239,7 @@ impl CompletionChunks {
 }
 
 impl Chunks for CompletionChunks {
-    fn opening(&mut self) -> Vec<Value> {
+    fn opening(&mut self) -> Vec<Frame> {
         let echoed: Vec<(usize, String)> = self
             .echo
             .iter()
@@ -253,7 +253,7 @@ impl Chunks for CompletionChunks {
                 if let Some(o) = self.offsets.get_mut(index) {
                     *o = text.len();
                 }
-                self.chunk(
+                Frame::Data(self.chunk(
                     vec![CompletionChoice {
                         index,
                         text,
@@ -261,7 +261,7 @@ impl Chunks for CompletionChunks {
                         finish_reason: None,
                     }],
                     None,
-                )
+                ))
             })
             .collect()
     }
@@ -272,7 +272,7 @@ impl Chunks for CompletionChunks {
         id: u32,
         text: &str,
         logprob: Option<&TokenLogprob>,
-    ) -> Option<Value> {
+    ) -> Vec<Frame> {
         let lps = match (self.logprobs, logprob) {
             (true, Some(lp)) => {
                 let start = self.offsets.get(choice).copied().unwrap_or(0);
@@ -285,9 +285,9 @@ impl Chunks for CompletionChunks {
             _ => None,
         };
         if text.is_empty() && lps.is_none() {
-            return None;
+            return Vec::new();
         }
-        Some(self.chunk(
+        vec![Frame::Data(self.chunk(
             vec![CompletionChoice {
                 index: choice,
                 text: text.to_owned(),
@@ -295,11 +295,11 @@ impl Chunks for CompletionChunks {
                 finish_reason: None,
             }],
             None,
-        ))
+        ))]
     }
 
-    fn done(&mut self, choice: usize, text: &str, finish: Finish) -> Value {
-        self.chunk(
+    fn done(&mut self, choice: usize, text: &str, finish: Finish) -> Vec<Frame> {
+        vec![Frame::Data(self.chunk(
             vec![CompletionChoice {
                 index: choice,
                 text: text.to_owned(),
@@ -307,10 +307,10 @@ impl Chunks for CompletionChunks {
                 finish_reason: Some(finish.as_str()),
             }],
             None,
-        )
+        ))]
     }
 
-    fn usage(&self, usage: Usage) -> Value {
-        self.chunk(Vec::new(), Some(usage))
+    fn closing(&mut self, usage: Usage) -> Vec<Frame> {
+        reply::openai_closing(&self.heading, "text_completion", usage)
     }
 }

@@ -141,6 +141,27 @@ impl ApiError {
         }
     }
 
+    /// The error as Anthropic's API words it: `{"type": "error", "error": {"type", "message"}}`,
+    /// the type named for the status.
+    pub fn anthropic_body(&self) -> serde_json::Value {
+        let kind = match self.status.as_u16() {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            s if s >= 500 => "api_error",
+            _ => "invalid_request_error",
+        };
+        json!({"type": "error", "error": {"type": kind, "message": self.message}})
+    }
+
+    /// The response for a route that speaks Anthropic's API.
+    pub fn into_anthropic_response(self) -> Response {
+        (self.status, axum::Json(self.anthropic_body())).into_response()
+    }
+
     pub fn body(&self) -> serde_json::Value {
         json!({"error": {
             "message": self.message,

@@ -1,6 +1,7 @@
 //! The HTTP front: routes, the API key check on /v1 routes, request counting, and the small
-//! routes (models, health, metrics). Generation routes are in `completions` and `chat`,
-//! embeddings in `embeddings`.
+//! routes (models, health, metrics). Generation routes are in `completions`, `chat`,
+//! `messages` (Anthropic's API) and `responses`, embeddings in `embeddings`, the tokenizer
+//! routes in `tokenize`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,6 +23,7 @@ use crate::engine::Engine;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::openai::{ModelCard, ModelList};
+use crate::tool_calls::ToolSyntax;
 
 /// What every handler shares.
 pub struct App {
@@ -36,6 +38,8 @@ pub struct App {
     pub api_key: Option<String>,
     pub metrics: Arc<Metrics>,
     pub embedder: Option<Embedder>,
+    /// The generation model's tool-call syntax, when its chat templates show one.
+    pub tool_syntax: Option<ToolSyntax>,
     /// Unix time the server started (the models' `created`).
     pub created: u64,
 }
@@ -64,12 +68,20 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/completions", post(crate::completions::completions))
         .route("/v1/chat/completions", post(crate::chat::chat))
+        .route("/v1/messages", post(crate::messages::messages))
+        .route(
+            "/v1/messages/count_tokens",
+            post(crate::messages::count_tokens),
+        )
+        .route("/v1/responses", post(crate::responses::responses))
         .route("/v1/embeddings", post(crate::embeddings::embeddings))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
         .route("/health", get(health))
         .route("/metrics/prometheus", get(metrics))
         .route("/metrics", get(metrics))
+        .route("/tokenize", post(crate::tokenize::tokenize))
+        .route("/detokenize", post(crate::tokenize::detokenize))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&app), front))
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
@@ -85,10 +97,13 @@ async fn front(State(app): State<Arc<App>>, request: Request, next: Next) -> Res
         .map_or("unmatched", |m| m.as_str())
         .to_owned();
     let started = Instant::now();
-    let response = if request.uri().path().starts_with("/v1/")
-        && !authorized(app.api_key.as_deref(), request.headers())
-    {
-        ApiError::unauthorized().into_response()
+    let path = request.uri().path();
+    let response = if needs_key(path) && !authorized(app.api_key.as_deref(), request.headers()) {
+        if path.starts_with("/v1/messages") {
+            ApiError::unauthorized().into_anthropic_response()
+        } else {
+            ApiError::unauthorized().into_response()
+        }
     } else {
         next.run(request).await
     };
@@ -104,6 +119,13 @@ async fn front(State(app): State<Arc<App>>, request: Request, next: Next) -> Res
     response
 }
 
+/// Routes behind the API key: /v1 and the tokenizer routes (health and metrics are open).
+fn needs_key(path: &str) -> bool {
+    path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize"
+}
+
+/// Whether the request carries the key: `Authorization: Bearer <key>` (OpenAI's clients) or
+/// `x-api-key: <key>` (Anthropic's).
 fn authorized(key: Option<&str>, headers: &HeaderMap) -> bool {
     let Some(key) = key else {
         return true;
@@ -112,6 +134,7 @@ fn authorized(key: Option<&str>, headers: &HeaderMap) -> bool {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
         .map(str::trim);
     // Compared in time independent of where the first difference is.
     sent.is_some_and(|s| {
@@ -237,5 +260,11 @@ mod tests {
         assert!(!authorized(Some("k12"), &h));
         h.insert(header::AUTHORIZATION, "Basic k1".parse().expect("ascii"));
         assert!(!authorized(Some("k1"), &h));
+        // Anthropic's header.
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", "k1".parse().expect("ascii"));
+        assert!(authorized(Some("k1"), &h));
+        assert!(!authorized(Some("k2"), &h));
+        assert!(needs_key("/v1/messages") && needs_key("/tokenize") && !needs_key("/health"));
     }
 }

@@ -9,11 +9,15 @@ mod embeddings;
 mod engine;
 mod error;
 mod http;
+mod messages;
 mod metrics;
 mod openai;
 mod params;
 mod reply;
+mod responses;
 mod rows;
+mod tokenize;
+mod tool_calls;
 
 use std::io::Write;
 use std::path::Path;
@@ -34,6 +38,7 @@ use crate::engine::Engine;
 use crate::error::ServeError;
 use crate::http::App;
 use crate::metrics::Metrics;
+use crate::tool_calls::ToolSyntax;
 
 /// The context when `--ctx-size` is not given (capped by the model's positions).
 const DEFAULT_CONTEXT: usize = 2048;
@@ -193,6 +198,12 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
         }
         None => None,
     };
+    let tool_syntax = handle.text().ok().and_then(|t| {
+        ToolSyntax::detect(t.chat_templates().iter().map(|c| c.source()), t.tokenizer())
+    });
+    if let Some(s) = &tool_syntax {
+        eprintln!("tool calls are read in the {:?} syntax", s.format);
+    }
     let app = Arc::new(App {
         model_id,
         handle,
@@ -206,6 +217,7 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
             .filter(|k| !k.is_empty()),
         metrics,
         embedder,
+        tool_syntax,
         created: http::unix_now(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -185,7 +185,46 @@ pub struct ChatLogprobs {
 #[derive(Clone, Debug, Serialize)]
 pub struct ChatMessage {
     pub role: &'static str,
-    pub content: String,
+    /// `null` when the answer is only tool calls.
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallOut>>,
+}
+
+/// A function call's name and its arguments object as JSON text.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// A tool call in a chat answer.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ToolCallOut {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCall,
+}
+
+/// A tool call in a stream chunk: the first chunk of a call has its id, type and name, the next
+/// its arguments.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ToolCallDelta {
+    /// The call's place among the choice's calls.
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub function: FunctionDelta,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct FunctionDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub arguments: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -202,6 +241,8 @@ pub struct Delta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 #[derive(Clone, Debug, Serialize)]

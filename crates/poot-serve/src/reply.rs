@@ -1,10 +1,13 @@
 //! Turning a job's events into an answer: collected into one body, or streamed as server-sent
-//! events (`data: {chunk}` lines, then `data: [DONE]`). A route supplies how its chunks look
+//! events (OpenAI's `data: {chunk}` lines ending in `data: [DONE]`, or named events as
+//! Anthropic's and the Responses API's streams send them). A route supplies how its events look
 //! ([`Chunks`]); the rest is shared.
 //!
 //! A streamed reply waits for its first event before answering, so a request the engine refuses
-//! at admission still gets its 4xx status. An error after that ends the stream with an
-//! `{"error": ...}` event, as vLLM does.
+//! at admission still gets its 4xx status (in the route's error shape). An error after that ends
+//! the stream with an error event: OpenAI's routes send `{"error": ...}` then `[DONE]`, as vLLM
+//! does; Anthropic's an `error` event; the Responses API's an `error` event with its sequence
+//! number.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -71,14 +74,19 @@ impl Heading {
 #[derive(Clone, Debug)]
 pub struct TokenOut {
     pub id: u32,
+    /// The text the token released (the driver holds text back while it could become a stop).
+    pub text: String,
     pub logprob: Option<TokenLogprob>,
 }
 
 /// One choice, collected.
 #[derive(Clone, Debug, Default)]
 pub struct ChoiceOut {
+    /// Every token's text and the tail.
     pub text: String,
     pub tokens: Vec<TokenOut>,
+    /// Text released at the end that no token carries.
+    pub tail: String,
     pub finish: Option<Finish>,
 }
 
@@ -104,7 +112,7 @@ pub async fn collect(
             } => {
                 if let Some(c) = out.get_mut(choice) {
                     c.text.push_str(&text);
-                    c.tokens.push(TokenOut { id, logprob });
+                    c.tokens.push(TokenOut { id, text, logprob });
                 }
             }
             Event::Done {
@@ -118,6 +126,7 @@ pub async fn collect(
                     && c.finish.is_none()
                 {
                     c.text.push_str(&text);
+                    c.tail = text;
                     c.finish = Some(finish);
                     completion_tokens += n;
                     open -= 1;
@@ -129,22 +138,76 @@ pub async fn collect(
     Ok((out, completion_tokens))
 }
 
-/// How a route's stream chunks look.
+/// One server-sent event.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Frame {
+    /// `data: {json}` (OpenAI's chat and completion chunks).
+    Data(Value),
+    /// `event: {name}` then `data: {json}` (Anthropic's and the Responses API's events).
+    Named(&'static str, Value),
+    /// `data: [DONE]`, the end of an OpenAI stream.
+    Done,
+}
+
+impl Frame {
+    fn into_sse(self) -> SseEvent {
+        match self {
+            Frame::Data(v) => SseEvent::default().data(v.to_string()),
+            Frame::Named(name, v) => SseEvent::default().event(name).data(v.to_string()),
+            Frame::Done => SseEvent::default().data("[DONE]"),
+        }
+    }
+}
+
+/// A named event whose data opens with `"type": name`, as Anthropic's and the Responses API's
+/// events do.
+pub fn typed_event(name: &'static str, data: Value) -> Frame {
+    let mut fields = serde_json::Map::new();
+    fields.insert("type".to_owned(), Value::String(name.to_owned()));
+    if let Value::Object(rest) = data {
+        fields.extend(rest);
+    }
+    Frame::Named(name, Value::Object(fields))
+}
+
+/// How a route's stream looks.
 pub trait Chunks: Send + 'static {
-    /// Chunks before any token (the chat role, an echoed prompt).
-    fn opening(&mut self) -> Vec<Value>;
-    /// A token's chunk, or none when it adds nothing a client sees.
+    /// Events before any token (the chat role, an echoed prompt, a message's start).
+    fn opening(&mut self) -> Vec<Frame>;
+    /// A token's events; none when it adds nothing a client sees.
     fn token(
         &mut self,
         choice: usize,
         id: u32,
         text: &str,
         logprob: Option<&TokenLogprob>,
-    ) -> Option<Value>;
-    /// The chunk that ends a choice.
-    fn done(&mut self, choice: usize, text: &str, finish: Finish) -> Value;
-    /// The closing usage chunk (`stream_options.include_usage`).
-    fn usage(&self, usage: Usage) -> Value;
+    ) -> Vec<Frame>;
+    /// The events that end a choice; `text` is what no token released.
+    fn done(&mut self, choice: usize, text: &str, finish: Finish) -> Vec<Frame>;
+    /// The events after every choice ended; `usage` counts the prompt and every choice.
+    fn closing(&mut self, usage: Usage) -> Vec<Frame>;
+    /// The events that end a stream the engine failed after it began.
+    fn failed(&mut self, e: &ApiError) -> Vec<Frame> {
+        vec![Frame::Data(e.body()), Frame::Done]
+    }
+    /// The answer to a request refused before its stream began.
+    fn refused(&self, e: ApiError) -> Response {
+        e.into_response()
+    }
+}
+
+/// An OpenAI stream's closing: the usage chunk when asked for, then `[DONE]`.
+pub fn openai_closing(heading: &Heading, object: &'static str, usage: Usage) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    if heading.include_usage {
+        frames.push(Frame::Data(heading.chunk::<Value>(
+            object,
+            Vec::new(),
+            Some(usage),
+        )));
+    }
+    frames.push(Frame::Done);
+    frames
 }
 
 struct Streaming<C> {
@@ -154,13 +217,12 @@ struct Streaming<C> {
     out: VecDeque<SseEvent>,
     open: usize,
     usage: Usage,
-    include_usage: bool,
     ended: bool,
 }
 
 impl<C: Chunks> Streaming<C> {
-    fn push(&mut self, v: Value) {
-        self.out.push_back(SseEvent::default().data(v.to_string()));
+    fn push(&mut self, frames: Vec<Frame>) {
+        self.out.extend(frames.into_iter().map(Frame::into_sse));
     }
 
     fn on(&mut self, event: Event) {
@@ -171,9 +233,8 @@ impl<C: Chunks> Streaming<C> {
                 text,
                 logprob,
             } => {
-                if let Some(v) = self.chunks.token(choice, id, &text, logprob.as_ref()) {
-                    self.push(v);
-                }
+                let frames = self.chunks.token(choice, id, &text, logprob.as_ref());
+                self.push(frames);
             }
             Event::Done {
                 choice,
@@ -182,16 +243,13 @@ impl<C: Chunks> Streaming<C> {
                 completion_tokens,
                 ..
             } => {
-                let v = self.chunks.done(choice, &text, finish);
-                self.push(v);
+                let frames = self.chunks.done(choice, &text, finish);
+                self.push(frames);
                 self.usage.add(0, completion_tokens);
                 self.open = self.open.saturating_sub(1);
                 if self.open == 0 {
-                    if self.include_usage {
-                        let v = self.chunks.usage(self.usage);
-                        self.push(v);
-                    }
-                    self.out.push_back(SseEvent::default().data("[DONE]"));
+                    let frames = self.chunks.closing(self.usage);
+                    self.push(frames);
                     self.ended = true;
                 }
             }
@@ -200,8 +258,8 @@ impl<C: Chunks> Streaming<C> {
     }
 
     fn fail(&mut self, e: ApiError) {
-        self.push(e.body());
-        self.out.push_back(SseEvent::default().data("[DONE]"));
+        let frames = self.chunks.failed(&e);
+        self.push(frames);
         self.ended = true;
     }
 }
@@ -213,12 +271,11 @@ pub async fn stream<C: Chunks>(
     mut chunks: C,
     choices: usize,
     prompt_tokens: usize,
-    include_usage: bool,
 ) -> Response {
     let first = match rx.recv().await {
-        Some(Event::Failed(e)) => return e.into_response(),
+        Some(Event::Failed(e)) => return chunks.refused(e),
         Some(event) => event,
-        None => return ApiError::engine("the engine stopped").into_response(),
+        None => return chunks.refused(ApiError::engine("the engine stopped")),
     };
     let opening = chunks.opening();
     let mut state = Streaming {
@@ -228,13 +285,10 @@ pub async fn stream<C: Chunks>(
         out: VecDeque::new(),
         open: choices,
         usage: Usage::default(),
-        include_usage,
         ended: false,
     };
     state.usage.add(prompt_tokens, 0);
-    for v in opening {
-        state.push(v);
-    }
+    state.push(opening);
     let events = futures_util::stream::unfold(state, |mut st| async move {
         loop {
             if let Some(e) = st.out.pop_front() {

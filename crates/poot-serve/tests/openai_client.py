@@ -272,6 +272,128 @@ def check_errors(client, model, base_url, key, context):
     done("errors: ok (unknown model 404, context 400, invalid parameters 400, malformed JSON 400, bad key 401)")
 
 
+def as_input(messages):
+    """Chat messages as Responses input items (content as input_text parts)."""
+    return [{"role": m["role"], "content": [{"type": "input_text", "text": m["content"]}]} for m in messages]
+
+
+def check_responses(client, model, case):
+    r = client.responses.create(model=model, input=as_input(case["messages"]), max_output_tokens=16, temperature=0)
+    assert r.object == "response" and r.id.startswith("resp_"), r
+    assert r.output_text == case["text"], (r.output_text, case["text"])
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens", r
+    [item] = r.output
+    assert item.type == "message" and item.role == "assistant" and item.content[0].type == "output_text", item
+    assert r.usage.input_tokens == len(case["prompt_ids"]) and r.usage.output_tokens == 16, r.usage
+    assert r.usage.total_tokens == 16 + len(case["prompt_ids"]), r.usage
+    # The system message as `instructions` is the same prompt.
+    system = next(m["content"] for m in case["messages"] if m["role"] == "system")
+    rest = [m for m in case["messages"] if m["role"] != "system"]
+    r = client.responses.create(
+        model=model, instructions=system, input=rest[0]["content"], max_output_tokens=16, temperature=0
+    )
+    assert r.output_text == case["text"], (r.output_text, case["text"])
+    done("responses: ok (greedy text equals transformers; incomplete at max_output_tokens)")
+
+
+def check_responses_stream(client, model, case):
+    kwargs = dict(model=model, input=as_input(case["messages"]), max_output_tokens=16, temperature=0)
+    events = list(client.responses.create(stream=True, **kwargs))
+    types = [e.type for e in events]
+    assert types[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ], types
+    assert types[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.incomplete",
+    ], types
+    assert set(types[4:-4]) == {"response.output_text.delta"}, types
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == case["text"], (text, case["text"])
+    last = events[-1].response
+    assert last.status == "incomplete" and last.output_text == case["text"], last
+    assert last.usage.output_tokens == 16, last.usage
+    assert events[0].response.id == last.id and events[0].response.status == "in_progress"
+    # The client's stream helper follows the same events.
+    with client.responses.stream(**kwargs) as stream:
+        helped = [e for e in stream]
+    deltas = "".join(e.delta for e in helped if e.type == "response.output_text.delta")
+    assert deltas == case["text"] and helped[-1].type == "response.incomplete", (deltas, helped[-1].type)
+    done(f"responses streaming: ok ({len(events)} events numbered in order)")
+
+
+def check_responses_tools(client, model):
+    tools = [
+        {
+            "type": "function",
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        }
+    ]
+    history = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": '{"temperature": 21}'},
+    ]
+    r = client.responses.create(model=model, input=history, tools=tools, max_output_tokens=4, temperature=0)
+    assert r.status in ("completed", "incomplete") and r.output, r
+    for item in r.output:
+        assert item.type in ("message", "function_call"), item
+        if item.type == "function_call":
+            assert item.name == "get_weather" and item.call_id, item
+    events = list(client.responses.create(model=model, input=history, tools=tools, max_output_tokens=4, stream=True))
+    assert events[-1].type in ("response.completed", "response.incomplete"), events[-1]
+    assert events[-1].response.usage.input_tokens == r.usage.input_tokens
+    expect_error(
+        openai.BadRequestError,
+        400,
+        lambda: client.responses.create(model=model, input="Hi", previous_response_id="resp_123"),
+        param="previous_response_id",
+        contains="stores no responses",
+    )
+    expect_error(
+        openai.BadRequestError,
+        400,
+        lambda: client.responses.create(model=model, input="Hi", tools=[{"type": "web_search"}]),
+        contains="`web_search`",
+    )
+    # store: true is accepted; nothing is stored.
+    r = client.responses.create(model=model, input="Hi", store=True, max_output_tokens=2)
+    assert r.store is False, r
+    done("responses tools: ok (function_call history renders; previous_response_id and hosted tools refused)")
+
+
+def check_chat_tools(client, model, ref):
+    conv = ref["chat"]
+    for stream in (False, True):
+        kwargs = dict(model=model, messages=conv["messages"], tools=conv["tools"], max_tokens=4, temperature=0)
+        if not stream:
+            m = client.chat.completions.create(**kwargs).choices[0]
+            assert m.finish_reason in ("stop", "length", "tool_calls"), m
+            assert m.message.content is not None or m.message.tool_calls, m
+            continue
+        chunks = list(client.chat.completions.create(stream=True, **kwargs))
+        finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        assert len(finishes) == 1 and finishes[0] in ("stop", "length", "tool_calls"), finishes
+    expect_error(
+        openai.BadRequestError,
+        400,
+        lambda: client.chat.completions.create(
+            model=model, messages=conv["messages"], tools=conv["tools"], tool_choice="required"
+        ),
+        param="tool_choice",
+    )
+    done("chat tools: ok (answers with tools are well-formed; tool_choice required refused)")
+
+
 def cosine(a, b):
     dot = sum(x * y for x, y in zip(a, b))
     return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
@@ -324,6 +446,10 @@ def main():
     check_chat_stream(client, a.model, case)
     check_sampling(client, a.model)
     check_driver_features(client, a.model)
+    check_chat_tools(client, a.model, ref)
+    check_responses(client, a.model, case)
+    check_responses_stream(client, a.model, case)
+    check_responses_tools(client, a.model)
     check_errors(client, a.model, a.base_url, a.api_key, a.context)
     if a.embedding_model:
         check_embeddings(client, a.model, a.embedding_model, a.minilm_reference)

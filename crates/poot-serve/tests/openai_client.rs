@@ -1,11 +1,13 @@
 //! The official `openai` Python client against the server over loopback (wgpu backend;
-//! lavapipe in CI): completions, chat, streaming with usage, stop strings, seeded sampling,
-//! models, embeddings (with all-MiniLM-L6-v2 when scripts/fetch-models.sh fetched it) and the
-//! error cases (see tests/openai_client.py).
+//! lavapipe in CI): completions, chat (with tools), streaming with usage, stop strings, seeded
+//! sampling, the Responses API, models, embeddings (with all-MiniLM-L6-v2 when
+//! scripts/fetch-models.sh fetched it) and the error cases (see tests/openai_client.py); then
+//! the official `anthropic` client against the same server's Messages API
+//! (tests/anthropic_client.py).
 //!
 //! The Python interpreter is $POOT_PYTHON, else the reference venv ($POOT_CACHE/venv, made by
 //! scripts/pyenv.sh), else `python3`. Without a Vulkan adapter, or without the `openai` package,
-//! the test reports a skip.
+//! the test reports a skip; without the `anthropic` package, the Anthropic checks do.
 
 #![allow(clippy::unwrap_used)]
 
@@ -27,6 +29,14 @@ fn cache() -> PathBuf {
         })
 }
 
+/// Whether `py` imports `module`.
+fn imports(py: &str, module: &str) -> bool {
+    Command::new(py)
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 /// A Python that imports `openai`, or why there is none.
 fn python() -> Result<String, String> {
     let candidates: Vec<String> = match std::env::var("POOT_PYTHON") {
@@ -37,11 +47,7 @@ fn python() -> Result<String, String> {
         ],
     };
     for py in &candidates {
-        let ok = Command::new(py)
-            .args(["-c", "import openai"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
+        if imports(py, "openai") {
             return Ok(py.clone());
         }
     }
@@ -113,4 +119,21 @@ fn the_openai_client_is_served() {
     eprintln!("{}", String::from_utf8_lossy(&out.stdout));
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the openai client checks failed");
+    if !imports(&py, "anthropic") {
+        eprintln!(
+            "SKIP anthropic client: {py} does not import anthropic (scripts/pyenv.sh client)"
+        );
+        return;
+    }
+    let out = Command::new(&py)
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/anthropic_client.py"))
+        .args(["--base-url", &server.url()])
+        .args(["--api-key", API_KEY, "--model", MODEL_ID])
+        .arg("--reference")
+        .arg(common::fixture().join("reference.json"))
+        .output()
+        .unwrap();
+    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the anthropic client checks failed");
 }
