@@ -15,6 +15,8 @@ pub enum Backend {
     Vulkan,
     /// AMD over HSA.
     Rocm,
+    /// The host CPU: C compiled by the system's C compiler at run time.
+    Cpu,
 }
 
 impl fmt::Display for Backend {
@@ -24,6 +26,7 @@ impl fmt::Display for Backend {
             Backend::Wgpu => "wgpu",
             Backend::Vulkan => "vulkan",
             Backend::Rocm => "rocm",
+            Backend::Cpu => "cpu",
         })
     }
 }
@@ -326,6 +329,29 @@ impl Target {
                 multiprocessors: None,
                 // A 16 GiB desktop card.
                 memory_bytes: Some(16 << 30),
+                group_ranks: 1,
+                matrix_tf32: false,
+                library_gemm: false,
+            },
+            tuning: Tuning::default(),
+        }
+    }
+
+    /// The host CPU: workgroups run as loops over their threads, with no subgroups, no
+    /// matrix units and no binding limit; shared memory is a stack array.
+    pub fn cpu_preset() -> Target {
+        Target {
+            backend: Backend::Cpu,
+            limits: TargetLimits {
+                max_buffer_bytes: 1 << 40,
+                max_groups_x: u32::MAX,
+                max_groups_yz: 65535,
+                max_workgroup_threads: 1024,
+                max_shared_bytes: 48 << 10,
+                max_bindings: u32::MAX,
+                subgroup_size: 1,
+                multiprocessors: None,
+                memory_bytes: None,
                 group_ranks: 1,
                 matrix_tf32: false,
                 library_gemm: false,

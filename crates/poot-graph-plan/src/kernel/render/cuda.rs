@@ -13,7 +13,7 @@
 //! in `unsigned int` and converted back, which NVCC and NVRTC define as two's complement; `>>`
 //! on `int` is arithmetic in CUDA.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 use super::c_like::{axis_letter, cmp_symbol, is_ordering, operand, strip_parens};
 use super::check::{Facts, check};
@@ -33,6 +33,8 @@ pub fn render_cuda(k: &Kernel) -> Result<String, RenderError> {
         facts,
         libs: BTreeSet::new(),
         ranges: Ranges::default(),
+        host: false,
+        promoted: HashSet::new(),
     };
     let mut body = Code::at_depth(1);
     r.libs.insert(CudaLib::WaitPredecessors);
@@ -94,15 +96,21 @@ pub fn render_cuda(k: &Kernel) -> Result<String, RenderError> {
     Ok(out.finish())
 }
 
-struct Cuda<'k> {
-    k: &'k Kernel,
-    facts: Facts,
-    libs: BTreeSet<CudaLib>,
+pub(super) struct Cuda<'k> {
+    pub(super) k: &'k Kernel,
+    pub(super) facts: Facts,
+    pub(super) libs: BTreeSet<CudaLib>,
     /// What is known of the u32 constants' values, for writing loops out.
-    ranges: Ranges,
+    pub(super) ranges: Ranges,
+    /// Rendering C for the host CPU ([`super::host_c`]): one function runs every thread of a
+    /// workgroup in turn, so builtins, wide loads and checks are spelled for that.
+    pub(super) host: bool,
+    /// On the host, the variables held per thread (arrays indexed by the thread) because the
+    /// kernel's barriers split it into phases that each loop over the threads.
+    pub(super) promoted: HashSet<Var>,
 }
 
-fn ty(t: Ty) -> &'static str {
+pub(super) fn ty(t: Ty) -> &'static str {
     match t {
         Ty::F32 => "float",
         Ty::I32 => "int",
@@ -116,6 +124,35 @@ fn word(w: Word) -> &'static str {
 }
 
 impl Cuda<'_> {
+    /// How `v` is read and assigned here: the thread's element of its array where it is
+    /// promoted.
+    pub(super) fn var(&self, v: Var) -> String {
+        if self.promoted.contains(&v) {
+            format!("{}[poot_tid]", names::var(v))
+        } else {
+            names::var(v)
+        }
+    }
+
+    /// Declares (or, promoted, assigns) variable `v` of scalar type `t` as `value`.
+    fn declare(&self, out: &mut Code, v: Var, t: &str, value: &str, constant: bool) {
+        if self.promoted.contains(&v) {
+            out.line(format!("{} = {value};", self.var(v)));
+        } else {
+            let constness = if constant { "const " } else { "" };
+            out.line(format!("{constness}{t} {} = {value};", names::var(v)));
+        }
+    }
+
+    /// On the host, `vars` as consecutive elements from `index` of `array`: plain loads (the C
+    /// compiler merges them where it can).
+    fn host_wide_load(&self, out: &mut Code, vars: &[Var], scalar: &str, array: &str, index: &str) {
+        for (i, v) in vars.iter().enumerate() {
+            let value = format!("{array}[{index} + {i}u]");
+            self.declare(out, *v, scalar, &value, true);
+        }
+    }
+
     /// Declares `vars` (2 or 4) as the fields of one wide load from `address`, whose struct types
     /// (two fields, four fields) are the helpers `libs`; each field is a `scalar`.
     fn wide_load(
@@ -140,7 +177,7 @@ impl Cuda<'_> {
         }
     }
 
-    fn block(&mut self, out: &mut Code, body: &[Stmt]) -> Result<(), RenderError> {
+    pub(super) fn block(&mut self, out: &mut Code, body: &[Stmt]) -> Result<(), RenderError> {
         for s in body {
             self.stmt(out, s)?;
         }
@@ -164,16 +201,11 @@ impl Cuda<'_> {
                     self.ranges.set_signed(*var, range);
                 }
                 let value = self.expr(value)?;
-                let constness = if mutated { "" } else { "const " };
-                out.line(format!(
-                    "{constness}{} {} = {value};",
-                    ty(*t),
-                    names::var(*var)
-                ));
+                self.declare(out, *var, ty(*t), &value, !mutated);
             }
             Stmt::Set { var, value } => {
                 let value = self.expr(value)?;
-                out.line(format!("{} = {value};", names::var(*var)));
+                out.line(format!("{} = {value};", self.var(*var)));
             }
             Stmt::Store { buf, index, value } => {
                 let p = names::param_of(self.k, *buf)?;
@@ -256,6 +288,27 @@ impl Cuda<'_> {
                 out.close("}");
                 out.close("}");
                 out.close("}");
+            }
+            Stmt::LetWords { vars, buf, index } if self.host => {
+                let p = names::param_of(self.k, *buf)?;
+                let index = self.expr(index)?;
+                self.host_wide_load(out, vars, "unsigned int", &p, &index);
+            }
+            Stmt::LetShared { vars, arr, index } if self.host => {
+                let a = names::shared_of(self.k, *arr)?;
+                let index = self.expr(index)?;
+                self.host_wide_load(out, vars, "float", &a, &index);
+            }
+            Stmt::TeamSum { .. } | Stmt::MmaTf32 { .. } | Stmt::MmaHalf { .. } | Stmt::Barrier
+                if self.host =>
+            {
+                // The host target has no subgroups or matrix units, and its renderer splits
+                // the kernel at its barriers before rendering the phases between them.
+                return Err(RenderError::Unsupported {
+                    kernel: self.k.name.clone(),
+                    what: "a subgroup, matrix-unit or barrier statement inside a phase",
+                    language: "host C",
+                });
             }
             Stmt::LetWords { vars, buf, index } => {
                 let p = names::param_of(self.k, *buf)?;
@@ -382,13 +435,27 @@ impl Cuda<'_> {
         format!("{name}({})", args.join(", "))
     }
 
-    fn expr(&mut self, e: &Expr) -> Result<String, RenderError> {
+    pub(super) fn expr(&mut self, e: &Expr) -> Result<String, RenderError> {
         Ok(match e {
             Expr::F32(x) => f32_lit(*x),
             Expr::I32(x) => i32_lit(*x),
             Expr::U32(x) => format!("{x}u"),
             Expr::Bool(b) => b.to_string(),
-            Expr::Var(v) => names::var(*v),
+            Expr::Var(v) => self.var(*v),
+            Expr::Builtin(b) if self.host => match b {
+                Builtin::LocalId => "poot_tid".to_string(),
+                Builtin::GroupId(axis) => {
+                    format!("poot_g{}", axis_letter(self.k, *axis)?)
+                }
+                Builtin::GroupCountX => "poot_ngx".to_string(),
+            },
+            Expr::ShuffleXor { .. } if self.host => {
+                return Err(RenderError::Unsupported {
+                    kernel: self.k.name.clone(),
+                    what: "a subgroup shuffle",
+                    language: "host C",
+                });
+            }
             Expr::Builtin(b) => match b {
                 Builtin::LocalId => "threadIdx.x".to_string(),
                 Builtin::GroupId(axis) => format!("blockIdx.{}", axis_letter(self.k, *axis)?),

@@ -107,6 +107,51 @@ impl CudaLib {
     }
 }
 
+impl CudaLib {
+    /// The helper's definition for the host C rendering ([`super::host_c`]), whose prelude
+    /// spells CUDA's qualifiers and bit casts in C: the same text where it uses nothing else,
+    /// a host version where it uses PTX or device built-ins.
+    pub(crate) fn host_source(self) -> &'static str {
+        match self {
+            CudaLib::F16ToF32 => HOST_F16_TO_F32,
+            CudaLib::Fault => HOST_FAULT,
+            // `poot_fault_if` is a macro of the host fault helper (it must return).
+            CudaLib::FaultIf | CudaLib::WaitPredecessors => "",
+            other => other.source(),
+        }
+    }
+}
+
+const HOST_F16_TO_F32: &str = "\
+// IEEE half bits (the low 16 of h) to f32, exactly; a NaN keeps its payload's top bits and is
+// quiet.
+static inline float poot_f16_to_f32(unsigned int h) {
+    const unsigned int s = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu) {
+        return __uint_as_float(s | 0x7f800000u | (m != 0u ? 0x400000u | (m << 13) : 0u));
+    }
+    if (e == 0u) {
+        const float f = (float)m * 5.9604644775390625e-08f;
+        return s != 0u ? -f : f;
+    }
+    return __uint_as_float(s | ((e + 112u) << 23) | (m << 13));
+}
+";
+
+const HOST_FAULT: &str = "\
+// Records a failed check in the fault words (largest code, flag); the macros then leave the
+// workgroup's function, as a trap ends a GPU thread.
+static inline void poot_record_fault(unsigned int* f, unsigned int code) {
+    unsigned int old = __atomic_load_n(&f[0], __ATOMIC_RELAXED);
+    while (old < code
+           && !__atomic_compare_exchange_n(&f[0], &old, code, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    __atomic_fetch_or(&f[1], 1u, __ATOMIC_RELEASE);
+}
+#define poot_trap(f, code) do { poot_record_fault((f), (code)); return; } while (0)
+#define poot_fault_if(failed, f, code) do { if (failed) { poot_trap((f), (code)); } } while (0)
+";
+
 /// The first statement of every kernel. A kernel launched with programmatic stream
 /// serialization may start before the kernels it follows have finished: this waits until they
 /// have and their writes are visible, so nothing it reads or writes can race them. Elsewhere

@@ -1,7 +1,8 @@
 //! Renderers: a kernel description to one backend's source language.
 //!
 //! [`render_cuda`] writes CUDA C for NVRTC (PTX targets); [`render_wgsl`] writes WGSL for wgpu
-//! and, through naga, SPIR-V for raw Vulkan. Both renderings of one [`Kernel`] compute the same
+//! and, through naga, SPIR-V for raw Vulkan; [`render_host_c`] writes C for the host CPU from
+//! the CUDA rendering's statements, each workgroup's threads as loops split at barriers. Both renderings of one [`Kernel`] compute the same
 //! values; where a language's built-in operation differs from the description's meaning, the
 //! renderer emits a small helper function (named `poot_*`) that pins it down. The output is a
 //! pure function of the kernel: the same description always renders to the same bytes, so a
@@ -69,6 +70,7 @@ mod code;
 pub mod cuda;
 mod cuda_lib;
 pub mod fault;
+pub mod host_c;
 mod literal;
 mod names;
 mod unroll;
@@ -79,6 +81,7 @@ use super::ir::KernelError;
 
 pub use cuda::render_cuda;
 pub use fault::{FAULT_CODE_WORD, FAULT_FLAG_WORD, FAULT_WORDS, can_fault};
+pub use host_c::render_host_c;
 pub use names::entry_name;
 pub use wgsl::{BindingInfo, WgslKernel, render_wgsl};
 

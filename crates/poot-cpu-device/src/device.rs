@@ -1,0 +1,477 @@
+//! [`CpuDevice`]: host memory, kernels as compiled C functions, workgroups over a thread pool.
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::path::PathBuf;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
+
+use poot_executor::{Device, DeviceError, DeviceLimits, Launch};
+use poot_graph_plan::kernel::Kernel;
+use poot_graph_plan::kernel::render::{
+    FAULT_CODE_WORD, FAULT_FLAG_WORD, FAULT_WORDS, entry_name, render_host_c,
+};
+use rayon::prelude::*;
+
+use crate::compiler::{CompileFailure, Compiler};
+
+const BACKEND: &str = "CPU";
+/// Buffers start at a cache line, so the C compiler's wide loads never straddle one needlessly.
+const ALIGN: usize = 64;
+/// Stack of each pool thread: a workgroup's shared arrays and per-thread variables live there.
+const STACK_BYTES: usize = 16 << 20;
+/// Chunks of workgroups per pool thread in one launch: enough to balance uneven chunks.
+const CHUNKS_PER_THREAD: u32 = 4;
+
+/// The signature of every rendered entry (see `poot_graph_plan::kernel::render::host_c`).
+type Entry = unsafe extern "C" fn(*const *mut c_void, u32, u32, u32, u32, u32, *mut u32);
+
+/// How a [`CpuDevice`] is opened.
+#[derive(Clone, Debug, Default)]
+pub struct CpuOptions {
+    /// Pool threads (`None`: one per core the process may use).
+    pub threads: Option<usize>,
+    /// The root of the on-disk cache (files go to `<root>/cpu/`); `None` for `$POOT_CACHE`,
+    /// else `$HOME/.cache/poot`.
+    pub cache_root: Option<PathBuf>,
+}
+
+/// One host allocation, freed when its last holder drops.
+struct Memory {
+    ptr: NonNull<u8>,
+    bytes: usize,
+}
+
+// SAFETY: plain heap memory; kernels write it through raw pointers only while a launch runs,
+// and the engine orders launches, copies and host reads (the device runs them in call order).
+unsafe impl Send for Memory {}
+// SAFETY: as above.
+unsafe impl Sync for Memory {}
+
+impl Memory {
+    fn new(bytes: usize) -> Result<Memory, DeviceError> {
+        if bytes == 0 {
+            return Ok(Memory {
+                ptr: NonNull::<u64>::dangling().cast(),
+                bytes: 0,
+            });
+        }
+        let layout =
+            Layout::from_size_align(bytes, ALIGN).map_err(|_| DeviceError::OutOfMemory {
+                bytes: bytes as u64,
+            })?;
+        // SAFETY: a non-zero size and a valid alignment.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        NonNull::new(ptr)
+            .map(|ptr| Memory { ptr, bytes })
+            .ok_or(DeviceError::OutOfMemory {
+                bytes: bytes as u64,
+            })
+    }
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        if self.bytes == 0 {
+            return;
+        }
+        // SAFETY: allocated by `alloc_zeroed` with this layout, freed once.
+        unsafe {
+            dealloc(
+                self.ptr.as_ptr(),
+                Layout::from_size_align_unchecked(self.bytes, ALIGN),
+            )
+        };
+    }
+}
+
+/// A buffer of a [`CpuDevice`]: host memory at a fixed address.
+pub struct CpuBuffer {
+    mem: Arc<Memory>,
+}
+
+impl CpuBuffer {
+    pub fn bytes(&self) -> u64 {
+        self.mem.bytes as u64
+    }
+
+    fn range(&self, offset: u64, len: usize) -> Result<*mut u8, DeviceError> {
+        let size = self.mem.bytes as u64;
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= size => {
+                // SAFETY: in bounds of the allocation (checked above).
+                Ok(unsafe { self.mem.ptr.as_ptr().add(offset as usize) })
+            }
+            _ => Err(DeviceError::OutOfBounds {
+                offset,
+                len: len as u64,
+                size,
+            }),
+        }
+    }
+}
+
+/// A compiled kernel: its entry in a loaded shared object.
+pub struct CpuKernel {
+    name: Arc<str>,
+    entry: Entry,
+    _library: Arc<libloading::Library>,
+    n_params: usize,
+}
+
+/// One recorded launch: the entry, its arguments' addresses (the buffers kept alive) and grid.
+struct Recorded {
+    name: Arc<str>,
+    entry: Entry,
+    _library: Arc<libloading::Library>,
+    args: Vec<*mut c_void>,
+    _buffers: Vec<Arc<Memory>>,
+    grid: [u32; 3],
+}
+
+// SAFETY: the addresses point into allocations the recording keeps alive; the entry into a
+// library it keeps loaded.
+unsafe impl Send for Recorded {}
+// SAFETY: as above.
+unsafe impl Sync for Recorded {}
+
+/// A recorded step, replayed launch by launch.
+pub struct CpuRecording {
+    launches: Vec<Recorded>,
+}
+
+/// The host CPU as a poot [`Device`].
+pub struct CpuDevice {
+    limits: DeviceLimits,
+    compiler: Compiler,
+    pool: rayon::ThreadPool,
+    threads: usize,
+    libraries: HashMap<String, Arc<libloading::Library>>,
+    /// The fault words every kernel reports a failed check through.
+    fault: Box<[AtomicU32]>,
+}
+
+impl CpuDevice {
+    /// Opens the host CPU: finds the C compiler (a typed error naming what to install when
+    /// none runs) and starts the pool.
+    pub fn open(options: CpuOptions) -> Result<CpuDevice, DeviceError> {
+        let cache_root = options.cache_root.or_else(default_cache_root);
+        let compiler = Compiler::find(cache_root.as_deref()).map_err(|f| match f {
+            CompileFailure::Missing(reason) | CompileFailure::Refused(reason) => {
+                DeviceError::Unavailable {
+                    backend: BACKEND,
+                    reason,
+                }
+            }
+        })?;
+        let threads = options
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .stack_size(STACK_BYTES)
+            .thread_name(|i| format!("poot-cpu-{i}"))
+            .build()
+            .map_err(|e| DeviceError::Unavailable {
+                backend: BACKEND,
+                reason: format!("cannot start {threads} threads: {e}"),
+            })?;
+        let memory = total_memory();
+        let limits = DeviceLimits {
+            name: format!(
+                "{} ({threads} threads, {})",
+                cpu_name(),
+                compiler.describe()
+            ),
+            max_buffer_bytes: memory.unwrap_or(1 << 40),
+            memory_bytes: memory,
+            max_groups_x: u32::MAX,
+            max_groups_yz: 65535,
+            max_workgroup_threads: 1024,
+            max_shared_bytes: 48 << 10,
+            max_bindings: u32::MAX,
+            subgroup_sizes: (1, 1),
+            multiprocessors: None,
+            group_ranks: 1,
+            max_loop_iterations: None,
+            matrix_tf32: false,
+            library_gemm: false,
+        };
+        Ok(CpuDevice {
+            limits,
+            compiler,
+            pool,
+            threads,
+            libraries: HashMap::new(),
+            fault: (0..FAULT_WORDS).map(|_| AtomicU32::new(0)).collect(),
+        })
+    }
+
+    /// Pool threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn check_launch(&self, l: &Launch<'_, Self>) -> Result<(), DeviceError> {
+        if l.args.len() != l.kernel.n_params {
+            return Err(DeviceError::BadLaunch {
+                kernel: l.kernel.name.to_string(),
+                reason: format!(
+                    "{} buffers for {} parameters",
+                    l.args.len(),
+                    l.kernel.n_params
+                ),
+            });
+        }
+        let [_, y, z] = l.grid;
+        if y > self.limits.max_groups_yz || z > self.limits.max_groups_yz {
+            return Err(DeviceError::BadLaunch {
+                kernel: l.kernel.name.to_string(),
+                reason: format!("grid {:?} over the device's limits", l.grid),
+            });
+        }
+        Ok(())
+    }
+
+    fn recorded(&self, l: &Launch<'_, Self>) -> Result<Recorded, DeviceError> {
+        self.check_launch(l)?;
+        Ok(Recorded {
+            name: Arc::clone(&l.kernel.name),
+            entry: l.kernel.entry,
+            _library: Arc::clone(&l.kernel._library),
+            args: l
+                .args
+                .iter()
+                .map(|b| b.mem.ptr.as_ptr().cast::<c_void>())
+                .collect(),
+            _buffers: l.args.iter().map(|b| Arc::clone(&b.mem)).collect(),
+            grid: l.grid,
+        })
+    }
+
+    /// Runs one launch over the pool: its workgroups along x in chunks, for each y and z; a
+    /// failed check is reported once every chunk has stopped.
+    fn run(&self, r: &Recorded) -> Result<(), DeviceError> {
+        let [gx, gy, gz] = r.grid;
+        if gx == 0 || gy == 0 || gz == 0 {
+            return Ok(());
+        }
+        let want = (self.threads as u32)
+            .saturating_mul(CHUNKS_PER_THREAD)
+            .max(1);
+        let chunk = gx.div_ceil(want.min(gx));
+        let chunks = gx.div_ceil(chunk);
+        let fault = self.fault.as_ptr() as usize;
+        let args = r.args.as_ptr() as usize;
+        let entry = r.entry;
+        let total = u64::from(chunks) * u64::from(gy) * u64::from(gz);
+        self.pool.install(|| {
+            (0..total).into_par_iter().for_each(|i| {
+                let c = (i % u64::from(chunks)) as u32;
+                let rest = i / u64::from(chunks);
+                let (y, z) = ((rest % u64::from(gy)) as u32, (rest / u64::from(gy)) as u32);
+                let x0 = c * chunk;
+                let x1 = (x0 + chunk).min(gx);
+                // SAFETY: the entry was compiled from this kernel's description, which takes
+                // exactly these buffers (checked at record); each address is a live allocation
+                // the recording holds; the fault words outlive the launch.
+                unsafe {
+                    entry(
+                        args as *const *mut c_void,
+                        x0,
+                        x1,
+                        y,
+                        z,
+                        gx,
+                        fault as *mut u32,
+                    )
+                };
+            });
+        });
+        if self.fault[FAULT_FLAG_WORD as usize].load(Ordering::Acquire) != 0 {
+            let code = self.fault[FAULT_CODE_WORD as usize].swap(0, Ordering::AcqRel);
+            self.fault[FAULT_FLAG_WORD as usize].store(0, Ordering::Release);
+            return Err(DeviceError::KernelFault {
+                kernel: r.name.to_string(),
+                code,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Device for CpuDevice {
+    type Buffer = CpuBuffer;
+    type Kernel = CpuKernel;
+    type Recording = CpuRecording;
+
+    fn limits(&self) -> &DeviceLimits {
+        &self.limits
+    }
+
+    fn alloc(&mut self, bytes: u64) -> Result<CpuBuffer, DeviceError> {
+        let size = usize::try_from(bytes).map_err(|_| DeviceError::OutOfMemory { bytes })?;
+        Ok(CpuBuffer {
+            mem: Arc::new(Memory::new(size)?),
+        })
+    }
+
+    fn write(&mut self, dst: &CpuBuffer, offset_bytes: u64, src: &[u8]) -> Result<(), DeviceError> {
+        let at = dst.range(offset_bytes, src.len())?;
+        // SAFETY: `at..at + len` is inside the allocation; no launch runs during the call.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), at, src.len()) };
+        Ok(())
+    }
+
+    fn read(
+        &mut self,
+        src: &CpuBuffer,
+        offset_bytes: u64,
+        dst: &mut [u8],
+    ) -> Result<(), DeviceError> {
+        let at = src.range(offset_bytes, dst.len())?;
+        // SAFETY: as for `write`.
+        unsafe { std::ptr::copy_nonoverlapping(at, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    fn compile(&mut self, kernel: &Kernel) -> Result<CpuKernel, DeviceError> {
+        let compile_error = |log: String| DeviceError::Compile {
+            kernel: kernel.name.clone(),
+            log,
+        };
+        let source = render_host_c(kernel).map_err(|e| compile_error(e.to_string()))?;
+        let key = self.compiler.key(&source);
+        let library = match self.libraries.get(&key) {
+            Some(l) => Arc::clone(l),
+            None => {
+                let path = self
+                    .compiler
+                    .shared_object(&key, &source)
+                    .map_err(|f| match f {
+                        CompileFailure::Missing(reason) => DeviceError::Unavailable {
+                            backend: BACKEND,
+                            reason,
+                        },
+                        CompileFailure::Refused(log) => compile_error(log),
+                    })?;
+                // SAFETY: a shared object we compiled from our own C, with no initializers.
+                let lib = unsafe { libloading::Library::new(&path) }
+                    .map_err(|e| compile_error(format!("loading {}: {e}", path.display())))?;
+                let lib = Arc::new(lib);
+                self.libraries.insert(key, Arc::clone(&lib));
+                lib
+            }
+        };
+        let name = entry_name(kernel);
+        // SAFETY: the rendered entry has exactly the `Entry` signature.
+        let entry: Entry = unsafe {
+            *library
+                .get::<Entry>(name.as_bytes())
+                .map_err(|e| compile_error(format!("no entry `{name}`: {e}")))?
+        };
+        Ok(CpuKernel {
+            name: Arc::from(kernel.name.as_str()),
+            entry,
+            _library: library,
+            n_params: kernel.params.len(),
+        })
+    }
+
+    fn launch(&mut self, launch: &Launch<'_, Self>) -> Result<(), DeviceError> {
+        let r = self.recorded(launch)?;
+        self.run(&r)
+    }
+
+    fn record(&mut self, launches: &[Launch<'_, Self>]) -> Result<CpuRecording, DeviceError> {
+        let launches = launches
+            .iter()
+            .map(|l| self.recorded(l))
+            .collect::<Result<_, _>>()?;
+        Ok(CpuRecording { launches })
+    }
+
+    fn replay(&mut self, recording: &CpuRecording) -> Result<(), DeviceError> {
+        for r in &recording.launches {
+            self.run(r)?;
+        }
+        Ok(())
+    }
+
+    fn synchronize(&mut self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+
+    fn time_launch(
+        &mut self,
+        launch: &Launch<'_, Self>,
+        reps: u32,
+    ) -> Result<Option<f64>, DeviceError> {
+        let r = self.recorded(launch)?;
+        let reps = reps.max(1);
+        let start = Instant::now();
+        for _ in 0..reps {
+            self.run(&r)?;
+        }
+        Ok(Some(start.elapsed().as_secs_f64() / f64::from(reps)))
+    }
+
+    fn copy(&mut self, src: &CpuBuffer, dst: &CpuBuffer, bytes: u64) -> Result<(), DeviceError> {
+        if !bytes.is_multiple_of(4) {
+            return Err(DeviceError::BadLaunch {
+                kernel: "copy".to_string(),
+                reason: format!("{bytes} B is not a whole number of words"),
+            });
+        }
+        if Arc::ptr_eq(&src.mem, &dst.mem) {
+            return Err(DeviceError::BadLaunch {
+                kernel: "copy".to_string(),
+                reason: "source and destination are one buffer".to_string(),
+            });
+        }
+        let len = usize::try_from(bytes).map_err(|_| DeviceError::OutOfBounds {
+            offset: 0,
+            len: bytes,
+            size: src.bytes(),
+        })?;
+        let from = src.range(0, len)?;
+        let to = dst.range(0, len)?;
+        // SAFETY: both ranges are inside their own (distinct) allocations.
+        unsafe { std::ptr::copy_nonoverlapping(from, to, len) };
+        Ok(())
+    }
+}
+
+fn default_cache_root() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("POOT_CACHE").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
+    std::env::var_os("HOME")
+        .filter(|d| !d.is_empty())
+        .map(|home| PathBuf::from(home).join(".cache").join("poot"))
+}
+
+/// The CPU's model name, where the system says.
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| format!("{} CPU", std::env::consts::ARCH))
+}
+
+/// Physical memory, where the system says.
+fn total_memory() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}

@@ -1,0 +1,63 @@
+//! The shared device suite on the host CPU: every case planned for it, run through the generic
+//! engine and compared with the CPU oracle.
+
+use poot_cpu_device::{CpuDevice, CpuOptions};
+use poot_executor::suite;
+use poot_executor::{Device, Engine};
+use poot_graph_plan::Backend;
+
+fn engine() -> Option<Engine<CpuDevice>> {
+    match CpuDevice::open(CpuOptions::default()) {
+        Ok(d) => {
+            let target = d.limits().target(Backend::Cpu);
+            Some(Engine::new(d, target))
+        }
+        Err(e) => {
+            eprintln!("SKIP: no C compiler ({e})");
+            None
+        }
+    }
+}
+
+fn report(outcomes: &[suite::Outcome]) {
+    let failed: Vec<_> = outcomes
+        .iter()
+        .filter(|o| !o.passed)
+        .map(|o| format!("{}: {}", o.name, o.detail))
+        .collect();
+    println!(
+        "{} passed, {} failed",
+        outcomes.len() - failed.len(),
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failed.len(),
+        outcomes.len(),
+        failed.join("\n")
+    );
+}
+
+#[test]
+fn device_suite_matches_the_oracle() {
+    let Some(mut engine) = engine() else { return };
+    let mut outcomes = suite::run(&mut engine);
+    outcomes.push(suite::check_copy(engine.device()));
+    outcomes.push(suite::check_copy_bandwidth(&mut engine));
+    report(&outcomes);
+}
+
+/// Tables over a lowered single-buffer limit, split into row chunks by the planner, match the
+/// oracle.
+#[test]
+fn split_tables_match_the_oracle() {
+    let Ok(device) = CpuDevice::open(CpuOptions::default()) else {
+        eprintln!("SKIP: no C compiler");
+        return;
+    };
+    let mut target = device.limits().target(Backend::Cpu);
+    target.limits.max_buffer_bytes = suite::SPLIT_LIMIT_BYTES;
+    let mut engine = Engine::new(device, target);
+    report(&suite::run_split(&mut engine));
+}
