@@ -346,12 +346,14 @@ pub struct ModelsArgs {
 /// The backend flag's values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BackendArg {
-    /// PTX (CUDA) if an NVIDIA device opens, else wgpu.
+    /// PTX (CUDA) if an NVIDIA device opens, else wgpu on a hardware GPU, else the CPU.
     Auto,
     /// NVIDIA GPUs through CUDA.
     Ptx,
-    /// Any Vulkan device through wgpu.
+    /// Any Vulkan device through wgpu (software Vulkan included).
     Wgpu,
+    /// The host CPU (kernels compiled by the system's C compiler).
+    Cpu,
 }
 
 impl BackendArg {
@@ -361,6 +363,7 @@ impl BackendArg {
             BackendArg::Auto => poot_llm::BackendChoice::Auto,
             BackendArg::Ptx => poot_llm::BackendChoice::Ptx,
             BackendArg::Wgpu => poot_llm::BackendChoice::Wgpu,
+            BackendArg::Cpu => poot_llm::BackendChoice::Cpu,
         }
     }
 }

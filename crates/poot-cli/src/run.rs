@@ -267,6 +267,7 @@ impl Session {
             BackendArg::Auto => BackendChoice::Auto,
             BackendArg::Ptx => BackendChoice::Ptx,
             BackendArg::Wgpu => BackendChoice::Wgpu,
+            BackendArg::Cpu => BackendChoice::Cpu,
         };
         let started = Instant::now();
         check_placement(handle, args.placement.placement())?;

@@ -102,6 +102,7 @@ fn main() {
     let choice = match args[1].as_str() {
         "ptx" => BackendChoice::Ptx,
         "wgpu" => BackendChoice::Wgpu,
+        "cpu" => BackendChoice::Cpu,
         _ => BackendChoice::Auto,
     };
     let mut opened = match open_executor(choice) {

@@ -72,6 +72,7 @@ fn main() {
         .map(String::as_str)
     {
         Some("wgpu") => BackendChoice::Wgpu,
+        Some("cpu") => BackendChoice::Cpu,
         Some("ptx") => BackendChoice::Ptx,
         _ => BackendChoice::Auto,
     };

@@ -1,5 +1,6 @@
 //! Opening an executor: the one place the driver names a backend.
 
+use poot_cpu_device::{CpuDevice, CpuOptions};
 use poot_executor::{Coordinator, RankExecutor};
 use poot_executor::{Device, DeviceError, Engine, Executor};
 use poot_graph_plan::{Backend, Tuning, TuningError};
@@ -36,10 +37,14 @@ pub fn private_runtime_dir() -> Option<std::path::PathBuf> {
 /// Which backend to run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendChoice {
-    /// PTX if a CUDA device opens, else wgpu.
+    /// PTX if a CUDA device opens, else wgpu on a hardware GPU, else the host CPU, else wgpu on
+    /// a software adapter (with a line saying why).
     Auto,
     Ptx,
+    /// wgpu on the best adapter it finds, software ones (lavapipe) included.
     Wgpu,
+    /// The host CPU, kernels compiled by the system's C compiler.
+    Cpu,
 }
 
 /// Why no executor could be opened.
@@ -60,8 +65,12 @@ pub enum BackendError {
     #[error(transparent)]
     Tuning(#[from] TuningError),
     /// Auto found no backend; each backend's reason is listed.
-    #[error("no GPU backend is usable: ptx: {ptx}; wgpu: {wgpu}")]
-    NoneUsable { ptx: DeviceError, wgpu: DeviceError },
+    #[error("no backend is usable: ptx: {ptx}; wgpu: {wgpu}; cpu: {cpu}")]
+    NoneUsable {
+        ptx: Box<DeviceError>,
+        wgpu: Box<DeviceError>,
+        cpu: Box<DeviceError>,
+    },
 }
 
 /// An opened executor and the backend it runs.
@@ -98,10 +107,16 @@ pub fn open_group_executor(
     choice: BackendChoice,
     ranks: usize,
 ) -> Result<OpenedExecutor, BackendError> {
-    if choice == BackendChoice::Wgpu {
-        return Err(BackendError::NoGroups {
-            backend: Backend::Wgpu,
-        });
+    match choice {
+        BackendChoice::Wgpu | BackendChoice::Cpu => {
+            let backend = if choice == BackendChoice::Cpu {
+                Backend::Cpu
+            } else {
+                Backend::Wgpu
+            };
+            return Err(BackendError::NoGroups { backend });
+        }
+        BackendChoice::Auto | BackendChoice::Ptx => {}
     }
     let tuning = Tuning::from_env()?;
     let ordinals: Vec<usize> = (0..ranks).collect();
@@ -157,20 +172,49 @@ pub fn open_executor(choice: BackendChoice) -> Result<OpenedExecutor, BackendErr
     let tuning = Tuning::from_env()?;
     let ptx =
         || PtxDevice::open_with(0, ptx_config(&tuning)).map(|d| engine(d, Backend::Ptx, &tuning));
-    let wgpu =
-        || WgpuDevice::open(WgpuOptions::default()).map(|d| engine(d, Backend::Wgpu, &tuning));
+    let cpu = || CpuDevice::open(CpuOptions::default()).map(|d| engine(d, Backend::Cpu, &tuning));
+    let unavailable = |backend| move |source| BackendError::Unavailable { backend, source };
     match choice {
-        BackendChoice::Ptx => ptx().map_err(|source| BackendError::Unavailable {
-            backend: Backend::Ptx,
-            source,
-        }),
-        BackendChoice::Wgpu => wgpu().map_err(|source| BackendError::Unavailable {
-            backend: Backend::Wgpu,
-            source,
-        }),
-        BackendChoice::Auto => match ptx() {
-            Ok(e) => Ok(e),
-            Err(ptx) => wgpu().map_err(|wgpu| BackendError::NoneUsable { ptx, wgpu }),
-        },
+        BackendChoice::Ptx => ptx().map_err(unavailable(Backend::Ptx)),
+        BackendChoice::Wgpu => WgpuDevice::open(WgpuOptions::default())
+            .map(|d| engine(d, Backend::Wgpu, &tuning))
+            .map_err(unavailable(Backend::Wgpu)),
+        BackendChoice::Cpu => cpu().map_err(unavailable(Backend::Cpu)),
+        BackendChoice::Auto => {
+            let ptx = match ptx() {
+                Ok(e) => return Ok(e),
+                Err(e) => e,
+            };
+            // A software Vulkan adapter (lavapipe) runs the same kernels far slower than the
+            // CPU backend: only a hardware GPU is taken before the CPU.
+            let (wgpu, software) = match WgpuDevice::open(WgpuOptions::default()) {
+                Ok(d) if d.adapter_info().device_type != wgpu::DeviceType::Cpu => {
+                    return Ok(engine(d, Backend::Wgpu, &tuning));
+                }
+                Ok(d) => (
+                    DeviceError::Unavailable {
+                        backend: "wgpu",
+                        reason: format!("{} is a software adapter", d.limits().name),
+                    },
+                    Some(d),
+                ),
+                Err(e) => (e, None),
+            };
+            match (cpu(), software) {
+                (Ok(e), _) => Ok(e),
+                (Err(cpu), Some(d)) => {
+                    eprintln!(
+                        "poot: the CPU backend is unavailable ({cpu}); running on the software Vulkan adapter {} instead",
+                        d.limits().name
+                    );
+                    Ok(engine(d, Backend::Wgpu, &tuning))
+                }
+                (Err(cpu), None) => Err(BackendError::NoneUsable {
+                    ptx: Box::new(ptx),
+                    wgpu: Box::new(wgpu),
+                    cpu: Box::new(cpu),
+                }),
+            }
+        }
     }
 }

@@ -23,12 +23,14 @@ every open sequence advances in each step. A client that disconnects frees its r
 /// Which GPU runtime runs the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BackendArg {
-    /// PTX if a CUDA device opens, else wgpu.
+    /// PTX if a CUDA device opens, else wgpu on a hardware GPU, else the CPU.
     Auto,
-    /// Vulkan through wgpu.
+    /// Vulkan through wgpu (software Vulkan included).
     Wgpu,
     /// NVIDIA through PTX.
     Ptx,
+    /// The host CPU (kernels compiled by the system's C compiler).
+    Cpu,
 }
 
 /// When the engine prepares its step variants (row-count buckets of the decode step, prompt

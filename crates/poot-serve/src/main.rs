@@ -419,6 +419,7 @@ fn choice(backend: BackendArg) -> BackendChoice {
         BackendArg::Auto => BackendChoice::Auto,
         BackendArg::Wgpu => BackendChoice::Wgpu,
         BackendArg::Ptx => BackendChoice::Ptx,
+        BackendArg::Cpu => BackendChoice::Cpu,
     }
 }
 
