@@ -94,6 +94,13 @@ impl Compiler {
         hex::encode(&h.finalize()[..16])
     }
 
+    /// Whether the disk cache holds the shared object keyed `key`.
+    pub(crate) fn cached(&self, key: &str) -> bool {
+        self.cache_dir
+            .as_ref()
+            .is_some_and(|d| d.join(format!("{key}.so")).is_file())
+    }
+
     /// The shared object of `source` (keyed `key`): from the disk cache when present, else
     /// compiled into it (or into a temporary directory without a cache).
     pub(crate) fn shared_object(&self, key: &str, source: &str) -> Result<PathBuf, CompileFailure> {

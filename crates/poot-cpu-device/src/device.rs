@@ -339,6 +339,60 @@ impl Device for CpuDevice {
         Ok(())
     }
 
+    /// Renders every kernel, compiles those the disk cache lacks as concurrent compiler
+    /// processes (one per pool thread), then loads them all.
+    fn compile_all(&mut self, kernels: &[Kernel]) -> Result<Vec<CpuKernel>, DeviceError> {
+        let mut missing: Vec<(String, String, &str)> = Vec::new();
+        for k in kernels {
+            let source = render_host_c(k).map_err(|e| DeviceError::Compile {
+                kernel: k.name.clone(),
+                log: e.to_string(),
+            })?;
+            let key = self.compiler.key(&source);
+            if !self.libraries.contains_key(&key)
+                && !self.compiler.cached(&key)
+                && !missing.iter().any(|(m, _, _)| *m == key)
+            {
+                missing.push((key, source, &k.name));
+            }
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let failures = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for _ in 0..self.threads.min(missing.len()) {
+                s.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some((key, source, name)) = missing.get(i) else {
+                            break;
+                        };
+                        if let Err(f) = self.compiler.shared_object(key, source) {
+                            failures
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .push((name.to_string(), f));
+                        }
+                    }
+                });
+            }
+        });
+        if let Some((name, f)) = failures
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .into_iter()
+            .next()
+        {
+            return Err(match f {
+                CompileFailure::Missing(reason) => DeviceError::Unavailable {
+                    backend: BACKEND,
+                    reason,
+                },
+                CompileFailure::Refused(log) => DeviceError::Compile { kernel: name, log },
+            });
+        }
+        kernels.iter().map(|k| self.compile(k)).collect()
+    }
+
     fn compile(&mut self, kernel: &Kernel) -> Result<CpuKernel, DeviceError> {
         let compile_error = |log: String| DeviceError::Compile {
             kernel: kernel.name.clone(),

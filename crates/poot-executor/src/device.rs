@@ -90,6 +90,12 @@ pub trait Device {
     /// Compiles a kernel description (rendering it for this backend; the device may cache).
     fn compile(&mut self, kernel: &Kernel) -> Result<Self::Kernel, DeviceError>;
 
+    /// Compiles a plan's kernels, in order. The default compiles them one by one; a device
+    /// whose compiler runs as separate processes may run several at once.
+    fn compile_all(&mut self, kernels: &[Kernel]) -> Result<Vec<Self::Kernel>, DeviceError> {
+        kernels.iter().map(|k| self.compile(k)).collect()
+    }
+
     /// Launches one kernel now.
     fn launch(&mut self, launch: &Launch<'_, Self>) -> Result<(), DeviceError>;
 

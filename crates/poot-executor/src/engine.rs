@@ -269,10 +269,10 @@ impl<D: Device> Executor for Engine<D> {
             };
             homes.push(home);
         }
-        let mut kernels = Vec::with_capacity(plan.kernels.len());
-        for k in &plan.kernels {
-            kernels.push(self.device.compile(k).map_err(|e| self.fail(e))?);
-        }
+        let kernels = self
+            .device
+            .compile_all(&plan.kernels)
+            .map_err(|e| self.fail(e))?;
         let exe = self
             .executables
             .get(executable.0)

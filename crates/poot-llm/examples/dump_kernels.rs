@@ -2,8 +2,9 @@
 //! kernel, with the step's dispatches (kernel, grid, label) in `dispatches.txt`: what the PTX
 //! backend compiles (under `POOT_TUNING`, as the backend reads it), readable without a GPU.
 //!
-//!   dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T] [--paged-blocks B]
+//!   dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T] [--paged-blocks B] [--cpu]
 //!
+//! `--cpu` writes the C the CPU backend compiles instead (planned for the CPU preset).
 //! `--paged-blocks B` plans the step over a paged pool of B blocks of 16 positions, as a
 //! server's steps are.
 
@@ -13,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use poot_graph_ir::TraceLimits;
-use poot_graph_plan::kernel::render::{entry_name, render_cuda};
+use poot_graph_plan::kernel::render::{entry_name, render_cuda, render_host_c};
 use poot_graph_plan::{Target, Tuning, compile};
 use poot_llm::sampling::append_head;
 use poot_llm::{Head, LoadOptions, ModelHandle};
@@ -28,8 +29,7 @@ fn flag(args: &[String], name: &str, default: usize) -> usize {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage =
-        "usage: dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T] [--paged-blocks B]";
+    let usage = "usage: dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T] [--paged-blocks B] [--cpu]";
     let path = PathBuf::from(args.get(1).expect(usage));
     let out = PathBuf::from(args.get(2).expect(usage));
     let capacity = flag(&args, "--capacity", 1024);
@@ -54,13 +54,22 @@ fn main() {
     let spec = StepSpec::step(shape);
     let graph = handle.model().trace(&spec, limits).unwrap();
     let graph = append_head(graph, Head::Greedy, limits, 1).unwrap();
-    let mut target = Target::ptx_preset();
+    let cpu = args.iter().any(|a| a == "--cpu");
+    let mut target = if cpu {
+        Target::cpu_preset()
+    } else {
+        Target::ptx_preset()
+    };
     target.tuning = Tuning::from_env().unwrap();
     let plan = compile(&graph, &target).unwrap();
     std::fs::create_dir_all(&out).unwrap();
     for k in &plan.kernels {
-        let src = render_cuda(k).unwrap();
-        std::fs::write(out.join(format!("{}.cu", entry_name(k))), src).unwrap();
+        let (src, ext) = if cpu {
+            (render_host_c(k).unwrap(), "c")
+        } else {
+            (render_cuda(k).unwrap(), "cu")
+        };
+        std::fs::write(out.join(format!("{}.{ext}", entry_name(k))), src).unwrap();
     }
     let mut listing = String::new();
     for d in &plan.dispatches {

@@ -10,8 +10,9 @@
 //!   the threads, so every thread finishes a phase before any starts the next: what a barrier
 //!   guarantees. A loop or branch that holds a barrier is uniform (every thread takes it, the
 //!   IR's rule), so it runs once around the phases inside it, its bounds read as thread 0 reads
-//!   them. The variables `Let` declares then live in arrays with an element per thread, since a
-//!   value computed in one phase is read in a later one; loop counters stay scalars.
+//!   them. A variable `Let` declares that more than one phase (or a uniform bound) reads lives
+//!   in an array with an element per thread, since a value computed in one phase is read in a
+//!   later one; the others, and loop counters, stay scalars the compiler keeps in registers.
 //! - **Shared memory** is an array local to the workgroup's iteration.
 //! - **Faults.** A failed check records its code in the fault words and returns from the
 //!   function: the workgroup's remaining threads and workgroups do not run, as a trap stops a
@@ -29,7 +30,7 @@ use super::code::Code;
 use super::cuda::{Cuda, ty};
 use super::unroll::Ranges;
 use super::{RenderError, entry_name, names};
-use crate::kernel::ir::{Access, Kernel, Stmt, Var};
+use crate::kernel::ir::{Access, Expr, Kernel, Stmt, Var};
 
 /// What every host kernel reads first: C spellings of the CUDA names the shared rendering
 /// emits.
@@ -58,7 +59,7 @@ pub fn render_host_c(k: &Kernel) -> Result<String, RenderError> {
     };
     let phased = holds_barrier(&k.body);
     if phased {
-        r.promoted = declared_by_let(&k.body);
+        r.promoted = across_phases(&k.body);
     }
     let mut body = Code::at_depth(2);
     for (i, s) in k.shared.iter().enumerate() {
@@ -215,6 +216,154 @@ fn holds_barrier(body: &[Stmt]) -> bool {
         Stmt::For { body, .. } => holds_barrier(body),
         _ => false,
     })
+}
+
+/// The variables `Let`, `LetWords` and `LetShared` declare in `body` that more than one phase
+/// refers to (a uniform loop's bounds or branch's condition counting as a phase of its own).
+fn across_phases(body: &[Stmt]) -> HashSet<Var> {
+    let mut runs: Vec<HashSet<Var>> = Vec::new();
+    phase_refs(body, &mut runs);
+    let declared = declared_by_let(body);
+    let mut seen: HashSet<Var> = HashSet::new();
+    let mut promoted = HashSet::new();
+    for run in &runs {
+        for v in run {
+            if !seen.insert(*v) && declared.contains(v) {
+                promoted.insert(*v);
+            }
+        }
+    }
+    promoted
+}
+
+/// The variables each phase of `body` refers to, in the order [`phases`] renders them.
+fn phase_refs(body: &[Stmt], runs: &mut Vec<HashSet<Var>>) {
+    let mut current = HashSet::new();
+    for s in body {
+        if !holds_barrier(std::slice::from_ref(s)) {
+            stmt_refs(s, &mut current);
+            continue;
+        }
+        if !current.is_empty() {
+            runs.push(std::mem::take(&mut current));
+        }
+        match s {
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let mut uniform = HashSet::new();
+                expr_refs(cond, &mut uniform);
+                runs.push(uniform);
+                phase_refs(then, runs);
+                phase_refs(otherwise, runs);
+            }
+            Stmt::For {
+                start,
+                end,
+                step,
+                body,
+                ..
+            } => {
+                let mut uniform = HashSet::new();
+                for e in [start, end, step] {
+                    expr_refs(e, &mut uniform);
+                }
+                runs.push(uniform);
+                phase_refs(body, runs);
+            }
+            _ => {}
+        }
+    }
+    if !current.is_empty() {
+        runs.push(current);
+    }
+}
+
+/// Every variable `s` declares, reads or assigns.
+fn stmt_refs(s: &Stmt, out: &mut HashSet<Var>) {
+    match s {
+        Stmt::Let { var, value, .. } | Stmt::Set { var, value } => {
+            out.insert(*var);
+            expr_refs(value, out);
+        }
+        Stmt::Store { index, value, .. } | Stmt::StoreShared { index, value, .. } => {
+            expr_refs(index, out);
+            expr_refs(value, out);
+        }
+        Stmt::If {
+            cond,
+            then,
+            otherwise,
+        } => {
+            expr_refs(cond, out);
+            then.iter().chain(otherwise).for_each(|s| stmt_refs(s, out));
+        }
+        Stmt::For {
+            var,
+            start,
+            end,
+            step,
+            body,
+        } => {
+            out.insert(*var);
+            for e in [start, end, step] {
+                expr_refs(e, out);
+            }
+            body.iter().for_each(|s| stmt_refs(s, out));
+        }
+        Stmt::LetWords { vars, index, .. } | Stmt::LetShared { vars, index, .. } => {
+            out.extend(vars.iter().copied());
+            expr_refs(index, out);
+        }
+        Stmt::TeamSum { var, .. } => {
+            out.insert(*var);
+        }
+        Stmt::MmaTf32 { acc, a, b } => {
+            out.extend(acc.iter().copied());
+            a.iter().chain(b).for_each(|e| expr_refs(e, out));
+        }
+        Stmt::MmaHalf { acc, a, b, .. } => {
+            out.extend(acc.iter().copied());
+            a.iter().chain(b).for_each(|e| expr_refs(e, out));
+        }
+        Stmt::Barrier | Stmt::Fault { .. } => {}
+    }
+}
+
+/// Every variable `e` reads.
+fn expr_refs(e: &Expr, out: &mut HashSet<Var>) {
+    match e {
+        Expr::Var(v) => {
+            out.insert(*v);
+        }
+        Expr::F32(_) | Expr::I32(_) | Expr::U32(_) | Expr::Bool(_) | Expr::Builtin(_) => {}
+        Expr::Load { index, .. }
+        | Expr::LoadHalf { index, .. }
+        | Expr::LoadShared { index, .. } => expr_refs(index, out),
+        Expr::LoadByte { byte, .. } => expr_refs(byte, out),
+        Expr::Unary(_, x) | Expr::Cast(_, x) => expr_refs(x, out),
+        Expr::ShuffleXor { value, .. } => expr_refs(value, out),
+        Expr::Binary(_, a, b) | Expr::Cmp(_, a, b) => {
+            expr_refs(a, out);
+            expr_refs(b, out);
+        }
+        Expr::Select {
+            cond,
+            on_true,
+            on_false,
+        } => {
+            expr_refs(cond, out);
+            expr_refs(on_true, out);
+            expr_refs(on_false, out);
+        }
+        Expr::MulAdd(a, b, c) => {
+            expr_refs(a, out);
+            expr_refs(b, out);
+            expr_refs(c, out);
+        }
+    }
 }
 
 /// The variables `Let`, `LetWords` and `LetShared` declare in `body`, at any depth.
