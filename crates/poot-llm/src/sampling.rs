@@ -36,6 +36,8 @@ use poot_graph_ir::{
     TraceLimits, Traced, UnaryOp,
 };
 
+pub mod verify;
+
 /// Candidates a restricted draw chooses among.
 pub const CANDIDATES: usize = 32;
 
@@ -74,6 +76,13 @@ pub enum Head {
     Adjusted,
     /// [`Head::Adjusted`] plus the log-probability record.
     Logprobs,
+    /// Speculative verification of greedy rows over a step of `k + 1` tokens a row (the last
+    /// accepted token and `k` drafts): the arg-max at every position, and how many drafts
+    /// equal it. See [`verify`].
+    Verify,
+    /// [`Head::Verify`] for rows that sample: the speculative rejection rule at each position,
+    /// so the tokens kept follow the target's distribution (greedy rows as in `Verify`).
+    VerifySample,
 }
 
 impl Head {
@@ -84,7 +93,15 @@ impl Head {
 
     /// Whether the head reads the sampler and seed slots.
     pub fn samples(self) -> bool {
-        matches!(self, Head::Sample | Head::Adjusted | Head::Logprobs)
+        matches!(
+            self,
+            Head::Sample | Head::Adjusted | Head::Logprobs | Head::VerifySample
+        )
+    }
+
+    /// Whether the head verifies drafted tokens (its step returns every position's logits).
+    pub fn verifies(self) -> bool {
+        matches!(self, Head::Verify | Head::VerifySample)
     }
 }
 
@@ -393,6 +410,9 @@ pub fn append_head(
     if head == Head::Logits {
         return Ok(graph);
     }
+    if head.verifies() {
+        return verify::append(graph, head == Head::VerifySample, limits);
+    }
     let fed = graph
         .values()
         .iter()
@@ -616,15 +636,36 @@ struct Draw {
     candidates: Traced,
 }
 
-fn sample(
+/// The distribution a row draws from: `logits / temperature`, restricted by top-k, top-p and
+/// min-p to the kept candidates when any of them is on. The restricted draw and the speculative
+/// verification ([`verify`]) both read it.
+struct Target {
+    /// bool `[rows, 1]`: temperature 0, the arg-max.
+    is_greedy: Traced,
+    /// `logits / temperature` (temperature 1 for a greedy row), `[rows, vocab]`.
+    scaled: Traced,
+    /// `log(sum(exp(scaled)))`, `[rows, 1]`.
+    log_sum_exp: Traced,
+    /// The `CANDIDATES` most likely token ids, most likely first, i32 `[rows, kc]`.
+    candidates: Traced,
+    /// Their scaled logits, `[rows, kc]`.
+    cand: Traced,
+    /// Their probabilities under the whole distribution, `[rows, kc]`.
+    p: Traced,
+    /// bool `[rows, kc]`: the candidate survives top-k, top-p and min-p.
+    keep: Traced,
+    /// bool `[rows, 1]`: no restriction is on, the draw is over the whole vocabulary.
+    unrestricted: Traced,
+}
+
+/// The sampler parameters of `params` (f32 `[rows, 4]`) applied to `logits`.
+fn target(
     b: &Builder,
     logits: Traced,
-    greedy: Traced,
+    params: Traced,
     rows: usize,
     vocab: usize,
-) -> Result<Draw, BuilderError> {
-    let params = b.slot_named(SAMPLER_SLOT, TensorType::new(DType::F32, vec![rows, 4]))?;
-    let seed = b.slot_named(SEED_SLOT, TensorType::new(DType::U32, vec![rows, 2]))?;
+) -> Result<Target, BuilderError> {
     let temperature = column(b, params, rows, 0)?;
     let top_p = column(b, params, rows, 1)?;
     let min_p = column(b, params, rows, 2)?;
@@ -642,11 +683,7 @@ fn sample(
     )?;
     let scaled = binary_bcast(b, BinaryOp::Div, logits, t_safe)?;
 
-    // Unrestricted: Gumbel-max over the whole vocabulary.
-    let full_noise = gumbel(b, uniform(b, seed, rows, vocab, 0)?)?;
-    let full = b.argmax(b.add(scaled, full_noise)?, 1)?;
-
-    // Restricted: the most likely candidates, in descending order.
+    // The most likely candidates, in descending order.
     let kc = CANDIDATES.min(vocab);
     let cand_idx = b.arg_top_k(logits, kc)?;
     let cand = b.take_along(scaled, cand_idx, 1)?;
@@ -658,15 +695,7 @@ fn sample(
     )?;
     let p = b.exp(binary_bcast(b, BinaryOp::Sub, cand, lse)?)?;
     // Cumulative probability by rank: p @ U, U[i][j] = (i <= j).
-    let tri = b.cast(
-        b.compare(
-            CompareOp::Le,
-            b.iota([kc, kc], 0, DType::I32)?,
-            b.iota([kc, kc], 1, DType::I32)?,
-        )?,
-        DType::F32,
-    )?;
-    let cum = b.matmul(p, tri, false)?;
+    let cum = b.matmul(p, upper_triangle(b, kc)?, false)?;
     let rank = b.iota([rows, kc], 1, DType::F32)?;
     let zero = scalar_like(b, 0.0, top_k)?;
     let k_off = b.compare(CompareOp::Le, top_k, zero)?;
@@ -686,11 +715,6 @@ fn sample(
         b.binary(BinaryOp::And, keep_k, keep_p)?,
         keep_min,
     )?;
-    let noise = gumbel(b, uniform(b, seed, rows, kc, 0x5EED)?)?;
-    let score = b.select(keep, b.add(cand, noise)?, scalar_like(b, f32::MIN, cand)?)?;
-    let pick = b.argmax(score, 1)?;
-    let restricted = b.take_along(cand_idx, pick, 1)?;
-
     let one = scalar_like(b, 1.0, top_p)?;
     let p_off = b.compare(CompareOp::Ge, top_p, one)?;
     let min_off = b.compare(CompareOp::Le, min_p, scalar_like(b, 0.0, min_p)?)?;
@@ -699,11 +723,61 @@ fn sample(
         b.binary(BinaryOp::And, k_off, p_off)?,
         min_off,
     )?;
-    let drawn = b.select(unrestricted, full, restricted)?;
-    Ok(Draw {
-        token: b.select(is_greedy, greedy, drawn)?,
+    Ok(Target {
+        is_greedy,
         scaled,
         log_sum_exp: lse,
         candidates: cand_idx,
+        cand,
+        p,
+        keep,
+        unrestricted,
+    })
+}
+
+/// f32 `[n, n]`, 1 where row <= column: `x @ U` sums each row of `x` up to each column.
+fn upper_triangle(b: &Builder, n: usize) -> Result<Traced, BuilderError> {
+    b.cast(
+        b.compare(
+            CompareOp::Le,
+            b.iota([n, n], 0, DType::I32)?,
+            b.iota([n, n], 1, DType::I32)?,
+        )?,
+        DType::F32,
+    )
+}
+
+fn sample(
+    b: &Builder,
+    logits: Traced,
+    greedy: Traced,
+    rows: usize,
+    vocab: usize,
+) -> Result<Draw, BuilderError> {
+    let params = b.slot_named(SAMPLER_SLOT, TensorType::new(DType::F32, vec![rows, 4]))?;
+    let seed = b.slot_named(SEED_SLOT, TensorType::new(DType::U32, vec![rows, 2]))?;
+    let t = target(b, logits, params, rows, vocab)?;
+    let kc = CANDIDATES.min(vocab);
+
+    // Unrestricted: Gumbel-max over the whole vocabulary.
+    let full_noise = gumbel(b, uniform(b, seed, rows, vocab, 0)?)?;
+    let full = b.argmax(b.add(t.scaled, full_noise)?, 1)?;
+
+    // Restricted: Gumbel-max over the kept candidates.
+    let noise = gumbel(b, uniform(b, seed, rows, kc, 0x5EED)?)?;
+    let score = b.select(
+        t.keep,
+        b.add(t.cand, noise)?,
+        scalar_like(b, f32::MIN, t.cand)?,
+    )?;
+    let pick = b.argmax(score, 1)?;
+    let restricted = b.take_along(t.candidates, pick, 1)?;
+
+    let drawn = b.select(t.unrestricted, full, restricted)?;
+    Ok(Draw {
+        token: b.select(t.is_greedy, greedy, drawn)?,
+        scaled: t.scaled,
+        log_sum_exp: t.log_sum_exp,
+        candidates: t.candidates,
     })
 }
