@@ -637,13 +637,23 @@ struct Draw {
 }
 
 /// The distribution a row draws from: `logits / temperature`, restricted by top-k, top-p and
-/// min-p to the kept candidates when any of them is on. The restricted draw and the speculative
-/// verification ([`verify`]) both read it.
-struct Target {
+/// min-p to the kept candidates when any of them is on. The draw ([`sample`]) and the
+/// speculative verification ([`verify`]) both read it, built in three parts ([`scale`],
+/// [`restrict`], [`unrestricted`]) so the draw keeps its equations in the order the planner's
+/// fusion was measured with (its full-vocabulary arg-max shares one split reduction with the
+/// softmax's maximum).
+struct Scaled {
     /// bool `[rows, 1]`: temperature 0, the arg-max.
     is_greedy: Traced,
     /// `logits / temperature` (temperature 1 for a greedy row), `[rows, vocab]`.
     scaled: Traced,
+    top_p: Traced,
+    min_p: Traced,
+    top_k: Traced,
+}
+
+/// The row's candidates and which of them the restrictions keep.
+struct Restricted {
     /// `log(sum(exp(scaled)))`, `[rows, 1]`.
     log_sum_exp: Traced,
     /// The `CANDIDATES` most likely token ids, most likely first, i32 `[rows, kc]`.
@@ -654,18 +664,10 @@ struct Target {
     p: Traced,
     /// bool `[rows, kc]`: the candidate survives top-k, top-p and min-p.
     keep: Traced,
-    /// bool `[rows, 1]`: no restriction is on, the draw is over the whole vocabulary.
-    unrestricted: Traced,
 }
 
-/// The sampler parameters of `params` (f32 `[rows, 4]`) applied to `logits`.
-fn target(
-    b: &Builder,
-    logits: Traced,
-    params: Traced,
-    rows: usize,
-    vocab: usize,
-) -> Result<Target, BuilderError> {
+/// The sampler parameters of `params` (f32 `[rows, 4]`) and `logits` at the temperature.
+fn scale(b: &Builder, logits: Traced, params: Traced, rows: usize) -> Result<Scaled, BuilderError> {
     let temperature = column(b, params, rows, 0)?;
     let top_p = column(b, params, rows, 1)?;
     let min_p = column(b, params, rows, 2)?;
@@ -682,13 +684,29 @@ fn target(
         b.max(temperature, scalar_like(b, 1e-6, temperature)?)?,
     )?;
     let scaled = binary_bcast(b, BinaryOp::Div, logits, t_safe)?;
+    Ok(Scaled {
+        is_greedy,
+        scaled,
+        top_p,
+        min_p,
+        top_k,
+    })
+}
 
-    // The most likely candidates, in descending order.
+/// The most likely candidates, in descending order, and which of them top-k, top-p and min-p
+/// keep.
+fn restrict(
+    b: &Builder,
+    logits: Traced,
+    s: &Scaled,
+    rows: usize,
+    vocab: usize,
+) -> Result<Restricted, BuilderError> {
     let kc = CANDIDATES.min(vocab);
     let cand_idx = b.arg_top_k(logits, kc)?;
-    let cand = b.take_along(scaled, cand_idx, 1)?;
-    let max = b.reduce_max(scaled, 1)?;
-    let shifted = binary_bcast(b, BinaryOp::Sub, scaled, max)?;
+    let cand = b.take_along(s.scaled, cand_idx, 1)?;
+    let max = b.reduce_max(s.scaled, 1)?;
+    let shifted = binary_bcast(b, BinaryOp::Sub, s.scaled, max)?;
     let lse = b.add(
         b.unary(UnaryOp::Log, b.reduce_sum(b.exp(shifted)?, 1)?)?,
         max,
@@ -697,42 +715,43 @@ fn target(
     // Cumulative probability by rank: p @ U, U[i][j] = (i <= j).
     let cum = b.matmul(p, upper_triangle(b, kc)?, false)?;
     let rank = b.iota([rows, kc], 1, DType::F32)?;
-    let zero = scalar_like(b, 0.0, top_k)?;
-    let k_off = b.compare(CompareOp::Le, top_k, zero)?;
+    let zero = scalar_like(b, 0.0, s.top_k)?;
+    let k_off = b.compare(CompareOp::Le, s.top_k, zero)?;
     let keep_k = binary_bcast(
         b,
         BinaryOp::Or,
         b.broadcast(k_off, [rows, kc])?,
-        b.compare(CompareOp::Lt, rank, b.broadcast(top_k, [rows, kc])?)?,
+        b.compare(CompareOp::Lt, rank, b.broadcast(s.top_k, [rows, kc])?)?,
     )?;
     let before = b.sub(cum, p)?;
-    let keep_p = b.compare(CompareOp::Lt, before, b.broadcast(top_p, [rows, kc])?)?;
+    let keep_p = b.compare(CompareOp::Lt, before, b.broadcast(s.top_p, [rows, kc])?)?;
     let p_first = b.slice(p, vec![0, 0], vec![rows, 1])?;
-    let floor = b.mul(min_p, p_first)?;
+    let floor = b.mul(s.min_p, p_first)?;
     let keep_min = b.compare(CompareOp::Ge, p, b.broadcast(floor, [rows, kc])?)?;
     let keep = b.binary(
         BinaryOp::And,
         b.binary(BinaryOp::And, keep_k, keep_p)?,
         keep_min,
     )?;
-    let one = scalar_like(b, 1.0, top_p)?;
-    let p_off = b.compare(CompareOp::Ge, top_p, one)?;
-    let min_off = b.compare(CompareOp::Le, min_p, scalar_like(b, 0.0, min_p)?)?;
-    let unrestricted = b.binary(
-        BinaryOp::And,
-        b.binary(BinaryOp::And, k_off, p_off)?,
-        min_off,
-    )?;
-    Ok(Target {
-        is_greedy,
-        scaled,
+    Ok(Restricted {
         log_sum_exp: lse,
         candidates: cand_idx,
         cand,
         p,
         keep,
-        unrestricted,
     })
+}
+
+/// bool `[rows, 1]`: no restriction is on, the draw is over the whole vocabulary.
+fn unrestricted(b: &Builder, s: &Scaled) -> Result<Traced, BuilderError> {
+    let k_off = b.compare(CompareOp::Le, s.top_k, scalar_like(b, 0.0, s.top_k)?)?;
+    let p_off = b.compare(CompareOp::Ge, s.top_p, scalar_like(b, 1.0, s.top_p)?)?;
+    let min_off = b.compare(CompareOp::Le, s.min_p, scalar_like(b, 0.0, s.min_p)?)?;
+    b.binary(
+        BinaryOp::And,
+        b.binary(BinaryOp::And, k_off, p_off)?,
+        min_off,
+    )
 }
 
 /// f32 `[n, n]`, 1 where row <= column: `x @ U` sums each row of `x` up to each column.
@@ -756,28 +775,29 @@ fn sample(
 ) -> Result<Draw, BuilderError> {
     let params = b.slot_named(SAMPLER_SLOT, TensorType::new(DType::F32, vec![rows, 4]))?;
     let seed = b.slot_named(SEED_SLOT, TensorType::new(DType::U32, vec![rows, 2]))?;
-    let t = target(b, logits, params, rows, vocab)?;
-    let kc = CANDIDATES.min(vocab);
+    let s = scale(b, logits, params, rows)?;
 
     // Unrestricted: Gumbel-max over the whole vocabulary.
     let full_noise = gumbel(b, uniform(b, seed, rows, vocab, 0)?)?;
-    let full = b.argmax(b.add(t.scaled, full_noise)?, 1)?;
+    let full = b.argmax(b.add(s.scaled, full_noise)?, 1)?;
 
     // Restricted: Gumbel-max over the kept candidates.
+    let r = restrict(b, logits, &s, rows, vocab)?;
+    let kc = CANDIDATES.min(vocab);
     let noise = gumbel(b, uniform(b, seed, rows, kc, 0x5EED)?)?;
     let score = b.select(
-        t.keep,
-        b.add(t.cand, noise)?,
-        scalar_like(b, f32::MIN, t.cand)?,
+        r.keep,
+        b.add(r.cand, noise)?,
+        scalar_like(b, f32::MIN, r.cand)?,
     )?;
     let pick = b.argmax(score, 1)?;
-    let restricted = b.take_along(t.candidates, pick, 1)?;
+    let restricted = b.take_along(r.candidates, pick, 1)?;
 
-    let drawn = b.select(t.unrestricted, full, restricted)?;
+    let drawn = b.select(unrestricted(b, &s)?, full, restricted)?;
     Ok(Draw {
-        token: b.select(t.is_greedy, greedy, drawn)?,
-        scaled: t.scaled,
-        log_sum_exp: t.log_sum_exp,
-        candidates: t.candidates,
+        token: b.select(s.is_greedy, greedy, drawn)?,
+        scaled: s.scaled,
+        log_sum_exp: r.log_sum_exp,
+        candidates: r.candidates,
     })
 }

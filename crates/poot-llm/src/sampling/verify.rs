@@ -42,7 +42,7 @@ use poot_graph_ir::{
 
 use super::{
     Builder, CANDIDATES, SAMPLER_SLOT, SEED_SLOT, Sampler, ShortReadback, checked, gumbel,
-    non_finite, target, uniform, upper_triangle,
+    non_finite, restrict, scale, uniform, unrestricted, upper_triangle,
 };
 
 /// The slot of the draft each position is checked against, i32 `[rows, k + 1]`; -1 for none.
@@ -126,7 +126,9 @@ fn rejection(
 ) -> Result<(Traced, Traced), BuilderError> {
     let params = b.slot_named(SAMPLER_SLOT, TensorType::new(DType::F32, vec![flat, 4]))?;
     let seed = b.slot_named(SEED_SLOT, TensorType::new(DType::U32, vec![flat, 2]))?;
-    let t = target(b, logits, params, flat, vocab)?;
+    let s = scale(b, logits, params, flat)?;
+    let t = restrict(b, logits, &s, flat, vocab)?;
+    let unrestricted = unrestricted(b, &s)?;
     let kc = CANDIDATES.min(vocab);
     let zero = b.broadcast(b.lit_i32(0)?, [flat, 1])?;
     let has_draft = b.compare(CompareOp::Ge, draft, zero)?;
@@ -134,13 +136,13 @@ fn rejection(
     let min = |x: Traced| scalar_like(b, f32::MIN, x);
 
     // Unrestricted: p(d) from the log-softmax; the residual is a Gumbel-max draw with d out.
-    let p_full = b.exp(b.sub(b.take_along(t.scaled, at, 1)?, t.log_sum_exp)?)?;
+    let p_full = b.exp(b.sub(b.take_along(s.scaled, at, 1)?, t.log_sum_exp)?)?;
     let is_draft = b.compare(
         CompareOp::Eq,
         b.iota([flat, vocab], 1, DType::I32)?,
         b.broadcast(draft, [flat, vocab])?,
     )?;
-    let noisy = b.add(t.scaled, gumbel(b, uniform(b, seed, flat, vocab, 0)?)?)?;
+    let noisy = b.add(s.scaled, gumbel(b, uniform(b, seed, flat, vocab, 0)?)?)?;
     let full = b.argmax(b.select(is_draft, min(noisy)?, noisy)?, 1)?;
 
     // Restricted: p(d) is its share of the kept candidates' mass; the residual draws among the
@@ -156,15 +158,15 @@ fn rejection(
     let score = b.select(others, b.add(t.cand, noise)?, min(t.cand)?)?;
     let restricted = b.take_along(t.candidates, b.argmax(score, 1)?, 1)?;
 
-    let p_draft = b.select(t.unrestricted, p_full, p_kept)?;
+    let p_draft = b.select(unrestricted, p_full, p_kept)?;
     let p_draft = b.select(has_draft, p_draft, scalar_like(b, 0.0, p_draft)?)?;
-    let residual = b.select(t.unrestricted, full, restricted)?;
+    let residual = b.select(unrestricted, full, restricted)?;
     let u = uniform(b, seed, flat, 1, ACCEPT_SALT)?;
     let sampled_accept = b.compare(CompareOp::Lt, u, p_draft)?;
     let sampled = b.select(sampled_accept, draft, residual)?;
     Ok((
-        b.select(t.is_greedy, greedy, sampled)?,
-        b.select(t.is_greedy, greedy_accept, sampled_accept)?,
+        b.select(s.is_greedy, greedy, sampled)?,
+        b.select(s.is_greedy, greedy_accept, sampled_accept)?,
     ))
 }
 
