@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use poot_executor::CopyBandwidth;
 use poot_llm::{
-    Driver, DriverOptions, FinishReason, GenerateRequest, Generation, Layout, ModelHandle,
-    Placement, Sampler, Serving,
+    Driver, DriverError, DriverOptions, FinishReason, GenerateRequest, Generation, Layout,
+    ModelHandle, Placement, Sampler, Serving, SpecStats,
 };
 use poot_models::ModelKind;
 use serde_json::json;
@@ -49,9 +49,31 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
             known: catalog::names(Some(Purpose::Generate)),
         });
     }
-    let (prompt, generate) = (args.prompt_tokens as usize, args.gen_tokens as usize);
-    let sizing = bench_sizing(&args, handle.config().max_positions)?;
+    // The prompt: the file's text when given, else fixed ids.
+    let file_ids = match &args.prompt_file {
+        Some(file) => {
+            let text = std::fs::read_to_string(file).map_err(|source| CliError::PromptFile {
+                path: file.clone(),
+                source,
+            })?;
+            let ids = handle.text().map_err(DriverError::from)?.encode(&text)?;
+            if ids.is_empty() {
+                return Err(CliError::EmptyPrompt);
+            }
+            Some(ids)
+        }
+        None => None,
+    };
+    let generate = args.gen_tokens as usize;
+    let prompt = file_ids
+        .as_ref()
+        .map_or(args.prompt_tokens as usize, Vec::len);
+    let sizing = bench_sizing(&args, prompt, handle.config().max_positions)?;
     let handle = run::narrowed(handle, &path, sizing.capacity)?;
+    let prompt_ids = |handle: &ModelHandle, n: usize| match &file_ids {
+        Some(ids) => Ok(ids.clone()),
+        None => prompt_ids(handle, n),
+    };
 
     let started = Instant::now();
     let placement = args.placement.placement();
@@ -90,7 +112,8 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
         );
     }
     let started = Instant::now();
-    let options = DriverOptions::new(sizing.capacity, sizing.prefill_chunk);
+    let options = DriverOptions::new(sizing.capacity, sizing.prefill_chunk)
+        .with_speculation(args.spec.speculation());
     let executor = progress::reporting(opened.executor, &status, sizing.prefill_chunk);
     let driver = Driver::placed(Arc::clone(&handle), executor, placement, options)?;
     let upload_seconds = started.elapsed().as_secs_f64();
@@ -104,6 +127,14 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
         "weights on the device in {upload_seconds:.1} s; compiled for {} positions, prefill chunk {}, in {compile_seconds:.1} s",
         sizing.capacity, sizing.prefill_chunk
     ));
+    crate::draft::attach(
+        &mut driver,
+        &args.spec,
+        args.backend.choice(),
+        sizing.prefill_chunk,
+        Layout::Contiguous,
+        &status,
+    )?;
     let traffic = traffic::decode_traffic(
         &handle,
         driver.executor().target(),
@@ -112,8 +143,13 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
     )?;
 
     let ids = prompt_ids(&handle, prompt)?;
-    // Warm-up: both entries run once before anything is timed.
+    // Warm-up: both entries (and, speculating, the verification entry) run before anything
+    // is timed.
     timed(&mut driver, &ids, 2)?;
+    if driver.options().speculation.is_on() {
+        timed(&mut driver, &ids, generate)?;
+    }
+    let warm = driver.spec_stats();
     let mut runs = Vec::with_capacity(args.repeats as usize);
     for i in 0..args.repeats {
         let run = timed(&mut driver, &ids, generate)?;
@@ -126,6 +162,11 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
         ));
         runs.push(run);
     }
+    let spec = driver
+        .options()
+        .speculation
+        .is_on()
+        .then(|| spec_delta(warm, driver.spec_stats()));
 
     let report = Report {
         model: path.display().to_string(),
@@ -145,6 +186,9 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
         tuning: std::env::var("POOT_TUNING")
             .ok()
             .filter(|t| !t.trim().is_empty()),
+        spec,
+        spec_args: args.spec.clone(),
+        prompt_file: args.prompt_file.clone(),
     };
     // A closed stdout (a pipe) ends the command quietly.
     let _ = if args.json {
@@ -155,9 +199,21 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
     Ok(())
 }
 
+/// What speculation did between `before` and `after` (the timed repeats).
+fn spec_delta(before: SpecStats, after: SpecStats) -> SpecStats {
+    SpecStats {
+        verify_steps: after.verify_steps - before.verify_steps,
+        verified_rows: after.verified_rows - before.verified_rows,
+        drafted_tokens: after.drafted_tokens - before.drafted_tokens,
+        accepted_tokens: after.accepted_tokens - before.accepted_tokens,
+        model_drafted_tokens: after.model_drafted_tokens - before.model_drafted_tokens,
+        draft_model_steps: after.draft_model_steps - before.draft_model_steps,
+    }
+}
+
 /// The capacity (default: exactly what a repeat needs) and the prefill chunk.
-fn bench_sizing(args: &BenchArgs, max_positions: usize) -> Result<Sizing, CliError> {
-    let (prompt, generate) = (args.prompt_tokens as usize, args.gen_tokens as usize);
+fn bench_sizing(args: &BenchArgs, prompt: usize, max_positions: usize) -> Result<Sizing, CliError> {
+    let generate = args.gen_tokens as usize;
     let needed = prompt + generate;
     if needed > max_positions {
         return Err(CliError::BenchSize {
@@ -261,6 +317,10 @@ struct Report {
     /// The `POOT_TUNING` overrides the kernels were planned with, if any: a run with them
     /// measures something other than the defaults, and its record says so.
     tuning: Option<String>,
+    /// What speculative decoding did over the timed repeats, when on.
+    spec: Option<SpecStats>,
+    spec_args: crate::cli::SpecArgs,
+    prompt_file: Option<std::path::PathBuf>,
 }
 
 impl Report {
@@ -371,6 +431,27 @@ impl Report {
         if let Some(tuning) = &self.tuning {
             out.push_str(&format!("{:<12} POOT_TUNING={tuning}\n", "tuning"));
         }
+        if let Some(file) = &self.prompt_file {
+            out.push_str(&format!("{:<12} {}\n", "prompt", file.display()));
+        }
+        if let Some(spec) = &self.spec {
+            out.push_str(&format!(
+                "{:<12} {} drafts per step{}{}: {}\n",
+                "speculation",
+                self.spec_args.spec_tokens,
+                if self.spec_args.spec_ngram {
+                    ", prompt lookup"
+                } else {
+                    ""
+                },
+                self.spec_args
+                    .draft_model
+                    .as_ref()
+                    .map(|m| format!(", draft model {m}"))
+                    .unwrap_or_default(),
+                crate::draft::stats_line(spec)
+            ));
+        }
         out.push_str(&format!(
             "(medians of {} repeats; capacity {})\n",
             self.runs.len(),
@@ -381,6 +462,19 @@ impl Report {
 
     fn json(&self) -> serde_json::Value {
         let decode = self.decode_tok_s();
+        let speculation = self.spec.map(|s| {
+            json!({
+                "tokens": self.spec_args.spec_tokens,
+                "ngram": self.spec_args.spec_ngram,
+                "draft_model": self.spec_args.draft_model,
+                "verify_steps": s.verify_steps,
+                "drafted_tokens": s.drafted_tokens,
+                "accepted_tokens": s.accepted_tokens,
+                "acceptance_rate": s.acceptance_rate(),
+                "tokens_per_verified_row": s.tokens_per_verified_row(),
+                "draft_model_steps": s.draft_model_steps,
+            })
+        });
         json!({
             "model": self.model,
             "family": self.family,
@@ -417,6 +511,8 @@ impl Report {
             "bandwidth_fraction": self.fraction(),
             "upload_seconds": self.upload_seconds,
             "compile_seconds": self.compile_seconds,
+            "prompt_file": self.prompt_file.as_ref().map(|f| f.display().to_string()),
+            "speculation": speculation,
         })
     }
 }

@@ -50,7 +50,9 @@ pub fn bench_rows(
             what: "the model's positions (rounded up to whole KV blocks)",
         });
     }
-    let options = DriverOptions::new(capacity, prefill_chunk.min(capacity)).with_rows(rows);
+    let options = DriverOptions::new(capacity, prefill_chunk.min(capacity))
+        .with_rows(rows)
+        .with_speculation(args.spec.speculation());
     let layout = Layout::Paged {
         block_tokens: BLOCK_TOKENS,
         blocks: rows * capacity / BLOCK_TOKENS + 1,
@@ -59,6 +61,14 @@ pub fn bench_rows(
     let mut driver = Driver::placed(Arc::clone(handle), executor, placement, options)?
         .serve(layout)
         .map_err(|refused| CliError::Driver(refused.1))?;
+    crate::draft::attach(
+        &mut driver,
+        &args.spec,
+        args.backend.choice(),
+        prefill_chunk.min(capacity),
+        layout,
+        status,
+    )?;
     // Every row bucket and prompt chunk is prepared before anything is timed.
     driver.warm_all();
     let p = driver.preparation();

@@ -134,8 +134,16 @@ pub struct BenchArgs {
     #[arg(long)]
     pub paged: bool,
 
+    /// Prefill this file's text (tokenized) instead of --prompt-tokens fixed ids: a realistic
+    /// prompt, such as a code-editing one for --spec-ngram.
+    #[arg(long, value_name = "FILE")]
+    pub prompt_file: Option<std::path::PathBuf>,
+
     #[command(flatten)]
     pub placement: PlacementArgs,
+
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 /// How a generating command places the model on the devices.
@@ -154,6 +162,41 @@ pub struct PlacementArgs {
     /// without NCCL.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64), allow_negative_numbers = true, conflicts_with = "tensor_parallel")]
     pub pipeline_stages: u32,
+}
+
+/// Speculative decoding: drafts checked k at a time by one step of the model.
+#[derive(Clone, Debug, Args)]
+pub struct SpecArgs {
+    /// Draft by prompt lookup: the tokens that followed the latest earlier occurrence of the
+    /// context's last 1 to 4 tokens (prompt and output so far), as vLLM's ngram method and
+    /// llama.cpp's lookup decoding. Greedy output is unchanged; sampled output keeps the
+    /// model's distribution.
+    #[arg(long)]
+    pub spec_ngram: bool,
+
+    /// Draft with a smaller model (a GGUF file, a Hugging Face directory or a packaged name)
+    /// whose tokenizer is this model's (every token id spelled the same; otherwise refused).
+    /// It decodes greedily on the same backend; with --spec-ngram it drafts where lookup
+    /// finds nothing.
+    #[arg(long, value_name = "MODEL")]
+    pub draft_model: Option<String>,
+
+    /// Drafted tokens one step of the model verifies (with --spec-ngram or --draft-model).
+    #[arg(long, value_name = "K", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=16), allow_negative_numbers = true)]
+    pub spec_tokens: u32,
+}
+
+impl SpecArgs {
+    /// The driver's speculation settings (off unless a draft source is named).
+    pub fn speculation(&self) -> poot_llm::Speculation {
+        if !self.spec_ngram && self.draft_model.is_none() {
+            return poot_llm::Speculation::OFF;
+        }
+        poot_llm::Speculation {
+            tokens: self.spec_tokens as usize,
+            lookup: self.spec_ngram.then(poot_llm::PromptLookup::default),
+        }
+    }
 }
 
 impl PlacementArgs {
@@ -332,8 +375,16 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Report more on stderr after each answer: speculative decoding's drafted and accepted
+    /// tokens (the acceptance rate) and the step shapes the driver ran.
+    #[arg(short, long)]
+    pub verbose: bool,
+
     #[command(flatten)]
     pub placement: PlacementArgs,
+
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 #[derive(Debug, Args)]

@@ -74,6 +74,12 @@ pub enum CliError {
     /// The prompt has no tokens.
     #[error("the prompt is empty")]
     EmptyPrompt,
+    /// `--prompt-file` could not be read as text.
+    #[error("reading the prompt file {}: {source}", path.display())]
+    PromptFile {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     /// `--capacity` is above what the model was built for.
     #[error("--capacity {capacity} exceeds the model's {max_positions} positions")]
     CapacityOverModel {

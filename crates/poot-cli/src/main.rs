@@ -4,6 +4,7 @@ mod bench;
 mod bench_rows;
 mod catalog;
 mod cli;
+mod draft;
 mod embed;
 mod error;
 mod fetch;

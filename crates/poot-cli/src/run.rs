@@ -44,6 +44,8 @@ struct Session {
     top_logprobs: Option<usize>,
     format: Format,
     status: Status,
+    /// Report speculation and step shapes after each answer.
+    verbose: bool,
 }
 
 pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
@@ -287,7 +289,8 @@ impl Session {
             status.line("note: --top-logprobs shows in the --json output only");
         }
         let started = Instant::now();
-        let options = DriverOptions::new(sizing.capacity, sizing.prefill_chunk);
+        let options = DriverOptions::new(sizing.capacity, sizing.prefill_chunk)
+            .with_speculation(args.spec.speculation());
         let executor = progress::reporting(opened.executor, &status, sizing.prefill_chunk);
         let driver = Driver::placed(
             Arc::clone(handle),
@@ -297,7 +300,7 @@ impl Session {
         )?;
         let uploaded = started.elapsed().as_secs_f64();
         let started = Instant::now();
-        let driver = driver.serve(Layout::Contiguous).map_err(|refused| {
+        let mut driver = driver.serve(Layout::Contiguous).map_err(|refused| {
             let (_, error) = *refused;
             CliError::Driver(error)
         })?;
@@ -307,6 +310,14 @@ impl Session {
             sizing.prefill_chunk,
             started.elapsed().as_secs_f64()
         ));
+        crate::draft::attach(
+            &mut driver,
+            &args.spec,
+            choice,
+            sizing.prefill_chunk,
+            Layout::Contiguous,
+            &status,
+        )?;
         Ok(Session {
             driver,
             placement,
@@ -316,6 +327,7 @@ impl Session {
             top_logprobs: top_logprobs.filter(|_| format == Format::Json),
             format,
             status,
+            verbose: args.verbose,
         })
     }
 
@@ -349,6 +361,20 @@ impl Session {
         }
         self.status
             .line(output::timings(prompt.ids.len(), &answer, &generation));
+        if self.verbose {
+            if self.driver.options().speculation.is_on() {
+                self.status
+                    .line(crate::draft::stats_line(&self.driver.spec_stats()));
+            }
+            let runs: Vec<String> = self
+                .driver
+                .runs()
+                .iter()
+                .map(|(&(rows, tokens), n)| format!("{n} x {rows}x{tokens}"))
+                .collect();
+            self.status
+                .line(format!("device steps (rows x tokens): {}", runs.join(", ")));
+        }
         Ok(answer)
     }
 }

@@ -959,3 +959,93 @@ fn a_huge_declared_context_runs_at_the_capacity_in_use() {
     assert!(stderr(&o).contains("16777216 positions"), "{}", stderr(&o));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `poot run --spec-ngram` and `--draft-model` print the greedy text of a plain run, and
+/// `--verbose` reports the drafted and accepted tokens; `poot bench --spec-ngram` over a prompt
+/// file records what speculation did. A draft model with another vocabulary is one error line.
+#[test]
+fn speculative_runs_print_the_plain_text_and_report_their_drafts() {
+    if !vulkan() {
+        return;
+    }
+    let tiny =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures/tiny-chat");
+    let model = tiny.to_str().unwrap();
+    let common = [
+        "run",
+        model,
+        "abc abc abc abc",
+        "--backend",
+        "wgpu",
+        "--max-new",
+        "24",
+        "--ignore-eos",
+    ];
+    let plain = poot(&common);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    for extra in [
+        &["--spec-ngram", "--verbose"][..],
+        &["--draft-model", model, "--spec-tokens", "3", "--verbose"][..],
+    ] {
+        let args: Vec<&str> = common.iter().chain(extra).copied().collect();
+        let o = poot(&args);
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        assert_eq!(stdout(&o), stdout(&plain), "{extra:?}");
+        assert!(
+            stderr(&o).contains("speculation: ") && stderr(&o).contains("drafted tokens accepted"),
+            "{extra:?}: {}",
+            stderr(&o)
+        );
+    }
+
+    let dir = temp_dir("spec-bench");
+    let file = dir.join("prompt.txt");
+    std::fs::write(&file, "fn a() { b(); }\nfn a() { b(); }\nfn a() {").unwrap();
+    let o = poot(&[
+        "bench",
+        model,
+        "--backend",
+        "wgpu",
+        "--prompt-file",
+        file.to_str().unwrap(),
+        "--gen-tokens",
+        "8",
+        "--repeats",
+        "1",
+        "--probe-mib",
+        "8",
+        "--spec-ngram",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: Json = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert!(
+        r["prompt_file"].as_str().unwrap().ends_with("prompt.txt"),
+        "{r}"
+    );
+    let spec = &r["speculation"];
+    assert_eq!(spec["ngram"], true, "{r}");
+    assert!(spec["verify_steps"].as_u64().is_some(), "{r}");
+    assert!(spec["acceptance_rate"].as_f64().is_some(), "{r}");
+
+    // Another vocabulary: the fixture with two tokens' spellings swapped.
+    let other = dir.join("other-vocab");
+    std::fs::create_dir_all(&other).unwrap();
+    for f in ["config.json", "tokenizer_config.json", "model.safetensors"] {
+        std::fs::copy(tiny.join(f), other.join(f)).unwrap();
+    }
+    let mut tok: Json =
+        serde_json::from_str(&std::fs::read_to_string(tiny.join("tokenizer.json")).unwrap())
+            .unwrap();
+    let vocab = tok["model"]["vocab"].as_object_mut().unwrap();
+    let (a, b) = (vocab["Hello"].clone(), vocab["hello"].clone());
+    vocab.insert("Hello".into(), b);
+    vocab.insert("hello".into(), a);
+    std::fs::write(other.join("tokenizer.json"), tok.to_string()).unwrap();
+    let args: Vec<&str> = common
+        .iter()
+        .copied()
+        .chain(["--draft-model", other.to_str().unwrap()])
+        .collect();
+    assert_one_error(&poot(&args), "vocabulary differs");
+}

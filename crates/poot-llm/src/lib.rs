@@ -18,8 +18,8 @@ pub use backend::{
 pub use driver::{
     Driver, DriverError, DriverOptions, Feature, FinishReason, GenerateRequest, GeneratedToken,
     Generation, GenerationControl, Incompatible, Layout, Placement, PrefixCacheStats, Preparation,
-    PreparedSetLimits, SeqEvent, SeqId, SeqToken, Serving, StepPicks, TokenLogprob, Unprepared,
-    entry_label,
+    PreparedSetLimits, PromptLookup, SeqEvent, SeqId, SeqToken, Serving, SpecStats, Speculation,
+    StepPicks, TokenLogprob, Unprepared, entry_label,
 };
 pub use encoders::{EncoderError, SentenceEncoder};
 pub use handle::{HandleError, LoadOptions, ModelHandle};

@@ -36,6 +36,8 @@ use poot_graph_ir::{
     TraceLimits, Traced, UnaryOp,
 };
 
+pub mod verify;
+
 /// Candidates a restricted draw chooses among.
 pub const CANDIDATES: usize = 32;
 
@@ -74,6 +76,13 @@ pub enum Head {
     Adjusted,
     /// [`Head::Adjusted`] plus the log-probability record.
     Logprobs,
+    /// Speculative verification of greedy rows over a step of `k + 1` tokens a row (the last
+    /// accepted token and `k` drafts): the arg-max at every position, and how many drafts
+    /// equal it. See [`verify`].
+    Verify,
+    /// [`Head::Verify`] for rows that sample: the speculative rejection rule at each position,
+    /// so the tokens kept follow the target's distribution (greedy rows as in `Verify`).
+    VerifySample,
 }
 
 impl Head {
@@ -84,7 +93,15 @@ impl Head {
 
     /// Whether the head reads the sampler and seed slots.
     pub fn samples(self) -> bool {
-        matches!(self, Head::Sample | Head::Adjusted | Head::Logprobs)
+        matches!(
+            self,
+            Head::Sample | Head::Adjusted | Head::Logprobs | Head::VerifySample
+        )
+    }
+
+    /// Whether the head verifies drafted tokens (its step returns every position's logits).
+    pub fn verifies(self) -> bool {
+        matches!(self, Head::Verify | Head::VerifySample)
     }
 }
 
@@ -393,6 +410,9 @@ pub fn append_head(
     if head == Head::Logits {
         return Ok(graph);
     }
+    if head.verifies() {
+        return verify::append(graph, head == Head::VerifySample, limits);
+    }
     let fed = graph
         .values()
         .iter()
@@ -616,15 +636,38 @@ struct Draw {
     candidates: Traced,
 }
 
-fn sample(
-    b: &Builder,
-    logits: Traced,
-    greedy: Traced,
-    rows: usize,
-    vocab: usize,
-) -> Result<Draw, BuilderError> {
-    let params = b.slot_named(SAMPLER_SLOT, TensorType::new(DType::F32, vec![rows, 4]))?;
-    let seed = b.slot_named(SEED_SLOT, TensorType::new(DType::U32, vec![rows, 2]))?;
+/// The distribution a row draws from: `logits / temperature`, restricted by top-k, top-p and
+/// min-p to the kept candidates when any of them is on. The draw ([`sample`]) and the
+/// speculative verification ([`verify`]) both read it, built in three parts ([`scale`],
+/// [`restrict`], [`unrestricted`]) so the draw keeps its equations in the order the planner's
+/// fusion was measured with (its full-vocabulary arg-max shares one split reduction with the
+/// softmax's maximum).
+struct Scaled {
+    /// bool `[rows, 1]`: temperature 0, the arg-max.
+    is_greedy: Traced,
+    /// `logits / temperature` (temperature 1 for a greedy row), `[rows, vocab]`.
+    scaled: Traced,
+    top_p: Traced,
+    min_p: Traced,
+    top_k: Traced,
+}
+
+/// The row's candidates and which of them the restrictions keep.
+struct Restricted {
+    /// `log(sum(exp(scaled)))`, `[rows, 1]`.
+    log_sum_exp: Traced,
+    /// The `CANDIDATES` most likely token ids, most likely first, i32 `[rows, kc]`.
+    candidates: Traced,
+    /// Their scaled logits, `[rows, kc]`.
+    cand: Traced,
+    /// Their probabilities under the whole distribution, `[rows, kc]`.
+    p: Traced,
+    /// bool `[rows, kc]`: the candidate survives top-k, top-p and min-p.
+    keep: Traced,
+}
+
+/// The sampler parameters of `params` (f32 `[rows, 4]`) and `logits` at the temperature.
+fn scale(b: &Builder, logits: Traced, params: Traced, rows: usize) -> Result<Scaled, BuilderError> {
     let temperature = column(b, params, rows, 0)?;
     let top_p = column(b, params, rows, 1)?;
     let min_p = column(b, params, rows, 2)?;
@@ -641,69 +684,120 @@ fn sample(
         b.max(temperature, scalar_like(b, 1e-6, temperature)?)?,
     )?;
     let scaled = binary_bcast(b, BinaryOp::Div, logits, t_safe)?;
+    Ok(Scaled {
+        is_greedy,
+        scaled,
+        top_p,
+        min_p,
+        top_k,
+    })
+}
 
-    // Unrestricted: Gumbel-max over the whole vocabulary.
-    let full_noise = gumbel(b, uniform(b, seed, rows, vocab, 0)?)?;
-    let full = b.argmax(b.add(scaled, full_noise)?, 1)?;
-
-    // Restricted: the most likely candidates, in descending order.
+/// The most likely candidates, in descending order, and which of them top-k, top-p and min-p
+/// keep.
+fn restrict(
+    b: &Builder,
+    logits: Traced,
+    s: &Scaled,
+    rows: usize,
+    vocab: usize,
+) -> Result<Restricted, BuilderError> {
     let kc = CANDIDATES.min(vocab);
     let cand_idx = b.arg_top_k(logits, kc)?;
-    let cand = b.take_along(scaled, cand_idx, 1)?;
-    let max = b.reduce_max(scaled, 1)?;
-    let shifted = binary_bcast(b, BinaryOp::Sub, scaled, max)?;
+    let cand = b.take_along(s.scaled, cand_idx, 1)?;
+    let max = b.reduce_max(s.scaled, 1)?;
+    let shifted = binary_bcast(b, BinaryOp::Sub, s.scaled, max)?;
     let lse = b.add(
         b.unary(UnaryOp::Log, b.reduce_sum(b.exp(shifted)?, 1)?)?,
         max,
     )?;
     let p = b.exp(binary_bcast(b, BinaryOp::Sub, cand, lse)?)?;
     // Cumulative probability by rank: p @ U, U[i][j] = (i <= j).
-    let tri = b.cast(
-        b.compare(
-            CompareOp::Le,
-            b.iota([kc, kc], 0, DType::I32)?,
-            b.iota([kc, kc], 1, DType::I32)?,
-        )?,
-        DType::F32,
-    )?;
-    let cum = b.matmul(p, tri, false)?;
+    let cum = b.matmul(p, upper_triangle(b, kc)?, false)?;
     let rank = b.iota([rows, kc], 1, DType::F32)?;
-    let zero = scalar_like(b, 0.0, top_k)?;
-    let k_off = b.compare(CompareOp::Le, top_k, zero)?;
+    let zero = scalar_like(b, 0.0, s.top_k)?;
+    let k_off = b.compare(CompareOp::Le, s.top_k, zero)?;
     let keep_k = binary_bcast(
         b,
         BinaryOp::Or,
         b.broadcast(k_off, [rows, kc])?,
-        b.compare(CompareOp::Lt, rank, b.broadcast(top_k, [rows, kc])?)?,
+        b.compare(CompareOp::Lt, rank, b.broadcast(s.top_k, [rows, kc])?)?,
     )?;
     let before = b.sub(cum, p)?;
-    let keep_p = b.compare(CompareOp::Lt, before, b.broadcast(top_p, [rows, kc])?)?;
+    let keep_p = b.compare(CompareOp::Lt, before, b.broadcast(s.top_p, [rows, kc])?)?;
     let p_first = b.slice(p, vec![0, 0], vec![rows, 1])?;
-    let floor = b.mul(min_p, p_first)?;
+    let floor = b.mul(s.min_p, p_first)?;
     let keep_min = b.compare(CompareOp::Ge, p, b.broadcast(floor, [rows, kc])?)?;
     let keep = b.binary(
         BinaryOp::And,
         b.binary(BinaryOp::And, keep_k, keep_p)?,
         keep_min,
     )?;
-    let noise = gumbel(b, uniform(b, seed, rows, kc, 0x5EED)?)?;
-    let score = b.select(keep, b.add(cand, noise)?, scalar_like(b, f32::MIN, cand)?)?;
-    let pick = b.argmax(score, 1)?;
-    let restricted = b.take_along(cand_idx, pick, 1)?;
+    Ok(Restricted {
+        log_sum_exp: lse,
+        candidates: cand_idx,
+        cand,
+        p,
+        keep,
+    })
+}
 
-    let one = scalar_like(b, 1.0, top_p)?;
-    let p_off = b.compare(CompareOp::Ge, top_p, one)?;
-    let min_off = b.compare(CompareOp::Le, min_p, scalar_like(b, 0.0, min_p)?)?;
-    let unrestricted = b.binary(
+/// bool `[rows, 1]`: no restriction is on, the draw is over the whole vocabulary.
+fn unrestricted(b: &Builder, s: &Scaled) -> Result<Traced, BuilderError> {
+    let k_off = b.compare(CompareOp::Le, s.top_k, scalar_like(b, 0.0, s.top_k)?)?;
+    let p_off = b.compare(CompareOp::Ge, s.top_p, scalar_like(b, 1.0, s.top_p)?)?;
+    let min_off = b.compare(CompareOp::Le, s.min_p, scalar_like(b, 0.0, s.min_p)?)?;
+    b.binary(
         BinaryOp::And,
         b.binary(BinaryOp::And, k_off, p_off)?,
         min_off,
+    )
+}
+
+/// f32 `[n, n]`, 1 where row <= column: `x @ U` sums each row of `x` up to each column.
+fn upper_triangle(b: &Builder, n: usize) -> Result<Traced, BuilderError> {
+    b.cast(
+        b.compare(
+            CompareOp::Le,
+            b.iota([n, n], 0, DType::I32)?,
+            b.iota([n, n], 1, DType::I32)?,
+        )?,
+        DType::F32,
+    )
+}
+
+fn sample(
+    b: &Builder,
+    logits: Traced,
+    greedy: Traced,
+    rows: usize,
+    vocab: usize,
+) -> Result<Draw, BuilderError> {
+    let params = b.slot_named(SAMPLER_SLOT, TensorType::new(DType::F32, vec![rows, 4]))?;
+    let seed = b.slot_named(SEED_SLOT, TensorType::new(DType::U32, vec![rows, 2]))?;
+    let s = scale(b, logits, params, rows)?;
+
+    // Unrestricted: Gumbel-max over the whole vocabulary.
+    let full_noise = gumbel(b, uniform(b, seed, rows, vocab, 0)?)?;
+    let full = b.argmax(b.add(s.scaled, full_noise)?, 1)?;
+
+    // Restricted: Gumbel-max over the kept candidates.
+    let r = restrict(b, logits, &s, rows, vocab)?;
+    let kc = CANDIDATES.min(vocab);
+    let noise = gumbel(b, uniform(b, seed, rows, kc, 0x5EED)?)?;
+    let score = b.select(
+        r.keep,
+        b.add(r.cand, noise)?,
+        scalar_like(b, f32::MIN, r.cand)?,
     )?;
-    let drawn = b.select(unrestricted, full, restricted)?;
+    let pick = b.argmax(score, 1)?;
+    let restricted = b.take_along(r.candidates, pick, 1)?;
+
+    let drawn = b.select(unrestricted(b, &s)?, full, restricted)?;
     Ok(Draw {
-        token: b.select(is_greedy, greedy, drawn)?,
-        scaled,
-        log_sum_exp: lse,
-        candidates: cand_idx,
+        token: b.select(s.is_greedy, greedy, drawn)?,
+        scaled: s.scaled,
+        log_sum_exp: r.log_sum_exp,
+        candidates: r.candidates,
     })
 }

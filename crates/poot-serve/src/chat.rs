@@ -218,6 +218,7 @@ pub fn submit(
         .map(|i| SeqSpec {
             request: GenerateRequest {
                 ignore_eos: g.ignore_eos,
+                speculate: g.speculate,
                 top_logprobs,
                 stops: stops.clone(),
                 ..GenerateRequest::new(prompt.ids.clone(), max_new, choice_sampler(&g.sampler, i))

@@ -133,6 +133,23 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub decode_chain: u32,
 
+    /// Speculative decoding by prompt lookup: draft the tokens that followed the latest earlier
+    /// occurrence of a sequence's last 1 to 4 tokens, and verify --spec-tokens of them in one
+    /// step. A request sends `"speculative": false` to decode one token a step.
+    #[arg(long)]
+    pub spec_ngram: bool,
+
+    /// Speculative decoding with a draft model (a GGUF file or a Hugging Face directory) whose
+    /// tokenizer is the model's (refused otherwise); it decodes greedily on the same backend
+    /// with a KV cache of the same layout. With --spec-ngram it drafts where lookup finds
+    /// nothing.
+    #[arg(long, value_name = "PATH")]
+    pub draft_model: Option<PathBuf>,
+
+    /// Drafted tokens one verification step checks (with --spec-ngram or --draft-model).
+    #[arg(long, value_name = "K", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub spec_tokens: u32,
+
     /// The largest prompt chunk one prefill runs (default: the smaller of 512 and the context
     /// size); shorter prompt tails run in power-of-two chunks.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -170,5 +187,18 @@ impl ServeArgs {
             self.tensor_parallel as usize,
             self.pipeline_stages as usize,
         )
+    }
+}
+
+impl ServeArgs {
+    /// The driver's speculation settings (off unless a draft source is named).
+    pub fn speculation(&self) -> poot_llm::Speculation {
+        if !self.spec_ngram && self.draft_model.is_none() {
+            return poot_llm::Speculation::OFF;
+        }
+        poot_llm::Speculation {
+            tokens: self.spec_tokens as usize,
+            lookup: self.spec_ngram.then(poot_llm::PromptLookup::default),
+        }
     }
 }

@@ -92,6 +92,7 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
             seqs.push(SeqSpec {
                 request: GenerateRequest {
                     ignore_eos: g.ignore_eos,
+                    speculate: g.speculate,
                     top_logprobs,
                     stops: g.stops.clone(),
                     ..GenerateRequest::new(ids.clone(), max_new, choice_sampler(&g.sampler, i))

@@ -470,6 +470,11 @@ impl<R: Rows> Scheduler<R> {
         m.prefix_cache_hits.set(hit as i64);
         m.prefix_cache_hit_rate
             .set(hit as f64 / queried.max(1) as f64);
+        let spec = self.rows.spec_stats();
+        m.spec_drafted.set(spec.drafted_tokens as i64);
+        m.spec_accepted.set(spec.accepted_tokens as i64);
+        m.spec_verify_steps.set(spec.verify_steps as i64);
+        m.spec_acceptance_rate.set(spec.acceptance_rate());
     }
 }
 

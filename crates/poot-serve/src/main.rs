@@ -123,7 +123,23 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let fit_handle = Arc::clone(&handle);
     let mut options = DriverOptions::new(context, prefill_chunk)
         .with_rows(rows)
-        .with_chain(args.decode_chain as usize);
+        .with_chain(args.decode_chain as usize)
+        .with_speculation(args.speculation());
+    // The draft model, loaded now (a bad path fails before the device opens) and served on the
+    // engine thread with the target's layout.
+    let draft_handle = match &args.draft_model {
+        Some(path) => {
+            let mut draft = load(path, None)?;
+            draft
+                .narrow_positions(context)
+                .map_err(|source| ServeError::Load {
+                    path: path.clone(),
+                    source: Box::new(source),
+                })?;
+            Some(Arc::new(draft))
+        }
+        None => None,
+    };
     // By default several prompts' chunks share a step (as vLLM's 2048-token budget does), so a
     // burst of prompts waits for fewer decode steps between its chunks.
     let batched = args
@@ -151,6 +167,18 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
             let mut driver = Driver::placed(engine_handle, opened.executor, placement, options)?
                 .serve(layout)
                 .map_err(|refused| ServeError::Driver(refused.1))?;
+            if let Some(draft) = draft_handle {
+                let opened = open(backend)?;
+                let draft_options = DriverOptions::new(context, prefill_chunk).with_rows(rows);
+                let draft = Driver::new(draft, opened.executor, draft_options)?
+                    .serve(layout)
+                    .map_err(|refused| ServeError::Driver(refused.1))?;
+                driver.attach_draft(draft)?;
+                eprintln!(
+                    "draft model on {}: {} drafted tokens per verification step",
+                    opened.device_name, options.speculation.tokens
+                );
+            }
             if prepare == PrepareArg::Start {
                 driver.warm_all();
             }

@@ -47,6 +47,8 @@ pub struct MessagesRequest {
     #[serde(default)]
     pub stream: bool,
     pub thinking: Option<Value>,
+    /// Extension: `false` decodes this request one token a step when the server speculates.
+    pub speculative: Option<bool>,
 }
 
 pub async fn messages(
@@ -101,6 +103,7 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         top_k: req.top_k,
         stop: Some(OneOrMany::Many(stops.clone())),
         stream: req.stream,
+        speculative: req.speculative,
         ..SamplingFields::default()
     };
     let g = params::generation(&fields, app.handle.config().vocab_size).map_err(|e| {

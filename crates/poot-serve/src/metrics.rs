@@ -47,6 +47,12 @@ pub struct Metrics {
     pub prefix_cache_hit_rate: Gauge,
     /// Sequences preempted to make room in the KV pool (they recompute later).
     pub preemptions: IntGauge,
+    /// Speculative decoding since start (gauges mirroring the driver's counters): tokens
+    /// drafted, of those accepted, verification steps, and accepted over drafted.
+    pub spec_drafted: IntGauge,
+    pub spec_accepted: IntGauge,
+    pub spec_verify_steps: IntGauge,
+    pub spec_acceptance_rate: Gauge,
     /// Engine steps run.
     pub steps: IntCounter,
     /// 1 while the engine is healthy; 0 after a device failure.
@@ -93,6 +99,11 @@ impl Metrics {
             "Prompt blocks the prefix cache served over those looked up since start, 0 to 1",
         )?;
         registry.register(Box::new(prefix_cache_hit_rate.clone()))?;
+        let spec_acceptance_rate = Gauge::new(
+            "poot_spec_decode_draft_acceptance_rate",
+            "Drafted tokens the model accepted over those drafted since start, 0 to 1",
+        )?;
+        registry.register(Box::new(spec_acceptance_rate.clone()))?;
         let http_seconds = HistogramVec::new(
             HistogramOpts::new(
                 "poot_http_request_duration_seconds",
@@ -162,6 +173,19 @@ impl Metrics {
                 "poot_num_preemptions_total",
                 "Sequences preempted to make room in the KV pool since start (they recompute)",
             )?,
+            spec_drafted: gauge(
+                "poot_spec_decode_num_draft_tokens",
+                "Tokens drafted for speculative decoding since start",
+            )?,
+            spec_accepted: gauge(
+                "poot_spec_decode_num_accepted_tokens",
+                "Drafted tokens the model accepted since start",
+            )?,
+            spec_verify_steps: gauge(
+                "poot_spec_decode_num_verify_steps",
+                "Verification steps run since start",
+            )?,
+            spec_acceptance_rate,
             steps: counter("poot_engine_steps_total", "Engine steps run")?,
             engine_healthy: gauge(
                 "poot_engine_healthy",

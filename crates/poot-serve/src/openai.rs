@@ -60,6 +60,8 @@ pub struct SamplingFields {
     /// Extension (vLLM): keep generating past end-of-text tokens.
     #[serde(default)]
     pub ignore_eos: bool,
+    /// Extension: `false` decodes this request one token a step when the server speculates.
+    pub speculative: Option<bool>,
     #[serde(default)]
     pub stream: bool,
     pub stream_options: Option<StreamOptions>,

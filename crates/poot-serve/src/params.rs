@@ -19,6 +19,8 @@ pub struct Generation {
     pub n: usize,
     pub stops: Vec<String>,
     pub ignore_eos: bool,
+    /// Speculate when the server does (the request's `speculative`, true by default).
+    pub speculate: bool,
     pub stream: bool,
     pub include_usage: bool,
 }
@@ -148,6 +150,7 @@ pub fn generation(f: &SamplingFields, vocab: usize) -> Result<Generation, ApiErr
         n: n as usize,
         stops,
         ignore_eos: f.ignore_eos,
+        speculate: f.speculative.unwrap_or(true),
         stream: f.stream,
         include_usage: f.stream_options.is_some_and(|o| o.include_usage),
     })

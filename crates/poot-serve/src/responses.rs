@@ -44,6 +44,8 @@ pub struct ResponsesRequest {
     #[serde(default)]
     pub stream: bool,
     pub previous_response_id: Option<String>,
+    /// Extension: `false` decodes this request one token a step when the server speculates.
+    pub speculative: Option<bool>,
     pub conversation: Option<Value>,
     #[serde(default)]
     pub background: bool,
@@ -119,6 +121,7 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         temperature: req.temperature,
         top_p: req.top_p,
         stream: req.stream,
+        speculative: req.speculative,
         ..SamplingFields::default()
     };
     let g = params::generation(&fields, app.handle.config().vocab_size)?;

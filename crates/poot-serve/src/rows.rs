@@ -2,7 +2,7 @@
 //! advance every open sequence by one step (`step` then `commit`), release a row. A trait so the
 //! loop's scheduling (queueing, disconnects, failures) is tested without a device.
 
-use poot_llm::{Driver, DriverError, GenerateRequest, Layout, SeqEvent, SeqId, Serving};
+use poot_llm::{Driver, DriverError, GenerateRequest, Layout, SeqEvent, SeqId, Serving, SpecStats};
 
 /// Why a sequence was not opened.
 #[derive(Debug)]
@@ -35,6 +35,10 @@ pub trait Rows {
     /// Sequences preempted so far to make room in the KV pool.
     fn preemptions(&self) -> u64 {
         0
+    }
+    /// What speculative decoding has done so far.
+    fn spec_stats(&self) -> SpecStats {
+        SpecStats::default()
     }
 }
 
@@ -82,5 +86,9 @@ impl Rows for Driver<Serving> {
 
     fn preemptions(&self) -> u64 {
         Driver::preemptions(self)
+    }
+
+    fn spec_stats(&self) -> SpecStats {
+        Driver::spec_stats(self)
     }
 }

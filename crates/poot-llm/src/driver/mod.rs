@@ -8,6 +8,7 @@
 mod compat;
 mod kv;
 mod serving;
+mod speculation;
 
 use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
@@ -20,7 +21,7 @@ use poot_executor::{
 };
 use poot_graph_ir::{Slot, TraceLimits};
 use poot_models::pipeline::broadcast_outputs;
-use poot_models::{KvLayout, Shard, Stage, StepShape, StepSpec, TraceError};
+use poot_models::{KvLayout, LogitsMode, Shard, Stage, StepShape, StepSpec, TraceError};
 
 use crate::handle::{HandleError, ModelHandle};
 pub use crate::placement::Placement;
@@ -33,6 +34,7 @@ use crate::weights::HandleWeights;
 pub use compat::{Feature, Incompatible, check_compatible};
 pub use kv::PrefixCacheStats;
 pub use serving::{SeqEvent, SeqId, SeqToken, StepPicks};
+pub use speculation::{PromptLookup, SpecStats, Speculation};
 
 use self::kv::KvPool;
 use self::serving::Sequences;
@@ -56,6 +58,9 @@ pub struct DriverOptions {
     /// Tokens one serving step may feed: every decoding row's token first, then prompt chunks
     /// up to this budget (at least one prompt token per step, so prompts always advance).
     pub max_batched_tokens: usize,
+    /// Speculative decoding: drafted tokens per verification step and where drafts come from
+    /// (a draft model is attached with [`Driver::attach_draft`]).
+    pub speculation: Speculation,
 }
 
 impl DriverOptions {
@@ -69,7 +74,27 @@ impl DriverOptions {
             prepared: PreparedSetLimits::default(),
             chain: DEFAULT_CHAIN,
             max_batched_tokens: prefill_chunk.max(1) + 1,
+            speculation: Speculation::OFF,
         }
+    }
+
+    /// Speculates as `speculation` says. A verification step carries `tokens + 1` positions
+    /// for each row of a bucket, so the trace limits grow to hold the largest.
+    pub fn with_speculation(mut self, speculation: Speculation) -> DriverOptions {
+        self.speculation = speculation;
+        self.trace = TraceLimits::standard(self.step_tokens() as u64);
+        self
+    }
+
+    /// The most new tokens one step carries: a prompt chunk, a decode over every row, or a
+    /// verification step over every row.
+    fn step_tokens(&self) -> usize {
+        let verify = if self.speculation.is_on() {
+            self.rows.saturating_mul(self.speculation.tokens + 1)
+        } else {
+            0
+        };
+        self.prefill_chunk.max(self.rows).max(verify).max(1)
     }
 
     /// Feeds at most `tokens` tokens per serving step (decoding rows plus prompt chunks).
@@ -106,7 +131,7 @@ impl DriverOptions {
     /// Serves up to `rows` sequences at once (needs the paged layout when above 1).
     pub fn with_rows(mut self, rows: usize) -> DriverOptions {
         self.rows = rows;
-        self.trace = TraceLimits::standard(self.prefill_chunk.max(rows).max(1) as u64);
+        self.trace = TraceLimits::standard(self.step_tokens() as u64);
         self.max_batched_tokens = self.prefill_chunk.max(1) + rows;
         self
     }
@@ -170,6 +195,8 @@ pub struct GenerateRequest {
     /// Report each token's log-probability and this many most likely alternatives (at most
     /// [`MAX_TOP_LOGPROBS`]); `None` reports none.
     pub top_logprobs: Option<usize>,
+    /// Speculate when the driver does (false decodes this request one token a step).
+    pub speculate: bool,
 }
 
 impl GenerateRequest {
@@ -182,6 +209,7 @@ impl GenerateRequest {
             stops: Vec::new(),
             ignore_eos: false,
             top_logprobs: None,
+            speculate: true,
         }
     }
 }
@@ -330,6 +358,26 @@ pub enum DriverError {
     /// A token id outside the vocabulary came back from the device.
     #[error("the device returned token {token}, outside the vocabulary of {vocab}")]
     BadToken { token: i32, vocab: usize },
+    /// A draft model whose vocabulary is not the target's: its drafts would be other tokens.
+    #[error(
+        "the draft model's vocabulary differs from the target's ({draft_vocab} against {target_vocab} tokens{})",
+        first_difference.map(|id| format!(", first at token {id}")).unwrap_or_default()
+    )]
+    DraftVocabulary {
+        target_vocab: usize,
+        draft_vocab: usize,
+        first_difference: Option<u32>,
+    },
+    /// A draft model's driver must hold every target row at the target's capacity.
+    #[error(
+        "the draft model's driver has {draft_rows} rows of capacity {draft_capacity}; the target needs {target_rows} rows of capacity {target_capacity}"
+    )]
+    DraftShape {
+        target_rows: usize,
+        draft_rows: usize,
+        target_capacity: usize,
+        draft_capacity: usize,
+    },
     /// Tokenizer or handle failure while streaming text.
     #[error(transparent)]
     Handle(Box<HandleError>),
@@ -378,6 +426,9 @@ pub struct Driver<S = Serving> {
     runs: std::collections::BTreeMap<(usize, usize), u64>,
     layout: Layout,
     seqs: Sequences,
+    /// The draft model, once attached.
+    draft: Option<Box<Driver<Serving>>>,
+    spec_stats: SpecStats,
     _state: PhantomData<S>,
 }
 
@@ -438,6 +489,9 @@ impl<S> Driver<S> {
 
     fn prepare(&mut self, layout: Layout, key: EntryKey) -> Result<(), DriverError> {
         let mut shape = StepShape::new(key.rows, key.tokens, self.options.capacity);
+        if key.head.verifies() {
+            shape = shape.with_logits(LogitsMode::All);
+        }
         if let Layout::Paged {
             block_tokens,
             blocks,
@@ -559,6 +613,7 @@ impl Driver<Unprepared> {
             || options.prefill_chunk == 0
             || options.prefill_chunk > options.capacity
             || options.rows == 0
+            || options.speculation.tokens >= options.capacity
         {
             return Err(DriverError::Options {
                 capacity: options.capacity,
@@ -606,6 +661,8 @@ impl Driver<Unprepared> {
             runs: Default::default(),
             layout: Layout::Contiguous,
             seqs: Sequences::default(),
+            draft: None,
+            spec_stats: SpecStats::default(),
             _state: PhantomData,
         })
     }
@@ -646,6 +703,8 @@ impl Driver<Unprepared> {
             runs,
             layout,
             seqs: Sequences::new(options.rows, pool),
+            draft: None,
+            spec_stats: SpecStats::default(),
             _state: PhantomData,
         })
     }
@@ -688,6 +747,17 @@ impl Driver<Unprepared> {
                 pending.extend(pair.map(|head| EntryKey {
                     rows: 1,
                     tokens: t,
+                    head,
+                }));
+            }
+        }
+        // Verification steps, when speculating: every row bucket, greedy then sampled.
+        if self.options.speculation.is_on() {
+            let tokens = self.options.speculation.tokens + 1;
+            for head in [Head::Verify, Head::VerifySample] {
+                pending.extend(self.options.row_buckets().into_iter().map(|rows| EntryKey {
+                    rows,
+                    tokens,
                     head,
                 }));
             }

@@ -63,47 +63,53 @@ impl StepPicks {
     pub fn is_empty(&self) -> bool {
         self.picks.is_empty()
     }
+
+    pub(super) fn push(&mut self, pick: Pick) {
+        self.picks.push(pick);
+    }
 }
 
 #[derive(Debug)]
-struct Pick {
-    seq: SeqId,
-    token: i32,
-    non_finite: bool,
+pub(super) struct Pick {
+    pub seq: SeqId,
+    pub token: i32,
+    pub non_finite: bool,
     /// The chosen token's log-probability and the alternatives', when the head wrote them.
-    logprobs: Option<(f32, Vec<(i32, f32)>)>,
+    pub logprobs: Option<(f32, Vec<(i32, f32)>)>,
 }
 
 /// An open sequence's state.
 #[derive(Debug)]
-struct Sequence {
-    row: usize,
-    req: GenerateRequest,
+pub(super) struct Sequence {
+    pub(super) row: usize,
+    pub(super) req: GenerateRequest,
     /// The known tokens to feed before decoding: the prompt, or after a preemption the prompt
     /// and every token generated so far (recomputed, the last one picking the next token).
-    tokens: Vec<u32>,
+    pub(super) tokens: Vec<u32>,
     /// Preempted: its blocks were returned to the pool, and it waits for room to recompute.
-    parked: bool,
+    pub(super) parked: bool,
     /// Positions whose keys and values are written.
-    fed: usize,
+    pub(super) fed: usize,
     /// The last committed token, to feed next.
-    pending: Option<u32>,
-    generated: Vec<u32>,
-    logprobs: Vec<TokenLogprob>,
+    pub(super) pending: Option<u32>,
+    pub(super) generated: Vec<u32>,
+    pub(super) logprobs: Vec<TokenLogprob>,
     /// A step's pick for this sequence is not committed yet.
-    awaiting: bool,
+    pub(super) awaiting: bool,
     /// A step has run for the sequence (its first one clears its history row).
-    stepped: bool,
-    decoder: Option<DecoderState>,
-    text: String,
-    released: usize,
-    finish: Option<FinishReason>,
-    blocks: Vec<u32>,
-    cached_tokens: usize,
+    pub(super) stepped: bool,
+    pub(super) decoder: Option<DecoderState>,
+    pub(super) text: String,
+    pub(super) released: usize,
+    pub(super) finish: Option<FinishReason>,
+    pub(super) blocks: Vec<u32>,
+    pub(super) cached_tokens: usize,
     /// `fed` when the prefix cache last saw the sequence's blocks.
-    published_until: usize,
-    opened: Instant,
-    first_pick: Option<Instant>,
+    pub(super) published_until: usize,
+    pub(super) opened: Instant,
+    pub(super) first_pick: Option<Instant>,
+    /// The draft model's sequence drafting for this one, once opened.
+    pub(super) draft: Option<SeqId>,
 }
 
 impl Sequence {
@@ -141,7 +147,7 @@ impl Sequence {
 #[derive(Debug, Default)]
 pub(crate) struct Sequences {
     rows: Vec<Option<SeqId>>,
-    open: BTreeMap<SeqId, Sequence>,
+    pub(super) open: BTreeMap<SeqId, Sequence>,
     next: u64,
     pool: KvPool,
     preemptions: u64,
@@ -175,16 +181,43 @@ impl Sequences {
         seq.parked = true;
         self.preemptions += 1;
     }
+
+    /// Makes draft sequence `id` continue from `context` (its prompt, then the target's output
+    /// so far) and draft `budget` tokens: it keeps the positions its cache holds that agree with
+    /// `context`, recomputes the rest (the last known token picking its first draft), and
+    /// finishes after `budget` new tokens. Its blocks and prefix-cache entries stay as they are.
+    pub(super) fn resync(&mut self, id: SeqId, context: &[u32], budget: usize) {
+        let Some(seq) = self.open.get_mut(&id) else {
+            return;
+        };
+        let prompt = seq.req.prompt.len();
+        // Positions 0..fed hold the keys and values of the prompt and then its own output.
+        let written = seq.req.prompt.iter().chain(&seq.generated).take(seq.fed);
+        let valid = written.zip(context).take_while(|(a, b)| a == b).count();
+        seq.generated = context.get(prompt..).unwrap_or_default().to_vec();
+        seq.tokens = context.to_vec();
+        if !seq.parked {
+            seq.fed = valid.min(context.len().saturating_sub(1));
+        }
+        seq.pending = None;
+        seq.awaiting = false;
+        seq.finish = None;
+        seq.req.max_new = seq.generated.len() + budget;
+        seq.logprobs.clear();
+        seq.text.clear();
+        seq.released = 0;
+        seq.decoder = None;
+    }
 }
 
 /// One row of a step about to run.
-struct RowFeed {
-    seq: SeqId,
-    row: usize,
-    tokens: Vec<u32>,
-    start: usize,
+pub(super) struct RowFeed {
+    pub seq: SeqId,
+    pub row: usize,
+    pub tokens: Vec<u32>,
+    pub start: usize,
     /// The step's pick is this sequence's next token (its prompt is then fully fed).
-    picks: bool,
+    pub picks: bool,
 }
 
 impl RowFeed {
@@ -276,6 +309,7 @@ impl Driver<Serving> {
                 blocks: reservation.blocks,
                 opened: Instant::now(),
                 first_pick: None,
+                draft: None,
             },
         );
         Ok(id)
@@ -292,6 +326,9 @@ impl Driver<Serving> {
         }
         seqs.pool
             .release(&seq.blocks, &seq.req.prompt, seq.fed, true);
+        if let (Some(draft), Some(id)) = (self.draft.as_deref_mut(), seq.draft) {
+            draft.release(id);
+        }
     }
 
     /// Sequences preempted so far (their KV blocks returned, recomputed later).
@@ -305,7 +342,8 @@ impl Driver<Serving> {
     /// (its prompt blocks stay in the prefix cache) and it will recompute its prompt and output.
     fn make_room(&mut self) {
         let chunk = self.options.prefill_chunk;
-        let chain = self.options.chain;
+        // A verification step writes the speculated positions past the next token too.
+        let chain = self.options.chain.max(self.options.speculation.tokens);
         let seqs = &mut self.seqs;
         if !seqs.pool.paged() {
             return;
@@ -444,6 +482,30 @@ impl Driver<Serving> {
             }
         }
         let mut picks = StepPicks::default();
+        // Decoding rows that may speculate get drafts and one verification step.
+        let (speculating, mut singles): (Vec<_>, Vec<_>) = singles
+            .into_iter()
+            .map(|f| {
+                let budget = self.draft_budget(&f);
+                (f, budget)
+            })
+            .partition(|(_, budget)| budget.is_some());
+        // A row that may speculate but got no drafts decodes one token and looks again at the
+        // next step, rather than chaining past tokens its drafts could have covered.
+        let speculative = !speculating.is_empty();
+        if speculative {
+            let rows = speculating
+                .into_iter()
+                .map(|(f, b)| (f, b.unwrap_or(0)))
+                .collect();
+            let (verifies, undrafted) = self.make_drafts(rows)?;
+            singles.extend(undrafted.into_iter().map(|f| (f, None)));
+            if !verifies.is_empty() {
+                let back = self.verify(verifies, &mut picks)?;
+                singles.extend(back.into_iter().map(|f| (f, None)));
+            }
+        }
+        let singles: Vec<RowFeed> = singles.into_iter().map(|(f, _)| f).collect();
         let prefilled = !prefills.is_empty();
         for feed in prefills {
             self.run(1, vec![Some(feed)], &mut picks)?;
@@ -451,7 +513,7 @@ impl Driver<Serving> {
         if !singles.is_empty() {
             // Chain when nothing needs the host between tokens: no prefill, every row decoding.
             let open = &self.seqs.open;
-            let steps = if !prefilled && singles.iter().all(|f| f.decoding(open)) {
+            let steps = if !prefilled && !speculative && singles.iter().all(|f| f.decoding(open)) {
                 singles
                     .iter()
                     .filter_map(|f| open.get(&f.seq))
@@ -489,7 +551,7 @@ impl Driver<Serving> {
 
     /// The entry for `key`, preparing it now if it is pending. `None` when it cannot be
     /// prepared (the failure is remembered, and steps use a larger prepared entry instead).
-    fn ensure(&mut self, key: EntryKey) -> Option<EntryId> {
+    pub(super) fn ensure(&mut self, key: EntryKey) -> Option<EntryId> {
         if let Some(&entry) = self.entries.get(&key) {
             return Some(entry);
         }
@@ -633,8 +695,14 @@ impl Driver<Serving> {
         Ok(())
     }
 
-    /// The slot values of one step: tokens, positions, the paged maps and the samplers.
-    fn inputs(&self, tokens: usize, head: Head, feeds: &[Option<RowFeed>]) -> StepInputs {
+    /// The slot values of one step: tokens, positions, the paged maps and the samplers (a
+    /// verification head's are bound by the caller).
+    pub(super) fn inputs(
+        &self,
+        tokens: usize,
+        head: Head,
+        feeds: &[Option<RowFeed>],
+    ) -> StepInputs {
         let (open, pool) = (&self.seqs.open, &self.seqs.pool);
         let rows = feeds.len();
         let mut ids = Vec::with_capacity(rows * tokens);
@@ -684,7 +752,9 @@ impl Driver<Serving> {
             inputs.set_i32(Slot::SlotMap, &table);
             inputs.set_i32(Slot::WriteMap, &writes);
         }
-        bind_slots(&mut inputs, head, &sampling, tokens);
+        if !head.verifies() {
+            bind_slots(&mut inputs, head, &sampling, tokens);
+        }
         inputs
     }
 

@@ -1,3 +1,4 @@
 pub mod models;
 pub mod oracle;
+pub mod oracle_executor;
 pub mod python;
