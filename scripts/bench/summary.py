@@ -10,6 +10,9 @@ Reads, where present:
       -> serve_tok_s_c1, serve_tok_s_c64 (output tok/s), serve_ttft_p99_c64 (seconds; the
          ratio is llama-server's over poot's, so above 1 means poot is better)
   serve/NAME.serve.poot.ready-warm.json -> ready_s (no peer: llama-server's was not timed)
+  cpu/NAME.poot.json + cpu/NAME.llama.json (`bench/h200.sh bench` with BACKEND=cpu)
+      -> cpu_decode_b1 (decode tok/s after the prompt, llama-bench's tg at that depth) and
+         cpu_prefill_ppP (prefill tok/s over P prompt tokens)
 --extra adds rows written by hand (a JSON list in the same shape).
 
 Each row: {"model", "metric", "poot", "peer", "peer_name", "ratio", "device", "commit"}; the ratio
@@ -92,6 +95,30 @@ def main():
             with open(rp) as f:
                 ready = json.load(f)["ready_s"]
             rows.append(row(name, "ready_s", ready, None, None, args))
+    for path in sorted(glob.glob(os.path.join(args.run_dir, "cpu", "*.poot.json"))):
+        name = os.path.basename(path).split(".")[0]
+        with open(path) as f:
+            poot = json.load(f)
+        llama = []
+        lp = path.replace(".poot.json", ".llama.json")
+        if os.path.exists(lp):
+            with open(lp) as f:
+                try:
+                    llama = json.load(f)
+                except ValueError:
+                    llama = []
+        p, n = poot["prompt_tokens"], poot["gen_tokens"]
+
+        def llama_rate(n_prompt, n_gen, depth):
+            for t in llama:
+                if (t.get("n_prompt"), t.get("n_gen"), t.get("n_depth", 0)) == (n_prompt, n_gen, depth):
+                    return round(float(t["avg_ts"]), 2)
+            return None
+
+        rows.append(row(name, "cpu_decode_b1", round(poot["decode_tok_s"], 2),
+                        llama_rate(0, n, p), "llama-bench (CPU)", args))
+        rows.append(row(name, f"cpu_prefill_pp{p}", round(poot["prefill_tok_s"], 2),
+                        llama_rate(p, 0, 0), "llama-bench (CPU)", args))
     if args.extra:
         with open(args.extra) as f:
             rows.extend(json.load(f))
