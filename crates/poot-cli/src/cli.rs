@@ -18,7 +18,14 @@ Start with a packaged checkpoint (fetched into the cache on first use):
   poot embed minilm \"a small cat\" \"a kitten\"
 
 Any local checkpoint works too: a GGUF file, or a Hugging Face directory (config.json,
-tokenizer.json, *.safetensors).
+tokenizer.json, *.safetensors). So does a Hugging Face Hub repository, fetched into the Hub's
+cache (HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub) on first use:
+
+  poot run HuggingFaceTB/SmolLM2-135M-Instruct --chat \"Hi\"
+  poot run bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M \"Once upon a time\"
+
+HF_ENDPOINT names another endpoint, HF_TOKEN a token for gated or private repositories,
+HF_HUB_OFFLINE=1 uses the cache alone; --revision picks a branch, tag or commit.
 
 Checkpoints live in $POOT_CACHE/models (default ~/.cache/poot/models); `poot models` lists
 the packaged ones and fetches them.";
@@ -80,7 +87,8 @@ Prints one JSON array per text, one per line; with --json, one object holding th
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// A GGUF file, a Hugging Face checkpoint directory, or a packaged name (smollm2, gemma3).
+    /// A GGUF file, a Hugging Face checkpoint directory, a packaged name (smollm2, gemma3), or a
+    /// Hugging Face Hub repository (org/name, or org/name:QUANT for one of its GGUFs).
     #[arg(value_name = "MODEL")]
     pub model: String,
 
@@ -88,6 +96,10 @@ pub struct BenchArgs {
     /// file's length and SHA-256) before any tensor is read; a mismatch fails the load.
     #[arg(long, value_name = "MANIFEST")]
     pub verify: Option<std::path::PathBuf>,
+
+    /// The Hub revision (branch, tag or commit) when MODEL is a Hugging Face repository.
+    #[arg(long, value_name = "REV", default_value = "main")]
+    pub revision: String,
 
     /// Which GPU backend runs the model: auto tries ptx (CUDA), then wgpu (Vulkan).
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
@@ -168,7 +180,8 @@ impl PlacementArgs {
 
 #[derive(Debug, Args)]
 pub struct EmbedArgs {
-    /// A sentence-transformers checkpoint directory, or a packaged name (minilm).
+    /// A sentence-transformers checkpoint directory, a packaged name (minilm), or a Hugging Face
+    /// Hub repository (org/name).
     #[arg(value_name = "MODEL")]
     pub model: String,
 
@@ -176,6 +189,10 @@ pub struct EmbedArgs {
     /// file's length and SHA-256) before any tensor is read; a mismatch fails the load.
     #[arg(long, value_name = "MANIFEST")]
     pub verify: Option<std::path::PathBuf>,
+
+    /// The Hub revision (branch, tag or commit) when MODEL is a Hugging Face repository.
+    #[arg(long, value_name = "REV", default_value = "main")]
+    pub revision: String,
 
     /// The texts to embed.
     #[arg(value_name = "TEXT", required = true)]
@@ -225,7 +242,8 @@ the checkpoint into $POOT_CACHE/models. A checkpoint already in the cache is kep
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// A GGUF file, a Hugging Face checkpoint directory, or a packaged name (smollm2, gemma3).
+    /// A GGUF file, a Hugging Face checkpoint directory, a packaged name (smollm2, gemma3), or a
+    /// Hugging Face Hub repository (org/name, or org/name:QUANT for one of its GGUFs).
     #[arg(value_name = "MODEL")]
     pub model: String,
 
@@ -233,6 +251,10 @@ pub struct RunArgs {
     /// file's length and SHA-256) before any tensor is read; a mismatch fails the load.
     #[arg(long, value_name = "MANIFEST")]
     pub verify: Option<std::path::PathBuf>,
+
+    /// The Hub revision (branch, tag or commit) when MODEL is a Hugging Face repository.
+    #[arg(long, value_name = "REV", default_value = "main")]
+    pub revision: String,
 
     /// The text to continue (or, with --chat, the user message). Leave it out to chat
     /// interactively.

@@ -32,6 +32,12 @@ pub enum CliError {
         kind: &'static str,
         known: String,
     },
+    /// A Hugging Face Hub repository could not be fetched (or found in the cache).
+    #[error("{source}")]
+    Hub {
+        repo: String,
+        source: Box<poot_hub::HubError>,
+    },
     /// Neither POOT_CACHE nor HOME says where the cache is.
     #[error("cannot find the model cache: set POOT_CACHE (or HOME)")]
     NoCacheDir,
