@@ -46,12 +46,18 @@ pub enum PrepareArg {
 #[derive(Debug, Parser)]
 #[command(name = "poot-serve", version, about = "An OpenAI-compatible HTTP server over one poot engine", long_about = LONG_ABOUT)]
 pub struct ServeArgs {
-    /// The generation model: a GGUF file or a Hugging Face checkpoint directory.
-    #[arg(short, long, value_name = "PATH")]
-    pub model: PathBuf,
+    /// The generation model: a GGUF file, a Hugging Face checkpoint directory, or a Hugging
+    /// Face Hub repository (org/name, or org/name:QUANT for one of its GGUFs), fetched into the
+    /// Hub's cache (HF_HUB_CACHE, else $HF_HOME/hub; HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE).
+    #[arg(short, long, value_name = "MODEL")]
+    pub model: String,
 
-    /// The model id clients name in requests (default: the file or directory name without
-    /// its extension).
+    /// The Hub revision (branch, tag or commit) of --model when it is a repository.
+    #[arg(long, value_name = "REV", default_value = "main")]
+    pub revision: String,
+
+    /// The model id clients name in requests (default: the repository id of a Hub model, else
+    /// the file or directory name without its extension).
     #[arg(long, value_name = "NAME", alias = "alias")]
     pub served_model_name: Option<String>,
 
@@ -64,10 +70,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MANIFEST", requires = "embedding_model")]
     pub embedding_verify: Option<PathBuf>,
 
-    /// An encoder checkpoint (a BERT-family directory such as all-MiniLM-L6-v2) that serves
-    /// POST /v1/embeddings.
-    #[arg(long, value_name = "PATH")]
-    pub embedding_model: Option<PathBuf>,
+    /// An encoder checkpoint (a BERT-family directory such as all-MiniLM-L6-v2, or a Hub
+    /// repository at its main revision) that serves POST /v1/embeddings.
+    #[arg(long, value_name = "MODEL")]
+    pub embedding_model: Option<String>,
 
     /// The embedding model's id (default: its directory name).
     #[arg(long, value_name = "NAME")]

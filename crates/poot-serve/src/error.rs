@@ -221,6 +221,13 @@ pub enum ServeError {
         path: PathBuf,
         source: Box<poot_llm::EncoderError>,
     },
+    /// A Hub repository named by a model flag could not be fetched.
+    #[error("{flag} {model}: {source}")]
+    Hub {
+        flag: &'static str,
+        model: String,
+        source: Box<poot_hub::HubError>,
+    },
     /// The flags do not fit the model.
     #[error("{0}")]
     Options(String),

@@ -3,6 +3,7 @@
 //! interrupted. Prints `listening on http://ADDR` on stdout once it accepts connections.
 
 mod chat;
+mod checkpoint;
 mod cli;
 mod completions;
 mod embeddings;
@@ -74,11 +75,12 @@ fn main() {
 fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let metrics =
         Arc::new(Metrics::new().map_err(|e| ServeError::Options(format!("metrics: {e}")))?);
-    let handle = load(&args.model, args.verify.as_deref())?;
+    let model = checkpoint::locate("--model", &args.model, &args.revision)?;
+    let handle = load(&model.path, model.verify(args.verify.as_deref()))?;
     let model_id = args
         .served_model_name
         .clone()
-        .unwrap_or_else(|| model_name(&args.model));
+        .unwrap_or_else(|| model.default_id.clone());
     let max_positions = handle.config().max_positions;
     let context = match args.ctx_size {
         Some(c) if c as usize > max_positions => {
@@ -94,7 +96,7 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
     handle
         .narrow_positions(context)
         .map_err(|source| ServeError::Load {
-            path: args.model.clone(),
+            path: model.path.clone(),
             source: Box::new(source),
         })?;
     let handle = Arc::new(handle);
@@ -173,15 +175,16 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
         started.elapsed().as_secs_f64()
     );
     let embedder = match &args.embedding_model {
-        Some(path) => {
+        Some(name) => {
             let started = Instant::now();
+            let encoder = checkpoint::locate("--embedding-model", name, "main")?;
             let id = args
                 .embedding_model_name
                 .clone()
-                .unwrap_or_else(|| model_name(path));
-            let options = load_options(args.embedding_verify.as_deref())?;
+                .unwrap_or_else(|| encoder.default_id.clone());
+            let options = load_options(encoder.verify(args.embedding_verify.as_deref()))?;
             let e = Embedder::start(
-                path,
+                &encoder.path,
                 id,
                 move || open(backend),
                 args.embedding_batch as usize,
@@ -429,16 +432,6 @@ fn open(backend: BackendArg) -> Result<OpenedExecutor, ServeError> {
 /// The devices `placement` spans: one, or a group.
 fn open_placed(backend: BackendArg, placement: Placement) -> Result<OpenedExecutor, ServeError> {
     Ok(open_placed_executor(choice(backend), placement)?)
-}
-
-/// A checkpoint's default model id: its file or directory name without the extension.
-fn model_name(path: &Path) -> String {
-    let name = if path.is_dir() {
-        path.file_name()
-    } else {
-        path.file_stem()
-    };
-    name.map_or_else(|| "model".to_owned(), |n| n.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]
