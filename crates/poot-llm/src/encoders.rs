@@ -47,6 +47,9 @@ pub enum EncoderError {
     /// tokenizer cannot join pairs).
     #[error("{0}")]
     Pair(#[from] poot_text::TokenizerError),
+    /// A pre-encoded pair is longer than the longest prepared length.
+    #[error("a pair of {tokens} tokens; the cross-encoder takes at most {max_tokens}")]
+    PairTooLong { tokens: usize, max_tokens: usize },
     /// Reranking was asked with no documents.
     #[error("no documents to rank")]
     NoDocuments,
@@ -423,14 +426,35 @@ impl CrossEncoder {
     pub fn score(&mut self, pairs: &[(&str, &str)]) -> Result<Vec<f32>, EncoderError> {
         let mut encoded = Vec::with_capacity(pairs.len());
         for (first, second) in pairs {
-            let e = self.encode_pair(first, second)?;
-            encoded.push((e.ids, e.type_ids));
+            encoded.push(self.encode_pair(first, second)?);
         }
+        self.score_encoded(&encoded)
+    }
+
+    /// The score of each pair [`CrossEncoder::encode_pair`] encoded, in order, in steps of the
+    /// rows prepared at load. A pair longer than [`CrossEncoder::max_tokens`] is refused.
+    pub fn score_encoded(
+        &mut self,
+        pairs: &[poot_text::PairEncoding],
+    ) -> Result<Vec<f32>, EncoderError> {
+        let max = self.max_tokens();
+        if let Some(long) = pairs.iter().find(|p| p.ids.len() > max) {
+            return Err(EncoderError::PairTooLong {
+                tokens: long.ids.len(),
+                max_tokens: max,
+            });
+        }
+        let rows: Vec<(Vec<u32>, Vec<u32>)> = pairs
+            .iter()
+            .map(|p| (p.ids.clone(), p.type_ids.clone()))
+            .collect();
         let mut scores = Vec::with_capacity(pairs.len());
-        for chunk in encoded.chunks(self.prepared.rows) {
-            // Every pair fits the longest prepared length (encode_pair cut it to that).
+        for chunk in rows.chunks(self.prepared.rows) {
             let Some((logits, _)) = self.prepared.run(chunk)? else {
-                return Ok(Vec::new());
+                return Err(EncoderError::PairTooLong {
+                    tokens: chunk.iter().map(|(t, _)| t.len()).max().unwrap_or(0),
+                    max_tokens: max,
+                });
             };
             for r in 0..chunk.len() {
                 let logit = logits.get(r).copied().unwrap_or(f32::NAN);

@@ -14,8 +14,9 @@ An OpenAI-compatible HTTP server over one poot engine.
     -d '{\"model\": \"smollm2-135m-instruct-q4_1\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'
 
 Routes: POST /v1/completions, POST /v1/chat/completions (both with \"stream\": true for
-server-sent events), GET /v1/models, POST /v1/embeddings (with --embedding-model), GET /health,
-GET /metrics/prometheus.
+server-sent events), POST /v1/messages, POST /v1/responses, GET /v1/models, POST /v1/embeddings
+(with --embedding-model), POST /v1/rerank and /v1/score (with --rerank-model), POST /tokenize,
+POST /detokenize, GET /health, GET /metrics/prometheus.
 
 One engine thread owns the model: requests wait in a queue until a sequence row is free, and
 every open sequence advances in each step. A client that disconnects frees its row.";
@@ -87,6 +88,24 @@ pub struct ServeArgs {
     /// positions.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub embedding_max_tokens: Option<u32>,
+
+    /// A cross-encoder checkpoint (a BERT sequence classifier with one label, such as
+    /// cross-encoder/ms-marco-MiniLM-L6-v2; a directory or a Hub repository at its main
+    /// revision) that serves POST /v1/rerank and /v1/score.
+    #[arg(long, value_name = "MODEL")]
+    pub rerank_model: Option<String>,
+
+    /// The rerank model's id (default: its repository id, or its directory name).
+    #[arg(long, value_name = "NAME")]
+    pub rerank_model_name: Option<String>,
+
+    /// Check the rerank model's files against this integrity manifest (as --verify does).
+    #[arg(long, value_name = "MANIFEST", requires = "rerank_model")]
+    pub rerank_verify: Option<PathBuf>,
+
+    /// Most (query, document) pairs one rerank step scores; more run in several steps.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub rerank_batch: u32,
 
     /// Address to listen on.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]

@@ -15,6 +15,7 @@ mod metrics;
 mod openai;
 mod params;
 mod reply;
+mod rerank;
 mod responses;
 mod rows;
 mod tokenize;
@@ -39,6 +40,7 @@ use crate::engine::Engine;
 use crate::error::ServeError;
 use crate::http::App;
 use crate::metrics::Metrics;
+use crate::rerank::Reranker;
 use crate::tool_calls::ToolSyntax;
 
 /// The context when `--ctx-size` is not given (capped by the model's positions).
@@ -201,6 +203,32 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
         }
         None => None,
     };
+    let reranker = match &args.rerank_model {
+        Some(name) => {
+            let started = Instant::now();
+            let model = checkpoint::locate("--rerank-model", name, "main")?;
+            let id = args
+                .rerank_model_name
+                .clone()
+                .unwrap_or_else(|| model.default_id.clone());
+            let options = load_options(model.verify(args.rerank_verify.as_deref()))?;
+            let r = Reranker::start(
+                &model.path,
+                id,
+                move || open(backend),
+                args.rerank_batch as usize,
+                options,
+            )?;
+            eprintln!(
+                "rerank model ready: {} (pairs up to {} tokens) in {:.1} s",
+                r.model_id(),
+                r.max_tokens(),
+                started.elapsed().as_secs_f64()
+            );
+            Some(r)
+        }
+        None => None,
+    };
     let tool_syntax = handle.text().ok().and_then(|t| {
         ToolSyntax::detect(t.chat_templates().iter().map(|c| c.source()), t.tokenizer())
     });
@@ -220,6 +248,7 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
             .filter(|k| !k.is_empty()),
         metrics,
         embedder,
+        reranker,
         tool_syntax,
         created: http::unix_now(),
     });
