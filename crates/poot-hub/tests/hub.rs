@@ -6,6 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+#[path = "../../poot-models/tests/common/tiny_gguf.rs"]
+mod tiny_gguf;
+
 use poot_hub::fake::{FakeHub, FakeRepo};
 use poot_hub::{Hub, HubError, HubSettings, RepoRef};
 use poot_load::{LoadOptions, Manifest};
@@ -202,16 +205,35 @@ fn a_sharded_checkpoint_fetches_the_shards_its_index_names() {
     std::fs::remove_dir_all(cache).unwrap();
 }
 
+/// The tiny Llama GGUF as llama.cpp's gguf-split writes it in two parts.
+fn split_tiny_gguf() -> (Vec<u8>, Vec<u8>) {
+    use tiny_gguf::{Meta, TinyGguf};
+    let whole = TinyGguf::llama();
+    let mut first = whole.clone();
+    first.tensors.truncate(4);
+    let mut second = TinyGguf {
+        tensors: whole.tensors[4..].to_vec(),
+        ..TinyGguf::default()
+    };
+    for (no, part) in [&mut first, &mut second].into_iter().enumerate() {
+        part.set("split.no", Meta::U32(no as u32));
+        part.set("split.count", Meta::U32(2));
+        part.set("split.tensors.count", Meta::I32(whole.tensors.len() as i32));
+    }
+    (first.bytes(), second.bytes())
+}
+
 fn gguf_repo() -> FakeRepo {
     let tiny = tiny_gguf();
     let mut f16 = tiny.clone();
     f16.push(0);
+    let (part1, part2) = split_tiny_gguf();
     FakeRepo::new()
         .file("README.md", "GGUF quantizations")
         .file("Tiny-Q8_0.gguf", tiny.clone())
         .file("Tiny-F16.gguf", f16)
-        .file("Q4_0/Tiny-Q4_0-00001-of-00002.gguf", tiny[..4000].to_vec())
-        .file("Q4_0/Tiny-Q4_0-00002-of-00002.gguf", tiny[4000..].to_vec())
+        .file("Q4_0/Tiny-Q4_0-00001-of-00002.gguf", part1)
+        .file("Q4_0/Tiny-Q4_0-00002-of-00002.gguf", part2)
 }
 
 #[test]
@@ -236,6 +258,10 @@ fn a_gguf_is_fetched_by_quantization_and_a_split_one_whole() {
         ]
     );
     assert!(split.path.ends_with("Q4_0/Tiny-Q4_0-00001-of-00002.gguf"));
+    // The loader opens the split file from its first part, every tensor there.
+    let loaded = poot_load::load(&split.path, &LoadOptions::default()).unwrap();
+    let whole = poot_load::load(&got.path, &LoadOptions::default()).unwrap();
+    assert_eq!(loaded.store().len(), whole.store().len());
     match fetch(&s, "org/Tiny-GGUF:Q5_K_M", "main") {
         Err(e @ HubError::NoSuchQuant { .. }) => {
             let text = e.to_string();
