@@ -152,6 +152,9 @@ pub enum HubError {
         file: String,
         detail: String,
     },
+    /// The HTTP client could not be set up (its TLS configuration).
+    #[error("setting up the Hub client: {detail}")]
+    Client { detail: String },
     /// A cache file or folder could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {

@@ -49,9 +49,7 @@ impl Hub {
             .with_token(settings.token.clone())
             .with_progress(false)
             .build()
-            .map_err(|e| HubError::Download {
-                repo: String::new(),
-                file: String::new(),
+            .map_err(|e| HubError::Client {
                 detail: e.to_string(),
             })?;
         Ok(Hub { settings, api })
