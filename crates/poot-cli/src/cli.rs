@@ -18,7 +18,14 @@ Start with a packaged checkpoint (fetched into the cache on first use):
   poot embed minilm \"a small cat\" \"a kitten\"
 
 Any local checkpoint works too: a GGUF file, or a Hugging Face directory (config.json,
-tokenizer.json, *.safetensors).
+tokenizer.json, *.safetensors). So does a Hugging Face Hub repository, fetched into the Hub's
+cache (HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub) on first use:
+
+  poot run HuggingFaceTB/SmolLM2-135M-Instruct --chat \"Hi\"
+  poot run bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M \"Once upon a time\"
+
+HF_ENDPOINT names another endpoint, HF_TOKEN a token for gated or private repositories,
+HF_HUB_OFFLINE=1 uses the cache alone; --revision picks a branch, tag or commit.
 
 Checkpoints live in $POOT_CACHE/models (default ~/.cache/poot/models); `poot models` lists
 the packaged ones and fetches them.";
@@ -49,6 +56,61 @@ pub enum Command {
     /// Print sentence embeddings of texts with an embedding model (minilm).
     #[command(long_about = EMBED_LONG_ABOUT)]
     Embed(EmbedArgs),
+    /// Score documents against a query with a cross-encoder and print them best first.
+    #[command(long_about = RERANK_LONG_ABOUT)]
+    Rerank(RerankArgs),
+}
+
+const RERANK_LONG_ABOUT: &str = "\
+Score documents against a query with a cross-encoder (a BERT sequence classifier with one
+label, such as cross-encoder/ms-marco-MiniLM-L6-v2) and print them best first.
+
+Each (query, document) pair is encoded as one input, `[CLS] query [SEP] document [SEP]`, and
+scored on the device; the score is the sigmoid of the classifier's logit, as
+sentence-transformers' CrossEncoder.predict gives by default (a checkpoint whose config names
+another activation gets that one). A document too long for the model is cut to fit; a query
+that leaves no room for a document is refused.
+
+Prints one line per document: its index among the DOCs, its score and its text, tab
+separated; with --json, one object holding them all.
+
+  poot rerank --model cross-encoder/ms-marco-MiniLM-L6-v2 \"what do cats eat\" \"cats eat fish\" \"paris is in france\"";
+
+#[derive(Debug, Args)]
+pub struct RerankArgs {
+    /// The cross-encoder: a checkpoint directory or a Hugging Face Hub repository (org/name).
+    #[arg(short, long, value_name = "MODEL")]
+    pub model: String,
+
+    /// Check every file the load reads against this integrity manifest (a poot manifest: each
+    /// file's length and SHA-256) before any tensor is read; a mismatch fails the load.
+    #[arg(long, value_name = "MANIFEST")]
+    pub verify: Option<std::path::PathBuf>,
+
+    /// The Hub revision (branch, tag or commit) when --model is a Hugging Face repository.
+    #[arg(long, value_name = "REV", default_value = "main")]
+    pub revision: String,
+
+    /// The query.
+    #[arg(value_name = "QUERY")]
+    pub query: String,
+
+    /// The documents to score against it.
+    #[arg(value_name = "DOC", required = true)]
+    pub documents: Vec<String>,
+
+    /// Print only the N best documents.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
+    pub top_n: Option<u32>,
+
+    /// Which GPU backend runs the model: auto tries ptx (CUDA), then wgpu (Vulkan).
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+
+    /// Print one JSON object (model, backend, device, query, results: index, score, document)
+    /// instead of one line per document.
+    #[arg(long)]
+    pub json: bool,
 }
 
 const BENCH_LONG_ABOUT: &str = "\
@@ -80,7 +142,8 @@ Prints one JSON array per text, one per line; with --json, one object holding th
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// A GGUF file, a Hugging Face checkpoint directory, or a packaged name (smollm2, gemma3).
+    /// A GGUF file, a Hugging Face checkpoint directory, a packaged name (smollm2, gemma3), or a
+    /// Hugging Face Hub repository (org/name, or org/name:QUANT for one of its GGUFs).
     #[arg(value_name = "MODEL")]
     pub model: String,
 
@@ -88,6 +151,10 @@ pub struct BenchArgs {
     /// file's length and SHA-256) before any tensor is read; a mismatch fails the load.
     #[arg(long, value_name = "MANIFEST")]
     pub verify: Option<std::path::PathBuf>,
+
+    /// The Hub revision (branch, tag or commit) when MODEL is a Hugging Face repository.
+    #[arg(long, value_name = "REV", default_value = "main")]
+    pub revision: String,
 
     /// Which GPU backend runs the model: auto tries ptx (CUDA), then wgpu (Vulkan).
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
@@ -211,7 +278,8 @@ impl PlacementArgs {
 
 #[derive(Debug, Args)]
 pub struct EmbedArgs {
-    /// A sentence-transformers checkpoint directory, or a packaged name (minilm).
+    /// A sentence-transformers checkpoint directory, a packaged name (minilm), or a Hugging Face
+    /// Hub repository (org/name).
     #[arg(value_name = "MODEL")]
     pub model: String,
 
@@ -219,6 +287,10 @@ pub struct EmbedArgs {
     /// file's length and SHA-256) before any tensor is read; a mismatch fails the load.
     #[arg(long, value_name = "MANIFEST")]
     pub verify: Option<std::path::PathBuf>,
+
+    /// The Hub revision (branch, tag or commit) when MODEL is a Hugging Face repository.
+    #[arg(long, value_name = "REV", default_value = "main")]
+    pub revision: String,
 
     /// The texts to embed.
     #[arg(value_name = "TEXT", required = true)]
@@ -268,7 +340,8 @@ the checkpoint into $POOT_CACHE/models. A checkpoint already in the cache is kep
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// A GGUF file, a Hugging Face checkpoint directory, or a packaged name (smollm2, gemma3).
+    /// A GGUF file, a Hugging Face checkpoint directory, a packaged name (smollm2, gemma3), or a
+    /// Hugging Face Hub repository (org/name, or org/name:QUANT for one of its GGUFs).
     #[arg(value_name = "MODEL")]
     pub model: String,
 
@@ -276,6 +349,10 @@ pub struct RunArgs {
     /// file's length and SHA-256) before any tensor is read; a mismatch fails the load.
     #[arg(long, value_name = "MANIFEST")]
     pub verify: Option<std::path::PathBuf>,
+
+    /// The Hub revision (branch, tag or commit) when MODEL is a Hugging Face repository.
+    #[arg(long, value_name = "REV", default_value = "main")]
+    pub revision: String,
 
     /// The text to continue (or, with --chat, the user message). Leave it out to chat
     /// interactively.

@@ -31,9 +31,10 @@ struct SentenceConfig {
 }
 
 pub fn embed(args: EmbedArgs, status: Status) -> Result<(), CliError> {
-    let path = resolve::model_path_for(&args.model, Purpose::Embed, &status)?;
+    let resolved = resolve::model(&args.model, &args.revision, Purpose::Embed, &status)?;
+    let path = resolved.path.clone();
     // A manifest that cannot be read fails before the backend opens.
-    let options = crate::run::load_options(args.verify.as_deref())?;
+    let options = crate::run::load_options(resolved.verify(args.verify.as_deref()))?;
     let config = sentence_config(&path)?;
     let normalize = args.normalize.unwrap_or(config.normalize);
     // Each WordPiece token covers at least one character, plus [CLS] and [SEP]: lengths up to

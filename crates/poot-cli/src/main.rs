@@ -11,6 +11,7 @@ mod fetch;
 mod models;
 mod output;
 mod progress;
+mod rerank;
 mod resolve;
 mod run;
 mod sizing;
@@ -33,7 +34,7 @@ fn main() -> ExitCode {
     let devices = match &cli.command {
         Command::Run(a) => a.placement.placement().devices(),
         Command::Bench(a) => a.placement.placement().devices(),
-        Command::Models(_) | Command::Embed(_) => 1,
+        Command::Models(_) | Command::Embed(_) | Command::Rerank(_) => 1,
     };
     if devices > 1 {
         // NCCL's settings (NVLink multicast off), before any thread that could read the
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
         Command::Models(args) => models::models(args, status),
         Command::Bench(args) => bench::bench(args, status),
         Command::Embed(args) => embed::embed(args, status),
+        Command::Rerank(args) => rerank::rerank(args, status),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

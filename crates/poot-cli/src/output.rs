@@ -206,6 +206,13 @@ fn write_text(text: &str) -> io::Result<()> {
     out.flush()
 }
 
+/// `text` and a newline on stdout.
+pub fn write_text_line(text: &str) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    writeln!(out, "{text}")?;
+    out.flush()
+}
+
 pub fn write_line(value: &serde_json::Value) -> io::Result<()> {
     let mut out = io::stdout().lock();
     writeln!(out, "{value}")?;

@@ -64,8 +64,9 @@ pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
             limit: CANDIDATES,
         });
     }
-    let path = resolve::model_path(&args.model, &status)?;
-    let handle = load(&path, args.verify.as_deref(), &status)?;
+    let resolved = resolve::model(&args.model, &args.revision, Purpose::Generate, &status)?;
+    let path = resolved.path.clone();
+    let handle = load(&path, resolved.verify(args.verify.as_deref()), &status)?;
     let vocab = handle.config().vocab_size;
     if let Some(&(id, _)) = args.logit_bias.iter().find(|(id, _)| *id as usize >= vocab) {
         return Err(CliError::LogitBiasToken { id, vocab });

@@ -1049,3 +1049,68 @@ fn speculative_runs_print_the_plain_text_and_report_their_drafts() {
         .collect();
     assert_one_error(&poot(&args), "vocabulary differs");
 }
+
+/// `poot rerank` prints the documents in the order sentence-transformers' CrossEncoder ranks
+/// them, with its scores (within 1e-5; the reranker fixture's reference); an embedding model,
+/// a packaged name and a query too long for the model are one error line.
+#[test]
+fn rerank_prints_the_documents_best_first_as_cross_encoder_ranks_them() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../poot-serve/tests/fixtures/tiny-reranker");
+    let model = fixture.to_str().unwrap();
+    let o = poot(&["rerank", "-m", "minilm", "q", "d"]);
+    assert_one_error(&o, "not a cross-encoder");
+    let o = poot(&["rerank", "--help"]);
+    assert!(stdout(&o).contains("--top-n"), "{}", stdout(&o));
+    if !vulkan() {
+        return;
+    }
+    let reference: Json =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("reference.json")).unwrap())
+            .unwrap();
+    let case = &reference["cases"][0];
+    let docs: Vec<&str> = case["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap())
+        .collect();
+    let mut args = vec!["rerank", "--model", model, case["query"].as_str().unwrap()];
+    args.extend(&docs);
+    args.extend(["--backend", "wgpu", "--quiet"]);
+    let o = poot(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<String> = stdout(&o).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), docs.len());
+    for (line, want) in lines.iter().zip(case["ranking"].as_array().unwrap()) {
+        let fields: Vec<&str> = line.split('\t').collect();
+        let index: usize = fields[0].parse().unwrap();
+        assert_eq!(index as u64, want.as_u64().unwrap(), "{line}");
+        let score: f64 = fields[1].parse().unwrap();
+        assert!(
+            (score - case["scores"][index].as_f64().unwrap()).abs() <= 1e-5,
+            "{line}"
+        );
+        assert_eq!(fields[2], docs[index]);
+    }
+    args.extend(["--json", "--top-n", "2"]);
+    let o = poot(&args);
+    let v: Json = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["results"].as_array().unwrap().len(), 2);
+    assert_eq!(v["results"][0]["index"], case["ranking"][0]);
+    let long = "cats ".repeat(80);
+    let o = poot(&["rerank", "-m", model, &long, "cats", "--backend", "wgpu"]);
+    assert_one_error(&o, "the query is");
+    let bert =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-models/tests/fixtures/random/bert");
+    let o = poot(&[
+        "rerank",
+        "-m",
+        bert.to_str().unwrap(),
+        "q",
+        "d",
+        "--backend",
+        "wgpu",
+    ]);
+    assert_one_error(&o, "not a cross-encoder");
+}

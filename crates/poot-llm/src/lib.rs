@@ -21,7 +21,7 @@ pub use driver::{
     PreparedSetLimits, PromptLookup, SeqEvent, SeqId, SeqToken, Serving, SpecStats, Speculation,
     StepPicks, TokenLogprob, Unprepared, entry_label,
 };
-pub use encoders::{EncoderError, SentenceEncoder};
+pub use encoders::{CrossEncoder, EncoderError, Ranked, ScoreActivation, SentenceEncoder};
 pub use handle::{HandleError, LoadOptions, ModelHandle};
 pub use sampling::{Head, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS, Penalties, Sampler};
 pub use weights::HandleWeights;

@@ -87,3 +87,102 @@ fn an_encoder_load_checks_the_integrity_manifest() {
         .unwrap();
     assert!(err.to_string().contains("model.safetensors"), "{err}");
 }
+
+#[derive(Deserialize)]
+struct RerankCase {
+    query: String,
+    documents: Vec<String>,
+    scores: Vec<f32>,
+    ranking: Vec<usize>,
+}
+
+#[derive(Deserialize)]
+struct RerankReference {
+    cases: Vec<RerankCase>,
+}
+
+fn reranker() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures/tiny-reranker")
+}
+
+/// Scores of sentence-transformers' `CrossEncoder.predict` (its default sigmoid over the one
+/// label) within 1e-5: both sides compute in f32, and a sigmoid's slope is at most 1/4, so the
+/// logits agree at least as closely. Each query's documents rank in `CrossEncoder.rank`'s order.
+#[test]
+fn a_cross_encoder_scores_and_ranks_as_sentence_transformers_does_on_wgpu() {
+    let exec = match open_executor(BackendChoice::Wgpu) {
+        Ok(o) => o.executor,
+        Err(e) => {
+            eprintln!("SKIP: {e}");
+            return;
+        }
+    };
+    let r: RerankReference =
+        serde_json::from_str(&std::fs::read_to_string(reranker().join("reference.json")).unwrap())
+            .unwrap();
+    // Three rows: five documents take two steps.
+    let mut ce = poot_llm::CrossEncoder::load_with(
+        &reranker(),
+        exec,
+        3,
+        32,
+        &poot_llm::LoadOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(ce.activation(), poot_llm::ScoreActivation::Sigmoid);
+    assert_eq!(ce.max_tokens(), 32);
+    for case in &r.cases {
+        let docs: Vec<&str> = case.documents.iter().map(String::as_str).collect();
+        let pairs: Vec<(&str, &str)> = docs.iter().map(|d| (case.query.as_str(), *d)).collect();
+        let scores = ce.score(&pairs).unwrap();
+        for (got, want) in scores.iter().zip(&case.scores) {
+            assert!(
+                (got - want).abs() <= 1e-5,
+                "{}: {got} vs {want}",
+                case.query
+            );
+        }
+        let ranked = ce.rerank(&case.query, &docs).unwrap();
+        let order: Vec<usize> = ranked.iter().map(|r| r.index).collect();
+        assert_eq!(order, case.ranking, "{}", case.query);
+    }
+    assert!(matches!(
+        ce.rerank("a query", &[]),
+        Err(poot_llm::EncoderError::NoDocuments)
+    ));
+    let long = "cats ".repeat(40);
+    assert!(matches!(
+        ce.rerank(&long, &["cats"]),
+        Err(poot_llm::EncoderError::Pair(_))
+    ));
+}
+
+/// An embedding model or a generator given where a cross-encoder is needed is refused, naming
+/// what it is.
+#[test]
+fn a_model_that_is_not_a_cross_encoder_is_refused() {
+    let open = || match open_executor(BackendChoice::Wgpu) {
+        Ok(o) => Some(o.executor),
+        Err(e) => {
+            eprintln!("SKIP: {e}");
+            None
+        }
+    };
+    let Some(exec) = open() else { return };
+    let bert =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-models/tests/fixtures/random/bert");
+    let err = poot_llm::CrossEncoder::load_with(&bert, exec, 1, 16, &Default::default())
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, poot_llm::EncoderError::NotCrossEncoder { .. }),
+        "{err}"
+    );
+    let Some(exec) = open() else { return };
+    let chat = reranker().join("../tiny-chat");
+    let err = poot_llm::CrossEncoder::load(&chat, exec, 1).err().unwrap();
+    assert!(
+        matches!(err, poot_llm::EncoderError::NotEncoder { .. }),
+        "{err}"
+    );
+}

@@ -200,6 +200,31 @@ fn load_gguf(path: &Path, verifier: Verifier<'_>) -> Result<Checkpoint, LoadErro
     let mapped = map_verified(path, &gguf_manifest_name(path), verifier)?;
     let gguf = GgufFile::parse(mapped.bytes()).map_err(|e| gguf_error(path, e))?;
     let mut tensors = Vec::with_capacity(gguf.tensors().len());
+    push_gguf_tensors(&gguf, 0, &mut tensors)?;
+    let mut files = vec![mapped];
+    // A split GGUF: the other parts' tensors, each from its own file; the metadata is the
+    // first part's.
+    for (k, part) in gguf_parts(path, gguf.metadata())?.iter().enumerate() {
+        let mapped = map_verified(part, &gguf_manifest_name(part), verifier)?;
+        let parsed = GgufFile::parse(mapped.bytes()).map_err(|e| gguf_error(part, e))?;
+        push_gguf_tensors(&parsed, k + 1, &mut tensors)?;
+        files.push(mapped);
+    }
+    let store = WeightStore::new(files, tensors)?;
+    Ok(Checkpoint {
+        store,
+        config: ConfigSource::Gguf(gguf.into_metadata()),
+        side_files: SideFiles::default(),
+        quantization: None,
+    })
+}
+
+/// The tensors of `gguf`, read from file `file` of the store.
+fn push_gguf_tensors(
+    gguf: &GgufFile,
+    file: usize,
+    tensors: &mut Vec<StoredTensor>,
+) -> Result<(), LoadError> {
     for t in gguf.tensors() {
         let admission = GgmlAdmission::of(t.ggml_type);
         let stored_type =
@@ -213,17 +238,48 @@ fn load_gguf(path: &Path, verifier: Verifier<'_>) -> Result<Checkpoint, LoadErro
             name: t.name.clone(),
             shape: t.shape.clone(),
             stored_type,
-            file: 0,
+            file,
             file_range: t.file_range.clone(),
         });
     }
-    let store = WeightStore::new(vec![mapped], tensors)?;
-    Ok(Checkpoint {
-        store,
-        config: ConfigSource::Gguf(gguf.into_metadata()),
-        side_files: SideFiles::default(),
-        quantization: None,
-    })
+    Ok(())
+}
+
+/// The other parts of a split GGUF whose first part is `path` (llama.cpp's
+/// `NAME-00001-of-0000N.gguf` with `split.count` N), in order beside it; none for a whole file.
+fn gguf_parts(path: &Path, metadata: &GgufMetadata) -> Result<Vec<PathBuf>, LoadError> {
+    if !metadata.contains("split.count") {
+        return Ok(Vec::new());
+    }
+    let count = metadata.get_u32("split.count")?;
+    if count <= 1 {
+        return Ok(Vec::new());
+    }
+    let no = if metadata.contains("split.no") {
+        metadata.get_u32("split.no")?
+    } else {
+        0
+    };
+    let name = gguf_manifest_name(path);
+    let split_error = |detail: String| LoadError::SplitGguf {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let suffix = format!("-{:05}-of-{count:05}.gguf", u64::from(no) + 1);
+    let Some(base) = name.strip_suffix(&suffix) else {
+        return Err(split_error(format!(
+            "a split GGUF of {count} parts whose name does not end in `{suffix}`, so its other parts cannot be found"
+        )));
+    };
+    if no != 0 {
+        return Err(split_error(format!(
+            "part {} of a split GGUF of {count}; load the first part, `{base}-00001-of-{count:05}.gguf`",
+            u64::from(no) + 1
+        )));
+    }
+    Ok((2..=count)
+        .map(|k| path.with_file_name(format!("{base}-{k:05}-of-{count:05}.gguf")))
+        .collect())
 }
 
 /// The weight files of a Hugging Face directory and, when sharded, the index.
@@ -327,7 +383,15 @@ fn load_hugging_face(dir: &Path, verifier: Verifier<'_>) -> Result<Checkpoint, L
 /// The files (relative names) a load of `path` reads, for recording a manifest.
 pub(crate) fn files_read_by_load(path: &Path) -> Result<Vec<String>, LoadError> {
     if path_kind(path)? != PathKind::Directory {
-        return Ok(vec![gguf_manifest_name(path)]);
+        let mut names = vec![gguf_manifest_name(path)];
+        if let ConfigSource::Gguf(metadata) = peek_config(path)? {
+            names.extend(
+                gguf_parts(path, &metadata)?
+                    .iter()
+                    .map(|p| gguf_manifest_name(p)),
+            );
+        }
+        return Ok(names);
     }
     let mut names = side_files::present(path)?;
     let index_path = path.join(SHARD_INDEX_FILE);
@@ -344,11 +408,12 @@ pub(crate) fn files_read_by_load(path: &Path) -> Result<Vec<String>, LoadError> 
     Ok(names)
 }
 
-/// The path of a file named in a manifest, for a checkpoint at `root`.
+/// The path of a file named in a manifest, for a checkpoint at `root` (a GGUF's parts lie
+/// beside its first).
 pub(crate) fn file_path(root: &Path, name: &str) -> PathBuf {
     if root.is_dir() {
         root.join(name)
     } else {
-        root.to_path_buf()
+        root.with_file_name(name)
     }
 }

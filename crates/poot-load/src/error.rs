@@ -80,6 +80,11 @@ pub enum LoadError {
     #[error("the index puts `{tensor}` in `{shard}`, which does not hold it")]
     IndexedTensorMissing { tensor: String, shard: String },
 
+    /// A split GGUF (`split.count` above 1) opened at a part other than the first, or named
+    /// otherwise than llama.cpp's `-0000k-of-0000N.gguf`, so its other parts cannot be found.
+    #[error("{}: {detail}", path.display())]
+    SplitGguf { path: PathBuf, detail: String },
+
     /// Two weight files hold a tensor of the same name.
     #[error("`{tensor}` is in both `{first_file}` and `{second_file}`")]
     DuplicateTensor {

@@ -14,8 +14,9 @@ An OpenAI-compatible HTTP server over one poot engine.
     -d '{\"model\": \"smollm2-135m-instruct-q4_1\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'
 
 Routes: POST /v1/completions, POST /v1/chat/completions (both with \"stream\": true for
-server-sent events), GET /v1/models, POST /v1/embeddings (with --embedding-model), GET /health,
-GET /metrics/prometheus.
+server-sent events), POST /v1/messages, POST /v1/responses, GET /v1/models, POST /v1/embeddings
+(with --embedding-model), POST /v1/rerank and /v1/score (with --rerank-model), POST /tokenize,
+POST /detokenize, GET /health, GET /metrics/prometheus.
 
 One engine thread owns the model: requests wait in a queue until a sequence row is free, and
 every open sequence advances in each step. A client that disconnects frees its row.";
@@ -48,12 +49,18 @@ pub enum PrepareArg {
 #[derive(Debug, Parser)]
 #[command(name = "poot-serve", version, about = "An OpenAI-compatible HTTP server over one poot engine", long_about = LONG_ABOUT)]
 pub struct ServeArgs {
-    /// The generation model: a GGUF file or a Hugging Face checkpoint directory.
-    #[arg(short, long, value_name = "PATH")]
-    pub model: PathBuf,
+    /// The generation model: a GGUF file, a Hugging Face checkpoint directory, or a Hugging
+    /// Face Hub repository (org/name, or org/name:QUANT for one of its GGUFs), fetched into the
+    /// Hub's cache (HF_HUB_CACHE, else $HF_HOME/hub; HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE).
+    #[arg(short, long, value_name = "MODEL")]
+    pub model: String,
 
-    /// The model id clients name in requests (default: the file or directory name without
-    /// its extension).
+    /// The Hub revision (branch, tag or commit) of --model when it is a repository.
+    #[arg(long, value_name = "REV", default_value = "main")]
+    pub revision: String,
+
+    /// The model id clients name in requests (default: the repository id of a Hub model, else
+    /// the file or directory name without its extension).
     #[arg(long, value_name = "NAME", alias = "alias")]
     pub served_model_name: Option<String>,
 
@@ -66,10 +73,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MANIFEST", requires = "embedding_model")]
     pub embedding_verify: Option<PathBuf>,
 
-    /// An encoder checkpoint (a BERT-family directory such as all-MiniLM-L6-v2) that serves
-    /// POST /v1/embeddings.
-    #[arg(long, value_name = "PATH")]
-    pub embedding_model: Option<PathBuf>,
+    /// An encoder checkpoint (a BERT-family directory such as all-MiniLM-L6-v2, or a Hub
+    /// repository at its main revision) that serves POST /v1/embeddings.
+    #[arg(long, value_name = "MODEL")]
+    pub embedding_model: Option<String>,
 
     /// The embedding model's id (default: its directory name).
     #[arg(long, value_name = "NAME")]
@@ -83,6 +90,24 @@ pub struct ServeArgs {
     /// positions.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub embedding_max_tokens: Option<u32>,
+
+    /// A cross-encoder checkpoint (a BERT sequence classifier with one label, such as
+    /// cross-encoder/ms-marco-MiniLM-L6-v2; a directory or a Hub repository at its main
+    /// revision) that serves POST /v1/rerank and /v1/score.
+    #[arg(long, value_name = "MODEL")]
+    pub rerank_model: Option<String>,
+
+    /// The rerank model's id (default: its repository id, or its directory name).
+    #[arg(long, value_name = "NAME")]
+    pub rerank_model_name: Option<String>,
+
+    /// Check the rerank model's files against this integrity manifest (as --verify does).
+    #[arg(long, value_name = "MANIFEST", requires = "rerank_model")]
+    pub rerank_verify: Option<PathBuf>,
+
+    /// Most (query, document) pairs one rerank step scores; more run in several steps.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub rerank_batch: u32,
 
     /// Address to listen on.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]

@@ -221,6 +221,19 @@ pub enum ServeError {
         path: PathBuf,
         source: Box<poot_llm::EncoderError>,
     },
+    /// The rerank model could not be loaded, or is not a one-label cross-encoder.
+    #[error("loading the rerank model {path}: {source}")]
+    Reranker {
+        path: PathBuf,
+        source: Box<poot_llm::EncoderError>,
+    },
+    /// A Hub repository named by a model flag could not be fetched.
+    #[error("{flag} {model}: {source}")]
+    Hub {
+        flag: &'static str,
+        model: String,
+        source: Box<poot_hub::HubError>,
+    },
     /// The flags do not fit the model.
     #[error("{0}")]
     Options(String),

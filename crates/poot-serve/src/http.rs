@@ -1,7 +1,7 @@
 //! The HTTP front: routes, the API key check on /v1 routes, request counting, and the small
 //! routes (models, health, metrics). Generation routes are in `completions`, `chat`,
-//! `messages` (Anthropic's API) and `responses`, embeddings in `embeddings`, the tokenizer
-//! routes in `tokenize`.
+//! `messages` (Anthropic's API) and `responses`, embeddings in `embeddings`, reranking and
+//! scores in `rerank`, the tokenizer routes in `tokenize`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,6 +23,7 @@ use crate::engine::Engine;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::openai::{ModelCard, ModelList};
+use crate::rerank::Reranker;
 use crate::tool_calls::ToolSyntax;
 
 /// What every handler shares.
@@ -38,6 +39,7 @@ pub struct App {
     pub api_key: Option<String>,
     pub metrics: Arc<Metrics>,
     pub embedder: Option<Embedder>,
+    pub reranker: Option<Reranker>,
     /// The generation model's tool-call syntax, when its chat templates show one.
     pub tool_syntax: Option<ToolSyntax>,
     /// Unix time the server started (the models' `created`).
@@ -50,6 +52,9 @@ impl App {
         let mut ids = vec![self.model_id.as_str()];
         if let Some(e) = &self.embedder {
             ids.push(e.model_id());
+        }
+        if let Some(r) = &self.reranker {
+            ids.push(r.model_id());
         }
         ids
     }
@@ -75,6 +80,11 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .route("/v1/responses", post(crate::responses::responses))
         .route("/v1/embeddings", post(crate::embeddings::embeddings))
+        .route("/v1/rerank", post(crate::rerank::rerank))
+        .route("/v2/rerank", post(crate::rerank::rerank))
+        .route("/rerank", post(crate::rerank::rerank))
+        .route("/v1/score", post(crate::rerank::score))
+        .route("/score", post(crate::rerank::score))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
         .route("/health", get(health))
@@ -119,9 +129,12 @@ async fn front(State(app): State<Arc<App>>, request: Request, next: Next) -> Res
     response
 }
 
-/// Routes behind the API key: /v1 and the tokenizer routes (health and metrics are open).
+/// Routes behind the API key: /v1 and /v2, the tokenizer routes and the unversioned rerank and
+/// score aliases (health and metrics are open).
 fn needs_key(path: &str) -> bool {
-    path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize"
+    path.starts_with("/v1/")
+        || path.starts_with("/v2/")
+        || matches!(path, "/tokenize" | "/detokenize" | "/rerank" | "/score")
 }
 
 /// Whether the request carries the key: `Authorization: Bearer <key>` (OpenAI's clients) or
@@ -169,6 +182,12 @@ fn card(app: &App, id: &str) -> Option<ModelCard> {
             .as_ref()
             .filter(|e| e.model_id() == id)
             .map(Embedder::max_tokens)
+            .or_else(|| {
+                app.reranker
+                    .as_ref()
+                    .filter(|r| r.model_id() == id)
+                    .map(Reranker::max_tokens)
+            })
     }?;
     Some(ModelCard {
         id: id.to_owned(),

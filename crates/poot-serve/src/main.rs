@@ -3,6 +3,7 @@
 //! interrupted. Prints `listening on http://ADDR` on stdout once it accepts connections.
 
 mod chat;
+mod checkpoint;
 mod cli;
 mod completions;
 mod embeddings;
@@ -14,6 +15,7 @@ mod metrics;
 mod openai;
 mod params;
 mod reply;
+mod rerank;
 mod responses;
 mod rows;
 mod tokenize;
@@ -38,6 +40,7 @@ use crate::engine::Engine;
 use crate::error::ServeError;
 use crate::http::App;
 use crate::metrics::Metrics;
+use crate::rerank::Reranker;
 use crate::tool_calls::ToolSyntax;
 
 /// The context when `--ctx-size` is not given (capped by the model's positions).
@@ -74,11 +77,12 @@ fn main() {
 fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let metrics =
         Arc::new(Metrics::new().map_err(|e| ServeError::Options(format!("metrics: {e}")))?);
-    let handle = load(&args.model, args.verify.as_deref())?;
+    let model = checkpoint::locate("--model", &args.model, &args.revision)?;
+    let handle = load(&model.path, model.verify(args.verify.as_deref()))?;
     let model_id = args
         .served_model_name
         .clone()
-        .unwrap_or_else(|| model_name(&args.model));
+        .unwrap_or_else(|| model.default_id.clone());
     let max_positions = handle.config().max_positions;
     let context = match args.ctx_size {
         Some(c) if c as usize > max_positions => {
@@ -94,7 +98,7 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
     handle
         .narrow_positions(context)
         .map_err(|source| ServeError::Load {
-            path: args.model.clone(),
+            path: model.path.clone(),
             source: Box::new(source),
         })?;
     let handle = Arc::new(handle);
@@ -201,15 +205,16 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
         started.elapsed().as_secs_f64()
     );
     let embedder = match &args.embedding_model {
-        Some(path) => {
+        Some(name) => {
             let started = Instant::now();
+            let encoder = checkpoint::locate("--embedding-model", name, "main")?;
             let id = args
                 .embedding_model_name
                 .clone()
-                .unwrap_or_else(|| model_name(path));
-            let options = load_options(args.embedding_verify.as_deref())?;
+                .unwrap_or_else(|| encoder.default_id.clone());
+            let options = load_options(encoder.verify(args.embedding_verify.as_deref()))?;
             let e = Embedder::start(
-                path,
+                &encoder.path,
                 id,
                 move || open(backend),
                 args.embedding_batch as usize,
@@ -223,6 +228,32 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
                 started.elapsed().as_secs_f64()
             );
             Some(e)
+        }
+        None => None,
+    };
+    let reranker = match &args.rerank_model {
+        Some(name) => {
+            let started = Instant::now();
+            let model = checkpoint::locate("--rerank-model", name, "main")?;
+            let id = args
+                .rerank_model_name
+                .clone()
+                .unwrap_or_else(|| model.default_id.clone());
+            let options = load_options(model.verify(args.rerank_verify.as_deref()))?;
+            let r = Reranker::start(
+                &model.path,
+                id,
+                move || open(backend),
+                args.rerank_batch as usize,
+                options,
+            )?;
+            eprintln!(
+                "rerank model ready: {} (pairs up to {} tokens) in {:.1} s",
+                r.model_id(),
+                r.max_tokens(),
+                started.elapsed().as_secs_f64()
+            );
+            Some(r)
         }
         None => None,
     };
@@ -245,6 +276,7 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
             .filter(|k| !k.is_empty()),
         metrics,
         embedder,
+        reranker,
         tool_syntax,
         created: http::unix_now(),
     });
@@ -458,16 +490,6 @@ fn open(backend: BackendArg) -> Result<OpenedExecutor, ServeError> {
 /// The devices `placement` spans: one, or a group.
 fn open_placed(backend: BackendArg, placement: Placement) -> Result<OpenedExecutor, ServeError> {
     Ok(open_placed_executor(choice(backend), placement)?)
-}
-
-/// A checkpoint's default model id: its file or directory name without the extension.
-fn model_name(path: &Path) -> String {
-    let name = if path.is_dir() {
-        path.file_name()
-    } else {
-        path.file_stem()
-    };
-    name.map_or_else(|| "model".to_owned(), |n| n.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@ tests/openai_client.rs, which starts the server on the tiny chat fixture).
 
 Generation is checked against transformers' greedy text recorded in the fixture's
 reference.json, embeddings against sentence-transformers' vectors for all-MiniLM-L6-v2
-(crates/poot-models/tests/fixtures/real/minilm.json). Every failed check raises; the script
+(crates/poot-models/tests/fixtures/real/minilm.json), reranking and scores against
+sentence-transformers' CrossEncoder on the tiny reranker (its reference.json). Every failed check raises; the script
 prints one line per group of checks.
 """
 
@@ -65,9 +66,9 @@ def reaches_driver(call):
         return None
 
 
-def check_models(client, model, embedding_model):
+def check_models(client, model, embedding_model, rerank_model):
     ids = [m.id for m in client.models.list().data]
-    want = [model] + ([embedding_model] if embedding_model else [])
+    want = [model] + ([embedding_model] if embedding_model else []) + ([rerank_model] if rerank_model else [])
     assert ids == want, (ids, want)
     assert client.models.retrieve(model).id == model
     expect_error(openai.NotFoundError, 404, lambda: client.models.retrieve("nope"), code="model_not_found")
@@ -427,6 +428,47 @@ def check_embeddings(client, model, embedding_model, minilm_path):
     done(f"embeddings: ok ({len(sentences)} sentences within 1e-4 cosine of sentence-transformers)")
 
 
+def check_rerank(client, model, rerank_model, reference_path):
+    # The client has no rerank method: its generic post, as users of vLLM's and Jina's rerank
+    # routes call them, with the client's key, errors and retries.
+    ref = json.load(open(reference_path))
+    for case in ref["cases"]:
+        r = client.post(
+            "/rerank",
+            body={"model": rerank_model, "query": case["query"], "documents": case["documents"]},
+            cast_to=object,
+        )
+        order = [x["index"] for x in r["results"]]
+        assert order == case["ranking"], (order, case["ranking"])
+        for x in r["results"]:
+            want = case["scores"][x["index"]]
+            assert abs(x["relevance_score"] - want) <= 1e-5, (x, want)
+            assert x["document"]["text"] == case["documents"][x["index"]]
+        s = client.post(
+            "/score", body={"model": rerank_model, "text_1": case["query"], "text_2": case["documents"]}, cast_to=object
+        )
+        got = [d["score"] for d in s["data"]]
+        assert all(abs(a - b) <= 1e-5 for a, b in zip(got, case["scores"])), (got, case["scores"])
+    expect_error(
+        openai.BadRequestError,
+        400,
+        lambda: client.post("/rerank", body={"query": "cats", "documents": []}, cast_to=object),
+        param="documents",
+    )
+    expect_error(
+        openai.BadRequestError,
+        400,
+        lambda: client.post("/rerank", body={"model": model, "query": "a", "documents": ["b"]}, cast_to=object),
+        param="model",
+    )
+    expect_error(
+        openai.NotFoundError,
+        404,
+        lambda: client.post("/rerank", body={"model": "nope", "query": "a", "documents": ["b"]}, cast_to=object),
+    )
+    done(f"rerank and score: ok ({len(ref['cases'])} queries in CrossEncoder's order, scores within 1e-5)")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--base-url", required=True)
@@ -436,10 +478,12 @@ def main():
     p.add_argument("--context", type=int, required=True)
     p.add_argument("--embedding-model")
     p.add_argument("--minilm-reference")
+    p.add_argument("--rerank-model")
+    p.add_argument("--rerank-reference")
     a = p.parse_args()
     client = openai.OpenAI(base_url=a.base_url, api_key=a.api_key, max_retries=0, timeout=120)
     ref = json.load(open(a.reference))
-    check_models(client, a.model, a.embedding_model)
+    check_models(client, a.model, a.embedding_model, a.rerank_model)
     check_completions(client, a.model, ref)
     check_stops(client, a.model, ref)
     case = check_chat(client, a.model, ref)
@@ -455,6 +499,8 @@ def main():
         check_embeddings(client, a.model, a.embedding_model, a.minilm_reference)
     else:
         print("SKIP embeddings: no embedding model (scripts/fetch-models.sh minilm)")
+    if a.rerank_model:
+        check_rerank(client, a.model, a.rerank_model, a.rerank_reference)
     done(f"openai {openai.__version__}: all checks passed")
 
 

@@ -1,7 +1,8 @@
 //! The official `openai` Python client against the server over loopback (wgpu backend;
 //! lavapipe in CI): completions, chat (with tools), streaming with usage, stop strings, seeded
 //! sampling, the Responses API, models, embeddings (with all-MiniLM-L6-v2 when
-//! scripts/fetch-models.sh fetched it) and the error cases (see tests/openai_client.py); then
+//! scripts/fetch-models.sh fetched it), reranking and scores (the tiny reranker) and the error
+//! cases (see tests/openai_client.py); then
 //! the official `anthropic` client against the same server's Messages API
 //! (tests/anthropic_client.py).
 //!
@@ -96,6 +97,16 @@ fn the_openai_client_is_served() {
             minilm.display()
         );
     }
+    let reranker = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-reranker");
+    let reranker_arg = reranker.display().to_string();
+    flags.extend([
+        "--rerank-model",
+        &reranker_arg,
+        "--rerank-model-name",
+        "tiny-reranker",
+        "--rerank-batch",
+        "4",
+    ]);
     let server = Server::start(&flags);
     let mut cmd = Command::new(&py);
     cmd.arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py"))
@@ -109,7 +120,10 @@ fn the_openai_client_is_served() {
             CONTEXT,
         ])
         .arg("--reference")
-        .arg(common::fixture().join("reference.json"));
+        .arg(common::fixture().join("reference.json"))
+        .args(["--rerank-model", "tiny-reranker"])
+        .arg("--rerank-reference")
+        .arg(reranker.join("reference.json"));
     if embeddings {
         cmd.args(["--embedding-model", "minilm"])
             .arg("--minilm-reference")

@@ -127,6 +127,21 @@ pub enum TokenizerError {
         /// The control token's id.
         id: u32,
     },
+    /// A pair (query and document) needs a tokenizer whose `tokenizer.json` says how two texts
+    /// are joined; a GGUF vocabulary does not.
+    #[error("encoding a text pair needs a tokenizer.json tokenizer")]
+    PairNeedsTokenizerJson,
+    /// The first text of a pair, with the tokens that join it to a second, leaves no room for
+    /// the second within the model's positions.
+    #[error(
+        "the first text is {tokens} tokens with the pair's special tokens; at most {max_tokens} fit with a second text"
+    )]
+    PairFirstTooLong {
+        /// Tokens of the first text plus the pair's special tokens.
+        tokens: usize,
+        /// The most a pair may have, less one for the second text.
+        max_tokens: usize,
+    },
     /// A protected range given to a chat encode lies outside the text or off a char boundary.
     #[error("protected range {start}..{end} does not fit a text of {len} bytes")]
     BadProtectedRange {

@@ -37,6 +37,14 @@ struct SpecialAdded {
 ///
 /// Padding and truncation stored in the file are turned off: one text encodes whole, and
 /// batching or length limits belong to the caller.
+/// Two texts encoded as one input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PairEncoding {
+    pub ids: Vec<u32>,
+    /// The segment of each id (0 for the first text and its tokens, 1 for the second).
+    pub type_ids: Vec<u32>,
+}
+
 #[derive(Debug)]
 pub struct HfTokenizer {
     /// Recognizes special added tokens in text.
@@ -196,6 +204,53 @@ impl HfTokenizer {
             .encode(text, options.add_special)
             .map_err(|source| TokenizerError::HfEncode { source })?;
         Ok(encoding.get_ids().to_vec())
+    }
+
+    /// Encodes `first` and `second` as one input, joined the way the tokenizer's
+    /// post-processor joins a pair (BERT: `[CLS] first [SEP] second [SEP]`, token types 0 then
+    /// 1); control-token spellings stay text. When the pair is over `max_tokens`, `second` is
+    /// cut from its end to fit (the `only_second` truncation); a `first` that leaves no room
+    /// for one token of `second` is refused.
+    pub fn encode_pair(
+        &self,
+        first: &str,
+        second: &str,
+        max_tokens: usize,
+    ) -> Result<PairEncoding, TokenizerError> {
+        use tokenizers::PostProcessor;
+        let encode = |text: &str| {
+            self.plain
+                .encode(text, false)
+                .map_err(|source| TokenizerError::HfEncode { source })
+        };
+        let a = encode(first)?;
+        let mut b = encode(second)?;
+        let added = self
+            .plain
+            .get_post_processor()
+            .map_or(0, |p| p.added_tokens(true));
+        let fixed = a.len() + added;
+        if fixed + 1 > max_tokens {
+            return Err(TokenizerError::PairFirstTooLong {
+                tokens: fixed,
+                max_tokens: max_tokens.saturating_sub(1),
+            });
+        }
+        if fixed + b.len() > max_tokens {
+            b.truncate(
+                max_tokens - fixed,
+                0,
+                tokenizers::TruncationDirection::Right,
+            );
+        }
+        let joined = self
+            .plain
+            .post_process(a, Some(b), true)
+            .map_err(|source| TokenizerError::HfEncode { source })?;
+        Ok(PairEncoding {
+            ids: joined.get_ids().to_vec(),
+            type_ids: joined.get_type_ids().to_vec(),
+        })
     }
 
     /// Encodes with special tokens recognized except inside `protected` ranges, no sequence

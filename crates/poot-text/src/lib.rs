@@ -39,7 +39,7 @@ pub use chat_template::ChatTemplate;
 pub use error::{ChatError, HfError, TextError, TokenizerError, VocabError};
 pub use gguf_tokenizer::GgufTokenizer;
 pub use gguf_vocab::{GgufVocab, TokenType};
-pub use hf_tokenizer::{HfSpecialTexts, HfTokenizer};
+pub use hf_tokenizer::{HfSpecialTexts, HfTokenizer, PairEncoding};
 pub use stream_decoder::{DecoderState, StreamDecoder};
 pub use text_services::{HfTextFiles, TextServices};
 pub use tokenizer::{EncodeOptions, SpecialTokens, Tokenizer};

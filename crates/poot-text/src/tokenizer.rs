@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use crate::error::TokenizerError;
 use crate::gguf_tokenizer::GgufTokenizer;
-use crate::hf_tokenizer::HfTokenizer;
+use crate::hf_tokenizer::{HfTokenizer, PairEncoding};
 use crate::stream_decoder::StreamDecoder;
 
 /// How to encode a text.
@@ -103,6 +103,20 @@ impl Tokenizer {
         match self {
             Tokenizer::Hf(t) => t.encode(text, options),
             Tokenizer::Gguf(t) => t.encode(text, options),
+        }
+    }
+
+    /// Encodes a pair of texts as one input (a cross-encoder's query and document); see
+    /// [`HfTokenizer::encode_pair`](crate::HfTokenizer::encode_pair).
+    pub fn encode_pair(
+        &self,
+        first: &str,
+        second: &str,
+        max_tokens: usize,
+    ) -> Result<PairEncoding, TokenizerError> {
+        match self {
+            Tokenizer::Hf(t) => t.encode_pair(first, second, max_tokens),
+            Tokenizer::Gguf(_) => Err(TokenizerError::PairNeedsTokenizerJson),
         }
     }
 

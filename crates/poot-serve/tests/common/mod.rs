@@ -41,10 +41,21 @@ pub struct Server {
 impl Server {
     /// Starts the server on the fixture with `extra` flags and waits until it listens.
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_model(fixture().as_os_str(), extra, &[])
+    }
+
+    /// Starts the server on `model` (a path or a Hub repository) with `extra` flags and `env`
+    /// set, and waits until it listens.
+    pub fn start_model(
+        model: &std::ffi::OsStr,
+        extra: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_poot-serve"))
             .arg("--model")
-            .arg(fixture())
+            .arg(model)
             .args(["--backend", "wgpu", "--host", "127.0.0.1", "--port", "0"])
+            .envs(env.iter().map(|(k, v)| (*k, *v)))
             // Software Vulkan compiles slowly: prepare step variants only when a test needs
             // them, unless the test chooses.
             .args(if extra.contains(&"--prepare-variants") {
