@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use poot_llm::{BackendChoice, Driver, DriverOptions, Layout, Serving, SpecStats};
 
+use crate::catalog::Purpose;
 use crate::cli::SpecArgs;
 use crate::error::CliError;
 use crate::resolve;
@@ -28,8 +29,15 @@ pub fn attach(
     };
     let started = Instant::now();
     let capacity = driver.options().capacity;
-    let path = resolve::model_path(name, status)?;
-    let handle = run::narrowed(run::load(&path, None, status)?, &path, capacity)?;
+    // The draft resolves like the target's MODEL (a path, a packaged name or a Hub repository
+    // at its main revision), and is checked against the repository's manifest where it has one.
+    let resolved = resolve::model(name, "main", Purpose::Generate, status)?;
+    let path = resolved.path.clone();
+    let handle = run::narrowed(
+        run::load(&path, resolved.verify(None), status)?,
+        &path,
+        capacity,
+    )?;
     let opened = run::open(choice, poot_llm::Placement::Single)?;
     let options = DriverOptions::new(capacity, prefill_chunk).with_rows(driver.rows());
     let draft = Driver::new(handle, opened.executor, options)?
