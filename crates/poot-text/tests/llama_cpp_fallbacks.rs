@@ -5,7 +5,9 @@
 //! branches (ggml-org/llama.cpp at 0192c129): gemma merges trimmed system texts into the first
 //! user turn after them, trims every message, names the assistant `model`; chatml prints each
 //! message as it is. Token for token: llama.cpp tokenizes the rendered text with BOS added and
-//! control tokens parsed, which `encode_chat` reproduces (checked on the cached Gemma 3).
+//! control tokens parsed, which `encode_chat` reproduces (checked on the cached Gemma 3). And
+//! run: llama-cpp-python 0.3.36's renders of more conversations with the same built-ins
+//! (`tests/fixtures/llama_cpp_fallbacks.json`).
 
 mod support;
 
@@ -112,4 +114,32 @@ fn gemma_fallback_tokens_are_llama_cpps_on_gemma3() {
             .expect("encodes"),
     );
     assert_eq!(got, want);
+}
+
+/// The fallbacks render what llama-cpp-python renders with llama.cpp's built-in template of the
+/// same name (`llama_chat_apply_template` with the name and no model), on conversations that
+/// exercise system messages (first, several, late, alone), whitespace and multiple lines
+/// (`scripts/ref/llama_cpp_chat_fallbacks.py` wrote the fixture).
+#[test]
+fn fallbacks_render_what_llama_cpp_python_renders() {
+    let fixture: Json = serde_json::from_str(
+        &std::fs::read_to_string(fixture_path("llama_cpp_fallbacks.json")).expect("fixture"),
+    )
+    .expect("fixture parses");
+    let cases = fixture["cases"].as_array().expect("cases");
+    assert!(cases.len() >= 10, "{} cases", cases.len());
+    for case in cases {
+        let format = case["format"].as_str().expect("format");
+        let services = with_fallback(format);
+        let got = services
+            .render_chat_value(&case["messages"], None)
+            .unwrap_or_else(|e| panic!("{format}: {e} on {}", case["messages"]))
+            .text;
+        assert_eq!(
+            got,
+            case["rendered"].as_str().expect("rendered"),
+            "{format} on {}",
+            case["messages"]
+        );
+    }
 }
