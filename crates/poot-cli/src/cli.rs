@@ -103,7 +103,8 @@ pub struct RerankArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
     pub top_n: Option<u32>,
 
-    /// Which GPU backend runs the model: auto tries ptx (CUDA), then wgpu (Vulkan).
+    /// Which backend runs the model: auto tries ptx (CUDA), then wgpu on a hardware GPU, then
+    /// the CPU.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
 
@@ -156,7 +157,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "REV", default_value = "main")]
     pub revision: String,
 
-    /// Which GPU backend runs the model: auto tries ptx (CUDA), then wgpu (Vulkan).
+    /// Which backend runs the model: auto tries ptx (CUDA), then wgpu on a hardware GPU, then
+    /// the CPU.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
 
@@ -301,7 +303,8 @@ pub struct EmbedArgs {
     #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
     pub normalize: Option<bool>,
 
-    /// Which GPU backend runs the model: auto tries ptx (CUDA), then wgpu (Vulkan).
+    /// Which backend runs the model: auto tries ptx (CUDA), then wgpu on a hardware GPU, then
+    /// the CPU.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
 
@@ -430,7 +433,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "STR")]
     pub stop: Vec<String>,
 
-    /// Which GPU backend runs the model: auto tries ptx (CUDA), then wgpu (Vulkan).
+    /// Which backend runs the model: auto tries ptx (CUDA), then wgpu on a hardware GPU, then
+    /// the CPU.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
 
