@@ -195,7 +195,10 @@ impl CpuDevice {
             max_shared_bytes: 48 << 10,
             max_bindings: u32::MAX,
             subgroup_sizes: (1, 1),
-            multiprocessors: None,
+            // The planner sizes grids by multiprocessors (a few workgroups each): here each
+            // pool thread is one, so a decode contraction stages its left side a few times,
+            // not once per column tile, and a decode attention walks a few partitions.
+            multiprocessors: Some(threads as u32),
             group_ranks: 1,
             max_loop_iterations: None,
             matrix_tf32: false,
