@@ -219,6 +219,49 @@ impl CpuDevice {
         self.threads
     }
 
+    /// Kernel `kernel` from its rendered `source` (keyed `key`): its shared object loaded once
+    /// per process, compiled first where the disk cache lacks it.
+    fn load(&mut self, kernel: &Kernel, key: &str, source: &str) -> Result<CpuKernel, DeviceError> {
+        let compile_error = |log: String| DeviceError::Compile {
+            kernel: kernel.name.clone(),
+            log,
+        };
+        let library = match self.libraries.get(key) {
+            Some(l) => Arc::clone(l),
+            None => {
+                let path = self
+                    .compiler
+                    .shared_object(key, source)
+                    .map_err(|f| match f {
+                        CompileFailure::Missing(reason) => DeviceError::Unavailable {
+                            backend: BACKEND,
+                            reason,
+                        },
+                        CompileFailure::Refused(log) => compile_error(log),
+                    })?;
+                // SAFETY: a shared object we compiled from our own C, with no initializers.
+                let lib = unsafe { libloading::Library::new(&path) }
+                    .map_err(|e| compile_error(format!("loading {}: {e}", path.display())))?;
+                let lib = Arc::new(lib);
+                self.libraries.insert(key.to_string(), Arc::clone(&lib));
+                lib
+            }
+        };
+        let name = entry_name(kernel);
+        // SAFETY: the rendered entry has exactly the `Entry` signature.
+        let entry: Entry = unsafe {
+            *library
+                .get::<Entry>(name.as_bytes())
+                .map_err(|e| compile_error(format!("no entry `{name}`: {e}")))?
+        };
+        Ok(CpuKernel {
+            name: Arc::from(kernel.name.as_str()),
+            entry,
+            _library: library,
+            n_params: kernel.params.len(),
+        })
+    }
+
     fn check_launch(&self, l: &Launch<'_, Self>) -> Result<(), DeviceError> {
         if l.args.len() != l.kernel.n_params {
             return Err(DeviceError::BadLaunch {
@@ -345,16 +388,18 @@ impl Device for CpuDevice {
     /// Renders every kernel, compiles those the disk cache lacks as concurrent compiler
     /// processes (one per pool thread), then loads them all.
     fn compile_all(&mut self, kernels: &[Kernel]) -> Result<Vec<CpuKernel>, DeviceError> {
-        let mut missing: Vec<(String, String, &str)> = Vec::new();
-        for k in kernels {
-            let source = render_host_c(k).map_err(|e| DeviceError::Compile {
-                kernel: k.name.clone(),
-                log: e.to_string(),
-            })?;
-            let key = self.compiler.key(&source);
-            if !self.libraries.contains_key(&key)
-                && !self.compiler.cached(&key)
-                && !missing.iter().any(|(m, _, _)| *m == key)
+        let rendered: Vec<(String, String)> = kernels
+            .iter()
+            .map(|k| {
+                let source = render(k)?;
+                Ok((self.compiler.key(&source), source))
+            })
+            .collect::<Result<_, DeviceError>>()?;
+        let mut missing: Vec<(&str, &str, &str)> = Vec::new();
+        for (k, (key, source)) in kernels.iter().zip(&rendered) {
+            if !self.libraries.contains_key(key)
+                && !self.compiler.cached(key)
+                && !missing.iter().any(|(m, _, _)| m == key)
             {
                 missing.push((key, source, &k.name));
             }
@@ -393,50 +438,17 @@ impl Device for CpuDevice {
                 CompileFailure::Refused(log) => DeviceError::Compile { kernel: name, log },
             });
         }
-        kernels.iter().map(|k| self.compile(k)).collect()
+        kernels
+            .iter()
+            .zip(&rendered)
+            .map(|(k, (key, source))| self.load(k, key, source))
+            .collect()
     }
 
     fn compile(&mut self, kernel: &Kernel) -> Result<CpuKernel, DeviceError> {
-        let compile_error = |log: String| DeviceError::Compile {
-            kernel: kernel.name.clone(),
-            log,
-        };
-        let source = render_host_c(kernel).map_err(|e| compile_error(e.to_string()))?;
+        let source = render(kernel)?;
         let key = self.compiler.key(&source);
-        let library = match self.libraries.get(&key) {
-            Some(l) => Arc::clone(l),
-            None => {
-                let path = self
-                    .compiler
-                    .shared_object(&key, &source)
-                    .map_err(|f| match f {
-                        CompileFailure::Missing(reason) => DeviceError::Unavailable {
-                            backend: BACKEND,
-                            reason,
-                        },
-                        CompileFailure::Refused(log) => compile_error(log),
-                    })?;
-                // SAFETY: a shared object we compiled from our own C, with no initializers.
-                let lib = unsafe { libloading::Library::new(&path) }
-                    .map_err(|e| compile_error(format!("loading {}: {e}", path.display())))?;
-                let lib = Arc::new(lib);
-                self.libraries.insert(key, Arc::clone(&lib));
-                lib
-            }
-        };
-        let name = entry_name(kernel);
-        // SAFETY: the rendered entry has exactly the `Entry` signature.
-        let entry: Entry = unsafe {
-            *library
-                .get::<Entry>(name.as_bytes())
-                .map_err(|e| compile_error(format!("no entry `{name}`: {e}")))?
-        };
-        Ok(CpuKernel {
-            name: Arc::from(kernel.name.as_str()),
-            entry,
-            _library: library,
-            n_params: kernel.params.len(),
-        })
+        self.load(kernel, &key, &source)
     }
 
     fn launch(&mut self, launch: &Launch<'_, Self>) -> Result<(), DeviceError> {
@@ -501,6 +513,14 @@ impl Device for CpuDevice {
         unsafe { std::ptr::copy_nonoverlapping(from, to, len) };
         Ok(())
     }
+}
+
+/// `k`'s C, or the renderer's refusal as a compile error.
+fn render(k: &Kernel) -> Result<String, DeviceError> {
+    render_host_c(k).map_err(|e| DeviceError::Compile {
+        kernel: k.name.clone(),
+        log: e.to_string(),
+    })
 }
 
 fn default_cache_root() -> Option<PathBuf> {

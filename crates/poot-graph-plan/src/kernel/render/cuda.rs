@@ -270,24 +270,7 @@ impl Cuda<'_> {
                     out.close("}");
                     return Ok(());
                 }
-                out.open("{");
-                out.line(format!("const unsigned int {v}_end = {};", self.expr(end)?));
-                out.line(format!(
-                    "const unsigned int {v}_step = {};",
-                    self.expr(step)?
-                ));
-                out.open(format!(
-                    "for (unsigned int {v} = {}; {v} < {v}_end; {v} += {v}_step) {{",
-                    self.expr(start)?
-                ));
-                self.block(out, body)?;
-                out.open(format!(
-                    "if ({v}_step == 0u || {v}_end - {v} <= {v}_step) {{"
-                ));
-                out.line("break;");
-                out.close("}");
-                out.close("}");
-                out.close("}");
+                self.counted_loop(out, *var, [start, end, step], |r, out| r.block(out, body))?;
             }
             Stmt::LetWords { vars, buf, index } if self.host => {
                 let p = names::param_of(self.k, *buf)?;
@@ -391,6 +374,38 @@ impl Cuda<'_> {
                 out.line(format!("poot_trap(poot_fault, {code}u);"));
             }
         }
+        Ok(())
+    }
+
+    /// `for var in start..end` stepping by `step` with `end` and `step` evaluated once, the
+    /// counter never wrapping past `u32::MAX` (and a step that is 0 at run time running the body
+    /// once); `body` renders the loop's body.
+    pub(super) fn counted_loop(
+        &mut self,
+        out: &mut Code,
+        var: Var,
+        [start, end, step]: [&Expr; 3],
+        body: impl FnOnce(&mut Self, &mut Code) -> Result<(), RenderError>,
+    ) -> Result<(), RenderError> {
+        let v = names::var(var);
+        out.open("{");
+        out.line(format!("const unsigned int {v}_end = {};", self.expr(end)?));
+        out.line(format!(
+            "const unsigned int {v}_step = {};",
+            self.expr(step)?
+        ));
+        out.open(format!(
+            "for (unsigned int {v} = {}; {v} < {v}_end; {v} += {v}_step) {{",
+            self.expr(start)?
+        ));
+        body(self, out)?;
+        out.open(format!(
+            "if ({v}_step == 0u || {v}_end - {v} <= {v}_step) {{"
+        ));
+        out.line("break;");
+        out.close("}");
+        out.close("}");
+        out.close("}");
         Ok(())
     }
 

@@ -176,24 +176,7 @@ fn phases(r: &mut Cuda<'_>, out: &mut Code, body: &[Stmt]) -> Result<(), RenderE
                 end,
                 step,
                 body,
-            } => {
-                let v = names::var(*var);
-                out.open("{");
-                out.line(format!("const unsigned int {v}_end = {};", r.expr(end)?));
-                out.line(format!("const unsigned int {v}_step = {};", r.expr(step)?));
-                out.open(format!(
-                    "for (unsigned int {v} = {}; {v} < {v}_end; {v} += {v}_step) {{",
-                    r.expr(start)?
-                ));
-                phases(r, out, body)?;
-                out.open(format!(
-                    "if ({v}_step == 0u || {v}_end - {v} <= {v}_step) {{"
-                ));
-                out.line("break;");
-                out.close("}");
-                out.close("}");
-                out.close("}");
-            }
+            } => r.counted_loop(out, *var, [start, end, step], |r, out| phases(r, out, body))?,
             _ => {
                 return Err(RenderError::Unsupported {
                     kernel: r.k.name.clone(),
