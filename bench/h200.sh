@@ -19,6 +19,8 @@
 #                                     prompt, one by one
 #   bash bench/h200.sh batched [NAME..] poot bench --rows 16/64 beside llama-batched-bench
 #   bash bench/h200.sh serve [NAME..] poot-serve and llama-server under scripts/bench/serve_sweep.py
+#   bash bench/h200.sh spec           speculative decoding: poot beside llama-lookup and
+#                                     llama-speculative on a code-editing prompt
 #   bash bench/h200.sh path NAME      print where model NAME is written (bench/ab.sh uses it)
 #   bash bench/h200.sh all            every phase in turn
 # Models: smollm2 (SmolLM2-135M Q4_1), llama1b-f16, llama1b-q4_0, llama8b-f16, llama8b-q4_0,
@@ -41,6 +43,8 @@ LLAMA_SRC="$W/llama.cpp"
 LLAMA_BENCH="$LLAMA_SRC/build/bin/llama-bench"
 LLAMA_BATCHED="$LLAMA_SRC/build/bin/llama-batched-bench"
 LLAMA_SERVER="$LLAMA_SRC/build/bin/llama-server"
+LLAMA_LOOKUP="$LLAMA_SRC/build/bin/llama-lookup"
+LLAMA_SPECULATIVE="$LLAMA_SRC/build/bin/llama-speculative"
 POOT="$W/bin/poot"
 MODELS="$W/models"
 RESULTS="$W/results"
@@ -79,12 +83,20 @@ model_path() {
     llama8b-f16) echo "$MODELS/llama-8b-f16.gguf" ;;
     llama8b-q4_0) echo "$MODELS/llama-8b-q4_0.gguf" ;;
     llama8b-q4_k_m) echo "$MODELS/llama-8b-q4_k_m.gguf" ;;
+    llama1b-smolvocab) echo "$MODELS/llama-1b-f16-smolvocab.gguf" ;;
     *) return 1 ;;
   esac
 }
 
+llama_built() {
+  local b
+  for b in "$LLAMA_BENCH" "$LLAMA_BATCHED" "$LLAMA_SERVER" "$LLAMA_LOOKUP" "$LLAMA_SPECULATIVE"; do
+    [ -x "$b" ] || return 1
+  done
+}
+
 build() {
-  if [ -x "$LLAMA_BENCH" ] && [ -x "$LLAMA_SERVER" ] && [ -x "$LLAMA_BATCHED" ]; then
+  if llama_built; then
     say "llama-bench already built: $LLAMA_BENCH"
     return 0
   fi
@@ -105,16 +117,17 @@ build() {
     cmake -S "$LLAMA_SRC" -B "$LLAMA_SRC/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
       -DGGML_CUDA="${LLAMA_CUDA:-ON}" -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON \
       -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF \
+      -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF \
       -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_APP=OFF \
       >"$W/cmake-configure.log" 2>&1 || { tail -30 "$W/cmake-configure.log"; die "configure failed"; }
   fi
-  say "building llama-bench, llama-batched-bench and llama-server (-j$(nproc), at most ${BUILD_SECONDS:-540} s this call)"
+  say "building llama-bench, llama-batched-bench, llama-server, llama-lookup and llama-speculative (-j$(nproc), at most ${BUILD_SECONDS:-540} s this call)"
   local started=$SECONDS
   timeout "${BUILD_SECONDS:-540}" cmake --build "$LLAMA_SRC/build" --target llama-bench \
-    llama-batched-bench llama-server -j"$(nproc)" >"$W/cmake-build.log" 2>&1
+    llama-batched-bench llama-server llama-lookup llama-speculative -j"$(nproc)" \
+    >"$W/cmake-build.log" 2>&1
   local rc=$?
-  if [ -x "$LLAMA_BENCH" ] && [ -x "$LLAMA_SERVER" ] && [ -x "$LLAMA_BATCHED" ]; then
+  if llama_built; then
     say "llama-bench built in $((SECONDS - started)) s"
   elif [ "$rc" = 124 ]; then
     tail -3 "$W/cmake-build.log"
@@ -163,12 +176,19 @@ models() {
       die "no gguf package: carry .bench/c2"
     fi
   fi
-  local spec name shape kind path
+  local spec name shape kind path donor extra
+  # llama1b-smolvocab (only when named): 1B-shaped with SmolLM2's tokenizer, a target that
+  # SmolLM2 can draft for (bench/h200.sh spec).
   for spec in "llama1b-f16 1b f16" "llama1b-q4_0 1b q4_0" "llama8b-f16 8b f16" \
-    "llama8b-q4_0 8b q4_0" "llama8b-q4_k_m 8b q4_k_m"; do
-    read -r name shape kind <<<"$spec"
-    if [ $# -gt 0 ] && [[ " $* " != *" $name "* ]]; then
+    "llama8b-q4_0 8b q4_0" "llama8b-q4_k_m 8b q4_k_m" "llama1b-smolvocab 1b f16 smollm2"; do
+    read -r name shape kind donor <<<"$spec"
+    if { [ $# -gt 0 ] || [ -n "$donor" ]; } && [[ " $* " != *" $name "* ]]; then
       continue
+    fi
+    extra=()
+    if [ -n "$donor" ]; then
+      [ -f "$(model_path "$donor")" ] || die "$name needs $donor's GGUF first"
+      extra=(--tokenizer-from "$(model_path "$donor")")
     fi
     path="$(model_path "$name")"
     if [ -f "$path" ]; then
@@ -184,7 +204,7 @@ models() {
     else
       say "writing $name"
       PYTHONPATH="$site" python3 "$repo/scripts/bench/synthetic_gguf.py" --shape "$shape" --type "$kind" \
-        -q -o "$path" || die "writing $name failed"
+        "${extra[@]}" -q -o "$path" || die "writing $name failed"
     fi
     exec 9>&-
   done
@@ -315,6 +335,55 @@ batched() {
   done
 }
 
+# Speculative decoding against llama.cpp's programs, greedy, on a code-editing prompt
+# (bench/prompts/code-edit.txt): prompt lookup on SmolLM2 (poot --spec-ngram, llama-lookup),
+# and SmolLM2 drafting for the 1B-shaped model with SmolLM2's vocabulary (poot --draft-model,
+# llama-speculative); each engine also without speculation. SPEC_K drafted tokens (4), SPEC_GEN
+# new tokens (256).
+spec() {
+  poot_binary
+  smollm2 || die "SmolLM2 is needed"
+  local k="${SPEC_K:-4}" gen="${SPEC_GEN:-256}" prompt="$repo/bench/prompts/code-edit.txt"
+  local small target
+  small="$(model_path smollm2)"
+  target="$(model_path llama1b-smolvocab)"
+  [ -f "$target" ] || models llama1b-smolvocab >/dev/null || die "writing llama1b-smolvocab failed"
+  local run name model flags
+  # name|model|poot flags|llama program and flags
+  for run in \
+    "lookup-base|$small||" \
+    "lookup|$small|--spec-ngram --spec-tokens $k|lookup" \
+    "draft-base|$target||" \
+    "draft|$target|--draft-model $small --spec-tokens $k|speculative"; do
+    IFS='|' read -r name model flags prog <<<"$run"
+    say "spec $name: poot bench $flags"
+    # shellcheck disable=SC2086
+    timeout 300 "$POOT" bench "$model" --backend "$BACKEND" --prompt-file "$prompt" \
+      --gen-tokens "$gen" --repeats "${R}" --json $flags >"$RESULTS/spec-$name.poot.json" \
+      2>"$RESULTS/spec-$name.poot.log" || { tail -3 "$RESULTS/spec-$name.poot.log"; say "poot failed"; }
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("decode", round(d["decode_tok_s"],1), "tok/s", d.get("speculation") or "")' \
+      "$RESULTS/spec-$name.poot.json" 2>/dev/null
+    [ -z "$prog" ] && continue
+    local bin="$LLAMA_SRC/build/bin/llama-$prog" extra=()
+    [ -x "$bin" ] || { say "llama-$prog not built, skipped"; continue; }
+    [ "$prog" = speculative ] && extra=(-md "$small" -ngld 99)
+    say "spec $name: llama-$prog"
+    timeout 300 "$bin" -m "$model" "${extra[@]}" -f "$prompt" -n "$gen" --spec-draft-n-max "$k" \
+      -ngl 99 -fa on --temp 0 --ignore-eos -c 4096 -s 1 >"$RESULTS/spec-$name.llama.log" 2>&1 ||
+      { tail -5 "$RESULTS/spec-$name.llama.log"; say "llama-$prog failed"; }
+    grep -E "decoded .* speed|n_drafted|n_accept|accept " "$RESULTS/spec-$name.llama.log"
+  done
+  if [ -x "$LLAMA_BENCH" ]; then
+    for model in "$small" "$target"; do
+      say "spec: llama-bench decode without speculation, $(basename "$model")"
+      "$LLAMA_BENCH" -m "$model" -ngl 99 -fa 1 -p 0 -n "$gen" -r "$R" -o json \
+        >"$RESULTS/spec-$(basename "$model" .gguf).llama-bench.json" 2>/dev/null
+      grep -E '"avg_ts"' "$RESULTS/spec-$(basename "$model" .gguf).llama-bench.json"
+    done
+  fi
+  tar -czf "$OUTDIR/results.tar.gz" -C "$RESULTS" .
+}
+
 # Waits until URL answers /health (or /v1/models), at most $2 seconds; prints the seconds.
 wait_ready() {
   local url="$1" limit="$2" t0=$SECONDS
@@ -406,6 +475,7 @@ case "$phase" in
   breakdown) breakdown "$@" ;;
   batched) batched "$@" ;;
   serve) serve "$@" ;;
+  spec) spec ;;
   all) build && models && bench ;;
   *) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 2 ;;
 esac

@@ -45,7 +45,8 @@ if [ ! -f "$sdist" ]; then
     "llama-cpp-python==$LLAMA_CPP_PYTHON"
 fi
 [ -f "$sdist" ] || { echo "error: pip did not save $sdist" >&2; exit 1; }
-# Keep what configuring and building llama-bench, llama-batched-bench and llama-server read:
+# Keep what configuring and building llama-bench, llama-batched-bench, llama-server,
+# llama-lookup and llama-speculative read:
 # the build files, ggml (CPU and CUDA backends), the library, common, the tools CMake adds
 # (the server without its tests; its web UI is configured off) and vendored headers. Drop
 # vocab models, docs, tests, examples and other backends.
@@ -65,8 +66,19 @@ for backend in "$src"/ggml/src/ggml-*/; do
     *) rm -rf "$backend" ;;
   esac
 done
-# CMake still adds these directories: keep them as empty stubs of the dropped content.
+# CMake still adds these directories: keep them as stubs of the dropped content. Of the
+# examples, only the two speculative-decoding programs stay (bench/h200.sh spec runs them).
 mkdir -p "$src/tests" "$src/examples"
+tar -xzf "$sdist" -C "$tmp" \
+  "llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp/examples/lookup" \
+  "llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp/examples/speculative"
+rm -f "$src"/examples/lookup/*.md "$src"/examples/speculative/*.md
+cat >"$src/examples/CMakeLists.txt" <<'CMAKE'
+find_package(Threads REQUIRED)
+llama_add_compile_flags()
+add_subdirectory(lookup)
+add_subdirectory(speculative)
+CMAKE
 tar -C "$src/.." -cJf "$out/c1/llama.cpp.tar.xz" llama.cpp
 echo "llama.cpp $LLAMA_CPP_PYTHON source: $(du -h "$out/c1/llama.cpp.tar.xz" | cut -f1)"
 

@@ -10,6 +10,11 @@ Reads, where present:
       -> serve_tok_s_c1, serve_tok_s_c64 (output tok/s), serve_ttft_p99_c64 (seconds; the
          ratio is llama-server's over poot's, so above 1 means poot is better)
   serve/NAME.serve.poot.ready-warm.json -> ready_s (no peer: llama-server's was not timed)
+  gpu/NAME.poot.json + gpu/NAME.llama.json (`bench/h200.sh bench`)
+      -> decode_b1 and prefill_ppP, as below without the prefix
+  spec/spec-{lookup,draft}.poot.json + .llama.log (`bench/h200.sh spec`)
+      -> spec_lookup_tok_s, spec_draft_tok_s (decode tok/s with speculation, poot over
+         llama-lookup / llama-speculative)
   cpu/NAME.poot.json + cpu/NAME.llama.json (`bench/h200.sh bench` with BACKEND=cpu)
       -> cpu_decode_b1 (decode tok/s after the prompt, llama-bench's tg at that depth) and
          cpu_prefill_ppP (prefill tok/s over P prompt tokens)
@@ -23,6 +28,7 @@ import argparse
 import glob
 import json
 import os
+import re
 
 
 def row(model, metric, poot, peer, peer_name, args, lower_is_better=False):
@@ -39,6 +45,58 @@ def row(model, metric, poot, peer, peer_name, args, lower_is_better=False):
         "device": args.device,
         "commit": args.commit,
     }
+
+
+def single_rows(args, sub, prefix, peer_name):
+    """`bench/h200.sh bench` results in RUN/SUB: decode after the prompt and prefill, one row each."""
+    rows = []
+    for path in sorted(glob.glob(os.path.join(args.run_dir, sub, "*.poot.json"))):
+        name = os.path.basename(path).split(".")[0]
+        with open(path) as f:
+            poot = json.load(f)
+        llama = []
+        lp = path.replace(".poot.json", ".llama.json")
+        if os.path.exists(lp):
+            with open(lp) as f:
+                try:
+                    llama = json.load(f)
+                except ValueError:
+                    llama = []
+        p, n = poot["prompt_tokens"], poot["gen_tokens"]
+
+        def llama_rate(n_prompt, n_gen, depth):
+            for t in llama:
+                if (t.get("n_prompt"), t.get("n_gen"), t.get("n_depth", 0)) == (n_prompt, n_gen, depth):
+                    return round(float(t["avg_ts"]), 2)
+            return None
+
+        rows.append(row(name, f"{prefix}decode_b1", round(poot["decode_tok_s"], 2),
+                        llama_rate(0, n, p), peer_name, args))
+        rows.append(row(name, f"{prefix}prefill_pp{p}", round(poot["prefill_tok_s"], 2),
+                        llama_rate(p, 0, 0), peer_name, args))
+    return rows
+
+
+def spec_rows(args):
+    """`bench/h200.sh spec` results in RUN/spec: poot's decode with speculation over
+    llama-lookup's / llama-speculative's ("decoded N tokens in T seconds, speed: S t/s")."""
+    rows = []
+    for name, metric, model in (("lookup", "spec_lookup_tok_s", "smollm2"),
+                                ("draft", "spec_draft_tok_s", "llama1b-smolvocab")):
+        pp = os.path.join(args.run_dir, "spec", f"spec-{name}.poot.json")
+        lp = os.path.join(args.run_dir, "spec", f"spec-{name}.llama.log")
+        if not os.path.exists(pp):
+            continue
+        with open(pp) as f:
+            poot = round(json.load(f)["decode_tok_s"], 1)
+        peer = None
+        if os.path.exists(lp):
+            with open(lp) as f:
+                m = re.search(r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+) t/s", f.read())
+            peer = round(float(m.group(1)), 1) if m else None
+        program = "llama-lookup" if name == "lookup" else "llama-speculative"
+        rows.append(row(model, metric, poot, peer, program, args))
+    return rows
 
 
 def main():
@@ -95,30 +153,9 @@ def main():
             with open(rp) as f:
                 ready = json.load(f)["ready_s"]
             rows.append(row(name, "ready_s", ready, None, None, args))
-    for path in sorted(glob.glob(os.path.join(args.run_dir, "cpu", "*.poot.json"))):
-        name = os.path.basename(path).split(".")[0]
-        with open(path) as f:
-            poot = json.load(f)
-        llama = []
-        lp = path.replace(".poot.json", ".llama.json")
-        if os.path.exists(lp):
-            with open(lp) as f:
-                try:
-                    llama = json.load(f)
-                except ValueError:
-                    llama = []
-        p, n = poot["prompt_tokens"], poot["gen_tokens"]
-
-        def llama_rate(n_prompt, n_gen, depth):
-            for t in llama:
-                if (t.get("n_prompt"), t.get("n_gen"), t.get("n_depth", 0)) == (n_prompt, n_gen, depth):
-                    return round(float(t["avg_ts"]), 2)
-            return None
-
-        rows.append(row(name, "cpu_decode_b1", round(poot["decode_tok_s"], 2),
-                        llama_rate(0, n, p), "llama-bench (CPU)", args))
-        rows.append(row(name, f"cpu_prefill_pp{p}", round(poot["prefill_tok_s"], 2),
-                        llama_rate(p, 0, 0), "llama-bench (CPU)", args))
+    for sub, prefix, peer_name in (("gpu", "", "llama-bench"), ("cpu", "cpu_", "llama-bench (CPU)")):
+        rows.extend(single_rows(args, sub, prefix, peer_name))
+    rows.extend(spec_rows(args))
     if args.extra:
         with open(args.extra) as f:
             rows.extend(json.load(f))

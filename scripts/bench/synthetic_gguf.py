@@ -17,6 +17,7 @@ Usage:
     synthetic_gguf.py --shape 1b --type f16 -o llama-1b-f16.gguf
     synthetic_gguf.py --shape 8b --type q4_k_m -o llama-8b-q4_k_m.gguf
     synthetic_gguf.py --shape tiny --type q4_0 -o tiny.gguf
+    synthetic_gguf.py --shape 1b --type f16 --tokenizer-from smollm2.gguf -o 1b-smol-vocab.gguf
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -180,6 +181,25 @@ def add_tokenizer(w: "gguf.GGUFWriter", vocab: int) -> None:
     w.add_add_bos_token(True)
 
 
+def copy_tokenizer(w: "gguf.GGUFWriter", donor: Path) -> int:
+    """Every `tokenizer.*` key of the donor GGUF (so a draft model and this one share a
+    vocabulary); returns the vocabulary size."""
+    reader = gguf.GGUFReader(str(donor))
+    vocab = 0
+    for name, field in reader.fields.items():
+        if not name.startswith("tokenizer."):
+            continue
+        vtype = field.types[0]
+        sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
+        value = field.contents()
+        w.add_key_value(name, value, vtype, sub_type=sub)
+        if name == "tokenizer.ggml.tokens":
+            vocab = len(value)
+    if not vocab:
+        raise ValueError(f"{donor} has no tokenizer.ggml.tokens")
+    return vocab
+
+
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte-to-character table."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
@@ -193,7 +213,12 @@ def bytes_to_unicode() -> dict[int, str]:
     return {b: chr(c) for b, c in zip(bs, cs)}
 
 
-def write(path: Path, shape: Shape, kind: str, seed: int, quiet: bool) -> int:
+def write(path: Path, shape: Shape, kind: str, seed: int, quiet: bool, donor: Path | None) -> int:
+    if donor is not None:
+        # The donor's vocabulary sets the embedding and head sizes: write its keys into a
+        # throwaway writer first, to learn the size before any shape is declared.
+        probe = gguf.GGUFWriter(None, "llama")
+        shape = replace(shape, vocab=copy_tokenizer(probe, donor))
     head_dim = shape.hidden // shape.heads
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(f"{shape.name} random {kind.upper()}")
@@ -209,7 +234,10 @@ def write(path: Path, shape: Shape, kind: str, seed: int, quiet: bool) -> int:
     w.add_vocab_size(shape.vocab)
     w.add_file_type(FILE_TYPES[kind])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    add_tokenizer(w, shape.vocab)
+    if donor is None:
+        add_tokenizer(w, shape.vocab)
+    else:
+        copy_tokenizer(w, donor)
 
     tensors = weight_list(shape, kind)
     total = 0
@@ -239,12 +267,17 @@ def main() -> None:
     ap.add_argument("-o", "--output", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("-q", "--quiet", action="store_true")
+    ap.add_argument(
+        "--tokenizer-from",
+        type=Path,
+        help="copy this GGUF's tokenizer (and vocabulary size) instead of the placeholder one",
+    )
     args = ap.parse_args()
     shape = SHAPES[args.shape]
     args.output.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.output.with_name(args.output.name + ".part")
     started = time.time()
-    total = write(tmp, shape, args.type, args.seed, args.quiet)
+    total = write(tmp, shape, args.type, args.seed, args.quiet, args.tokenizer_from)
     tmp.replace(args.output)
     print(
         f"{args.output}: {shape.name} {args.type}, {total / 1e9:.2f} GB of weights, "
