@@ -462,7 +462,8 @@ fn half_weights_go_to_the_library_where_the_device_has_one() {
     }
     // Few rows, the library tuned off, a device without one, or columns that are not a
     // multiple of 8: kernels.
-    let off = Target::ptx_preset();
+    let mut off = Target::ptx_preset();
+    off.tuning.library_gemm = false;
     for (g, target) in [
         (half_layer(8, DType::F16), with_library()),
         (half_layer(64, DType::F16), off),
