@@ -30,11 +30,6 @@ use poot_graph_ir::{DType, Eqn, Graph, OpKind, Storage, TensorType, ValueId, Val
 use crate::refusal::PlanError;
 use crate::target::Target;
 
-/// Left-side rows from which a contraction against block-quantized weights is given to the
-/// device's library: its weights are then decoded to f16 in full for every step, which pays
-/// only over many rows (a prefill chunk), not for a batched decode step.
-pub const LIBRARY_PACKED_MIN_ROWS: usize = 128;
-
 /// `graph` with the left side of every tiled contraction against f16 or bf16 weights rounded to
 /// the weights' type, where `target` multiplies such contractions in half precision; and, where
 /// the target gives contractions of many rows against block-quantized weights to its library,
@@ -48,11 +43,14 @@ pub fn round_half_operands<'g>(
         return Ok(Cow::Borrowed(graph));
     }
     let library = target.library_contractions();
+    let min_rows = target.tiled_min_rows();
     let wanted = |j: usize| -> Option<Rounding> {
         let e = &graph.eqns()[j];
-        let (half, decode) = match half_weights(graph, j) {
+        let (half, decode) = match half_weights(graph, j, min_rows) {
             Some(half) => (half, None),
-            None if library && decoded_for_library(graph, j) => (DType::F16, Some(e.inputs[1])),
+            None if library && decoded_for_library(graph, j, target) => {
+                (DType::F16, Some(e.inputs[1]))
+            }
             None => return None,
         };
         let round = (half_operand(graph, e.inputs[0]) != Some(half)).then_some((e.inputs[0], half));
@@ -184,16 +182,17 @@ impl Rewrite {
 }
 
 /// Whether contraction `eqn` is one whose block-quantized weights a device library multiplies
-/// once decoded to f16: a tiled contraction of at least [`LIBRARY_PACKED_MIN_ROWS`] rows against
+/// once decoded to f16: a tiled contraction of at least
+/// [`Tuning::library_packed_rows`](crate::Tuning::library_packed_rows) rows against
 /// a stored rank-2 GGUF block constant, `[columns, depth]` as checkpoints store it, with both a
 /// multiple of 8.
-pub(crate) fn decoded_for_library(g: &Graph, eqn: usize) -> bool {
+pub(crate) fn decoded_for_library(g: &Graph, eqn: usize, target: &Target) -> bool {
     let e = &g.eqns()[eqn];
     if e.op
         != (OpKind::MatMul {
             transpose_rhs: true,
         })
-        || !crate::lower::tiled_contraction(g, eqn)
+        || !crate::lower::tiled_contraction(g, eqn, target.tiled_min_rows())
     {
         return false;
     }
@@ -210,7 +209,7 @@ pub(crate) fn decoded_for_library(g: &Graph, eqn: usize) -> bool {
     };
     block
         && matches!(w.storage, Storage::Const(_))
-        && rows >= LIBRARY_PACKED_MIN_ROWS
+        && rows >= target.tuning.library_packed_rows
         && dims.len() == 2
         && dims.iter().all(|d| d.is_multiple_of(8))
         && i32::try_from(dims[0]).is_ok()
@@ -218,10 +217,10 @@ pub(crate) fn decoded_for_library(g: &Graph, eqn: usize) -> bool {
 
 /// The half type (F16 or BF16) of the weights of contraction `eqn` when it is tiled against
 /// rank-2 weights of that type.
-pub(crate) fn half_weights(g: &Graph, eqn: usize) -> Option<DType> {
+pub(crate) fn half_weights(g: &Graph, eqn: usize, min_rows: usize) -> Option<DType> {
     let e = &g.eqns()[eqn];
     let rhs = g.values()[e.inputs.get(1)?.index()].ty.dtype;
-    (matches!(rhs, DType::F16 | DType::BF16) && crate::lower::tiled_contraction(g, eqn))
+    (matches!(rhs, DType::F16 | DType::BF16) && crate::lower::tiled_contraction(g, eqn, min_rows))
         .then_some(rhs)
 }
 

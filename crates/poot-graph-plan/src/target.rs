@@ -130,6 +130,14 @@ pub struct Tuning {
     /// H200 in session 11 it prefilled 1.7-5x faster than the tiled kernels, the shared suite
     /// and SmolLM2's prompts passing; see bench/README.md).
     pub library_gemm: bool,
+    /// The most left-side rows a contraction takes in the decode-shaped kernels (one pass over
+    /// the weights, each lane a partial sum per row); more rows are tiled (`gemv_rows=N`, 1 to
+    /// 32).
+    pub gemv_rows: usize,
+    /// Left-side rows from which a contraction against block-quantized weights goes to the
+    /// library (`lib_rows=N`): its weights are then decoded to f16 in full for every step,
+    /// which pays only over many rows (a prefill chunk), not for a small batched decode step.
+    pub library_packed_rows: usize,
 }
 
 /// How tiled contractions (a prefill's, a batched step's) use a target's matrix units.
@@ -185,6 +193,8 @@ impl Default for Tuning {
             attention_tiles: true,
             gemm_matrix_units: MatrixUnits::Tf32,
             library_gemm: true,
+            gemv_rows: 8,
+            library_packed_rows: 128,
         }
     }
 }
@@ -194,7 +204,7 @@ impl Default for Tuning {
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, mma=0|1|half, lib=0|1 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, mma=0|1|half, lib=0|1, lib_rows=N (9 or more), gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -246,6 +256,17 @@ impl Tuning {
                 "whole" => t.gemv_whole_blocks = flag()?,
                 "attn_tiles" => t.attention_tiles = flag()?,
                 "lib" => t.library_gemm = flag()?,
+                "lib_rows" => {
+                    t.library_packed_rows =
+                        value.parse().ok().filter(|&r| r >= 9).ok_or_else(bad)?
+                }
+                "gemv_rows" => {
+                    t.gemv_rows = value
+                        .parse()
+                        .ok()
+                        .filter(|r| (1..=32).contains(r))
+                        .ok_or_else(bad)?
+                }
                 "mma" => {
                     t.gemm_matrix_units = match value {
                         "0" => MatrixUnits::Off,
@@ -401,6 +422,11 @@ impl Target {
         self.matrix_units() == MatrixUnits::Half || self.library_contractions()
     }
 
+    /// Left-side rows from which a contraction is tiled; fewer are decode-shaped.
+    pub fn tiled_min_rows(&self) -> usize {
+        self.tuning.gemv_rows + 1
+    }
+
     /// This target as rank of a tensor-parallel group of `ranks` (each rank plans against its
     /// own device's limits).
     pub fn in_group(mut self, ranks: usize) -> Target {
@@ -418,7 +444,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=64,waves=4,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,mma=0,lib=1",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,mma=0,lib=1,gemv_rows=16,lib_rows=64",
         )
         .unwrap();
         assert_eq!(
@@ -442,6 +468,8 @@ mod tests {
                 attention_tiles: false,
                 gemm_matrix_units: MatrixUnits::Off,
                 library_gemm: true,
+                gemv_rows: 16,
+                library_packed_rows: 64,
             }
         );
         for (spec, units) in [

@@ -109,6 +109,39 @@ fn q4_0_projection(n: usize, tuning: &str) -> Plan {
     p
 }
 
+/// `rows` rows against Q4_0 weights `[512, 256]`, planned for the PTX preset with `tuning`.
+fn q4_0_rows(rows: usize, tuning: &str) -> Vec<String> {
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[rows, 256]);
+    let w = b
+        .constant(
+            "w",
+            TensorType::new(DType::Packed(GgmlType::Q4_0), vec![512, 256]),
+        )
+        .unwrap();
+    let y = ops::linear(&b, x, w, None).unwrap();
+    let mut target = Target::ptx_preset();
+    target.tuning = Tuning::parse(tuning).unwrap();
+    let p = compile(&b.finish(Outputs::new(y)).unwrap(), &target).unwrap();
+    kinds(&p).into_iter().map(str::to_string).collect()
+}
+
+#[test]
+fn gemv_rows_caps_the_decode_shaped_rows() {
+    // The default: up to 8 rows in one pass over the weights, more tiled.
+    assert_eq!(q4_0_rows(8, ""), ["gemv"]);
+    assert_ne!(q4_0_rows(9, ""), ["gemv"]);
+    assert_ne!(q4_0_rows(16, ""), ["gemv"]);
+    // Raised: 16 rows still read the weights once; 17 are tiled.
+    assert_eq!(q4_0_rows(16, "gemv_rows=16"), ["gemv"]);
+    assert_ne!(q4_0_rows(17, "gemv_rows=16"), ["gemv"]);
+    // Lowered: 2 rows are already tiled.
+    assert_ne!(q4_0_rows(2, "gemv_rows=1"), ["gemv"]);
+    for bad in ["gemv_rows=0", "gemv_rows=33", "gemv_rows=x"] {
+        assert!(Tuning::parse(bad).is_err(), "{bad}");
+    }
+}
+
 /// Statements of `body` (and the blocks in it) that `count` picks.
 fn count_stmts(body: &[Stmt], count: &dyn Fn(&Stmt) -> bool) -> usize {
     body.iter()

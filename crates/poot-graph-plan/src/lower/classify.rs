@@ -211,7 +211,12 @@ impl Classification {
 }
 
 /// How values are placed; `rewrite_attention` takes the flash-attention rewrite where it applies.
-pub fn classify(g: &Graph, rewrite_attention: bool, library: &HashSet<usize>) -> Classification {
+pub fn classify(
+    g: &Graph,
+    rewrite_attention: bool,
+    library: &HashSet<usize>,
+    tiled_min_rows: usize,
+) -> Classification {
     let n = g.values().len();
     let mut uses = vec![0u32; n];
     let mut producer = vec![None; n];
@@ -335,7 +340,8 @@ pub fn classify(g: &Graph, rewrite_attention: bool, library: &HashSet<usize>) ->
                         Read::ContractionLhs => {
                             own_cost <= RECOMPUTE_IN_CONTRACTION_MAX
                                 && columns(g, r) <= RECOMPUTE_COLUMNS_MAX
-                                && (rows(g, r) <= RECOMPUTE_ROWS_MAX || gemm::tiled(g, r))
+                                && (rows(g, r) <= RECOMPUTE_ROWS_MAX
+                                    || gemm::tiled(g, r, tiled_min_rows))
                         }
                         Read::Other => false,
                     }))

@@ -51,8 +51,6 @@ use crate::plan::BufferRole;
 use crate::precision::half_operand;
 use crate::target::MatrixUnits;
 
-/// Left-side rows from which a contraction is tiled; fewer are decode-shaped.
-pub(super) const MIN_ROWS: usize = 9;
 /// Contraction elements staged per step.
 const TK: u32 = 16;
 /// Output columns of a tile.
@@ -80,15 +78,15 @@ const SPLIT_K_MIN_LEN: u32 = 256;
 const SPLIT_K_MIN_PART: u32 = 64;
 
 /// Whether contraction `eqn` is computed by a tiled kernel: a `MatMul` over weights shared by
-/// every row (rank 2) with at least [`MIN_ROWS`] rows.
-pub(crate) fn tiled(g: &Graph, eqn: usize) -> bool {
+/// every row (rank 2) with at least `min_rows` rows ([`Target::tiled_min_rows`]).
+pub(crate) fn tiled(g: &Graph, eqn: usize, min_rows: usize) -> bool {
     let e = &g.eqns()[eqn];
     if !matches!(e.op, OpKind::MatMul { .. }) {
         return false;
     }
     let out = g.values()[e.out.index()].ty.dims();
     let rows: usize = out[..out.len().saturating_sub(1)].iter().product();
-    g.values()[e.inputs[1].index()].ty.rank() == 2 && rows >= MIN_ROWS
+    g.values()[e.inputs[1].index()].ty.rank() == 2 && rows >= min_rows
 }
 
 /// Rows of a tile for `m` rows in all.
@@ -317,7 +315,8 @@ impl Lowering<'_> {
     /// axes) as tiles; `false` when they are not tiled or the kernels would not fit the target
     /// (nothing is planned then).
     pub(super) fn emit_tiled_matmuls(&mut self, group: &[usize]) -> Result<bool, PlanError> {
-        if group.is_empty() || !group.iter().all(|&j| tiled(self.g, j)) {
+        let min_rows = self.target.tiled_min_rows();
+        if group.is_empty() || !group.iter().all(|&j| tiled(self.g, j, min_rows)) {
             return Ok(false);
         }
         let first = &self.g.eqns()[group[0]];
@@ -387,7 +386,9 @@ impl Lowering<'_> {
             let OpKind::MatMul { transpose_rhs } = e.op else {
                 return Ok(false);
             };
-            if !tiled(self.g, i) || self.g.values()[mm.index()].ty.dims() != dims {
+            if !tiled(self.g, i, self.target.tiled_min_rows())
+                || self.g.values()[mm.index()].ty.dims() != dims
+            {
                 return Ok(false);
             }
             let lhs = e.inputs[0];

@@ -56,9 +56,9 @@ use crate::kernel::build::{
 };
 use crate::kernel::{Expr, Half, ParamId, SharedId, Ty, UnOp, Var, Word};
 
-/// The most left-side rows a decode-shaped contraction takes (each lane keeps a partial sum
-/// per row); more rows are a prefill's, better served by a tiled kernel.
-pub(super) const MAX_ROWS: usize = 8;
+/// Partial sums a lane keeps (rows times columns of its team) before a team's columns are cut
+/// down; the row count itself is capped by [`Tuning::gemv_rows`](crate::Tuning::gemv_rows).
+const PARTIAL_SUMS: u32 = 8;
 
 /// Workgroups a contraction should launch at least, where its columns allow: two per
 /// multiprocessor of a large GPU (an H200 has 132).
@@ -293,7 +293,8 @@ fn lead_index(lead: &[usize], m: u32) -> Vec<Expr> {
 
 impl Lowering<'_> {
     /// The weights of contraction `eqn` when it is decode-shaped: transposed constant weights of
-    /// a layout the kernel reads, at most [`MAX_ROWS`] output rows.
+    /// a layout the kernel reads, at most [`Tuning::gemv_rows`](crate::Tuning::gemv_rows) output
+    /// rows.
     fn gemv_weight(&self, eqn: usize) -> Option<Weight> {
         let e = &self.g.eqns()[eqn];
         if e.op
@@ -321,7 +322,7 @@ impl Lowering<'_> {
         };
         let out_dims = self.g.values()[out.index()].ty.dims();
         let rows: usize = out_dims[..out_dims.len().checked_sub(1)?].iter().product();
-        if rows == 0 || rows > MAX_ROWS {
+        if rows == 0 || rows > self.target.tuning.gemv_rows {
             return None;
         }
         let size = info.ty.size_bytes()?;
@@ -944,7 +945,7 @@ impl Lowering<'_> {
         } else {
             tuning.gemv_word_columns
         };
-        let most = floor_pow2(MAX_ROWS as u32 / job.rows().max(1));
+        let most = floor_pow2(PARTIAL_SUMS / job.rows().max(1)).max(1);
         let cap = self.gemv_workgroup_cap(job);
         let fits = |cols: u32| {
             let whole = job.columns.is_multiple_of(cols)

@@ -35,7 +35,7 @@ pub(super) fn chosen(g: &Graph, target: &Target) -> HashSet<usize> {
         return HashSet::new();
     }
     (0..g.eqns().len())
-        .filter(|&i| library_operands(g, i).is_some())
+        .filter(|&i| library_operands(g, i, target.tiled_min_rows()).is_some())
         .collect()
 }
 
@@ -43,12 +43,12 @@ pub(super) fn chosen(g: &Graph, target: &Target) -> HashSet<usize> {
 /// left side against weights of that half type, either a whole stored rank-2 constant or f32
 /// words rounded to it (block-quantized weights decoded for the library, see
 /// [`crate::precision`]), with aligned sizes that fit the library's 32-bit dimensions.
-fn library_operands(g: &Graph, i: usize) -> Option<(HalfType, WeightWords)> {
+fn library_operands(g: &Graph, i: usize, min_rows: usize) -> Option<(HalfType, WeightWords)> {
     let e = &g.eqns()[i];
     let OpKind::MatMul { transpose_rhs } = e.op else {
         return None;
     };
-    if !super::gemm::tiled(g, i) {
+    if !super::gemm::tiled(g, i, min_rows) {
         return None;
     }
     let (lhs, rhs) = (e.inputs[0], e.inputs[1]);
@@ -90,8 +90,8 @@ impl Lowering<'_> {
                 label: self.label(e.out),
             });
         };
-        let (half, weight_words) =
-            library_operands(self.g, i).ok_or_else(|| PlanError::Unplaced {
+        let (half, weight_words) = library_operands(self.g, i, self.target.tiled_min_rows())
+            .ok_or_else(|| PlanError::Unplaced {
                 label: self.label(e.out),
             })?;
         let (lhs, rhs, v) = (e.inputs[0], e.inputs[1], e.out);

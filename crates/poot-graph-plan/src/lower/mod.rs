@@ -147,7 +147,7 @@ pub fn lower(g: &Graph, target: &Target) -> Result<Plan, PlanError> {
 
 fn lower_with(g: &Graph, target: &Target, rewrite_attention: bool) -> Result<Plan, PlanError> {
     let library = library::chosen(g, target);
-    let mut cls = classify(g, rewrite_attention, &library);
+    let mut cls = classify(g, rewrite_attention, &library, target.tiled_min_rows());
     fan_in::limit(g, &mut cls, target.limits.max_bindings);
     let mut l = Lowering {
         g,
