@@ -69,7 +69,14 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
     let prompt = file_ids
         .as_ref()
         .map_or(args.prompt_tokens as usize, Vec::len);
-    let sizing = bench_sizing(&args, prompt, handle.config().max_positions)?;
+    // Paged rows take whole KV blocks, so their capacity is rounded up to a block.
+    let paged = args.rows > 1 || args.paged;
+    let granule = if paged {
+        crate::bench_rows::BLOCK_TOKENS
+    } else {
+        1
+    };
+    let sizing = bench_sizing(&args, prompt, handle.config().max_positions, granule)?;
     let handle = run::narrowed(handle, &path, sizing.capacity)?;
     let prompt_ids = |handle: &ModelHandle, n: usize| match &file_ids {
         Some(ids) => Ok(ids.clone()),
@@ -99,7 +106,7 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
         bandwidth.copies_per_round
     ));
 
-    if args.rows > 1 || args.paged {
+    if paged {
         let ids = prompt_ids(&handle, prompt)?;
         let executor = progress::reporting(opened.executor, &status, sizing.prefill_chunk);
         return crate::bench_rows::bench_rows(
@@ -212,16 +219,27 @@ fn spec_delta(before: SpecStats, after: SpecStats) -> SpecStats {
     }
 }
 
-/// The capacity (default: exactly what a repeat needs) and the prefill chunk.
-fn bench_sizing(args: &BenchArgs, prompt: usize, max_positions: usize) -> Result<Sizing, CliError> {
+/// The capacity (default: what a repeat needs, rounded up to a multiple of `granule`) and the
+/// prefill chunk.
+fn bench_sizing(
+    args: &BenchArgs,
+    prompt: usize,
+    max_positions: usize,
+    granule: usize,
+) -> Result<Sizing, CliError> {
     let generate = args.gen_tokens as usize;
-    let needed = prompt + generate;
+    let needed = (prompt + generate).div_ceil(granule) * granule;
     if needed > max_positions {
         return Err(CliError::BenchSize {
             prompt,
             generate,
+            needed,
             limit: max_positions,
-            what: "the model's positions",
+            what: if granule > 1 {
+                "the model's positions, counted in whole KV blocks"
+            } else {
+                "the model's positions"
+            },
         });
     }
     let capacity = args.capacity.map_or(needed, |c| c as usize);
@@ -229,6 +247,7 @@ fn bench_sizing(args: &BenchArgs, prompt: usize, max_positions: usize) -> Result
         return Err(CliError::BenchSize {
             prompt,
             generate,
+            needed,
             limit: capacity,
             what: "--capacity",
         });

@@ -18,7 +18,7 @@ use crate::output;
 use crate::status::Status;
 
 /// KV positions per block of the benchmark's paged cache.
-const BLOCK_TOKENS: usize = 16;
+pub(crate) const BLOCK_TOKENS: usize = 16;
 
 /// One timed repeat.
 #[derive(Clone, Copy, Debug)]
@@ -46,6 +46,7 @@ pub fn bench_rows(
         return Err(CliError::BenchSize {
             prompt,
             generate,
+            needed: capacity,
             limit: max_positions,
             what: "the model's positions (rounded up to whole KV blocks)",
         });

@@ -140,12 +140,12 @@ pub enum CliError {
     Stdin(io::Error),
     /// `poot bench`'s prompt plus new tokens do not fit the model or the capacity.
     #[error(
-        "--prompt-tokens {prompt} plus --gen-tokens {generate} need {} positions, more than {limit} ({what})",
-        prompt + generate
+        "--prompt-tokens {prompt} plus --gen-tokens {generate} need {needed} positions, more than {limit} ({what})"
     )]
     BenchSize {
         prompt: usize,
         generate: usize,
+        needed: usize,
         limit: usize,
         what: &'static str,
     },

@@ -503,6 +503,22 @@ fn a_benchmark_over_the_model_or_capacity_is_refused_before_the_backend_opens() 
     assert!(!stderr(&o).contains("backend"), "{}", stderr(&o));
     let o = poot(&["bench", path, "--prompt-tokens", "8", "--capacity", "100"]);
     assert_one_error(&o, "more than 100 (--capacity)");
+    // Rows take whole KV blocks of 16: 8190 + 8 positions round up to 8208, past the 8192.
+    let o = poot(&[
+        "bench",
+        path,
+        "--rows",
+        "2",
+        "--prompt-tokens",
+        "8190",
+        "--gen-tokens",
+        "8",
+    ]);
+    assert_one_error(
+        &o,
+        "need 8208 positions, more than 8192 (the model's positions, counted in whole KV blocks)",
+    );
+    assert!(!stderr(&o).contains("backend"), "{}", stderr(&o));
 }
 
 /// `poot bench` of `path` on wgpu, two prompt tokens and two new ones, once, as JSON, with
