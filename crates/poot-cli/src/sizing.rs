@@ -5,6 +5,9 @@ use crate::error::CliError;
 
 /// The default capacity cap: enough for a chat, small enough to compile and hold quickly.
 pub const DEFAULT_CAPACITY: usize = 2048;
+/// The smallest default capacity for one known prompt. Capacities for one prompt are powers of
+/// two from here, so the kernels compiled for them (cached on disk) come in a few sizes.
+pub const MIN_PROMPT_CAPACITY: usize = 256;
 /// The largest default prefill chunk: each chunk reads every weight once, so a long prompt
 /// prefills faster in few large chunks (measured on the H200 for 512 tokens: 1B Q4_0 3955 ->
 /// 6903 tok/s, 8B Q4_0 825 -> 1190 tok/s from chunks of 64 to one of 512).
@@ -18,8 +21,11 @@ pub struct Sizing {
 }
 
 /// Sizes the driver. `need` is `(prompt tokens, max new)` when the prompt is known up front.
-/// An explicit `--capacity` is kept as given and checked; the default is the smaller of
-/// [`DEFAULT_CAPACITY`] and the model's positions, raised to fit `need`. An explicit
+/// An explicit `--capacity` is kept as given and checked. The default is the smaller of
+/// [`DEFAULT_CAPACITY`] and the model's positions; for one known prompt, the power of two (at
+/// least [`MIN_PROMPT_CAPACITY`]) that holds `need`, if smaller, since steps walk the whole
+/// capacity where the device cannot skip past the sequence's end (the CPU's decode attention);
+/// either raised to fit `need`. An explicit
 /// `--prefill-chunk` is kept as given; the default is at most [`DEFAULT_PREFILL_CHUNK`] and,
 /// for a known prompt, the size that prefills it in the fewest steps (the driver runs whole
 /// chunks, then the rest one token at a time).
@@ -40,7 +46,11 @@ pub fn size(
             }
             capacity
         }
-        None => DEFAULT_CAPACITY.min(max_positions).max(needed),
+        None => {
+            let cap = DEFAULT_CAPACITY.min(max_positions);
+            let fit = need.map_or(cap, |_| needed.next_power_of_two().max(MIN_PROMPT_CAPACITY));
+            fit.min(cap).max(needed)
+        }
     };
     if let Some((prompt, max_new)) = need {
         if needed > max_positions {
@@ -93,9 +103,21 @@ mod tests {
         assert_eq!(
             s(None, None, 8192, Some((10, 128))),
             Some(Sizing {
-                capacity: 2048,
+                capacity: 256,
                 prefill_chunk: 10
             })
+        );
+        assert_eq!(
+            s(None, None, 8192, Some((400, 128))).map(|z| z.capacity),
+            Some(1024)
+        );
+        assert_eq!(
+            s(None, None, 8192, Some((1500, 128))).map(|z| z.capacity),
+            Some(2048)
+        );
+        assert_eq!(
+            s(None, None, 200, Some((10, 128))).map(|z| z.capacity),
+            Some(200)
         );
         assert_eq!(
             s(None, Some(4), 8192, Some((10, 128))).map(|z| z.prefill_chunk),
