@@ -27,9 +27,10 @@ const CAPACITY: usize = 32;
 /// Largest |device - oracle| over the largest |oracle| logit: the device sums in another order.
 const TOLERANCE: f32 = 1e-4;
 
-/// An executor on each backend these tests cover that opens here.
+/// An executor on each backend these tests cover that opens here (PTX on a GPU machine, where
+/// this test's binary is carried).
 fn executors() -> Vec<Box<dyn Executor>> {
-    [BackendChoice::Cpu, BackendChoice::Wgpu]
+    [BackendChoice::Cpu, BackendChoice::Wgpu, BackendChoice::Ptx]
         .into_iter()
         .filter_map(|choice| match open_executor(choice) {
             Ok(o) => Some(o.executor),

@@ -35,15 +35,18 @@ use poot_models::Registry;
 /// Opens a fresh executor of one backend.
 type Opener = Box<dyn Fn() -> Box<dyn Executor>>;
 
-/// The oracle, then the wgpu device when one opens.
+/// The oracle, then the wgpu and PTX devices where they open (PTX on a GPU machine, where this
+/// test's binary is carried).
 fn executors() -> Vec<(&'static str, Opener)> {
     let mut all: Vec<(&'static str, Opener)> = vec![("oracle", Box::new(OracleExecutor::boxed))];
-    match open_executor(BackendChoice::Wgpu) {
-        Ok(_) => all.push((
-            "wgpu",
-            Box::new(|| open_executor(BackendChoice::Wgpu).unwrap().executor),
-        )),
-        Err(e) => eprintln!("SKIP (wgpu): {e}"),
+    for (name, choice) in [("wgpu", BackendChoice::Wgpu), ("ptx", BackendChoice::Ptx)] {
+        match open_executor(choice) {
+            Ok(_) => all.push((
+                name,
+                Box::new(move || open_executor(choice).unwrap().executor),
+            )),
+            Err(e) => eprintln!("SKIP ({name}): {e}"),
+        }
     }
     all
 }
@@ -419,12 +422,14 @@ impl Fixed {
     }
 }
 
-/// The oracle (`None`), then the wgpu device when one opens.
+/// The oracle (`None`), then the wgpu and PTX devices where they open.
 fn suffix_backends() -> Vec<Option<Box<dyn Executor>>> {
     let mut all = vec![None];
-    match open_executor(BackendChoice::Wgpu) {
-        Ok(o) => all.push(Some(o.executor)),
-        Err(e) => eprintln!("SKIP (wgpu): {e}"),
+    for choice in [BackendChoice::Wgpu, BackendChoice::Ptx] {
+        match open_executor(choice) {
+            Ok(o) => all.push(Some(o.executor)),
+            Err(e) => eprintln!("SKIP ({choice:?}): {e}"),
+        }
     }
     all
 }
