@@ -4,22 +4,16 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use poot_llm::{SentenceEncoder, open_executor};
+use poot_llm::SentenceEncoder;
 use serde_json::{Value as Json, json};
 
 use crate::catalog::Purpose;
 use crate::cli::EmbedArgs;
+use crate::encoder_load::{self, LONGEST_BUCKET, MAX_ROWS};
 use crate::error::CliError;
 use crate::output;
-use crate::progress::{Progress, Reporting};
 use crate::resolve;
 use crate::status::Status;
-
-/// Texts encoded per device step (the entries are prepared for this many rows).
-const MAX_ROWS: usize = 16;
-/// The encoder's shortest and longest prepared lengths (powers of two between).
-const SHORTEST_BUCKET: usize = 16;
-const LONGEST_BUCKET: usize = 512;
 
 /// What the checkpoint's sentence-transformers files say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,28 +40,14 @@ pub fn embed(args: EmbedArgs, status: Status) -> Result<(), CliError> {
         .max()
         .unwrap_or(0)
         + 2;
-    let prepared = longest
-        .next_power_of_two()
-        .clamp(SHORTEST_BUCKET, LONGEST_BUCKET)
-        .min(config.max_tokens.max(SHORTEST_BUCKET));
-    let buckets = (prepared / SHORTEST_BUCKET).ilog2() as usize + 1;
-
-    let started = Instant::now();
-    let opened = open_executor(args.backend.choice())?;
-    status.line(format!(
-        "backend {} on {} (opened in {:.1} s)",
-        opened.backend,
-        opened.device_name,
-        started.elapsed().as_secs_f64()
-    ));
-    status.line(format!("loading {}", path.display()));
-    let started = Instant::now();
-    let progress = Progress::new(&status);
-    progress.spinner(format!("reading {}", path.display()));
+    let (prepared, buckets) = encoder_load::prepared_lengths(longest, config.max_tokens);
     let rows = args.texts.len().min(MAX_ROWS);
-    let executor = Box::new(Reporting::new(opened.executor, progress.clone(), buckets));
-    let mut encoder = SentenceEncoder::load_with(&path, executor, rows, prepared, &options)?;
-    progress.clear();
+    let started = Instant::now();
+    let loaded =
+        encoder_load::open_and_load(args.backend.choice(), &path, buckets, &status, |exec| {
+            SentenceEncoder::load_with(&path, exec, rows, prepared, &options)
+        })?;
+    let mut encoder = loaded.encoder;
     status.line(format!(
         "loaded {} and compiled lengths up to {prepared} for {rows} rows in {:.1} s",
         encoder.handle().config().family,
@@ -109,8 +89,8 @@ pub fn embed(args: EmbedArgs, status: Status) -> Result<(), CliError> {
     let _ = if args.json {
         output::write_line(&json!({
             "model": path.display().to_string(),
-            "backend": opened.backend.to_string(),
-            "device": opened.device_name,
+            "backend": loaded.backend,
+            "device": loaded.device,
             "dim": dim,
             "normalized": normalize,
             "embeddings": vectors,

@@ -6,6 +6,7 @@ mod catalog;
 mod cli;
 mod draft;
 mod embed;
+mod encoder_load;
 mod error;
 mod fetch;
 mod models;

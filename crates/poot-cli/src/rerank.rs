@@ -3,22 +3,16 @@
 
 use std::time::Instant;
 
-use poot_llm::{CrossEncoder, open_executor};
+use poot_llm::CrossEncoder;
 use serde_json::json;
 
 use crate::catalog::Purpose;
 use crate::cli::RerankArgs;
+use crate::encoder_load::{self, LONGEST_BUCKET, MAX_ROWS};
 use crate::error::CliError;
 use crate::output;
-use crate::progress::{Progress, Reporting};
 use crate::resolve;
 use crate::status::Status;
-
-/// Pairs scored per device step (the entries are prepared for this many rows).
-const MAX_ROWS: usize = 16;
-/// The shortest and longest prepared pair lengths (powers of two between).
-const SHORTEST_BUCKET: usize = 16;
-const LONGEST_BUCKET: usize = 512;
 
 pub fn rerank(args: RerankArgs, status: Status) -> Result<(), CliError> {
     let resolved = resolve::model(&args.model, &args.revision, Purpose::Rerank, &status)?;
@@ -35,27 +29,14 @@ pub fn rerank(args: RerankArgs, status: Status) -> Result<(), CliError> {
         .unwrap_or(0)
         + args.query.chars().count()
         + 3;
-    let prepared = longest
-        .next_power_of_two()
-        .clamp(SHORTEST_BUCKET, LONGEST_BUCKET);
-    let buckets = (prepared / SHORTEST_BUCKET).ilog2() as usize + 1;
-
-    let started = Instant::now();
-    let opened = open_executor(args.backend.choice())?;
-    status.line(format!(
-        "backend {} on {} (opened in {:.1} s)",
-        opened.backend,
-        opened.device_name,
-        started.elapsed().as_secs_f64()
-    ));
-    status.line(format!("loading {}", path.display()));
-    let started = Instant::now();
-    let progress = Progress::new(&status);
-    progress.spinner(format!("reading {}", path.display()));
+    let (prepared, buckets) = encoder_load::prepared_lengths(longest, LONGEST_BUCKET);
     let rows = args.documents.len().min(MAX_ROWS);
-    let executor = Box::new(Reporting::new(opened.executor, progress.clone(), buckets));
-    let mut encoder = CrossEncoder::load_with(&path, executor, rows, prepared, &options)?;
-    progress.clear();
+    let started = Instant::now();
+    let loaded =
+        encoder_load::open_and_load(args.backend.choice(), &path, buckets, &status, |exec| {
+            CrossEncoder::load_with(&path, exec, rows, prepared, &options)
+        })?;
+    let mut encoder = loaded.encoder;
     status.line(format!(
         "loaded {} and compiled pair lengths up to {} for {rows} rows in {:.1} s",
         encoder.handle().config().family,
@@ -87,8 +68,8 @@ pub fn rerank(args: RerankArgs, status: Status) -> Result<(), CliError> {
             .collect();
         output::write_line(&json!({
             "model": path.display().to_string(),
-            "backend": opened.backend.to_string(),
-            "device": opened.device_name,
+            "backend": loaded.backend,
+            "device": loaded.device,
             "query": args.query,
             "results": results,
         }))
