@@ -19,33 +19,13 @@ fn engine() -> Option<Engine<CpuDevice>> {
     }
 }
 
-fn report(outcomes: &[suite::Outcome]) {
-    let failed: Vec<_> = outcomes
-        .iter()
-        .filter(|o| !o.passed)
-        .map(|o| format!("{}: {}", o.name, o.detail))
-        .collect();
-    println!(
-        "{} passed, {} failed",
-        outcomes.len() - failed.len(),
-        failed.len()
-    );
-    assert!(
-        failed.is_empty(),
-        "{} of {} cases failed:\n{}",
-        failed.len(),
-        outcomes.len(),
-        failed.join("\n")
-    );
-}
-
 #[test]
 fn device_suite_matches_the_oracle() {
     let Some(mut engine) = engine() else { return };
     let mut outcomes = suite::run(&mut engine);
     outcomes.push(suite::check_copy(engine.device()));
     outcomes.push(suite::check_copy_bandwidth(&mut engine));
-    report(&outcomes);
+    suite::assert_all_passed(&outcomes);
 }
 
 /// Tables over a lowered single-buffer limit, split into row chunks by the planner, match the
@@ -59,5 +39,5 @@ fn split_tables_match_the_oracle() {
     let mut target = device.limits().target(Backend::Cpu);
     target.limits.max_buffer_bytes = suite::SPLIT_LIMIT_BYTES;
     let mut engine = Engine::new(device, target);
-    report(&suite::run_split(&mut engine));
+    suite::assert_all_passed(&suite::run_split(&mut engine));
 }

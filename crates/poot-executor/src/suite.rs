@@ -55,6 +55,28 @@ pub struct Outcome {
     pub detail: String,
 }
 
+/// Prints how many of `outcomes` passed and panics naming every failed case (a device crate's
+/// suite test ends with it).
+pub fn assert_all_passed(outcomes: &[Outcome]) {
+    let failed: Vec<_> = outcomes
+        .iter()
+        .filter(|o| !o.passed)
+        .map(|o| format!("{}: {}", o.name, o.detail))
+        .collect();
+    println!(
+        "{} passed, {} failed",
+        outcomes.len() - failed.len(),
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failed.len(),
+        outcomes.len(),
+        failed.join("\n")
+    );
+}
+
 struct Consts(Vec<(String, Vec<u8>)>);
 
 impl ConstSource for Consts {

@@ -28,23 +28,7 @@ fn device_suite_matches_the_oracle() {
             o.detail
         );
     }
-    let failed: Vec<_> = outcomes
-        .iter()
-        .filter(|o| !o.passed)
-        .map(|o| format!("{}: {}", o.name, o.detail))
-        .collect();
-    println!(
-        "{} passed, {} failed",
-        outcomes.len() - failed.len(),
-        failed.len()
-    );
-    assert!(
-        failed.is_empty(),
-        "{} of {} cases failed:\n{}",
-        failed.len(),
-        outcomes.len(),
-        failed.join("\n")
-    );
+    suite::assert_all_passed(&outcomes);
 }
 
 /// Tables over a lowered single-buffer limit, split into row chunks by the planner and uploaded
@@ -61,16 +45,5 @@ fn split_tables_match_the_oracle() {
     let mut target = device.limits().target(Backend::Wgpu);
     target.limits.max_buffer_bytes = suite::SPLIT_LIMIT_BYTES;
     let mut engine = Engine::new(device, target);
-    let outcomes = suite::run_split(&mut engine);
-    let failed: Vec<_> = outcomes
-        .iter()
-        .filter(|o| !o.passed)
-        .map(|o| format!("{}: {}", o.name, o.detail))
-        .collect();
-    println!(
-        "{} passed, {} failed",
-        outcomes.len() - failed.len(),
-        failed.len()
-    );
-    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    suite::assert_all_passed(&suite::run_split(&mut engine));
 }
