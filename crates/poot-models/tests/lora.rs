@@ -399,3 +399,27 @@ fn peft_configs_poot_cannot_honour_are_refused() {
         Err(LoraError::Io { .. })
     ));
 }
+
+/// A GPTQ (4-bit) base, bound as its stored packed components, with an adapter on all seven
+/// projections: the oracle matches transformers + peft run on the dequantized weights.
+#[test]
+fn an_adapter_on_a_gptq_base_matches_transformers_peft() {
+    let dir = fixture_dir("lora").join("gptq");
+    let loaded = load(&dir.join("base"));
+    let w = loaded.model.weights();
+    let q = w
+        .get(poot_models::WeightRole::layer(
+            0,
+            poot_models::weights::Role::AttnQ,
+        ))
+        .unwrap();
+    assert!(
+        matches!(q.ty.dtype, poot_graph_ir::DType::Components(_)),
+        "the base stays packed: {}",
+        q.ty
+    );
+    let mut t = LoraTables::new(w, loaded.model.config().n_layers, LoraShape::new(2, 4)).unwrap();
+    let adapter = LoraAdapter::read(&dir.join("adapter")).unwrap();
+    t.write(2, &adapter, w).unwrap();
+    check_run(&loaded, &t, 2, &reference(&dir.join("adapter")), "gptq");
+}

@@ -14,6 +14,12 @@ PEFT initialises lora_B to zeros (the adapter starts as the identity); both A an
 re-drawn here from a seeded generator so the adapter changes the logits:
 A ~ N(0, 1/sqrt(in)), B ~ N(0, 0.3).
 
+gptq  a quantized base: gen_quantized_checkpoints.py's GPTQ llama (4-bit, group 32, its own
+      dims and seed), written to lora/gptq/base/ (config.json, model.safetensors with the
+      packed components), and an adapter of rank 4 on all seven projections beside it
+      (lora/gptq/adapter/), its reference from transformers + peft on the dequantized weights
+      (as that script's references are).
+
 reference.json has the keys of gen_random_references.py's decoder references: prompt_ids (11
 seeded ids), prefill_logits (every prompt position), decode (4 greedy steps through the KV
 cache, [{"input_id", "position", "logits"}]); floats rounded to 7 significant digits.
@@ -24,6 +30,7 @@ Usage: $PY scripts/ref/models/gen_lora_fixtures.py   (PY with torch, transformer
 import json
 import os
 import pathlib
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -33,7 +40,11 @@ import peft  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from peft import LoraConfig, get_peft_model  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import gen_quantized_checkpoints as quantized  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "crates" / "poot-models" / "tests" / "fixtures"
@@ -92,7 +103,70 @@ def decoder_case(model, prompt_ids):
     }
 
 
+def randomize(model, seed):
+    """Re-draws every lora_A and lora_B (PEFT starts B at zero)."""
+    g = torch.Generator().manual_seed(seed)
+    for _, module in sorted(model.named_modules()):
+        if not hasattr(module, "lora_A") or "default" not in module.lora_A:
+            continue
+        a = module.lora_A["default"].weight
+        b = module.lora_B["default"].weight
+        with torch.no_grad():
+            a.copy_(torch.randn(a.shape, generator=g) / np.sqrt(a.shape[1]))
+            b.copy_(torch.randn(b.shape, generator=g) * 0.3)
+    return g
+
+
+def save_adapter(model, out):
+    model.save_pretrained(out)
+    # No model card, and no path of this machine in the committed config.
+    (out / "README.md").unlink(missing_ok=True)
+    cfg_path = out / "adapter_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["base_model_name_or_path"] = None
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def gptq_case():
+    rng = np.random.default_rng(4001)
+    dense = quantized.dense_weights(rng)
+    quantize, qconfig = quantized.LAYOUTS["gptq"]
+    stored, dequantized = {}, {}
+    for key, w in dense.items():
+        prefix = key.removesuffix(".weight")
+        if any(prefix.endswith(p) for p in quantized.PROJECTIONS):
+            tensors, deq = quantize(w, rng)
+            for suffix, t in tensors.items():
+                stored[f"{prefix}.{suffix}"] = quantized.as_torch(t)
+            dequantized[key] = deq
+        else:
+            stored[key] = quantized.as_torch(w)
+            dequantized[key] = w
+    base_dir = OUT / "gptq" / "base"
+    base_dir.mkdir(parents=True, exist_ok=True)
+    (base_dir / "config.json").write_text(
+        json.dumps(dict(quantized.CONFIG, quantization_config=qconfig), indent=1) + "\n"
+    )
+    save_file({k: v.contiguous() for k, v in stored.items()}, str(base_dir / "model.safetensors"))
+    skip = ("model_type", "architectures", "torch_dtype", "rope_theta")
+    config = LlamaConfig(**{k: v for k, v in quantized.CONFIG.items() if k not in skip})
+    config._attn_implementation = "eager"
+    model = LlamaForCausalLM(config).to(torch.float32).eval()
+    state = {k: torch.from_numpy(v) for k, v in dequantized.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and all("rotary" in m for m in missing), (missing, unexpected)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=ALL, lora_dropout=0.0, bias="none")
+    model = get_peft_model(model, lora).eval()
+    randomize(model, 4002)
+    out = OUT / "gptq" / "adapter"
+    save_adapter(model, out)
+    ref = decoder_case(model, quantized.PROMPT)
+    (out / "reference.json").write_text(json.dumps(ref) + "\n")
+    print("gptq written", out)
+
+
 def main():
+    gptq_case()
     for name, spec in ADAPTERS.items():
         base = AutoModelForCausalLM.from_pretrained(BASE, dtype=torch.float32, attn_implementation="eager")
         config = LoraConfig(
@@ -105,24 +179,9 @@ def main():
             task_type="CAUSAL_LM",
         )
         model = get_peft_model(base, config).eval()
-        g = torch.Generator().manual_seed(spec["seed"])
-        for mod_name, module in sorted(model.named_modules()):
-            if not hasattr(module, "lora_A") or "default" not in module.lora_A:
-                continue
-            a = module.lora_A["default"].weight
-            b = module.lora_B["default"].weight
-            with torch.no_grad():
-                a.copy_(torch.randn(a.shape, generator=g) / np.sqrt(a.shape[1]))
-                b.copy_(torch.randn(b.shape, generator=g) * 0.3)
+        g = randomize(model, spec["seed"])
         out = OUT / name
-        out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(out)
-        # No model card, and no path of this machine in the committed config.
-        (out / "README.md").unlink(missing_ok=True)
-        cfg_path = out / "adapter_config.json"
-        cfg = json.loads(cfg_path.read_text())
-        cfg["base_model_name_or_path"] = "../../random/llama"
-        cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        save_adapter(model, out)
         prompt = torch.randint(0, 256, (PROMPT_LEN,), generator=g).tolist()
         ref = decoder_case(model, prompt)
         ref["meta"] = (
