@@ -20,6 +20,13 @@ gptq  a quantized base: gen_quantized_checkpoints.py's GPTQ llama (4-bit, group 
       (lora/gptq/adapter/), its reference from transformers + peft on the dequantized weights
       (as that script's references are).
 
+tiny-chat  two adapters for poot-serve's tiny chat model (crates/poot-serve/tests/fixtures/
+      tiny-chat, it has a tokenizer, so the driver and the server run it), written to
+      crates/poot-serve/tests/fixtures/tiny-chat-lora/{x,y}/: x rank 4 on all seven
+      projections, y rank 8 (alpha 16) on q/k/v/o; each reference.json holds transformers +
+      peft's greedy ids for a few prompts: [{"prompt_ids", "ids", "margins"}] (8 new tokens,
+      margins the top-two logit gaps, checked to be clear).
+
 reference.json has the keys of gen_random_references.py's decoder references: prompt_ids (11
 seeded ids), prefill_logits (every prompt position), decode (4 greedy steps through the KV
 cache, [{"input_id", "position", "logits"}]); floats rounded to 7 significant digits.
@@ -124,6 +131,9 @@ def save_adapter(model, out):
     cfg_path = out / "adapter_config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["base_model_name_or_path"] = None
+    # PEFT keeps the targets as a set: a stable order keeps the file stable.
+    if isinstance(cfg.get("target_modules"), list):
+        cfg["target_modules"] = sorted(cfg["target_modules"])
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
@@ -165,7 +175,57 @@ def gptq_case():
     print("gptq written", out)
 
 
+TINY_CHAT = ROOT / "crates" / "poot-serve" / "tests" / "fixtures" / "tiny-chat"
+TINY_CHAT_LORA = ROOT / "crates" / "poot-serve" / "tests" / "fixtures" / "tiny-chat-lora"
+TINY_CHAT_ADAPTERS = {
+    "x": dict(r=4, lora_alpha=8, target_modules=ALL, seed=5001),
+    "y": dict(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], seed=5002),
+}
+TINY_CHAT_PROMPTS = [[418, 14, 451, 3], [54, 275, 223, 376, 75, 348, 354, 398, 89, 80]]
+TINY_CHAT_NEW = 8
+
+
+def greedy(model, prompt, n):
+    ids = list(prompt)
+    margins = []
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]
+            top2 = torch.topk(logits, 2).values
+            margins.append(float(top2[0] - top2[1]))
+            ids.append(int(torch.argmax(logits)))
+    return ids[len(prompt):], margins
+
+
+def tiny_chat_case():
+    for name, spec in TINY_CHAT_ADAPTERS.items():
+        base = AutoModelForCausalLM.from_pretrained(
+            TINY_CHAT, dtype=torch.float32, attn_implementation="eager"
+        )
+        config = LoraConfig(
+            r=spec["r"],
+            lora_alpha=spec["lora_alpha"],
+            target_modules=spec["target_modules"],
+            lora_dropout=0.0,
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(base, config).eval()
+        randomize(model, spec["seed"])
+        out = TINY_CHAT_LORA / name
+        save_adapter(model, out)
+        cases = []
+        for prompt in TINY_CHAT_PROMPTS:
+            ids, margins = greedy(model, prompt, TINY_CHAT_NEW)
+            assert min(margins) > 1e-3, (name, prompt, margins)
+            cases.append({"prompt_ids": prompt, "ids": ids, "margins": r7(margins)})
+        (out / "reference.json").write_text(json.dumps({"greedy": cases}, indent=1) + "\n")
+        print("tiny-chat", name, "written", out, "smallest margin", min(
+            m for c in cases for m in c["margins"]))
+
+
 def main():
+    tiny_chat_case()
     gptq_case()
     for name, spec in ADAPTERS.items():
         base = AutoModelForCausalLM.from_pretrained(BASE, dtype=torch.float32, attn_implementation="eager")
