@@ -10,18 +10,24 @@
 //!   show.
 //! - Unknown names, taken names and slots, and unloading an adapter in use are typed
 //!   refusals; an unloaded adapter loaded again decodes as before.
+//! - A GPTQ base, its projections uploaded packed, with an adapter: logits within 1e-4 of
+//!   transformers + peft on the dequantized weights.
 
 #![allow(clippy::unwrap_used)]
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use poot_executor::Executor;
+use poot_executor::{ConstBytes, ConstSource, Executor, StepInputs, StepOutputs};
+use poot_graph_ir::{DType, Slot, TraceLimits};
 use poot_llm::{
-    BackendChoice, Driver, DriverError, DriverOptions, GenerateRequest, Layout, LoadOptions,
-    ModelHandle, Sampler, SeqId, open_executor,
+    BackendChoice, Driver, DriverError, DriverOptions, GenerateRequest, HandleWeights, Layout,
+    LoadOptions, ModelHandle, Sampler, SeqId, entry_label, open_executor,
 };
-use poot_models::{LoraAdapter, LoraShape, Registry};
+use poot_models::lora::LORA_INDEX_SLOT;
+use poot_models::weights::Role;
+use poot_models::{LoraAdapter, LoraShape, LoraTables, Registry, StepShape, StepSpec, WeightRole};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures")
@@ -213,4 +219,149 @@ fn a_driver_without_tables_refuses_adapters() {
         driver.open(request(&[1, 2], 2, Some("x"))),
         Err(DriverError::UnknownLora { .. })
     ));
+}
+
+/// The model's weights and the adapter tables as one executable's constants.
+struct WithTables {
+    base: HandleWeights,
+    tables: LoraTables,
+}
+
+impl ConstSource for WithTables {
+    fn names(&self) -> Vec<String> {
+        let mut names = self.base.names();
+        names.extend(self.tables.iter().map(|(n, _)| n.to_string()));
+        names
+    }
+
+    fn bytes(&self, name: &str) -> Option<ConstBytes<'_>> {
+        match self.tables.table(name) {
+            Some(t) => Some(ConstBytes::F32(Cow::Borrowed(&t.data))),
+            None => self.base.bytes(name),
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct DecodeStep {
+    input_id: i32,
+    position: usize,
+    logits: Vec<f32>,
+}
+
+#[derive(serde::Deserialize)]
+struct Logits {
+    prompt_ids: Vec<i32>,
+    prefill_logits: Vec<Vec<f32>>,
+    decode: Vec<DecodeStep>,
+}
+
+/// Largest |a - b| over the reference's largest magnitude.
+fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+    got.iter().zip(want).fold(0f32, |m, (g, w)| {
+        assert!(g.is_finite(), "non-finite logit");
+        m.max((g - w).abs() / scale)
+    })
+}
+
+fn argmax(v: &[f32]) -> usize {
+    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b })
+}
+
+/// A GPTQ base (its projections uploaded as their stored packed components) with a rank-4
+/// adapter on all seven projections, stepped on a device: the prefill's last logits and four
+/// decode steps within 1e-4 of transformers + peft on the dequantized weights (relative to the
+/// largest logit; the device sums in another order than both), the same greedy tokens.
+fn check_gptq(mut exec: Box<dyn Executor>, backend: &str) {
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-models/tests/fixtures/lora/gptq");
+    let handle = Arc::new(
+        ModelHandle::load(
+            &dir.join("base"),
+            &Registry::builtin().unwrap(),
+            &LoadOptions::default(),
+        )
+        .unwrap(),
+    );
+    let q = handle
+        .model()
+        .weights()
+        .get(WeightRole::layer(0, Role::AttnQ))
+        .unwrap();
+    assert!(matches!(q.ty.dtype, DType::Components(_)), "{}", q.ty);
+    let r: Logits =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("adapter/reference.json")).unwrap())
+            .unwrap();
+    let shape = LoraShape::new(2, 4);
+    let weights = handle.model().weights();
+    let mut tables = LoraTables::new(weights, handle.config().n_layers, shape).unwrap();
+    tables
+        .write(
+            2,
+            &LoraAdapter::read(&dir.join("adapter")).unwrap(),
+            weights,
+        )
+        .unwrap();
+    let exe = exec
+        .load_weights(Box::new(WithTables {
+            base: HandleWeights::new(Arc::clone(&handle)),
+            tables,
+        }))
+        .unwrap();
+    let cap = 32;
+    let entry = |exec: &mut Box<dyn Executor>, t: usize| {
+        let spec = StepSpec::step(StepShape::new(1, t, cap).with_lora(Some(shape)));
+        let graph = handle
+            .model()
+            .trace(&spec, TraceLimits::standard(256))
+            .unwrap();
+        exec.add_entry(exe, &graph, &entry_label(&spec, None))
+            .unwrap()
+    };
+    let n = r.prompt_ids.len();
+    let (prefill, decode) = (entry(&mut exec, n), entry(&mut exec, 1));
+    exec.reset_state(decode).unwrap();
+    let step = |exec: &mut Box<dyn Executor>, e, tokens: &[i32], start: usize| {
+        let mut inputs = StepInputs::new();
+        inputs.set_i32(Slot::Token, tokens);
+        let pos: Vec<i32> = (start..start + tokens.len()).map(|p| p as i32).collect();
+        inputs.set_i32(Slot::Pos, &pos);
+        inputs.set_i32(Slot::Named(LORA_INDEX_SLOT.to_string()), &[2]);
+        let mut out = StepOutputs::default();
+        exec.step(e, &inputs, &mut out).unwrap();
+        out.f32(0).unwrap()
+    };
+    let got = step(&mut exec, prefill, &r.prompt_ids, 0);
+    let want = r.prefill_logits.last().unwrap();
+    let err = rel_err(&got, want);
+    assert!(err <= 1e-4, "{backend}: prefill: {err}");
+    assert_eq!(argmax(&got), argmax(want), "{backend}: prefill pick");
+    for (i, d) in r.decode.iter().enumerate() {
+        let got = step(&mut exec, decode, &[d.input_id], d.position);
+        let err = rel_err(&got, &d.logits);
+        assert!(err <= 1e-4, "{backend}: decode {i}: {err}");
+        assert_eq!(
+            argmax(&got),
+            argmax(&d.logits),
+            "{backend}: decode {i} pick"
+        );
+    }
+}
+
+#[test]
+fn an_adapter_on_a_gptq_base_matches_transformers_peft_on_the_cpu_backend() {
+    match open_executor(BackendChoice::Cpu) {
+        Ok(o) => check_gptq(o.executor, "cpu"),
+        Err(e) => eprintln!("SKIP: {e}"),
+    }
+}
+
+#[test]
+fn an_adapter_on_a_gptq_base_matches_transformers_peft_on_wgpu() {
+    match open_executor(BackendChoice::Wgpu) {
+        Ok(o) => check_gptq(o.executor, "wgpu"),
+        Err(e) => eprintln!("SKIP: {e}"),
+    }
 }
