@@ -1,7 +1,8 @@
 //! LoRA adapters on the CPU oracle against transformers + peft: two random PEFT adapters for the
 //! random llama fixture (written with their references by
 //! `scripts/ref/models/gen_lora_fixtures.py`): `a` (rank 4, all seven projections) and `b`
-//! (rank 2, rsLoRA, q/v/down), every prefill position's logits and greedy decode.
+//! (rank 2, rsLoRA, q/v/down), one adapter each on the qwen2, qwen3 and gemma3 fixtures, and
+//! one on a GPTQ base: every prefill position's logits and greedy decode.
 //!
 //! Tolerance: as `random_checkpoints.rs`, the largest |oracle - reference| over a step's logits
 //! relative to the largest reference logit is at most 2e-5 (both sides f32; summation order).
@@ -422,4 +423,19 @@ fn an_adapter_on_a_gptq_base_matches_transformers_peft() {
     let adapter = LoraAdapter::read(&dir.join("adapter")).unwrap();
     t.write(2, &adapter, w).unwrap();
     check_run(&loaded, &t, 2, &reference(&dir.join("adapter")), "gptq");
+}
+
+/// The same module names adapt the other registered decoder families: qwen2 (biases, bf16
+/// weights), qwen3 (qk-norm) and gemma3 (sandwich norms, sliding window, scaled embedding).
+#[test]
+fn adapters_on_qwen2_qwen3_and_gemma3_match_transformers_peft() {
+    for family in ["qwen2", "qwen3", "gemma3"] {
+        let loaded = load(&fixture_dir("random").join(family));
+        let w = loaded.model.weights();
+        let mut t =
+            LoraTables::new(w, loaded.model.config().n_layers, LoraShape::new(1, 4)).unwrap();
+        t.write(1, &adapter(family), w).unwrap();
+        let run = reference(&fixture_dir("lora").join(family));
+        check_run(&loaded, &t, 1, &run, family);
+    }
 }

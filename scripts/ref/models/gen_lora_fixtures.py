@@ -9,6 +9,8 @@ transformers + peft (float32, eager attention) with the adapter applied:
   a   r = 4, lora_alpha = 8 (scaling 2), all seven projections
       (q/k/v/o/gate/up/down_proj)
   b   r = 2, lora_alpha = 3, use_rslora (scaling 3 / sqrt(2)), q_proj, v_proj, down_proj
+  qwen2, qwen3, gemma3   adapters on those families' random fixtures (random/<family>): rank 4
+      on all seven projections (qwen2, qwen3), rank 2 on q/k/v/o/down (gemma3)
 
 PEFT initialises lora_B to zeros (the adapter starts as the identity); both A and B are
 re-drawn here from a seeded generator so the adapter changes the logits:
@@ -65,6 +67,13 @@ ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_pro
 ADAPTERS = {
     "a": dict(r=4, lora_alpha=8, target_modules=ALL, use_rslora=False, seed=3001),
     "b": dict(r=2, lora_alpha=3, target_modules=["q_proj", "v_proj", "down_proj"], use_rslora=True, seed=3002),
+    # The other registered decoder families, on their random fixtures.
+    "qwen2": dict(r=4, lora_alpha=8, target_modules=ALL, use_rslora=False, seed=3003, base="qwen2"),
+    "qwen3": dict(r=4, lora_alpha=16, target_modules=ALL, use_rslora=False, seed=3004, base="qwen3"),
+    "gemma3": dict(
+        r=2, lora_alpha=4, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "down_proj"],
+        use_rslora=False, seed=3005, base="gemma3",
+    ),
 }
 PROMPT_LEN = 11
 DECODE_STEPS = 4
@@ -228,7 +237,8 @@ def main():
     tiny_chat_case()
     gptq_case()
     for name, spec in ADAPTERS.items():
-        base = AutoModelForCausalLM.from_pretrained(BASE, dtype=torch.float32, attn_implementation="eager")
+        base_dir = FIXTURES / "random" / spec["base"] if "base" in spec else BASE
+        base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, attn_implementation="eager")
         config = LoraConfig(
             r=spec["r"],
             lora_alpha=spec["lora_alpha"],
