@@ -422,6 +422,14 @@ impl LoraAdapter {
                     found: vec![pair.out_features as u64, pair.in_features as u64],
                 });
             }
+            // The fields are public: the data must hold what the dims and rank say.
+            if pair.a.len() != self.rank * inp || pair.b.len() != out * self.rank {
+                return Err(LoraError::TensorShape {
+                    name: name(),
+                    expected: vec![(self.rank * inp) as u64, (out * self.rank) as u64],
+                    found: vec![pair.a.len() as u64, pair.b.len() as u64],
+                });
+            }
         }
         Ok(())
     }
@@ -647,13 +655,12 @@ impl LoraTables {
                         .filter(|&(_, t)| t <= isize::MAX as usize / 4)
                         .ok_or_else(|| LoraError::TooLarge { what: name.clone() })?;
                     total = elems.1;
-                    tables.insert(
-                        name,
-                        LoraTable {
-                            dims,
-                            data: vec![0.0; elems.0],
-                        },
-                    );
+                    // A capacity the host cannot hold is a refusal, not an abort.
+                    let mut data = Vec::new();
+                    data.try_reserve_exact(elems.0)
+                        .map_err(|_| LoraError::TooLarge { what: name.clone() })?;
+                    data.resize(elems.0, 0.0);
+                    tables.insert(name, LoraTable { dims, data });
                 }
             }
         }

@@ -439,3 +439,23 @@ fn adapters_on_qwen2_qwen3_and_gemma3_match_transformers_peft() {
         check_run(&loaded, &t, 1, &run, family);
     }
 }
+
+/// An adapter built in code whose data disagrees with its dims is refused, not indexed past.
+#[test]
+fn an_adapter_whose_data_disagrees_with_its_rank_is_refused() {
+    let loaded = llama();
+    let w = loaded.model.weights();
+    let mut a = adapter("a");
+    a.pairs.get_mut(&(1, LoraTarget::Down)).unwrap().b.pop();
+    let mut t = LoraTables::new(w, loaded.model.config().n_layers, LoraShape::new(1, 8)).unwrap();
+    assert!(matches!(
+        t.write(1, &a, w),
+        Err(LoraError::TensorShape { .. })
+    ));
+    let mut a = adapter("a");
+    a.rank = 8;
+    assert!(matches!(
+        t.write(1, &a, w),
+        Err(LoraError::TensorShape { .. })
+    ));
+}
