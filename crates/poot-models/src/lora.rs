@@ -614,6 +614,33 @@ fn projection_dims(
     }
 }
 
+/// How a model's stored Q and K rows are ordered against the Hugging Face rows an adapter's
+/// `B` is written in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QkRows {
+    /// The same order.
+    #[default]
+    AsStored,
+    /// Within each head, Hugging Face row `i * head_dim / 2 + j` (half `i`, feature `j`) is
+    /// stored at `2 * j + i` (llama.cpp's permutation of a Llama's Q and K).
+    Interleaved { head_dim: usize },
+}
+
+impl QkRows {
+    /// The stored row of Hugging Face row `row` of `target`'s output.
+    fn stored_row(self, target: LoraTarget, row: usize) -> usize {
+        let QkRows::Interleaved { head_dim, .. } = self else {
+            return row;
+        };
+        if !matches!(target, LoraTarget::Q | LoraTarget::K) || head_dim < 2 || head_dim % 2 != 0 {
+            return row;
+        }
+        let (head, within) = (row / head_dim, row % head_dim);
+        let half = head_dim / 2;
+        head * head_dim + 2 * (within % half) + within / half
+    }
+}
+
 /// One table: its dims and f32 data.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoraTable {
@@ -628,6 +655,7 @@ pub struct LoraTables {
     shape: LoraShape,
     n_layers: usize,
     tables: BTreeMap<String, LoraTable>,
+    qk_rows: QkRows,
 }
 
 impl LoraTables {
@@ -668,7 +696,15 @@ impl LoraTables {
             shape,
             n_layers,
             tables,
+            qk_rows: QkRows::AsStored,
         })
+    }
+
+    /// Writes adapters' Q and K rows in the model's stored order (its
+    /// [`crate::Model::lora_qk_rows`]).
+    pub fn with_qk_rows(mut self, qk_rows: QkRows) -> LoraTables {
+        self.qk_rows = qk_rows;
+        self
     }
 
     pub fn shape(&self) -> LoraShape {
@@ -719,7 +755,15 @@ impl LoraTables {
                 let out = t.dims[1];
                 let base = index * out * r_max;
                 for o in 0..out {
-                    let dst = &mut t.data[base + o * r_max..base + o * r_max + r];
+                    let at = self.qk_rows.stored_row(target, o);
+                    if at >= out {
+                        return Err(LoraError::TensorShape {
+                            name: table_name(layer, target, LoraHalf::B),
+                            expected: vec![out as u64],
+                            found: vec![at as u64 + 1],
+                        });
+                    }
+                    let dst = &mut t.data[base + at * r_max..base + at * r_max + r];
                     for (d, s) in dst.iter_mut().zip(&pair.b[o * r..(o + 1) * r]) {
                         *d = s * adapter.scaling;
                     }

@@ -12,6 +12,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+#[path = "common/tiny_gguf.rs"]
+mod tiny_gguf;
 
 use common::*;
 use poot_models::lora::{LoraError, LoraTarget, LoraTargets};
@@ -458,4 +460,156 @@ fn an_adapter_whose_data_disagrees_with_its_rank_is_refused() {
         t.write(1, &a, w),
         Err(LoraError::TensorShape { .. })
     ));
+}
+
+/// The random llama written as a GGUF the way llama.cpp's converter writes one (Q and K rows
+/// permuted so rotary pairs are interleaved, tensors renamed, F32), to a temporary file.
+fn llama_as_gguf() -> std::path::PathBuf {
+    use tiny_gguf::{Meta, TinyGguf};
+    let ck = poot_load::load(
+        &fixture_dir("random").join("llama"),
+        &poot_load::LoadOptions::default(),
+    )
+    .unwrap();
+    let f32s = |name: &str| -> Vec<f32> {
+        let b = ck.store().tensor(name).unwrap().bytes();
+        b.chunks_exact(4)
+            .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .collect()
+    };
+    let (d, ff, vocab, heads, kv_heads, hd) = (64u64, 128u64, 256u64, 4usize, 2usize, 16usize);
+    // llama.cpp: w.reshape(heads, 2, hd / 2, in).swapaxes(1, 2).
+    let permute = |w: Vec<f32>, heads: usize| -> Vec<f32> {
+        let cols = d as usize;
+        let mut out = vec![0.0; w.len()];
+        for h in 0..heads {
+            for i in 0..2 {
+                for j in 0..hd / 2 {
+                    let src = h * hd + i * hd / 2 + j;
+                    let dst = h * hd + 2 * j + i;
+                    out[dst * cols..(dst + 1) * cols]
+                        .copy_from_slice(&w[src * cols..(src + 1) * cols]);
+                }
+            }
+        }
+        out
+    };
+    let mut g = TinyGguf::default();
+    g.set("general.architecture", Meta::Str("llama".into()));
+    g.set("llama.embedding_length", Meta::U32(d as u32));
+    g.set("llama.block_count", Meta::U32(2));
+    g.set("llama.attention.head_count", Meta::U32(heads as u32));
+    g.set("llama.attention.head_count_kv", Meta::U32(kv_heads as u32));
+    g.set("llama.feed_forward_length", Meta::U32(ff as u32));
+    g.set("llama.context_length", Meta::U32(128));
+    g.set("llama.rope.dimension_count", Meta::U32(hd as u32));
+    g.set("llama.rope.freq_base", Meta::F32(10000.0));
+    g.set("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5));
+    g.set("tokenizer.ggml.model", Meta::Str("gpt2".into()));
+    g.set(
+        "tokenizer.ggml.tokens",
+        Meta::Strs((0..vocab).map(|i| format!("t{i}")).collect()),
+    );
+    g.set("tokenizer.ggml.merges", Meta::Strs(Vec::new()));
+    g.set("tokenizer.ggml.bos_token_id", Meta::U32(1));
+    g.set("tokenizer.ggml.eos_token_id", Meta::U32(2));
+    let put = |g: &mut TinyGguf, gguf: &str, shape: &[u64], values: Vec<f32>| {
+        g.tensor(gguf, shape);
+        g.values.insert(gguf.to_string(), values);
+    };
+    put(
+        &mut g,
+        "token_embd.weight",
+        &[vocab, d],
+        f32s("model.embed_tokens.weight"),
+    );
+    put(
+        &mut g,
+        "output_norm.weight",
+        &[d],
+        f32s("model.norm.weight"),
+    );
+    put(&mut g, "output.weight", &[vocab, d], f32s("lm_head.weight"));
+    for l in 0..2 {
+        let hf = |n: &str| f32s(&format!("model.layers.{l}.{n}.weight"));
+        let q_out = (heads * hd) as u64;
+        let kv_out = (kv_heads * hd) as u64;
+        for (name, shape, values) in [
+            ("attn_norm", vec![d], hf("input_layernorm")),
+            ("ffn_norm", vec![d], hf("post_attention_layernorm")),
+            (
+                "attn_q",
+                vec![q_out, d],
+                permute(hf("self_attn.q_proj"), heads),
+            ),
+            (
+                "attn_k",
+                vec![kv_out, d],
+                permute(hf("self_attn.k_proj"), kv_heads),
+            ),
+            ("attn_v", vec![kv_out, d], hf("self_attn.v_proj")),
+            ("attn_output", vec![d, q_out], hf("self_attn.o_proj")),
+            ("ffn_gate", vec![ff, d], hf("mlp.gate_proj")),
+            ("ffn_up", vec![ff, d], hf("mlp.up_proj")),
+            ("ffn_down", vec![d, ff], hf("mlp.down_proj")),
+        ] {
+            put(&mut g, &format!("blk.{l}.{name}.weight"), &shape, values);
+        }
+    }
+    let path = std::env::temp_dir().join(format!("poot-lora-llama-{}.gguf", std::process::id()));
+    std::fs::write(&path, g.bytes()).unwrap();
+    path
+}
+
+/// A GGUF Llama stores Q and K rows permuted (its rotary pairs interleaved); the adapter's Q
+/// and K rows are written in that order, so the GGUF base with adapter `a` matches
+/// transformers + peft as the Hugging Face base does. The base alone is checked first, so the
+/// conversion itself is shown right.
+#[test]
+fn an_adapter_on_a_gguf_llama_matches_transformers_peft() {
+    let path = llama_as_gguf();
+    let loaded = load(&path);
+    std::fs::remove_file(&path).unwrap();
+    let base: Run = serde_json::from_str(
+        &std::fs::read_to_string(fixture_dir("random").join("llama/reference.json")).unwrap(),
+    )
+    .unwrap();
+    let mut s = OracleSession::new(&loaded, 1, CAP);
+    let n = base.prompt_ids.len();
+    let (logits, _) = s.step(
+        std::slice::from_ref(&base.prompt_ids),
+        &[0],
+        StepShape::new(1, n, CAP),
+    );
+    let err = max_rel_err(&logits, base.prefill_logits.last().unwrap());
+    assert!(err <= TOLERANCE, "the GGUF base: {err}");
+    let w = loaded.model.weights();
+    assert_eq!(
+        loaded.model.lora_qk_rows(),
+        poot_models::lora::QkRows::Interleaved { head_dim: 16 }
+    );
+    let mut t = LoraTables::new(w, 2, LoraShape::new(1, 4))
+        .unwrap()
+        .with_qk_rows(loaded.model.lora_qk_rows());
+    t.write(1, &adapter("a"), w).unwrap();
+    check_run(
+        &loaded,
+        &t,
+        1,
+        &reference(&fixture_dir("lora").join("a")),
+        "gguf llama",
+    );
+    // Written in the Hugging Face order instead, the adapter's Q and K rows land on the wrong
+    // features.
+    let mut wrong = LoraTables::new(w, 2, LoraShape::new(1, 4)).unwrap();
+    wrong.write(1, &adapter("a"), w).unwrap();
+    let run = reference(&fixture_dir("lora").join("a"));
+    let mut s = OracleSession::new(&loaded, 1, CAP);
+    s.lora = Some((&wrong, vec![1]));
+    let (logits, _) = s.step(
+        std::slice::from_ref(&run.prompt_ids),
+        &[0],
+        StepShape::new(1, n, CAP).with_lora(Some(wrong.shape())),
+    );
+    assert!(max_rel_err(&logits, run.prefill_logits.last().unwrap()) > 100.0 * TOLERANCE);
 }

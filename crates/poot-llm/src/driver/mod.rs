@@ -677,11 +677,10 @@ impl Driver<Unprepared> {
             Some(_) if placement != Placement::Single => {
                 return Err(DriverError::LoraPlacement { placement });
             }
-            Some(shape) => Some(LoraTables::new(
-                handle.model().weights(),
-                handle.config().n_layers,
-                shape,
-            )?),
+            Some(shape) => Some(
+                LoraTables::new(handle.model().weights(), handle.config().n_layers, shape)?
+                    .with_qk_rows(handle.model().lora_qk_rows()),
+            ),
         };
         // Each device's weights: the whole model, its rank's shard or its stage's layers.
         let sources = (0..placement.devices())
