@@ -310,6 +310,22 @@ fn check_gptq(mut exec: Box<dyn Executor>, backend: &str) {
             tables,
         }))
         .unwrap();
+    // Writes the executor refuses: a constant it does not hold, and bytes past a table's end
+    // (q's A table: [3, 4, 128] f32).
+    let refused = |r: Result<(), poot_executor::ExecError>| {
+        assert!(
+            matches!(r, Err(poot_executor::ExecError::ConstWrite { .. })),
+            "{backend}: {r:?}"
+        );
+    };
+    refused(exec.write_const(exe, "lora.l9.attn.q.a", 0, &[0; 4]));
+    let a0 = poot_models::lora::table_name(
+        0,
+        poot_models::LoraTarget::Q,
+        poot_models::lora::LoraHalf::A,
+    );
+    let a0_bytes = 4 * 3 * 4 * 128;
+    refused(exec.write_const(exe, &a0, a0_bytes - 4, &[0; 8]));
     let cap = 32;
     let entry = |exec: &mut Box<dyn Executor>, t: usize| {
         let spec = StepSpec::step(StepShape::new(1, t, cap).with_lora(Some(shape)));

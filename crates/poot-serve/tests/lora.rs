@@ -135,3 +135,44 @@ fn adapters_load_select_and_unload_through_the_server() {
     assert_eq!(r.status, 200, "{}", r.body);
     expect_text(&server, "y", &y[0]);
 }
+
+/// Three requests in flight at once, each naming its own model (x, y, the base): the engine
+/// steps every open sequence together, and each gets transformers + peft's tokens.
+#[test]
+fn concurrent_requests_with_different_adapters_decode_together() {
+    if !vulkan_or_skip("concurrent_requests_with_different_adapters_decode_together") {
+        return;
+    }
+    let (x_dir, y_dir) = (adapters().join("x"), adapters().join("y"));
+    let (lx, ly) = (
+        format!("x={}", x_dir.display()),
+        format!("y={}", y_dir.display()),
+    );
+    let server = Server::start(&["--lora", &lx, "--lora", &ly, "--max-lora-rank", "8"]);
+    let x = greedy(adapters().join("x/reference.json"));
+    let y = greedy(adapters().join("y/reference.json"));
+    let base = greedy(fixture().join("reference.json"));
+    let n = x[0].1.len();
+    let cases = [
+        ("x", x[0].clone()),
+        ("y", y[1].clone()),
+        (MODEL_ID, (base[0].0.clone(), base[0].1[..n].to_vec())),
+    ];
+    let texts: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = cases
+            .iter()
+            .map(|(model, case)| {
+                let server = &server;
+                s.spawn(move || {
+                    let r = complete(server, model, &case.0, case.1.len());
+                    assert_eq!(r.status, 200, "{model}: {}", r.body);
+                    r.json()["choices"][0]["text"].as_str().unwrap().to_owned()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for ((model, case), got) in cases.iter().zip(texts) {
+        assert_eq!(got, text_of(&server, &case.1), "{model}");
+    }
+}
