@@ -381,3 +381,14 @@ fn an_adapter_on_a_gptq_base_matches_transformers_peft_on_wgpu() {
         Err(e) => eprintln!("SKIP: {e}"),
     }
 }
+
+/// Adapters on several devices are one refused pair of the compatibility table (the driver
+/// checks it before uploading anything).
+#[test]
+fn adapters_over_several_devices_are_refused_by_the_compatibility_table() {
+    use poot_llm::Feature;
+    use poot_llm::driver::check_compatible;
+    assert!(check_compatible(Feature::Lora, Feature::Devices(1)).is_ok());
+    let e = check_compatible(Feature::Devices(2), Feature::Lora).unwrap_err();
+    assert!(e.to_string().contains("LoRA adapters"), "{e}");
+}

@@ -415,9 +415,6 @@ pub enum DriverError {
     /// Unloading an adapter open sequences still decode with: retry after they finish.
     #[error("LoRA adapter `{name}` is used by {open} open sequences")]
     LoraInUse { name: String, open: usize },
-    /// Adapters on a placement over several devices.
-    #[error("LoRA adapters run on one device; {placement} spans several")]
-    LoraPlacement { placement: Placement },
     /// Tokenizer or handle failure while streaming text.
     #[error(transparent)]
     Handle(Box<HandleError>),
@@ -674,13 +671,13 @@ impl Driver<Unprepared> {
         }
         let tables = match options.lora {
             None => None,
-            Some(_) if placement != Placement::Single => {
-                return Err(DriverError::LoraPlacement { placement });
+            Some(shape) => {
+                check_compatible(Feature::Lora, Feature::Devices(placement.devices()))?;
+                Some(
+                    LoraTables::new(handle.model().weights(), handle.config().n_layers, shape)?
+                        .with_qk_rows(handle.model().lora_qk_rows()),
+                )
             }
-            Some(shape) => Some(
-                LoraTables::new(handle.model().weights(), handle.config().n_layers, shape)?
-                    .with_qk_rows(handle.model().lora_qk_rows()),
-            ),
         };
         // Each device's weights: the whole model, its rank's shard or its stage's layers.
         let sources = (0..placement.devices())
