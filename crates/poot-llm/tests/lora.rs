@@ -195,6 +195,15 @@ fn adapters_decode_as_transformers_peft_on_wgpu() {
     }
 }
 
+/// On PTX where it opens (a GPU machine this test's binary is carried to); elsewhere a SKIP.
+#[test]
+fn adapters_decode_as_transformers_peft_on_ptx() {
+    match open_executor(BackendChoice::Ptx) {
+        Ok(o) => check_backend(o.executor, "ptx"),
+        Err(e) => eprintln!("SKIP: {e}"),
+    }
+}
+
 #[test]
 fn a_driver_without_tables_refuses_adapters() {
     let Ok(o) = open_executor(BackendChoice::Cpu) else {
@@ -391,4 +400,12 @@ fn adapters_over_several_devices_are_refused_by_the_compatibility_table() {
     assert!(check_compatible(Feature::Lora, Feature::Devices(1)).is_ok());
     let e = check_compatible(Feature::Devices(2), Feature::Lora).unwrap_err();
     assert!(e.to_string().contains("LoRA adapters"), "{e}");
+}
+
+#[test]
+fn an_adapter_on_a_gptq_base_matches_transformers_peft_on_ptx() {
+    match open_executor(BackendChoice::Ptx) {
+        Ok(o) => check_gptq(o.executor, "ptx"),
+        Err(e) => eprintln!("SKIP: {e}"),
+    }
 }
