@@ -175,4 +175,38 @@ fn concurrent_requests_with_different_adapters_decode_together() {
     for ((model, case), got) in cases.iter().zip(texts) {
         assert_eq!(got, text_of(&server, &case.1), "{model}");
     }
+    // The chat route selects the adapter too: its answer is the completion of the rendered
+    // prompt with the same adapter, and not the base model's.
+    let messages = json!([{"role": "user", "content": "Hi"}]);
+    let r = server.post(
+        "/tokenize",
+        &json!({"model": "x", "messages": messages}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let ids: Vec<u64> = r.json()["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let chat = |model: &str| {
+        let body = json!({
+            "model": model, "messages": messages, "max_tokens": 6, "temperature": 0,
+            "ignore_eos": true,
+        });
+        let r = server.post("/v1/chat/completions", &body.to_string());
+        assert_eq!(r.status, 200, "{model}: {}", r.body);
+        r.json()["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let completion = complete(&server, "x", &ids, 6);
+    assert_eq!(completion.status, 200, "{}", completion.body);
+    let want = completion.json()["choices"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(chat("x"), want, "chat with x");
+    assert_ne!(chat(MODEL_ID), want, "the base model answers otherwise");
 }
