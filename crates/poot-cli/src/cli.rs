@@ -429,6 +429,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub ignore_eos: bool,
 
+    /// Generate with this PEFT LoRA adapter (a directory with adapter_config.json and
+    /// adapter_model.safetensors); the base weights are not changed.
+    #[arg(long, value_name = "PATH")]
+    pub lora: Option<std::path::PathBuf>,
+
     /// End generation where the text contains STR (not printed). Repeat for several.
     #[arg(long, value_name = "STR")]
     pub stop: Vec<String>,

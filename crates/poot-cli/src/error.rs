@@ -12,6 +12,12 @@ use crate::fetch::FetchError;
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
+    /// The `--lora` adapter could not be read.
+    #[error("LoRA adapter {}: {source}", path.display())]
+    Lora {
+        path: PathBuf,
+        source: poot_models::LoraError,
+    },
     /// MODEL is neither an existing path nor a packaged name.
     #[error(
         "no model `{name}`: it is not a file or directory, nor a packaged checkpoint (packaged: {known}; see `poot models`)"

@@ -192,6 +192,17 @@ impl Executor for Reporting {
         loaded
     }
 
+    fn write_const(
+        &mut self,
+        executable: ExecutableId,
+        name: &str,
+        offset_bytes: u64,
+        bytes: &[u8],
+    ) -> Result<(), ExecError> {
+        self.inner
+            .write_const(executable, name, offset_bytes, bytes)
+    }
+
     fn add_entry(
         &mut self,
         executable: ExecutableId,

@@ -46,6 +46,8 @@ struct Session {
     status: Status,
     /// Report speculation and step shapes after each answer.
     verbose: bool,
+    /// The loaded LoRA adapter's name, when `--lora` gave one.
+    lora: Option<String>,
 }
 
 pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
@@ -272,6 +274,25 @@ impl Session {
             BackendArg::Wgpu => BackendChoice::Wgpu,
             BackendArg::Cpu => BackendChoice::Cpu,
         };
+        // One adapter: tables of exactly its rank on exactly its projections, checked against
+        // the model before the backend opens.
+        let (adapter, lora_shape) = match &args.lora {
+            Some(path) => {
+                let lora = |source| CliError::Lora {
+                    path: path.clone(),
+                    source,
+                };
+                let a = poot_models::LoraAdapter::read(path).map_err(lora)?;
+                let shape = poot_models::LoraShape {
+                    targets: a.targets,
+                    ..poot_models::LoraShape::new(1, a.rank)
+                };
+                a.check(handle.model().weights(), handle.config().n_layers, shape)
+                    .map_err(lora)?;
+                (Some(a), Some(shape))
+            }
+            None => (None, None),
+        };
         let started = Instant::now();
         check_placement(handle, args.placement.placement())?;
         let opened = open(choice, args.placement.placement())?;
@@ -291,7 +312,8 @@ impl Session {
         }
         let started = Instant::now();
         let options = DriverOptions::new(sizing.capacity, sizing.prefill_chunk)
-            .with_speculation(args.spec.speculation());
+            .with_speculation(args.spec.speculation())
+            .with_lora(lora_shape);
         let executor = progress::reporting(opened.executor, &status, sizing.prefill_chunk);
         let driver = Driver::placed(
             Arc::clone(handle),
@@ -311,6 +333,18 @@ impl Session {
             sizing.prefill_chunk,
             started.elapsed().as_secs_f64()
         ));
+        let lora = match &adapter {
+            Some(a) => {
+                driver.load_lora("lora", a)?;
+                status.line(format!(
+                    "LoRA adapter of rank {} on {} projections",
+                    a.rank,
+                    a.targets.iter().count()
+                ));
+                Some("lora".to_owned())
+            }
+            None => None,
+        };
         crate::draft::attach(
             &mut driver,
             &args.spec,
@@ -329,6 +363,7 @@ impl Session {
             format,
             status,
             verbose: args.verbose,
+            lora,
         })
     }
 
@@ -342,6 +377,7 @@ impl Session {
             stops: prompt.stops.clone(),
             ignore_eos: self.ignore_eos,
             top_logprobs: self.top_logprobs,
+            lora: self.lora.clone(),
             ..GenerateRequest::new(prompt.ids.clone(), self.max_new, self.sampler.clone())
         };
         let handle = Arc::clone(self.driver.handle());

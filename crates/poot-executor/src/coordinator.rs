@@ -296,6 +296,7 @@ fn rank_poisoned(e: &ExecError) -> bool {
         | ExecError::UnknownEntry { .. }
         | ExecError::Chain { .. }
         | ExecError::UnboundConst { .. }
+        | ExecError::ConstWrite { .. }
         | ExecError::UnboundState { .. }
         | ExecError::StateShape { .. }
         | ExecError::MissingSlot { .. }

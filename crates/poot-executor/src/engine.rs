@@ -522,6 +522,48 @@ impl<D: Device> Executor for Engine<D> {
         Ok(Some(times))
     }
 
+    fn write_const(
+        &mut self,
+        executable: ExecutableId,
+        name: &str,
+        offset_bytes: u64,
+        bytes: &[u8],
+    ) -> Result<(), ExecError> {
+        self.check_poison()?;
+        let refuse = |why| ExecError::ConstWrite {
+            name: name.to_string(),
+            offset_bytes,
+            len_bytes: bytes.len() as u64,
+            why,
+        };
+        let exe = self
+            .executables
+            .get(executable.0)
+            .and_then(|e| e.as_ref())
+            .ok_or(ExecError::UnknownExecutable { id: executable.0 })?;
+        let Some(&index) = exe.weights.get(name) else {
+            return Err(refuse("not uploaded as one whole buffer"));
+        };
+        // A constant sharing its buffer with another (same stored bytes) would change both.
+        if exe.weights.values().filter(|&&i| i == index).count() > 1 {
+            return Err(refuse("its buffer is shared with another constant"));
+        }
+        let len = exe.source.byte_len(name).unwrap_or(0);
+        if offset_bytes
+            .checked_add(bytes.len() as u64)
+            .is_none_or(|end| end > len)
+        {
+            return Err(refuse("past the constant's end"));
+        }
+        let Some(buf) = exe.buffers.get(index) else {
+            return Err(refuse("not uploaded as one whole buffer"));
+        };
+        if let Err(e) = self.device.write(buf, offset_bytes, bytes) {
+            return Err(self.fail(e));
+        }
+        Ok(())
+    }
+
     fn reset_state(&mut self, id: EntryId) -> Result<(), ExecError> {
         self.check_poison()?;
         let entry = self

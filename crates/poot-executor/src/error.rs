@@ -91,6 +91,16 @@ pub enum ExecError {
     /// A graph names a constant the executable's source does not provide.
     #[error("constant `{name}` is not bound by the executable's weights")]
     UnboundConst { name: String },
+    /// A host write into a constant that is not one whole uploaded buffer (unknown, split into
+    /// row chunks for the target's buffer limit), or past its end, or an executor that does not
+    /// write constants after loading (a device group).
+    #[error("constant `{name}` cannot be written at {offset_bytes}+{len_bytes} B: {why}")]
+    ConstWrite {
+        name: String,
+        offset_bytes: u64,
+        len_bytes: u64,
+        why: &'static str,
+    },
     #[error("state `{name}` is not allocated")]
     UnboundState { name: String },
     /// Two entries of one executable declare one state with different sizes.

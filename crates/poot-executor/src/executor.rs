@@ -239,6 +239,24 @@ pub trait Executor {
         inputs: &StepInputs,
         reps: u32,
     ) -> Result<Option<Vec<KernelTime>>, ExecError>;
+    /// Overwrites `bytes` of constant `name` at `offset_bytes`, in place: every entry of the
+    /// executable reads the new values from its next step, with nothing re-recorded (adapter
+    /// tables written at run time). Only a constant uploaded as one whole buffer can be written.
+    fn write_const(
+        &mut self,
+        executable: ExecutableId,
+        name: &str,
+        offset_bytes: u64,
+        bytes: &[u8],
+    ) -> Result<(), ExecError> {
+        let _ = executable;
+        Err(ExecError::ConstWrite {
+            name: name.to_string(),
+            offset_bytes,
+            len_bytes: bytes.len() as u64,
+            why: "this executor does not write constants after loading",
+        })
+    }
     /// Zeroes the carried state of the entry's executable and clears a failed step's mark.
     fn reset_state(&mut self, entry: EntryId) -> Result<(), ExecError>;
     fn remove_entry(&mut self, entry: EntryId);

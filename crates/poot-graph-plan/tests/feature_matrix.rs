@@ -19,7 +19,7 @@ use poot_graph_ir::{Graph, TraceLimits};
 use poot_graph_plan::{Target, compile};
 use poot_load::LoadOptions;
 use poot_models::test_support::family_fixtures::FIXTURES;
-use poot_models::{Model, ModelKind, Registry, StepShape, StepSpec};
+use poot_models::{LoraShape, Model, ModelKind, Registry, StepShape, StepSpec};
 
 const BEGIN: &str = "<!-- BEGIN GENERATED: feature matrix (tests/feature_matrix.rs) -->";
 const END: &str = "<!-- END GENERATED -->";
@@ -57,6 +57,18 @@ fn decoder_graphs(
             .unwrap()
     };
     vec![("decode", trace(1)), ("prefill", trace(prefill))]
+}
+
+/// A 4-row decode and a `prefill`-token prefill with adapter tables for 4 adapters of rank 16
+/// on all seven projections.
+fn lora_graphs(model: &dyn Model, capacity: usize, prefill: usize) -> Vec<(&'static str, Graph)> {
+    let trace = |rows, t| {
+        let shape = StepShape::new(rows, t, capacity).with_lora(Some(LoraShape::new(4, 16)));
+        model
+            .trace(&StepSpec::step(shape), TraceLimits::standard(4096))
+            .unwrap()
+    };
+    vec![("decode", trace(4, 1)), ("prefill", trace(1, prefill))]
 }
 
 fn header(out: &mut String, first: &str) {
@@ -184,6 +196,26 @@ fn generate() -> String {
             &format.to_string(),
             &decoder_graphs(model.as_ref(), 64, 16),
         );
+    }
+    let _ = writeln!(
+        out,
+        "\n### LoRA adapters\n\nSteps compiled with adapter tables for 4 adapters of rank 16 on all seven projections (two per-row gathered contractions each, so rows with different adapters share a step): a 4-row decode and a prefill (16 tokens over a 64-position cache for the fixture, 512 over 4096 positions for the real dimensions).\n"
+    );
+    header(&mut out, "Model");
+    let llama = FIXTURES.iter().find(|f| f.family == "llama").unwrap();
+    let ck = poot_load::load(&llama.path(), &LoadOptions::default()).unwrap();
+    let model = (registry.resolve(ck.config()).unwrap().build)(ck.config(), ck.store())
+        .unwrap()
+        .model;
+    row(
+        &mut out,
+        "llama fixture",
+        &lora_graphs(model.as_ref(), 64, 16),
+    );
+    for r in [qwen2_5_0_5b(), llama_3_1_8b_q4_k()] {
+        let model = build(&r);
+        let graphs = lora_graphs(model.as_ref(), model.config().max_positions.min(4096), 512);
+        row(&mut out, r.name, &graphs);
     }
     let _ = writeln!(out, "\n{END}");
     out

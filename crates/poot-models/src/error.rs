@@ -10,6 +10,10 @@ pub enum TraceError {
     /// The builder refused a call: a limit was reached, or shapes did not agree.
     #[error(transparent)]
     Builder(#[from] BuilderError),
+    /// A step with LoRA tables was asked for a tensor-parallel shard: adapters are applied to
+    /// whole projections only. Serve adapters on one device, or drop `--lora`.
+    #[error("LoRA adapters are not supported on a tensor-parallel shard ({ranks} ranks)")]
+    LoraSharded { ranks: usize },
     /// The model does not offer this program (an encoder has no `step`, say).
     #[error("the model offers no `{program}` program")]
     NoProgram { program: Program },

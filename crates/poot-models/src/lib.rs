@@ -10,6 +10,7 @@ pub mod consistency;
 pub mod error;
 pub mod families;
 pub mod limits;
+pub mod lora;
 pub mod model;
 pub mod pipeline;
 pub mod registry;
@@ -22,6 +23,7 @@ pub mod weights;
 pub mod test_support;
 
 pub use error::{ModelError, TraceError};
+pub use lora::{LoraAdapter, LoraError, LoraShape, LoraTables, LoraTarget, LoraTargets};
 pub use model::{Model, ModelConfig, ModelKind, ModelParts};
 pub use registry::{FamilyEntry, Registry, SHIPPED};
 pub use schema::ModelSchema;

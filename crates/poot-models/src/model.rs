@@ -46,6 +46,12 @@ pub trait Model: Send + Sync {
     /// Refused when `positions` exceeds the model's positions.
     fn narrow_positions(&mut self, positions: usize) -> Result<(), TraceError>;
 
+    /// How the stored Q and K projection rows are ordered against a Hugging Face checkpoint's,
+    /// which LoRA adapters are trained on (see [`crate::lora::LoraTables::with_qk_rows`]).
+    fn lora_qk_rows(&self) -> crate::lora::QkRows {
+        crate::lora::QkRows::AsStored
+    }
+
     /// The weight map rank `shard.rank` of a tensor-parallel group reads (its slices of the
     /// split weights, see [`crate::tensor_parallel`]). A group of one reads [`Model::weights`];
     /// a family whose tracer does not split its layers refuses any larger group.

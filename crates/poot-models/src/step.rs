@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::error::TraceError;
+use crate::lora::LoraShape;
 
 /// The programs a model may offer, named by the driver service that runs them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -237,6 +238,8 @@ pub struct StepShape {
     pub shard: Shard,
     /// The stage of a layer pipeline this step is for ([`Stage::WHOLE`] by default).
     pub stage: Stage,
+    /// The adapter tables the step reads, and its per-row adapter index (none by default).
+    pub lora: Option<LoraShape>,
 }
 
 impl StepShape {
@@ -250,7 +253,13 @@ impl StepShape {
             hidden_carry: false,
             shard: Shard::WHOLE,
             stage: Stage::WHOLE,
+            lora: None,
         }
+    }
+
+    pub fn with_lora(mut self, lora: Option<LoraShape>) -> StepShape {
+        self.lora = lora;
+        self
     }
 
     pub fn with_shard(mut self, shard: Shard) -> StepShape {

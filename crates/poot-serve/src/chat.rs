@@ -43,7 +43,8 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
     let req: ChatRequest = parse(body)?;
     app.check_generation_model(&req.model)?;
     let vocab = app.handle.config().vocab_size;
-    let g = params::generation(&req.sampling, vocab)?;
+    let mut g = params::generation(&req.sampling, vocab)?;
+    g.lora = app.lora_for(&req.model);
     let top_logprobs = match (req.logprobs, req.top_logprobs) {
         (false, None) => None,
         (false, Some(_)) => {
@@ -221,6 +222,7 @@ pub fn submit(
                 speculate: g.speculate,
                 top_logprobs,
                 stops: stops.clone(),
+                lora: g.lora.clone(),
                 ..GenerateRequest::new(prompt.ids.clone(), max_new, choice_sampler(&g.sampler, i))
             },
             stop_ids: prompt.rendered.turn_stop_ids(g.ignore_eos),

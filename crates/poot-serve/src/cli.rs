@@ -203,6 +203,29 @@ pub struct ServeArgs {
     /// requests without one may fill the context.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub default_max_tokens: u32,
+
+    /// A PEFT LoRA adapter directory loaded at start, served as model NAME (repeatable).
+    /// Adapters load and unload at run time too (POST /v1/load_lora_adapter and
+    /// /v1/unload_lora_adapter) when --max-loras is given.
+    #[arg(long = "lora", value_name = "NAME=PATH", value_parser = parse_lora)]
+    pub loras: Vec<(String, std::path::PathBuf)>,
+
+    /// LoRA adapters held at once (compiled into every step; default: the --lora count).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub max_loras: Option<u32>,
+
+    /// The largest LoRA rank an adapter may have.
+    #[arg(long, value_name = "R", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_lora_rank: u32,
+}
+
+fn parse_lora(s: &str) -> Result<(String, std::path::PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+            Ok((name.to_owned(), path.into()))
+        }
+        _ => Err(format!("`{s}` is not NAME=PATH")),
+    }
 }
 
 impl ServeArgs {
@@ -216,6 +239,18 @@ impl ServeArgs {
 }
 
 impl ServeArgs {
+    /// The LoRA tables every step carries, when adapters are asked for.
+    pub fn lora(&self) -> Option<poot_models::LoraShape> {
+        let max_loras = self
+            .max_loras
+            .map(|n| n as usize)
+            .or((!self.loras.is_empty()).then_some(self.loras.len()))?;
+        Some(poot_models::LoraShape::new(
+            max_loras,
+            self.max_lora_rank as usize,
+        ))
+    }
+
     /// The driver's speculation settings (off unless a draft source is named).
     pub fn speculation(&self) -> poot_llm::Speculation {
         if !self.spec_ngram && self.draft_model.is_none() {

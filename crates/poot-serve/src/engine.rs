@@ -13,8 +13,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Instant;
 
-use poot_llm::{FinishReason, GenerateRequest, SeqEvent, SeqId, TokenLogprob};
+use poot_llm::{DriverError, FinishReason, GenerateRequest, SeqEvent, SeqId, TokenLogprob};
+use poot_models::LoraAdapter;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::oneshot;
 
 use crate::error::{ApiError, ServeError};
 use crate::metrics::Metrics;
@@ -78,10 +80,27 @@ struct Job {
     arrived: Instant,
 }
 
+/// A LoRA load or unload, run on the engine thread between steps.
+pub enum LoraChange {
+    Load {
+        name: String,
+        adapter: Box<LoraAdapter>,
+    },
+    Unload {
+        name: String,
+    },
+}
+
+/// What the engine thread receives.
+enum Work {
+    Job(Job),
+    Lora(LoraChange, oneshot::Sender<Result<(), DriverError>>),
+}
+
 /// The handlers' side of the engine.
 #[derive(Clone)]
 pub struct Engine {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<Work>,
     /// Sequences sent and not yet admitted or dropped.
     waiting: Arc<AtomicUsize>,
     max_waiting: usize,
@@ -101,7 +120,7 @@ impl Engine {
         R: Rows,
         F: FnOnce() -> Result<R, ServeError> + Send + 'static,
     {
-        let (jobs, rx) = mpsc::channel::<Job>();
+        let (jobs, rx) = mpsc::channel::<Work>();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), ServeError>>();
         let waiting = Arc::new(AtomicUsize::new(0));
         let healthy = Arc::new(AtomicBool::new(true));
@@ -146,7 +165,7 @@ impl Engine {
             events,
             arrived: Instant::now(),
         };
-        if self.jobs.send(job).is_err() {
+        if self.jobs.send(Work::Job(job)).is_err() {
             self.waiting.fetch_sub(n, Ordering::Relaxed);
             return Err(ApiError::engine("the engine thread has stopped"));
         }
@@ -155,6 +174,20 @@ impl Engine {
 
     pub fn healthy(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Loads or unloads a LoRA adapter on the engine thread (before its next step); the
+    /// driver's answer.
+    pub async fn change_lora(
+        &self,
+        change: LoraChange,
+    ) -> Result<Result<(), DriverError>, ApiError> {
+        let (tx, rx) = oneshot::channel();
+        self.jobs
+            .send(Work::Lora(change, tx))
+            .map_err(|_| ApiError::engine("the engine thread has stopped"))?;
+        rx.await
+            .map_err(|_| ApiError::engine("the engine thread has stopped"))
     }
 }
 
@@ -212,7 +245,7 @@ impl<R: Rows> Scheduler<R> {
         }
     }
 
-    fn run(mut self, jobs: &mpsc::Receiver<Job>, warm_when_idle: bool) {
+    fn run(mut self, jobs: &mpsc::Receiver<Work>, warm_when_idle: bool) {
         // Step variants left to prepare: idle time prepares them one at a time, checking for
         // jobs between each, so the server is ready before every variant is.
         let mut warming = warm_when_idle;
@@ -250,7 +283,18 @@ impl<R: Rows> Scheduler<R> {
         }
     }
 
-    fn take(&mut self, job: Job) {
+    fn take(&mut self, work: Work) {
+        let job = match work {
+            Work::Job(job) => job,
+            Work::Lora(change, reply) => {
+                let done = match &change {
+                    LoraChange::Load { name, adapter } => self.rows.load_lora(name, adapter),
+                    LoraChange::Unload { name } => self.rows.unload_lora(name),
+                };
+                let _ = reply.send(done);
+                return;
+            }
+        };
         for (choice, spec) in job.seqs.into_iter().enumerate() {
             self.waiting.push_back(Waiting {
                 choice,

@@ -137,6 +137,7 @@ impl ApiError {
             } => ApiError::context(*prompt, *max_new, *capacity),
             DriverError::EmptyPrompt => ApiError::invalid_value("prompt", "the prompt is empty"),
             DriverError::Sampling(why) => ApiError::invalid(format!("{e}"), sampling_param(why)),
+            DriverError::UnknownLora { .. } => crate::lora::driver_error(e),
             _ => ApiError::engine(format!("the engine refused the request: {e}")),
         }
     }
@@ -197,6 +198,12 @@ impl IntoResponse for ApiError {
 /// Why the server did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// A `--lora` adapter could not be read.
+    #[error("LoRA adapter {path}: {source}")]
+    Lora {
+        path: PathBuf,
+        source: poot_models::LoraError,
+    },
     /// The generation model could not be loaded.
     #[error("loading {path}: {source}")]
     Load {

@@ -44,6 +44,8 @@ pub struct App {
     pub tool_syntax: Option<ToolSyntax>,
     /// Unix time the server started (the models' `created`).
     pub created: u64,
+    /// The LoRA adapters loaded now, by name.
+    pub loras: std::sync::RwLock<Vec<String>>,
 }
 
 impl App {
@@ -59,12 +61,39 @@ impl App {
         ids
     }
 
-    /// Refuses a request for a model other than the generation model.
+    /// Refuses a request for a model other than the generation model or one of its loaded
+    /// LoRA adapters.
     pub fn check_generation_model(&self, model: &str) -> Result<(), ApiError> {
-        if model == self.model_id {
+        if model == self.model_id || self.lora_for(model).is_some() {
             Ok(())
         } else {
-            Err(ApiError::unknown_model(model, &self.served()))
+            let mut served: Vec<String> = self.served().iter().map(|s| s.to_string()).collect();
+            served.extend(self.lora_names());
+            let served: Vec<&str> = served.iter().map(String::as_str).collect();
+            Err(ApiError::unknown_model(model, &served))
+        }
+    }
+
+    /// The loaded adapter a request's `model` names, if it names one.
+    pub fn lora_for(&self, model: &str) -> Option<String> {
+        self.lora_names().into_iter().find(|n| n == model)
+    }
+
+    pub fn lora_names(&self) -> Vec<String> {
+        self.loras.read().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    pub fn add_lora(&self, name: &str) {
+        if let Ok(mut l) = self.loras.write()
+            && !l.iter().any(|n| n == name)
+        {
+            l.push(name.to_owned());
+        }
+    }
+
+    pub fn remove_lora(&self, name: &str) {
+        if let Ok(mut l) = self.loras.write() {
+            l.retain(|n| n != name);
         }
     }
 }
@@ -85,6 +114,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/rerank", post(crate::rerank::rerank))
         .route("/v1/score", post(crate::rerank::score))
         .route("/score", post(crate::rerank::score))
+        .route("/v1/load_lora_adapter", post(crate::lora::load))
+        .route("/v1/unload_lora_adapter", post(crate::lora::unload))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
         .route("/health", get(health))
@@ -175,6 +206,16 @@ pub fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result
 }
 
 fn card(app: &App, id: &str) -> Option<ModelCard> {
+    if app.lora_for(id).is_some() {
+        return Some(ModelCard {
+            id: id.to_owned(),
+            object: "model",
+            created: app.created,
+            owned_by: "poot",
+            max_model_len: Some(app.context),
+            parent: Some(app.model_id.clone()),
+        });
+    }
     let context = if id == app.model_id {
         Some(app.context)
     } else {
@@ -195,15 +236,14 @@ fn card(app: &App, id: &str) -> Option<ModelCard> {
         created: app.created,
         owned_by: "poot",
         max_model_len: Some(context),
+        parent: None,
     })
 }
 
 async fn models(State(app): State<Arc<App>>) -> Response {
-    let data = app
-        .served()
-        .into_iter()
-        .filter_map(|id| card(&app, id))
-        .collect();
+    let mut ids: Vec<String> = app.served().iter().map(|s| s.to_string()).collect();
+    ids.extend(app.lora_names());
+    let data = ids.iter().filter_map(|id| card(&app, id)).collect();
     axum::Json(ModelList {
         object: "list",
         data,

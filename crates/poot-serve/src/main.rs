@@ -10,6 +10,7 @@ mod embeddings;
 mod engine;
 mod error;
 mod http;
+mod lora;
 mod messages;
 mod metrics;
 mod openai;
@@ -128,7 +129,22 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let mut options = DriverOptions::new(context, prefill_chunk)
         .with_rows(rows)
         .with_chain(args.decode_chain as usize)
-        .with_speculation(args.speculation());
+        .with_speculation(args.speculation())
+        .with_lora(args.lora());
+    // Adapters named at start are read now, so a bad one fails before the device opens.
+    let start_loras = args
+        .loras
+        .iter()
+        .map(|(name, path)| {
+            poot_models::LoraAdapter::read(path)
+                .map(|a| (name.clone(), a))
+                .map_err(|source| ServeError::Lora {
+                    path: path.clone(),
+                    source,
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let lora_names: Vec<String> = start_loras.iter().map(|(n, _)| n.clone()).collect();
     // The draft model, loaded now (a bad path fails before the device opens) and served on the
     // engine thread with the target's layout.
     let draft_handle = match &args.draft_model {
@@ -182,6 +198,10 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
                     "draft model on {}: {} drafted tokens per verification step",
                     opened.device_name, options.speculation.tokens
                 );
+            }
+            for (name, adapter) in &start_loras {
+                driver.load_lora(name, adapter)?;
+                eprintln!("LoRA adapter `{name}` loaded (rank {})", adapter.rank);
             }
             if prepare == PrepareArg::Start {
                 driver.warm_all();
@@ -279,6 +299,7 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
         reranker,
         tool_syntax,
         created: http::unix_now(),
+        loras: std::sync::RwLock::new(lora_names),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

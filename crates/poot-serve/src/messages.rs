@@ -106,7 +106,7 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         speculative: req.speculative,
         ..SamplingFields::default()
     };
-    let g = params::generation(&fields, app.handle.config().vocab_size).map_err(|e| {
+    let mut g = params::generation(&fields, app.handle.config().vocab_size).map_err(|e| {
         // Anthropic spells the stop strings `stop_sequences`.
         if e.param.as_deref() == Some("stop") {
             ApiError {
@@ -118,6 +118,7 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
             e
         }
     })?;
+    g.lora = app.lora_for(&req.model);
     let prompt = chat::render(app, conversation(&req)?)?;
     let rx = chat::submit(app, &prompt, &g, max_tokens, None)?;
     let answer = chat::answer(app, &prompt, tool_use);

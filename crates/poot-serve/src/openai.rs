@@ -264,6 +264,9 @@ pub struct ModelCard {
     /// Extension (vLLM): the context a sequence has.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_model_len: Option<usize>,
+    /// Extension (vLLM): the base model of a LoRA adapter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]

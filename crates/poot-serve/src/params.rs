@@ -23,6 +23,8 @@ pub struct Generation {
     pub speculate: bool,
     pub stream: bool,
     pub include_usage: bool,
+    /// The LoRA adapter the request's `model` names (set by the route), `None` for the base.
+    pub lora: Option<String>,
 }
 
 /// The fields both generation routes share. `vocab` bounds `logit_bias` token ids.
@@ -153,6 +155,7 @@ pub fn generation(f: &SamplingFields, vocab: usize) -> Result<Generation, ApiErr
         speculate: f.speculative.unwrap_or(true),
         stream: f.stream,
         include_usage: f.stream_options.is_some_and(|o| o.include_usage),
+        lora: None,
     })
 }
 

@@ -124,7 +124,8 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         speculative: req.speculative,
         ..SamplingFields::default()
     };
-    let g = params::generation(&fields, app.handle.config().vocab_size)?;
+    let mut g = params::generation(&fields, app.handle.config().vocab_size)?;
+    g.lora = app.lora_for(&req.model);
     let conversation = conversation(&req)?;
     let prompt = chat::render(app, conversation)?;
     let rx = chat::submit(app, &prompt, &g, max_tokens, None)?;

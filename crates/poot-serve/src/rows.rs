@@ -3,6 +3,7 @@
 //! loop's scheduling (queueing, disconnects, failures) is tested without a device.
 
 use poot_llm::{Driver, DriverError, GenerateRequest, Layout, SeqEvent, SeqId, Serving, SpecStats};
+use poot_models::LoraAdapter;
 
 /// Why a sequence was not opened.
 #[derive(Debug)]
@@ -39,6 +40,16 @@ pub trait Rows {
     /// What speculative decoding has done so far.
     fn spec_stats(&self) -> SpecStats {
         SpecStats::default()
+    }
+    /// Loads a LoRA adapter under `name` (requests then name it as their model).
+    fn load_lora(&mut self, name: &str, adapter: &LoraAdapter) -> Result<(), DriverError> {
+        let _ = (name, adapter);
+        Err(DriverError::LoraOff)
+    }
+    /// Unloads LoRA adapter `name`.
+    fn unload_lora(&mut self, name: &str) -> Result<(), DriverError> {
+        let _ = name;
+        Err(DriverError::LoraOff)
     }
 }
 
@@ -90,5 +101,13 @@ impl Rows for Driver<Serving> {
 
     fn spec_stats(&self) -> SpecStats {
         Driver::spec_stats(self)
+    }
+
+    fn load_lora(&mut self, name: &str, adapter: &LoraAdapter) -> Result<(), DriverError> {
+        Driver::load_lora(self, name, adapter).map(|_| ())
+    }
+
+    fn unload_lora(&mut self, name: &str) -> Result<(), DriverError> {
+        Driver::unload_lora(self, name)
     }
 }

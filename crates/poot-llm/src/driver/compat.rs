@@ -21,6 +21,10 @@ pub enum Feature {
     PrefixCache,
     /// Per-request inputs a model declares (images, adapters' extra rows).
     RequestInputs,
+    /// LoRA adapter tables in every step.
+    Lora,
+    /// The devices the model is placed on.
+    Devices(usize),
 }
 
 impl fmt::Display for Feature {
@@ -33,6 +37,8 @@ impl fmt::Display for Feature {
             Feature::Chain => f.write_str("chained decode"),
             Feature::PrefixCache => f.write_str("the prefix cache"),
             Feature::RequestInputs => f.write_str("request inputs"),
+            Feature::Lora => f.write_str("LoRA adapters"),
+            Feature::Devices(n) => write!(f, "a placement over {n} devices"),
         }
     }
 }
@@ -67,6 +73,12 @@ const TABLE: &[(Side, Side, &str)] = &[
         |f| matches!(f, Feature::RequestInputs),
         "the prefix cache keys on tokens alone, so a sequence with request inputs may not reuse \
          or register blocks",
+    ),
+    (
+        |f| matches!(f, Feature::Lora),
+        |f| matches!(f, Feature::Devices(n) if *n > 1),
+        "adapter tables adapt whole projections on one device; a tensor-parallel or pipeline \
+         group would need them split",
     ),
 ];
 

@@ -7,6 +7,7 @@
 
 mod compat;
 mod kv;
+mod lora;
 mod serving;
 mod speculation;
 
@@ -21,7 +22,10 @@ use poot_executor::{
 };
 use poot_graph_ir::{Slot, TraceLimits};
 use poot_models::pipeline::broadcast_outputs;
-use poot_models::{KvLayout, LogitsMode, Shard, Stage, StepShape, StepSpec, TraceError};
+use poot_models::{
+    KvLayout, LogitsMode, LoraError, LoraShape, LoraTables, Shard, Stage, StepShape, StepSpec,
+    TraceError,
+};
 
 use crate::handle::{HandleError, ModelHandle};
 pub use crate::placement::Placement;
@@ -37,6 +41,7 @@ pub use serving::{SeqEvent, SeqId, SeqToken, StepPicks};
 pub use speculation::{PromptLookup, SpecStats, Speculation};
 
 use self::kv::KvPool;
+use self::lora::{Adapters, WithTables};
 use self::serving::Sequences;
 
 /// Fixed for the driver's life.
@@ -61,6 +66,9 @@ pub struct DriverOptions {
     /// Speculative decoding: drafted tokens per verification step and where drafts come from
     /// (a draft model is attached with [`Driver::attach_draft`]).
     pub speculation: Speculation,
+    /// LoRA adapter tables every step reads (vLLM's `--max-loras`, `--max-lora-rank`); `None`
+    /// serves the base model only.
+    pub lora: Option<LoraShape>,
 }
 
 impl DriverOptions {
@@ -75,7 +83,14 @@ impl DriverOptions {
             chain: DEFAULT_CHAIN,
             max_batched_tokens: prefill_chunk.max(1) + 1,
             speculation: Speculation::OFF,
+            lora: None,
         }
+    }
+
+    /// Compiles every step with adapter tables of this capacity (see [`Driver::load_lora`]).
+    pub fn with_lora(mut self, lora: Option<LoraShape>) -> DriverOptions {
+        self.lora = lora;
+        self
     }
 
     /// Speculates as `speculation` says. A verification step carries `tokens + 1` positions
@@ -197,6 +212,8 @@ pub struct GenerateRequest {
     pub top_logprobs: Option<usize>,
     /// Speculate when the driver does (false decodes this request one token a step).
     pub speculate: bool,
+    /// The loaded LoRA adapter to decode with, by name; `None` for the base model.
+    pub lora: Option<String>,
 }
 
 impl GenerateRequest {
@@ -210,6 +227,7 @@ impl GenerateRequest {
             ignore_eos: false,
             top_logprobs: None,
             speculate: true,
+            lora: None,
         }
     }
 }
@@ -378,6 +396,25 @@ pub enum DriverError {
         target_capacity: usize,
         draft_capacity: usize,
     },
+    /// An adapter that cannot be loaded: it does not fit the model or the compiled capacity.
+    #[error(transparent)]
+    Lora(#[from] LoraError),
+    /// A LoRA call on a driver built without adapter tables: build it with
+    /// [`DriverOptions::with_lora`].
+    #[error("this driver was built without LoRA tables (--max-loras)")]
+    LoraOff,
+    /// A request or an unload names an adapter that is not loaded.
+    #[error("no LoRA adapter named `{name}` is loaded")]
+    UnknownLora { name: String },
+    /// Loading under a name already loaded: unload it first.
+    #[error("a LoRA adapter named `{name}` is already loaded")]
+    LoraExists { name: String },
+    /// Every adapter index is taken: unload one, or restart with a larger `--max-loras`.
+    #[error("all {max_loras} LoRA adapter slots are taken")]
+    LoraFull { max_loras: usize },
+    /// Unloading an adapter open sequences still decode with: retry after they finish.
+    #[error("LoRA adapter `{name}` is used by {open} open sequences")]
+    LoraInUse { name: String, open: usize },
     /// Tokenizer or handle failure while streaming text.
     #[error(transparent)]
     Handle(Box<HandleError>),
@@ -429,6 +466,8 @@ pub struct Driver<S = Serving> {
     /// The draft model, once attached.
     draft: Option<Box<Driver<Serving>>>,
     spec_stats: SpecStats,
+    /// The adapter tables and names, when built with LoRA.
+    adapters: Option<Adapters>,
     _state: PhantomData<S>,
 }
 
@@ -488,7 +527,8 @@ impl<S> Driver<S> {
     }
 
     fn prepare(&mut self, layout: Layout, key: EntryKey) -> Result<(), DriverError> {
-        let mut shape = StepShape::new(key.rows, key.tokens, self.options.capacity);
+        let mut shape = StepShape::new(key.rows, key.tokens, self.options.capacity)
+            .with_lora(self.options.lora);
         if key.head.verifies() {
             shape = shape.with_logits(LogitsMode::All);
         }
@@ -629,6 +669,16 @@ impl Driver<Unprepared> {
                 ranks,
             });
         }
+        let tables = match options.lora {
+            None => None,
+            Some(shape) => {
+                check_compatible(Feature::Lora, Feature::Devices(placement.devices()))?;
+                Some(
+                    LoraTables::new(handle.model().weights(), handle.config().n_layers, shape)?
+                        .with_qk_rows(handle.model().lora_qk_rows()),
+                )
+            }
+        };
         // Each device's weights: the whole model, its rank's shard or its stage's layers.
         let sources = (0..placement.devices())
             .map(
@@ -646,7 +696,19 @@ impl Driver<Unprepared> {
                 },
             )
             .collect::<Result<Vec<_>, _>>()?;
+        // One device (checked above): the weights and the zero adapter tables.
+        let sources = match &tables {
+            Some(tables) => vec![Box::new(WithTables {
+                base: HandleWeights::new(Arc::clone(&handle)),
+                tables: tables.clone(),
+            }) as Box<dyn poot_executor::ConstSource>],
+            None => sources,
+        };
         let exe = exec.load_weights_ranked(sources)?;
+        let adapters = tables.map(|tables| Adapters {
+            names: vec![None; tables.shape().max_loras],
+            tables,
+        });
         Ok(Driver {
             handle,
             exec: coordinator,
@@ -663,6 +725,7 @@ impl Driver<Unprepared> {
             seqs: Sequences::default(),
             draft: None,
             spec_stats: SpecStats::default(),
+            adapters,
             _state: PhantomData,
         })
     }
@@ -686,6 +749,7 @@ impl Driver<Unprepared> {
             failed,
             preparation,
             runs,
+            adapters,
             ..
         } = self;
         let pool = KvPool::new(layout, options.capacity);
@@ -705,6 +769,7 @@ impl Driver<Unprepared> {
             seqs: Sequences::new(options.rows, pool),
             draft: None,
             spec_stats: SpecStats::default(),
+            adapters,
             _state: PhantomData,
         })
     }

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use poot_executor::{KernelTime, StepInputs, StepOutputs};
 use poot_graph_ir::Slot;
+use poot_models::lora::LORA_INDEX_SLOT;
 use poot_text::{DecoderState, StreamDecoder};
 
 use super::kv::KvPool;
@@ -83,6 +84,8 @@ pub(super) struct Pick {
 pub(super) struct Sequence {
     pub(super) row: usize,
     pub(super) req: GenerateRequest,
+    /// The request's adapter index (0 for the base model).
+    pub(super) lora: i32,
     /// The known tokens to feed before decoding: the prompt, or after a preemption the prompt
     /// and every token generated so far (recomputed, the last one picking the next token).
     pub(super) tokens: Vec<u32>,
@@ -169,7 +172,7 @@ impl Sequences {
             return;
         };
         self.pool
-            .release(&seq.blocks, &seq.req.prompt, seq.fed, true);
+            .release(&seq.blocks, &seq.req.prompt, seq.fed, seq.lora == 0);
         seq.blocks.clear();
         let mut tokens = seq.req.prompt.clone();
         tokens.extend(&seq.generated);
@@ -255,6 +258,7 @@ impl Driver<Serving> {
             });
         }
         check_request(&req, self.handle.config().vocab_size)?;
+        let lora = self.lora_index(req.lora.as_deref())?;
         let text = self.handle.text()?;
         let seqs = &mut self.seqs;
         let no_room = |seqs: &Sequences| DriverError::NoRoom {
@@ -267,7 +271,8 @@ impl Driver<Serving> {
             return Err(no_room(seqs));
         };
         // The repetition penalty counts every prompt token, so its sequences compute them all.
-        let share = req.sampler.penalties.repetition == 1.0;
+        // An adapter changes the keys and values: its prompts neither share nor publish blocks.
+        let share = req.sampler.penalties.repetition == 1.0 && lora == 0;
         // The whole request must fit the pool alone (else it could never finish), and its
         // prompt plus a block of output must fit now.
         if seqs.pool.blocks_for(n + req.max_new) > seqs.pool.usable() && seqs.pool.paged() {
@@ -294,6 +299,7 @@ impl Driver<Serving> {
                 tokens: req.prompt.clone(),
                 parked: false,
                 req,
+                lora,
                 fed: reservation.reused_tokens,
                 pending: None,
                 generated: Vec::new(),
@@ -325,7 +331,7 @@ impl Driver<Serving> {
             *r = None;
         }
         seqs.pool
-            .release(&seq.blocks, &seq.req.prompt, seq.fed, true);
+            .release(&seq.blocks, &seq.req.prompt, seq.fed, seq.lora == 0);
         if let (Some(draft), Some(id)) = (self.draft.as_deref_mut(), seq.draft) {
             draft.release(id);
         }
@@ -361,7 +367,8 @@ impl Driver<Serving> {
             // Reused blocks are not fed again, so they must hold nothing a penalty counts: the
             // repetition penalty counts every token, presence and frequency the output.
             let p = seq.req.sampler.penalties;
-            let share = p.repetition == 1.0 && p.presence == 0.0 && p.frequency == 0.0;
+            let share =
+                p.repetition == 1.0 && p.presence == 0.0 && p.frequency == 0.0 && seq.lora == 0;
             let total = seq.req.prompt.len() + seq.req.max_new;
             let Some(r) = seqs.pool.reserve(&seq.tokens, total, share) else {
                 // Older parked sequences resume first.
@@ -540,7 +547,8 @@ impl Driver<Serving> {
         for seq in seqs.open.values() {
             // Only while the prompt is being written, and only for sequences whose blocks hold
             // nothing but the prompt's own keys and values up to `fed`.
-            if seq.fed <= seq.req.prompt.len() + 1 && seq.fed > seq.published_until {
+            if seq.lora == 0 && seq.fed <= seq.req.prompt.len() + 1 && seq.fed > seq.published_until
+            {
                 seqs.pool.publish(&seq.blocks, &seq.req.prompt, seq.fed);
             }
         }
@@ -711,8 +719,10 @@ impl Driver<Serving> {
         let mut writes = Vec::new();
         let idle = Sampler::greedy();
         let mut sampling = Vec::with_capacity(rows);
+        let mut lora = Vec::with_capacity(rows);
         for (r, feed) in feeds.iter().enumerate() {
             let seq = feed.as_ref().and_then(|f| open.get(&f.seq).map(|s| (f, s)));
+            lora.push(seq.map_or(0, |(_, s)| s.lora));
             match seq {
                 Some((f, s)) => {
                     ids.extend(f.tokens.iter().map(|&t| t as i32));
@@ -754,6 +764,9 @@ impl Driver<Serving> {
         }
         if !head.verifies() {
             bind_slots(&mut inputs, head, &sampling, tokens);
+        }
+        if self.options.lora.is_some() {
+            inputs.set_i32(Slot::Named(LORA_INDEX_SLOT.to_string()), &lora);
         }
         inputs
     }

@@ -4,7 +4,7 @@
 use poot_graph_ir::ops::{self, AttentionOptions, RopeStyle};
 use poot_graph_ir::{Builder, Traced};
 
-use super::{Norm, Step, apply_norm};
+use super::{Norm, Step, adapted, apply_norm};
 use crate::error::TraceError;
 use crate::tensor_parallel::Heads;
 use crate::weights::{Role, WeightRole};
@@ -72,12 +72,13 @@ pub fn attention(
         Ok(b.transpose(x, vec![0, 2, 1, 3])?)
     };
     let proj = |w: Role, bias: Role| -> Result<Traced, TraceError> {
-        Ok(ops::linear(
+        let y = ops::linear(
             b,
             h,
             step.weight(b, role(w))?,
             step.weight_opt(b, role(bias))?,
-        )?)
+        )?;
+        adapted(b, step, layer, w, h, y)
     };
     let mut q = heads(
         proj(Role::AttnQ, Role::AttnQBias)?,
@@ -119,12 +120,13 @@ pub fn attention(
     )?;
     let o = b.transpose(o, vec![0, 2, 1, 3])?;
     let o = b.reshape(o, [rows, tokens, n_heads * p.head_dim])?;
-    let o = ops::row_parallel_linear(
+    let y = ops::row_parallel_linear(
         b,
         o,
         step.weight(b, role(Role::AttnO))?,
         step.weight_opt(b, role(Role::AttnOBias))?,
         shard.ranks,
     )?;
+    let o = adapted(b, step, layer, Role::AttnO, o, y)?;
     Ok(b.name(o, "attn_out")?)
 }

@@ -12,6 +12,7 @@ use super::{
 };
 use crate::config::SourceKind;
 use crate::error::{ModelError, TraceError};
+use crate::lora::QkRows;
 use crate::model::{Model, ModelConfig, narrowed_positions};
 use crate::schema::ModelSchema;
 use crate::step::{Program, Shard, StepSpec};
@@ -46,6 +47,9 @@ pub struct DenseDecoderSpec {
     pub attn_softcap: Option<f32>,
     pub embed_scale: Option<f32>,
     pub final_softcap: Option<f32>,
+    /// The stored Q and K rows pair rotary features interleaved within each head (llama.cpp's
+    /// converter permutes a Llama's rows so): an adapter's Q and K rows are permuted to match.
+    pub qk_rows_interleaved: bool,
 }
 
 /// A dense decoder: the spec, its schema and its weight map.
@@ -155,6 +159,17 @@ impl DenseDecoder {
 impl Model for DenseDecoder {
     fn config(&self) -> &ModelConfig {
         &self.spec.config
+    }
+
+    fn lora_qk_rows(&self) -> QkRows {
+        let s = &self.spec;
+        if s.qk_rows_interleaved {
+            QkRows::Interleaved {
+                head_dim: s.head_dim,
+            }
+        } else {
+            QkRows::AsStored
+        }
     }
 
     fn schema(&self) -> &ModelSchema {
@@ -535,6 +550,7 @@ impl DenseDecoderSpec {
             attn_softcap: None,
             embed_scale: None,
             final_softcap: None,
+            qk_rows_interleaved: false,
         }
     }
 }

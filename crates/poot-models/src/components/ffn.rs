@@ -3,7 +3,7 @@
 use poot_graph_ir::ops::{self, binary_bcast};
 use poot_graph_ir::{BinaryOp, Builder, Traced};
 
-use super::Step;
+use super::{Step, adapted};
 use crate::error::TraceError;
 use crate::weights::{Role, WeightRole};
 
@@ -34,16 +34,12 @@ pub fn gated_ffn(
     act: Activation,
 ) -> Result<Traced, TraceError> {
     let w = |r| step.weight(b, WeightRole::layer(layer, r));
-    let gate = ops::linear(b, x, w(Role::FfnGate)?, None)?;
-    let up = ops::linear(b, x, w(Role::FfnUp)?, None)?;
+    let proj = |r, y| adapted(b, step, layer, r, x, y);
+    let gate = proj(Role::FfnGate, ops::linear(b, x, w(Role::FfnGate)?, None)?)?;
+    let up = proj(Role::FfnUp, ops::linear(b, x, w(Role::FfnUp)?, None)?)?;
     let h = b.mul(activate(b, gate, act)?, up)?;
-    Ok(ops::row_parallel_linear(
-        b,
-        h,
-        w(Role::FfnDown)?,
-        None,
-        step.shape.shard.ranks,
-    )?)
+    let down = ops::row_parallel_linear(b, h, w(Role::FfnDown)?, None, step.shape.shard.ranks)?;
+    adapted(b, step, layer, Role::FfnDown, h, down)
 }
 
 /// `down(act(up(x) + bu)) + bd` (encoders).

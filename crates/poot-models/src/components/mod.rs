@@ -5,6 +5,7 @@
 pub mod attention;
 pub mod dense;
 pub mod ffn;
+pub mod lora;
 pub mod norm;
 pub mod rotary;
 pub mod standard;
@@ -13,6 +14,7 @@ pub mod step;
 pub use attention::{AttentionParams, KvSource, RopeUse, attention};
 pub use dense::{DenseDecoder, DenseDecoderSpec, LayerAttention};
 pub use ffn::{Activation, gated_ffn, plain_ffn};
+pub use lora::adapted;
 pub use norm::{Norm, apply_norm};
 pub use rotary::{RopeConfig, RopeScaling};
 pub use standard::{

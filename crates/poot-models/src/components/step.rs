@@ -6,6 +6,7 @@ use poot_graph_ir::ops::causal_mask;
 use poot_graph_ir::{Builder, CompareOp, DType, Graph, Outputs, Slot, TensorType, Traced};
 
 use crate::error::TraceError;
+use crate::lora::LORA_INDEX_SLOT;
 use crate::schema::{StateRole, StepInput, kv_state_name};
 use crate::step::{KvLayout, StepShape};
 use crate::weights::{WeightMap, WeightRole};
@@ -26,6 +27,8 @@ pub struct Step<'m> {
     /// Paged KV: the block table and the flattened write map, once declared.
     paged: RefCell<Option<(Traced, Traced)>>,
     extra_outputs: RefCell<Vec<Traced>>,
+    /// Each token's adapter index `[rows * tokens]`, once declared.
+    lora_index: RefCell<Option<Traced>>,
 }
 
 impl<'m> Step<'m> {
@@ -84,6 +87,7 @@ impl<'m> Step<'m> {
             states: RefCell::new(Vec::new()),
             paged: RefCell::new(None),
             extra_outputs: RefCell::new(Vec::new()),
+            lora_index: RefCell::new(None),
         })
     }
 
@@ -278,6 +282,21 @@ impl<'m> Step<'m> {
         let write = b.reshape(write, [rows * tokens])?;
         *self.paged.borrow_mut() = Some((table, write));
         Ok((table, write))
+    }
+
+    /// Each token's adapter index `i32 [rows * tokens]`, from the per-row
+    /// [`LORA_INDEX_SLOT`] `[rows]` declared on first use and shared by every projection.
+    pub fn lora_index(&self, b: &Builder) -> Result<Traced, TraceError> {
+        if let Some(t) = *self.lora_index.borrow() {
+            return Ok(t);
+        }
+        let (rows, tokens) = (self.shape.rows, self.shape.tokens);
+        let per_row = b.slot_named(LORA_INDEX_SLOT, TensorType::new(DType::I32, vec![rows]))?;
+        let per_row = b.reshape(per_row, [rows, 1])?;
+        let per_token = b.broadcast(per_row, [rows, tokens])?;
+        let per_token = b.reshape(per_token, [rows * tokens])?;
+        *self.lora_index.borrow_mut() = Some(per_token);
+        Ok(per_token)
     }
 
     /// Adds another primary output after the main one (a hidden-state carry).

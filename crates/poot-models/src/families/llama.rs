@@ -27,6 +27,7 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
         // A GGUF without a chat template chats as llama.cpp does then: in chatml.
         if cfg.kind() == SourceKind::Gguf {
             spec.rope_style = RopeStyle::Interleaved;
+            spec.qk_rows_interleaved = true;
             spec.config.chat_format = Some("chatml");
         }
         // Mistral's sliding window applies to every layer.

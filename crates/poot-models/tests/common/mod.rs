@@ -9,7 +9,7 @@ use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
 use poot_graph_ir::{Graph, Slot, TensorType, TraceLimits};
 use poot_load::{Checkpoint, LoadOptions};
 use poot_models::weights::ConstData;
-use poot_models::{Model, Registry, StepShape, StepSpec};
+use poot_models::{LoraTables, Model, Registry, StepShape, StepSpec};
 
 pub fn fixture_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -66,8 +66,23 @@ pub fn bind_from<'s>(
     weights: &'s poot_models::weights::WeightMap,
     loaded: &'s Loaded,
 ) -> Inputs<'s> {
+    bind_with_lora(graph, weights, loaded, None)
+}
+
+/// [`bind_from`], the adapter tables' constants (`lora.*`) bound from `lora`.
+pub fn bind_with_lora<'s>(
+    graph: &Graph,
+    weights: &'s poot_models::weights::WeightMap,
+    loaded: &'s Loaded,
+    lora: Option<&'s LoraTables>,
+) -> Inputs<'s> {
     let mut inputs = Inputs::new();
     for (_, name, ty) in graph.consts() {
+        if let Some(table) = lora.and_then(|l| l.table(name)) {
+            let t = HostTensor::f32(ty.shape.clone(), table.data.clone()).expect("lora table");
+            inputs.set_const(name, t);
+            continue;
+        }
         let data = weights
             .const_data(name, loaded.checkpoint.store())
             .unwrap_or_else(|e| panic!("{name} is not in the weights: {e}"));
@@ -102,6 +117,8 @@ pub struct OracleSession<'m> {
     pub capacity: usize,
     pub rows: usize,
     states: Vec<(String, HostTensor<'static>)>,
+    /// The adapter tables and each row's adapter index, for a step traced with LoRA.
+    pub lora: Option<(&'m LoraTables, Vec<i32>)>,
 }
 
 impl<'m> OracleSession<'m> {
@@ -111,6 +128,7 @@ impl<'m> OracleSession<'m> {
             capacity,
             rows,
             states: Vec::new(),
+            lora: None,
         }
     }
 
@@ -129,7 +147,12 @@ impl<'m> OracleSession<'m> {
             .model
             .trace(&spec, TraceLimits::standard(4096))
             .expect("trace");
-        let mut inputs = bind_weights(&graph, self.loaded);
+        let tables = self.lora.as_ref().map(|(t, _)| *t);
+        let mut inputs = bind_with_lora(&graph, self.loaded.model.weights(), self.loaded, tables);
+        if let Some((_, index)) = &self.lora {
+            let slot = Slot::Named(poot_models::lora::LORA_INDEX_SLOT.into());
+            inputs.set_slot(slot, HostTensor::i32([self.rows], index.clone()).unwrap());
+        }
         let flat: Vec<i32> = tokens.iter().flatten().copied().collect();
         let pos: Vec<i32> = starts
             .iter()

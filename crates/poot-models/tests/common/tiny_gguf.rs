@@ -1,5 +1,5 @@
-//! A tiny GGUF writer for tests: metadata of any scalar type and F32 tensors (zeros), laid out
-//! as GGUF v3 (little-endian, 32-byte aligned tensor data). Enough to write a Llama-shaped
+//! A tiny GGUF writer for tests: metadata of any scalar type and F32 tensors (zeros unless
+//! values are given), laid out as GGUF v3 (little-endian, 32-byte aligned tensor data). Enough to write a Llama-shaped
 //! checkpoint whose metadata a test varies.
 
 #![allow(dead_code)]
@@ -22,6 +22,8 @@ pub enum Meta {
 pub struct TinyGguf {
     pub meta: Vec<(String, Meta)>,
     pub tensors: Vec<(String, Vec<u64>)>,
+    /// Values of the tensors that are not zeros, by name.
+    pub values: std::collections::HashMap<String, Vec<f32>>,
 }
 
 const ALIGN: usize = 32;
@@ -105,8 +107,12 @@ impl TinyGguf {
             offset += bytes.div_ceil(ALIGN) * ALIGN;
         }
         out.resize(out.len().div_ceil(ALIGN) * ALIGN, 0);
-        for bytes in sizes {
-            out.resize(out.len() + bytes.div_ceil(ALIGN) * ALIGN, 0);
+        for ((name, _), bytes) in self.tensors.iter().zip(sizes) {
+            let start = out.len();
+            if let Some(v) = self.values.get(name) {
+                out.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+            }
+            out.resize(start + bytes.div_ceil(ALIGN) * ALIGN, 0);
         }
         out
     }
