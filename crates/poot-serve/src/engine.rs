@@ -419,6 +419,12 @@ impl<R: Rows> Scheduler<R> {
                 "the device produced non-finite logits at generated token {}",
                 r.generated
             ))),
+            Some(FinishReason::Guide) => {
+                Outcome::Failed(ApiError::engine(match event.guide_error {
+                    Some(e) => e.to_string(),
+                    None => "guided decoding failed".to_string(),
+                }))
+            }
         }
     }
 
@@ -533,6 +539,7 @@ mod tests {
                     finish: (*done == req.max_new).then_some(FinishReason::Length),
                     prompt_tokens: req.prompt.len(),
                     cached_tokens: 0,
+                    guide_error: None,
                     tail: String::new(),
                 });
             }

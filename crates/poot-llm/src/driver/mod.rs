@@ -23,6 +23,7 @@ use poot_graph_ir::{Slot, TraceLimits};
 use poot_models::pipeline::broadcast_outputs;
 use poot_models::{KvLayout, LogitsMode, Shard, Stage, StepShape, StepSpec, TraceError};
 
+use crate::guide::{Constraint, GuideError};
 use crate::handle::{HandleError, ModelHandle};
 pub use crate::placement::Placement;
 use crate::sampling::{
@@ -197,6 +198,9 @@ pub struct GenerateRequest {
     pub top_logprobs: Option<usize>,
     /// Speculate when the driver does (false decodes this request one token a step).
     pub speculate: bool,
+    /// Guided decoding: the output must match this (see [`crate::guide`]). A guided request
+    /// runs the adjusting head, one token a step (no chaining, no speculation).
+    pub guide: Option<Constraint>,
 }
 
 impl GenerateRequest {
@@ -210,6 +214,17 @@ impl GenerateRequest {
             ignore_eos: false,
             top_logprobs: None,
             speculate: true,
+            guide: None,
+        }
+    }
+
+    /// The narrowest head that serves the request: its sampler's, or the adjusting head (the
+    /// one that reads the allowed-token mask) when it is guided.
+    pub fn head(&self) -> Head {
+        let logprobs = self.top_logprobs.is_some();
+        match self.sampler.head(logprobs) {
+            Head::Greedy | Head::Sample if self.guide.is_some() => Head::Adjusted,
+            head => head,
         }
     }
 }
@@ -248,6 +263,8 @@ pub enum FinishReason {
     Cancelled,
     /// The device produced a non-finite logit: the sequence's next token is not trustworthy.
     NonFinite,
+    /// Guided decoding failed mid-generation (the event's `guide_error` says why).
+    Guide,
 }
 
 /// The result of one generation.
@@ -383,6 +400,9 @@ pub enum DriverError {
     Handle(Box<HandleError>),
     #[error(transparent)]
     Tokenizer(#[from] poot_text::TokenizerError),
+    /// The request's constraint is invalid, or guided decoding failed.
+    #[error(transparent)]
+    Guide(#[from] GuideError),
 }
 
 impl From<HandleError> for DriverError {
@@ -429,7 +449,19 @@ pub struct Driver<S = Serving> {
     /// The draft model, once attached.
     draft: Option<Box<Driver<Serving>>>,
     spec_stats: SpecStats,
+    guide_stats: GuideStats,
     _state: PhantomData<S>,
+}
+
+/// What computing guided decoding's masks has cost so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GuideStats {
+    /// Masks computed (one per guided row per pick).
+    pub masks: u64,
+    /// Host seconds the steps waited for them (rows in parallel, so at most the sum).
+    pub wait_seconds: f64,
+    /// Seconds summed over every mask (the cost per token, without the parallelism).
+    pub mask_seconds: f64,
 }
 
 /// Where preparing the entries has spent its time so far.
@@ -469,6 +501,11 @@ impl<S> Driver<S> {
     /// The most sequences open at once.
     pub fn rows(&self) -> usize {
         self.options.rows
+    }
+
+    /// What guided decoding's masks have cost so far.
+    pub fn guide_stats(&self) -> GuideStats {
+        self.guide_stats
     }
 
     /// Where preparing the entries has spent its time so far.
@@ -663,6 +700,7 @@ impl Driver<Unprepared> {
             seqs: Sequences::default(),
             draft: None,
             spec_stats: SpecStats::default(),
+            guide_stats: GuideStats::default(),
             _state: PhantomData,
         })
     }
@@ -705,6 +743,7 @@ impl Driver<Unprepared> {
             seqs: Sequences::new(options.rows, pool),
             draft: None,
             spec_stats: SpecStats::default(),
+            guide_stats: GuideStats::default(),
             _state: PhantomData,
         })
     }
