@@ -57,7 +57,7 @@ impl Constraint {
 /// [`JSON_WHITESPACE_RUN`] characters (llama.cpp bounds it likewise). llguidance's default is
 /// unbounded, and a small model can then spend its whole budget on spaces. A schema that sets
 /// its own `x-guidance` options keeps them.
-fn bounded(schema: &serde_json::Value) -> serde_json::Value {
+pub fn bounded(schema: &serde_json::Value) -> serde_json::Value {
     let mut schema = schema.clone();
     if let Some(o) = schema.as_object_mut()
         && !o.contains_key("x-guidance")
@@ -212,6 +212,11 @@ impl Guide {
             .map_err(|e| self.failed(e.to_string()))?;
         self.consumed += 1;
         Ok(())
+    }
+
+    /// The grammar accepts the output so far (an end token is allowed now).
+    pub fn is_accepting(&mut self) -> bool {
+        self.matcher.is_accepting().unwrap_or(false)
     }
 
     /// The grammar is complete and can take nothing more: the sequence stops here.

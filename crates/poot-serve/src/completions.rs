@@ -37,7 +37,9 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
     let req: CompletionRequest = parse(body)?;
     app.check_generation_model(&req.model)?;
     let vocab = app.handle.config().vocab_size;
-    let g = params::generation(&req.sampling, vocab)?;
+    let mut g = params::generation(&req.sampling, vocab)?;
+    let found = crate::guided::from_extensions(&req.sampling)?;
+    g.guide = crate::guided::resolve(app, found.into_iter().collect())?;
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::invalid("suffix is not supported", Some("suffix")));
     }
@@ -95,6 +97,7 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
                     speculate: g.speculate,
                     top_logprobs,
                     stops: g.stops.clone(),
+                    guide: g.guide.clone(),
                     ..GenerateRequest::new(ids.clone(), max_new, choice_sampler(&g.sampler, i))
                 },
                 stop_ids: Vec::new(),

@@ -481,6 +481,10 @@ impl<R: Rows> Scheduler<R> {
         m.spec_accepted.set(spec.accepted_tokens as i64);
         m.spec_verify_steps.set(spec.verify_steps as i64);
         m.spec_acceptance_rate.set(spec.acceptance_rate());
+        let guide = self.rows.guide_stats();
+        m.guided_masks.set(guide.masks as i64);
+        m.guided_mask_seconds.set(guide.mask_seconds);
+        m.guided_wait_seconds.set(guide.wait_seconds);
     }
 }
 

@@ -137,6 +137,9 @@ impl ApiError {
             } => ApiError::context(*prompt, *max_new, *capacity),
             DriverError::EmptyPrompt => ApiError::invalid_value("prompt", "the prompt is empty"),
             DriverError::Sampling(why) => ApiError::invalid(format!("{e}"), sampling_param(why)),
+            DriverError::Guide(poot_llm::GuideError::Invalid { .. }) => {
+                ApiError::invalid(e.to_string(), None)
+            }
             _ => ApiError::engine(format!("the engine refused the request: {e}")),
         }
     }

@@ -9,6 +9,7 @@ mod completions;
 mod embeddings;
 mod engine;
 mod error;
+mod guided;
 mod http;
 mod messages;
 mod metrics;

@@ -2,7 +2,7 @@
 //! the driver's terms. A field out of range is a 400 naming it; the driver checks again.
 
 use poot_llm::sampling::CANDIDATES;
-use poot_llm::{MAX_TOP_LOGPROBS, Penalties, Sampler};
+use poot_llm::{Constraint, MAX_TOP_LOGPROBS, Penalties, Sampler};
 
 use crate::error::ApiError;
 use crate::openai::SamplingFields;
@@ -23,6 +23,8 @@ pub struct Generation {
     pub speculate: bool,
     pub stream: bool,
     pub include_usage: bool,
+    /// Guided decoding: what every choice's output must match (checked by the route).
+    pub guide: Option<Constraint>,
 }
 
 /// The fields both generation routes share. `vocab` bounds `logit_bias` token ids.
@@ -153,6 +155,7 @@ pub fn generation(f: &SamplingFields, vocab: usize) -> Result<Generation, ApiErr
         speculate: f.speculative.unwrap_or(true),
         stream: f.stream,
         include_usage: f.stream_options.is_some_and(|o| o.include_usage),
+        guide: None,
     })
 }
 

@@ -2,7 +2,9 @@
 //! advance every open sequence by one step (`step` then `commit`), release a row. A trait so the
 //! loop's scheduling (queueing, disconnects, failures) is tested without a device.
 
-use poot_llm::{Driver, DriverError, GenerateRequest, Layout, SeqEvent, SeqId, Serving, SpecStats};
+use poot_llm::{
+    Driver, DriverError, GenerateRequest, GuideStats, Layout, SeqEvent, SeqId, Serving, SpecStats,
+};
 
 /// Why a sequence was not opened.
 #[derive(Debug)]
@@ -39,6 +41,10 @@ pub trait Rows {
     /// What speculative decoding has done so far.
     fn spec_stats(&self) -> SpecStats {
         SpecStats::default()
+    }
+    /// What guided decoding's masks have cost so far.
+    fn guide_stats(&self) -> GuideStats {
+        GuideStats::default()
     }
 }
 
@@ -90,5 +96,9 @@ impl Rows for Driver<Serving> {
 
     fn spec_stats(&self) -> SpecStats {
         Driver::spec_stats(self)
+    }
+
+    fn guide_stats(&self) -> GuideStats {
+        Driver::guide_stats(self)
     }
 }
