@@ -306,3 +306,48 @@ fn an_invalid_constraint_is_a_typed_error_at_open() {
     );
     assert_eq!(g.text, "ok");
 }
+
+#[test]
+fn two_guided_rows_in_one_step_each_follow_their_own_grammar() {
+    let handle = handle();
+    let mut d = driver(&handle, 2);
+    let code = d
+        .open(guided(
+            &handle,
+            Constraint::Regex("[0-9]{3}-[a-z]{2}".into()),
+            Sampler::new(1.0, 0, 1.0, 7),
+            20,
+        ))
+        .unwrap();
+    let word = d
+        .open(guided(
+            &handle,
+            Constraint::Lark("start: \"yes\" | \"no\" | \"maybe\"".into()),
+            Sampler::new(1.0, 0, 1.0, 8),
+            20,
+        ))
+        .unwrap();
+    let mut texts = [String::new(), String::new()];
+    let mut done = [false, false];
+    while !(done[0] && done[1]) {
+        let picks = d.step().unwrap();
+        for e in d.commit(picks).unwrap() {
+            let i = usize::from(e.id == word);
+            assert!(e.id == code || e.id == word);
+            texts[i].extend(e.tokens.iter().map(|t| t.text.as_str()));
+            texts[i].push_str(&e.tail);
+            if let Some(f) = e.finish {
+                assert!(matches!(f, FinishReason::Stop | FinishReason::Eos), "{f:?}");
+                done[i] = true;
+            }
+        }
+    }
+    assert!(matches_code(&texts[0]), "{:?}", texts[0]);
+    assert!(
+        ["yes", "no", "maybe"].contains(&texts[1].as_str()),
+        "{:?}",
+        texts[1]
+    );
+    // Both rows took masks in the same steps.
+    assert!(d.guide_stats().masks >= 2);
+}

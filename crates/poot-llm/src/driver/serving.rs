@@ -743,23 +743,26 @@ impl Driver<Serving> {
             return vec![None; feeds.len()];
         }
         let started = Instant::now();
-        let timed: Vec<(SeqId, Option<Vec<u32>>, f64)> = work
-            .par_iter_mut()
-            .map(|(id, seq)| {
-                let at = Instant::now();
-                let mask = seq.guide.as_mut().map(Guide::mask);
-                let mask = match mask {
-                    Some(Ok(m)) => Some(m),
-                    // The commit finishes the sequence and drops this step's pick.
-                    Some(Err(e)) => {
-                        seq.guide_error = Some(e);
-                        None
-                    }
-                    None => None,
-                };
-                (*id, mask, at.elapsed().as_secs_f64())
-            })
-            .collect();
+        let one = |(id, seq): &mut (SeqId, &mut Sequence)| {
+            let at = Instant::now();
+            let mask = seq.guide.as_mut().map(Guide::mask);
+            let mask = match mask {
+                Some(Ok(m)) => Some(m),
+                // The commit finishes the sequence and drops this step's pick.
+                Some(Err(e)) => {
+                    seq.guide_error = Some(e);
+                    None
+                }
+                None => None,
+            };
+            (*id, mask, at.elapsed().as_secs_f64())
+        };
+        // One row computes here: handing it to the pool costs more than some masks.
+        let timed: Vec<(SeqId, Option<Vec<u32>>, f64)> = if work.len() > 1 {
+            work.par_iter_mut().map(one).collect()
+        } else {
+            work.iter_mut().map(one).collect()
+        };
         let stats = &mut self.guide_stats;
         stats.wait_seconds += started.elapsed().as_secs_f64();
         stats.masks += timed.len() as u64;
