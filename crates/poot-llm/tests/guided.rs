@@ -2,7 +2,9 @@
 //! on the CPU oracle behind the executor contract: whatever the random model prefers, the output
 //! matches the regex, parses as JSON valid under the schema, or is derived by the Lark grammar;
 //! the request stops where the grammar completes; an unguided row batched beside a guided one is
-//! untouched; an invalid schema, regex or grammar is a typed error at `open`.
+//! untouched; two guided rows in one step, and rows preempted and recomputed, each follow their
+//! own grammar; an invalid schema, regex or grammar is a typed error at `open`. One case runs
+//! the real device path on the CPU executor (kernels compiled by `cc`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -14,8 +16,8 @@ use std::sync::Arc;
 
 use common::oracle_executor::OracleExecutor;
 use poot_llm::{
-    Constraint, Driver, DriverError, DriverOptions, FinishReason, GenerateRequest, Generation,
-    GuideError, Layout, LoadOptions, ModelHandle, Sampler,
+    BackendChoice, Constraint, Driver, DriverError, DriverOptions, FinishReason, GenerateRequest,
+    Generation, GuideError, Layout, LoadOptions, ModelHandle, Sampler, open_executor,
 };
 use poot_models::Registry;
 use serde_json::{Value, json};
@@ -350,4 +352,87 @@ fn two_guided_rows_in_one_step_each_follow_their_own_grammar() {
     );
     // Both rows took masks in the same steps.
     assert!(d.guide_stats().masks >= 2);
+}
+
+#[test]
+fn guided_rows_preempted_by_a_small_pool_still_match() {
+    let handle = handle();
+    // Three rows over a pool too small for all of them: younger sequences are preempted and
+    // recompute their prompt and output, the guide keeping its place.
+    let options = DriverOptions::new(64, 8).with_rows(3);
+    let layout = Layout::Paged {
+        block_tokens: 4,
+        blocks: 20,
+    };
+    let mut d = Driver::new(Arc::clone(&handle), OracleExecutor::boxed(), options)
+        .unwrap()
+        .serve(layout)
+        .map_err(|r| r.1)
+        .unwrap();
+    let rx = "[a-z]{20,24}";
+    let ids: Vec<_> = (0..3)
+        .map(|i| {
+            d.open(guided(
+                &handle,
+                Constraint::Regex(rx.into()),
+                Sampler::new(1.0, 0, 1.0, 20 + i),
+                30,
+            ))
+            .unwrap()
+        })
+        .collect();
+    let mut texts = vec![String::new(); 3];
+    let (mut open, mut steps) = (3, 0);
+    while open > 0 {
+        steps += 1;
+        assert!(steps < 1000, "no progress: {texts:?}");
+        let picks = d.step().unwrap();
+        for e in d.commit(picks).unwrap() {
+            let i = ids.iter().position(|&id| id == e.id).unwrap();
+            texts[i].extend(e.tokens.iter().map(|t| t.text.as_str()));
+            texts[i].push_str(&e.tail);
+            if e.finish.is_some() {
+                open -= 1;
+                // Its blocks go back, so the parked ones can resume.
+                d.release(e.id);
+            }
+        }
+    }
+    assert!(d.preemptions() > 0, "the pool was meant to run out");
+    for t in &texts {
+        assert!(
+            (20..=24).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_lowercase()),
+            "{t:?}"
+        );
+    }
+}
+
+#[test]
+fn a_regex_constrains_the_cpu_device() {
+    let exec = match open_executor(BackendChoice::Cpu) {
+        Ok(o) => o.executor,
+        Err(e) => {
+            eprintln!("SKIP (cpu): {e}");
+            return;
+        }
+    };
+    let handle = handle();
+    let mut d = Driver::new(Arc::clone(&handle), exec, DriverOptions::new(64, 8))
+        .unwrap()
+        .serve(Layout::Contiguous)
+        .map_err(|r| r.1)
+        .unwrap();
+    for sampler in [Sampler::greedy(), Sampler::new(1.0, 8, 0.9, 4)] {
+        let g = generate(
+            &mut d,
+            guided(
+                &handle,
+                Constraint::Regex("[0-9]{3}-[a-z]{2}".into()),
+                sampler,
+                20,
+            ),
+        );
+        assert!(matches_code(&g.text), "{:?}", g.text);
+        assert!(ended_by_grammar(&g), "{:?}", g.finish);
+    }
 }
