@@ -153,9 +153,16 @@ impl Guides {
 
     /// A fresh guide for one request, or why `constraint` is invalid.
     pub fn compile(&self, constraint: &Constraint) -> Result<Guide, GuideError> {
+        // llguidance's messages can span lines (a regex error draws a caret): one line reads
+        // better in an error line or a JSON body.
         let invalid = |message: String| GuideError::Invalid {
             kind: constraint.kind(),
-            message,
+            message: message
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+                .join(" "),
         };
         let parser = self
             .factory
