@@ -462,9 +462,27 @@ pub struct RunArgs {
     pub json: bool,
 
     /// Report more on stderr after each answer: speculative decoding's drafted and accepted
-    /// tokens (the acceptance rate) and the step shapes the driver ran.
+    /// tokens (the acceptance rate), guided decoding's mask cost and the step shapes the
+    /// driver ran.
     #[arg(short, long)]
     pub verbose: bool,
+
+    /// Guided decoding: the answer is JSON valid under the JSON schema in FILE.
+    #[arg(long, value_name = "FILE", group = "guide")]
+    pub json_schema: Option<std::path::PathBuf>,
+
+    /// Guided decoding: the answer is a JSON object.
+    #[arg(long, group = "guide")]
+    pub json_object: bool,
+
+    /// Guided decoding: the answer is derived by the Lark grammar in FILE (llguidance's
+    /// dialect).
+    #[arg(long, value_name = "FILE", group = "guide")]
+    pub grammar: Option<std::path::PathBuf>,
+
+    /// Guided decoding: the answer matches the regular expression RE in full.
+    #[arg(long, value_name = "RE", group = "guide")]
+    pub regex: Option<String>,
 
     #[command(flatten)]
     pub placement: PlacementArgs,

@@ -92,6 +92,13 @@ pub enum CliError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    /// A `--json-schema` or `--grammar` file could not be read, or the schema is not JSON.
+    #[error("reading {flag} {}: {reason}", path.display())]
+    GuideFile {
+        flag: &'static str,
+        path: std::path::PathBuf,
+        reason: String,
+    },
     /// `--capacity` is above what the model was built for.
     #[error("--capacity {capacity} exceeds the model's {max_positions} positions")]
     CapacityOverModel {

@@ -119,6 +119,7 @@ impl<'a> TokenSink<'a> {
                 FinishReason::Length => "length",
                 FinishReason::Cancelled => "cancelled",
                 FinishReason::NonFinite => "non-finite",
+                FinishReason::Guide => "guide-failed",
             };
             (generation.text.clone(), generation.tokens.clone(), finish)
         };

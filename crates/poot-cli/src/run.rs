@@ -8,8 +8,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use poot_llm::sampling::CANDIDATES;
 use poot_llm::{
-    BackendChoice, Driver, DriverError, DriverOptions, GenerateRequest, Layout, LoadOptions,
-    MAX_LOGIT_BIAS, ModelHandle, OpenedExecutor, Penalties, Sampler, Serving, open_placed_executor,
+    BackendChoice, Constraint, Driver, DriverError, DriverOptions, GenerateRequest, GuideStats,
+    Layout, LoadOptions, MAX_LOGIT_BIAS, ModelHandle, OpenedExecutor, Penalties, Sampler, Serving,
+    open_placed_executor,
 };
 use poot_models::{ModelKind, Registry};
 use poot_text::TextServices;
@@ -44,10 +45,53 @@ struct Session {
     top_logprobs: Option<usize>,
     format: Format,
     status: Status,
-    /// Report speculation and step shapes after each answer.
+    /// Report speculation, guided decoding's cost and step shapes after each answer.
     verbose: bool,
     /// The loaded LoRA adapter's name, when `--lora` gave one.
     lora: Option<String>,
+    /// What every answer must match (guided decoding).
+    guide: Option<Constraint>,
+}
+
+/// The `--json-schema`, `--json-object`, `--grammar` or `--regex` constraint (clap lets one
+/// through at most).
+fn guide(args: &RunArgs) -> Result<Option<Constraint>, CliError> {
+    let read = |flag: &'static str, path: &Path| {
+        std::fs::read_to_string(path).map_err(|e| CliError::GuideFile {
+            flag,
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+    };
+    if let Some(path) = &args.json_schema {
+        let schema = serde_json::from_str(&read("--json-schema", path)?).map_err(|e| {
+            CliError::GuideFile {
+                flag: "--json-schema",
+                path: path.clone(),
+                reason: format!("not JSON: {e}"),
+            }
+        })?;
+        return Ok(Some(Constraint::JsonSchema(schema)));
+    }
+    if let Some(path) = &args.grammar {
+        return Ok(Some(Constraint::Lark(read("--grammar", path)?)));
+    }
+    if let Some(rx) = &args.regex {
+        return Ok(Some(Constraint::Regex(rx.clone())));
+    }
+    Ok(args.json_object.then_some(Constraint::JsonObject))
+}
+
+/// The `-v` line on guided decoding's masks: their count, the host time per mask (the cost per
+/// guided token) and what the steps waited for them.
+fn guide_line(s: &GuideStats) -> String {
+    let per = |secs: f64| 1e3 * secs / s.masks.max(1) as f64;
+    format!(
+        "guided decoding: {} masks, {:.3} ms per mask on the host, steps waited {:.3} ms per mask",
+        s.masks,
+        per(s.mask_seconds),
+        per(s.wait_seconds)
+    )
 }
 
 pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
@@ -103,6 +147,12 @@ pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
         Format::Text
     };
     let sampler = sampler(&args, &status);
+    let guide = guide(&args)?;
+    if let Some(c) = &guide {
+        // An invalid schema, grammar or regex is reported before any device work.
+        let guides = handle.guides().map_err(DriverError::from)?;
+        guides.compile(c).map_err(DriverError::from)?;
+    }
 
     let Some(user) = &args.prompt else {
         let sizing = sizing::size(capacity, prefill_chunk, max_positions, None)?;
@@ -112,6 +162,7 @@ pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
             source: Box::new(source),
         })?;
         let mut session = Session::start(&handle, &args, sizing, sampler, format, status)?;
+        session.guide = guide;
         return chat_loop(&mut session, text, conversation, &args.stop);
     };
     let prompt = if chat {
@@ -135,6 +186,7 @@ pub fn run(args: RunArgs, status: Status) -> Result<(), CliError> {
     )?;
     let handle = narrowed(handle, &path, sizing.capacity)?;
     let mut session = Session::start(&handle, &args, sizing, sampler, format, status)?;
+    session.guide = guide;
     let answer = session.generate(&prompt)?;
     if format == Format::Text && !answer.closed && io::stdout().is_terminal() {
         end_line(&answer.text);
@@ -364,6 +416,7 @@ impl Session {
             status,
             verbose: args.verbose,
             lora,
+            guide: None,
         })
     }
 
@@ -378,6 +431,7 @@ impl Session {
             ignore_eos: self.ignore_eos,
             top_logprobs: self.top_logprobs,
             lora: self.lora.clone(),
+            guide: self.guide.clone(),
             ..GenerateRequest::new(prompt.ids.clone(), self.max_new, self.sampler.clone())
         };
         let handle = Arc::clone(self.driver.handle());
@@ -402,6 +456,9 @@ impl Session {
             if self.driver.options().speculation.is_on() {
                 self.status
                     .line(crate::draft::stats_line(&self.driver.spec_stats()));
+            }
+            if self.guide.is_some() {
+                self.status.line(guide_line(&self.driver.guide_stats()));
             }
             let runs: Vec<String> = self
                 .driver

@@ -1130,3 +1130,47 @@ fn rerank_prints_the_documents_best_first_as_cross_encoder_ranks_them() {
     ]);
     assert_one_error(&o, "not a cross-encoder");
 }
+
+#[test]
+fn an_invalid_or_doubled_guide_is_one_error_line_before_the_backend_opens() {
+    let dir = repo().join("crates/poot-serve/tests/fixtures/tiny-chat");
+    let model = dir.to_str().unwrap();
+    let schema_file = temp_dir("guide").join("bad.json");
+    std::fs::create_dir_all(schema_file.parent().unwrap()).unwrap();
+    std::fs::write(&schema_file, "{not json").unwrap();
+    let bad_schema = schema_file.to_str().unwrap();
+    for (flags, says) in [
+        (vec!["--regex", "([0-9]"], "invalid regex"),
+        (vec!["--json-schema", bad_schema], "--json-schema"),
+        (vec!["--grammar", "/nonexistent/g.lark"], "--grammar"),
+    ] {
+        let mut args = vec!["run", model, "x", "--backend", "wgpu"];
+        args.extend(flags);
+        let o = poot(&args);
+        assert_one_error(&o, says);
+        assert!(!stderr(&o).contains("backend wgpu on"), "{}", stderr(&o));
+    }
+    // Two guides at once: clap refuses the pair.
+    let o = poot(&["run", model, "x", "--regex", "a", "--json-object"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_regex_guides_smollm2s_answer() {
+    let Some(o) = smollm2_on_wgpu(12, &["--regex", "[0-9]{3}-[a-z]{2}", "-v"]) else {
+        return;
+    };
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let text = out.trim_end();
+    let b = text.as_bytes();
+    assert!(
+        b.len() == 6
+            && b[..3].iter().all(u8::is_ascii_digit)
+            && b[3] == b'-'
+            && b[4..].iter().all(u8::is_ascii_lowercase),
+        "{text:?}"
+    );
+    assert!(stderr(&o).contains("guided decoding: "), "{}", stderr(&o));
+}

@@ -2,10 +2,13 @@
 //! built from the checkpoint's own tokenizer files.
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use poot_load::{Checkpoint, ConfigSource, WeightStore};
 use poot_models::{Model, ModelConfig, ModelError, Registry};
 use poot_text::{HfTextFiles, TextError, TextServices};
+
+use crate::guide::{GuideError, Guides};
 
 pub use poot_load::{LoadOptions, Manifest};
 
@@ -39,6 +42,9 @@ pub enum HandleError {
     /// The checkpoint carries no tokenizer (a weights-only directory).
     #[error("the checkpoint has no tokenizer (tokenizer.json or GGUF tokenizer metadata)")]
     NoTokenizer,
+    /// Guided decoding could not be set up for this tokenizer, or a constraint is invalid.
+    #[error(transparent)]
+    Guide(#[from] GuideError),
 }
 
 /// Load options that check every file a load reads against the integrity manifest at
@@ -58,6 +64,8 @@ pub struct ModelHandle {
     model: Box<dyn Model>,
     checkpoint: Checkpoint,
     text: Option<TextServices>,
+    /// The token trie guided decoding reads, built on first use.
+    guides: OnceLock<Guides>,
 }
 
 impl ModelHandle {
@@ -105,6 +113,7 @@ impl ModelHandle {
             model,
             checkpoint,
             text,
+            guides: OnceLock::new(),
         })
     }
 
@@ -129,6 +138,34 @@ impl ModelHandle {
     /// The tokenizer and chat template.
     pub fn text(&self) -> Result<&TextServices, HandleError> {
         self.text.as_ref().ok_or(HandleError::NoTokenizer)
+    }
+
+    /// Every id that ends generation: the tokenizer's end-of-generation tokens and the
+    /// config's end-of-sequence ids.
+    pub fn end_of_generation(&self) -> Result<Vec<u32>, HandleError> {
+        let sp = self.text()?.tokenizer().special_tokens();
+        let mut ids = sp.eog.clone();
+        ids.extend(sp.eos);
+        ids.extend(self.config().eos_ids.iter().copied());
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    /// The token trie guided decoding compiles constraints against, built on first use (a
+    /// pass over the vocabulary, then shared by every request).
+    pub fn guides(&self) -> Result<&Guides, HandleError> {
+        if let Some(g) = self.guides.get() {
+            return Ok(g);
+        }
+        let built = Guides::new(
+            self.text()?.tokenizer(),
+            self.config().vocab_size,
+            &self.end_of_generation()?,
+        )?;
+        // Another thread may have won the race; either trie is the same.
+        let _ = self.guides.set(built);
+        Ok(self.guides.get().expect("set just above"))
     }
 
     /// The weights as stored.

@@ -6,6 +6,7 @@ pub mod backend;
 pub mod capacity;
 pub mod driver;
 pub mod encoders;
+pub mod guide;
 pub mod handle;
 pub mod placement;
 pub mod sampling;
@@ -17,11 +18,12 @@ pub use backend::{
 };
 pub use driver::{
     Driver, DriverError, DriverOptions, Feature, FinishReason, GenerateRequest, GeneratedToken,
-    Generation, GenerationControl, Incompatible, Layout, Placement, PrefixCacheStats, Preparation,
-    PreparedSetLimits, PromptLookup, SeqEvent, SeqId, SeqToken, Serving, SpecStats, Speculation,
-    StepPicks, TokenLogprob, Unprepared, entry_label,
+    Generation, GenerationControl, GuideStats, Incompatible, Layout, Placement, PrefixCacheStats,
+    Preparation, PreparedSetLimits, PromptLookup, SeqEvent, SeqId, SeqToken, Serving, SpecStats,
+    Speculation, StepPicks, TokenLogprob, Unprepared, entry_label,
 };
 pub use encoders::{CrossEncoder, EncoderError, Ranked, ScoreActivation, SentenceEncoder};
+pub use guide::{Constraint, Guide, GuideError, Guides};
 pub use handle::{HandleError, LoadOptions, ModelHandle};
 pub use sampling::{Head, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS, Penalties, Sampler};
 pub use weights::HandleWeights;

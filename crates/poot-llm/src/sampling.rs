@@ -19,6 +19,13 @@
 //!    top-k above `CANDIDATES` acts as `CANDIDATES`, and a nucleus wider than the candidates is
 //!    cut there.
 //!
+//! The adjusting heads also read an allowed-token bit mask per row ([`MASK_SLOT`], guided
+//! decoding): a token whose bit is clear gets the logit [`MASKED_LOGIT`] after the bias and
+//! penalties (so no bias or penalty can bring it back) and before temperature and the draw, so
+//! the arg-max, both Gumbel draws and the log-probabilities see only allowed tokens. The
+//! non-finite flag reads the logits before the mask, so a masked-off NaN is still reported. An
+//! unconstrained row's mask is all ones.
+//!
 //! Log-probabilities are the log-softmax of `adjusted / temperature` (temperature 1 for a greedy
 //! row): the chosen token's and the [`MAX_TOP_LOGPROBS`] most likely tokens' (ties to the lower
 //! id), before top-k, top-p and min-p; the host keeps as many as the request asked for.
@@ -62,6 +69,17 @@ pub const SEEN_STATE: &str = "sample.seen";
 pub const HISTORY_ROWS_SLOT: &str = "sample_rows";
 /// The state counting each row's output tokens, f32 `[rows, vocab]`.
 pub const OUTPUT_STATE: &str = "sample.output";
+/// The slot of each row's allowed-token bit mask, u32 `[rows, mask_words(vocab)]`: token `t`
+/// is allowed when bit `t % 32` of word `t / 32` is set (llguidance's layout).
+pub const MASK_SLOT: &str = "sample_mask";
+/// The logit a disallowed token gets: finite (the non-finite flag stays for real faults) and
+/// still far below any real logit after division by the smallest temperature (1e-6).
+pub const MASKED_LOGIT: f32 = -1e30;
+
+/// u32 words of one row's allowed-token mask over a vocabulary of `vocab`.
+pub fn mask_words(vocab: usize) -> usize {
+    vocab.div_ceil(32)
+}
 
 /// How a step ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -266,10 +284,21 @@ pub struct RowSampling<'a> {
     pub history_row: usize,
     /// The step starts the sequence: its history row is cleared first.
     pub fresh: bool,
+    /// The row's allowed-token mask (`mask_words(vocab)` words) for an adjusting head; `None`
+    /// allows every token.
+    pub mask: Option<&'a [u32]>,
 }
 
-/// Writes the slots `head`'s suffix reads, one row each, for a step of `tokens` tokens per row.
-pub fn bind_slots(inputs: &mut StepInputs, head: Head, rows: &[RowSampling<'_>], tokens: usize) {
+/// Writes the slots `head`'s suffix reads, one row each, for a step of `tokens` tokens per row
+/// over a vocabulary of `vocab`. A row mask of another length than `mask_words(vocab)` is cut
+/// or padded with allowed words (the driver builds them at the right length).
+pub fn bind_slots(
+    inputs: &mut StepInputs,
+    head: Head,
+    rows: &[RowSampling<'_>],
+    tokens: usize,
+    vocab: usize,
+) {
     fn words<T: Copy, const N: usize>(
         rows: &[RowSampling<'_>],
         f: impl Fn(&RowSampling<'_>) -> [T; N],
@@ -304,6 +333,20 @@ pub fn bind_slots(inputs: &mut StepInputs, head: Head, rows: &[RowSampling<'_>],
         inputs.set(Slot::Named(BIAS_IDS_SLOT.to_string()), ids);
         let biases = words(rows, |r| r.sampler.bias_values().1, f32::to_le_bytes);
         inputs.set(Slot::Named(BIAS_SLOT.to_string()), biases);
+        let n = mask_words(vocab);
+        let mut mask = Vec::with_capacity(rows.len() * n * 4);
+        for r in rows {
+            let given = r.mask.unwrap_or_default();
+            for i in 0..n {
+                let w = if r.mask.is_some() {
+                    given.get(i).copied().unwrap_or(u32::MAX)
+                } else {
+                    u32::MAX
+                };
+                mask.extend(w.to_le_bytes());
+            }
+        }
+        inputs.set(Slot::Named(MASK_SLOT.to_string()), mask);
     }
 }
 
@@ -434,6 +477,11 @@ pub fn append_head(
     };
     let bad_at = non_finite(b, logits)?;
     let bad = b.reduce_max(bad_at, 1)?;
+    let logits = if head.adjusts() {
+        allow(b, logits, rows, vocab)?
+    } else {
+        logits
+    };
     let (token, draw) = if head.samples() {
         // A row with a non-finite logit is flagged and its pick discarded; the draw reads the
         // lowest finite value there instead, so top-k and the gathers after it stay in range
@@ -489,6 +537,28 @@ fn non_finite(b: &Builder, x: Traced) -> Result<Traced, BuilderError> {
     )?;
     let two = b.broadcast(b.literal(poot_graph_ir::Scalar::U32(2))?, dims)?;
     b.cast(b.compare(CompareOp::Gt, from_one, two)?, DType::I32)
+}
+
+/// `logits` with each token the row's [`MASK_SLOT`] bit mask leaves clear set to
+/// [`MASKED_LOGIT`].
+fn allow(b: &Builder, logits: Traced, rows: usize, vocab: usize) -> Result<Traced, BuilderError> {
+    let words = mask_words(vocab);
+    let mask = b.slot_named(MASK_SLOT, TensorType::new(DType::U32, vec![rows, words]))?;
+    let shape = [rows, vocab];
+    let u32c = |v: u32| -> Result<Traced, BuilderError> {
+        b.broadcast(b.literal(poot_graph_ir::Scalar::U32(v))?, shape)
+    };
+    let id = b.iota(shape, 1, DType::U32)?;
+    let word_at = b.cast(b.binary(BinaryOp::Shr, id, u32c(5)?)?, DType::I32)?;
+    let word = b.take_along(mask, word_at, 1)?;
+    let bit = b.binary(
+        BinaryOp::And,
+        b.binary(BinaryOp::Shr, word, b.binary(BinaryOp::And, id, u32c(31)?)?)?,
+        u32c(1)?,
+    )?;
+    let allowed = b.compare(CompareOp::Ne, bit, u32c(0)?)?;
+    let masked = b.select(allowed, logits, scalar_like(b, MASKED_LOGIT, logits)?)?;
+    b.name(masked, "sample.allowed")
 }
 
 /// Logit bias, then the repetition penalty over the row's whole history, then presence and

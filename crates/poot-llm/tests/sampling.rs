@@ -23,15 +23,15 @@ use poot_llm::{BackendChoice, Penalties, Sampler, open_executor};
 enum Backend {
     /// The CPU oracle: every machine.
     Oracle,
-    /// The wgpu executor.
-    Device(Box<dyn Executor>),
+    /// A device executor and its name.
+    Device(Box<dyn Executor>, &'static str),
 }
 
 /// The oracle, then the wgpu device (or a SKIP line without one).
 fn backends() -> Vec<Backend> {
     let mut all = vec![Backend::Oracle];
     match open_executor(BackendChoice::Wgpu) {
-        Ok(o) => all.push(Backend::Device(o.executor)),
+        Ok(o) => all.push(Backend::Device(o.executor, "wgpu")),
         Err(e) => eprintln!("SKIP (wgpu): {e}"),
     }
     all
@@ -41,7 +41,7 @@ impl Backend {
     fn name(&self) -> &'static str {
         match self {
             Backend::Oracle => "oracle",
-            Backend::Device(_) => "wgpu",
+            Backend::Device(_, name) => name,
         }
     }
 
@@ -70,7 +70,7 @@ impl Backend {
                 graph,
                 logits: logits.to_vec(),
             },
-            Backend::Device(exec) => {
+            Backend::Device(exec, _) => {
                 let exe = exec
                     .load_weights(Box::new(Logits(logits.to_vec())))
                     .unwrap();
@@ -176,7 +176,7 @@ impl Suffix<'_> {
                 ..*r
             })
             .collect();
-        bind_slots(&mut inputs, self.head, &rows, self.tokens);
+        bind_slots(&mut inputs, self.head, &rows, self.tokens, self.vocab);
         let out = match &mut self.run {
             Runner::Device { exec, entry, .. } => {
                 let mut out = StepOutputs::default();
@@ -320,6 +320,7 @@ fn row<'a>(sampler: &'a Sampler, fed: &'a [u32], generated: bool, draw: u32) -> 
         generated,
         history_row: 0,
         fresh: false,
+        mask: None,
     }
 }
 
@@ -783,5 +784,106 @@ fn the_heads_reduce_a_long_vocabulary_with_many_workgroups() {
         // One-workgroup reductions remain only over the 32 candidates.
         assert_eq!(count("argmax") + count("top_k"), 1, "{head:?}");
         assert_eq!(kinds.len(), total, "{head:?}");
+    }
+}
+
+/// Row `r`'s mask allowing exactly `allowed` of a vocabulary of `vocab`.
+fn mask_of(vocab: usize, allowed: &[u32]) -> Vec<u32> {
+    let mut words = vec![0u32; poot_llm::sampling::mask_words(vocab)];
+    for &t in allowed {
+        words[t as usize / 32] |= 1 << (t % 32);
+    }
+    words
+}
+
+#[test]
+fn a_masked_row_never_picks_a_disallowed_token() {
+    // The oracle, wgpu when it opens, and the CPU device (kernels compiled by `cc`).
+    let mut all = backends();
+    match open_executor(BackendChoice::Cpu) {
+        Ok(o) => all.push(Backend::Device(o.executor, "cpu")),
+        Err(e) => eprintln!("SKIP (cpu): {e}"),
+    }
+    // Two rows over 100 tokens (four mask words, the last partly used): row 0 allows a few
+    // unlikely tokens in several words, row 1 is unconstrained (no mask: all ones).
+    let (rows, vocab) = (2, 100);
+    let mut table = logits(rows * vocab, 21);
+    // Row 0's most likely tokens are all disallowed; a bias on a disallowed one does not help.
+    for t in [3usize, 40, 64] {
+        table[t] = 30.0;
+    }
+    let allowed = [1u32, 33, 70, 97, 99];
+    let mask = mask_of(vocab, &allowed);
+    let samplers = [
+        ("greedy", Sampler::greedy()),
+        ("temperature 1.5", Sampler::new(1.5, 0, 1.0, 3)),
+        ("top-k 8", Sampler::new(1.0, 8, 1.0, 4)),
+        ("top-k 32, top-p 1", Sampler::new(2.0, 32, 1.0, 5)),
+        ("top-p 0.9", Sampler::new(1.0, 0, 0.9, 6)),
+        ("min-p 0.05", {
+            let mut s = Sampler::new(0.7, 0, 1.0, 7);
+            s.min_p = 0.05;
+            s
+        }),
+        ("bias on a disallowed token", {
+            let mut s = Sampler::new(1.0, 0, 1.0, 8);
+            s.logit_bias = vec![(5, 50.0), (33, 0.5)];
+            s
+        }),
+    ];
+    for mut backend in all {
+        let on = backend.name();
+        for head in [Head::Adjusted, Head::Logprobs] {
+            let mut suffix = backend.suffix(&table, rows, 1, head);
+            for (name, s) in &samplers {
+                let mut seen = std::collections::BTreeSet::new();
+                for draw in 0..40 {
+                    let seeded = Sampler {
+                        seed: s.seed.wrapping_mul(1000) + draw as u64,
+                        ..s.clone()
+                    };
+                    let masked = RowSampling {
+                        mask: Some(&mask),
+                        ..row(&seeded, &[], false, draw)
+                    };
+                    let free = row(&seeded, &[], false, draw);
+                    let picks = suffix.step(&[masked, free]);
+                    assert!(!picks[0].non_finite && !picks[1].non_finite, "{on} {name}");
+                    let t = picks[0].token as u32;
+                    assert!(allowed.contains(&t), "{on} {head:?} {name}: picked {t}");
+                    seen.insert(t);
+                    // The unconstrained row still takes its leaders (no mask reached it).
+                    if s.temperature == 0.0 {
+                        let best = (0..vocab)
+                            .max_by(|&a, &b| {
+                                table[vocab + a]
+                                    .total_cmp(&table[vocab + b])
+                                    .then(b.cmp(&a))
+                            })
+                            .unwrap();
+                        assert_eq!(picks[1].token as usize, best, "{on} {name}");
+                    }
+                    if let Some((lp, top)) = &picks[0].logprobs {
+                        // The chosen token's log-probability is over the allowed tokens only.
+                        assert!(*lp <= 0.0 && *lp > -60.0, "{on} {name}: logprob {lp}");
+                        for &(id, lp) in top.iter().take(allowed.len()) {
+                            assert!(allowed.contains(&(id as u32)), "{on} {name}: top {id}");
+                            assert!(lp > -60.0, "{on} {name}: top {id} at {lp}");
+                        }
+                    }
+                }
+                if s.temperature == 0.0 {
+                    // Greedy: the allowed token with the highest logit.
+                    let best = *allowed
+                        .iter()
+                        .max_by(|&&a, &&b| table[a as usize].total_cmp(&table[b as usize]))
+                        .unwrap();
+                    assert_eq!(seen.into_iter().collect::<Vec<_>>(), [best], "{on} {name}");
+                } else if s.top_k == 0 && s.top_p >= 1.0 && s.min_p == 0.0 {
+                    // An unrestricted draw at a high temperature reaches more than one.
+                    assert!(seen.len() > 1, "{on} {head:?} {name}: {seen:?}");
+                }
+            }
+        }
     }
 }

@@ -21,6 +21,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::engine::{Event, Finish, SeqSpec};
 use crate::error::ApiError;
+use crate::guided;
 use crate::http::{App, parse, unix_now};
 use crate::openai::{
     ChatChoice, ChatChunkChoice, ChatLogprobs, ChatMessage, ChatRequest, ChatTokenLogprob, Delta,
@@ -55,24 +56,9 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         }
         (true, top) => Some(params::top_logprobs(top.unwrap_or(0), "top_logprobs")?),
     };
-    let tool_use = match req.tool_choice.as_ref() {
-        None | Some(Value::Null) => ToolUse::Auto,
-        Some(Value::String(s)) if s == "auto" => ToolUse::Auto,
-        Some(Value::String(s)) if s == "none" => ToolUse::None,
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "tool_choice other than \"none\" or \"auto\" is not supported (no guided decoding)",
-                Some("tool_choice"),
-            ));
-        }
-    };
-    if let Some(format) = &req.response_format
-        && format.get("type").and_then(Value::as_str) != Some("text")
-    {
-        return Err(ApiError::invalid(
-            "response_format other than {\"type\": \"text\"} is not supported (no guided decoding)",
-            Some("response_format"),
-        ));
+    let (tool_use, mut forced) = guided::openai_tool_choice(req.tool_choice.as_ref())?;
+    if let Some(guided::Forced::Any { parallel }) = &mut forced {
+        *parallel = req.parallel_tool_calls.unwrap_or(true);
     }
     let tools = match req.tools {
         None | Some(Value::Null) => None,
@@ -80,6 +66,20 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         Some(t @ Value::Array(_)) => Some(t),
         Some(_) => return Err(ApiError::invalid_value("tools", "tools must be an array")),
     };
+    let mut found = Vec::new();
+    if let Some(format) = &req.response_format
+        && let Some(c) = guided::from_response_format(format, "response_format")?
+    {
+        found.push((c, "response_format"));
+    }
+    found.extend(guided::from_extensions(&req.sampling)?);
+    if let Some(forced) = &forced {
+        found.push((
+            guided::forced_call(app, tools.as_ref(), forced, "tool_choice")?,
+            "tool_choice",
+        ));
+    }
+    g.guide = guided::resolve(app, found)?;
     let prompt = render(
         app,
         Conversation {
@@ -124,8 +124,8 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
     Ok(heading.whole("chat.completion", choices, usage))
 }
 
-/// Whether the model may call the tools it was shown (`tool_choice`): guided choices
-/// (`required`, a named tool) are refused by each route in its own words.
+/// Whether the model may call the tools it was shown (`tool_choice`); a forced call
+/// (`required`, a named tool) parses calls too, its answer constrained by guided decoding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ToolUse {
     /// Calls in the answer are parsed.
@@ -223,6 +223,7 @@ pub fn submit(
                 top_logprobs,
                 stops: stops.clone(),
                 lora: g.lora.clone(),
+                guide: g.guide.clone(),
                 ..GenerateRequest::new(prompt.ids.clone(), max_new, choice_sampler(&g.sampler, i))
             },
             stop_ids: prompt.rendered.turn_stop_ids(g.ignore_eos),

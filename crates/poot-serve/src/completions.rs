@@ -39,6 +39,8 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
     let vocab = app.handle.config().vocab_size;
     let mut g = params::generation(&req.sampling, vocab)?;
     g.lora = app.lora_for(&req.model);
+    let found = crate::guided::from_extensions(&req.sampling)?;
+    g.guide = crate::guided::resolve(app, found.into_iter().collect())?;
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::invalid("suffix is not supported", Some("suffix")));
     }
@@ -97,6 +99,7 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
                     top_logprobs,
                     stops: g.stops.clone(),
                     lora: g.lora.clone(),
+                    guide: g.guide.clone(),
                     ..GenerateRequest::new(ids.clone(), max_new, choice_sampler(&g.sampler, i))
                 },
                 stop_ids: Vec::new(),

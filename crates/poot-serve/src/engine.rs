@@ -463,6 +463,12 @@ impl<R: Rows> Scheduler<R> {
                 "the device produced non-finite logits at generated token {}",
                 r.generated
             ))),
+            Some(FinishReason::Guide) => {
+                Outcome::Failed(ApiError::engine(match event.guide_error {
+                    Some(e) => e.to_string(),
+                    None => "guided decoding failed".to_string(),
+                }))
+            }
         }
     }
 
@@ -519,6 +525,10 @@ impl<R: Rows> Scheduler<R> {
         m.spec_accepted.set(spec.accepted_tokens as i64);
         m.spec_verify_steps.set(spec.verify_steps as i64);
         m.spec_acceptance_rate.set(spec.acceptance_rate());
+        let guide = self.rows.guide_stats();
+        m.guided_masks.set(guide.masks as i64);
+        m.guided_mask_seconds.set(guide.mask_seconds);
+        m.guided_wait_seconds.set(guide.wait_seconds);
     }
 }
 
@@ -577,6 +587,7 @@ mod tests {
                     finish: (*done == req.max_new).then_some(FinishReason::Length),
                     prompt_tokens: req.prompt.len(),
                     cached_tokens: 0,
+                    guide_error: None,
                     tail: String::new(),
                 });
             }

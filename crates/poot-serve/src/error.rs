@@ -138,6 +138,9 @@ impl ApiError {
             DriverError::EmptyPrompt => ApiError::invalid_value("prompt", "the prompt is empty"),
             DriverError::Sampling(why) => ApiError::invalid(format!("{e}"), sampling_param(why)),
             DriverError::UnknownLora { .. } => crate::lora::driver_error(e),
+            DriverError::Guide(poot_llm::GuideError::Invalid { .. }) => {
+                ApiError::invalid(e.to_string(), None)
+            }
             _ => ApiError::engine(format!("the engine refused the request: {e}")),
         }
     }

@@ -9,6 +9,7 @@ mod completions;
 mod embeddings;
 mod engine;
 mod error;
+mod guided;
 mod http;
 mod lora;
 mod messages;
@@ -282,6 +283,14 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
     });
     if let Some(s) = &tool_syntax {
         eprintln!("tool calls are read in the {:?} syntax", s.format);
+    }
+    // Guided decoding's token trie (one pass over the vocabulary), built off the request path
+    // so the first guided request does not wait on it; a failure shows on that request.
+    if handle.text().is_ok() {
+        let warm = Arc::clone(&handle);
+        std::thread::spawn(move || {
+            let _ = warm.guides();
+        });
     }
     let app = Arc::new(App {
         model_id,

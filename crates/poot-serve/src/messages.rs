@@ -5,9 +5,11 @@
 //! chat completion does; the answer comes back as text and `tool_use` blocks, whole or as
 //! Anthropic's stream of events. Errors are in Anthropic's shape.
 //!
-//! Not built: images and documents (the models served read text), extended thinking, and
-//! forcing a tool (`tool_choice` `any` or `tool`, which needs guided decoding); each is a 400
-//! that says so. Nor is prefill: a last assistant message is rendered as a finished turn and the
+//! Forcing a tool (`tool_choice` `any` or `tool`) constrains the answer to the model's call
+//! syntax by guided decoding (see `guided`).
+//!
+//! Not built: images and documents (the models served read text) and extended thinking; each
+//! is a 400 that says so. Nor is prefill: a last assistant message is rendered as a finished turn and the
 //! answer is a new one.
 
 use std::collections::HashMap;
@@ -24,6 +26,7 @@ use serde_json::{Value, json};
 use crate::chat::{self, Conversation, ToolUse};
 use crate::engine::Finish;
 use crate::error::ApiError;
+use crate::guided::{self, Forced};
 use crate::http::{App, parse};
 use crate::openai::{OneOrMany, SamplingFields, Usage};
 use crate::params;
@@ -87,7 +90,7 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         ));
     };
     let max_tokens = params::max_tokens(Some(max_tokens), "max_tokens")?;
-    let tool_use = tool_choice(req.tool_choice.as_ref())?;
+    let (tool_use, forced) = tool_choice(req.tool_choice.as_ref())?;
     if let Some(thinking) = &req.thinking
         && thinking.get("type").and_then(Value::as_str) != Some("disabled")
     {
@@ -119,7 +122,12 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         }
     })?;
     g.lora = app.lora_for(&req.model);
-    let prompt = chat::render(app, conversation(&req)?)?;
+    let conversation = conversation(&req)?;
+    if let Some(forced) = &forced {
+        let c = guided::forced_call(app, conversation.tools.as_ref(), forced, "tool_choice")?;
+        g.guide = guided::resolve(app, vec![(c, "tool_choice")])?;
+    }
+    let prompt = chat::render(app, conversation)?;
     let rx = chat::submit(app, &prompt, &g, max_tokens, None)?;
     let answer = chat::answer(app, &prompt, tool_use);
     let shell = Shell {
@@ -191,21 +199,31 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
     Ok(axum::Json(message).into_response())
 }
 
-/// `tool_choice`: `auto` (the default) and `none`; forcing a call is refused.
-fn tool_choice(choice: Option<&Value>) -> Result<ToolUse, ApiError> {
+/// `tool_choice`: `auto` (the default), `none`, `any` (one or more calls) and `tool` (one call
+/// to the tool it names).
+fn tool_choice(choice: Option<&Value>) -> Result<(ToolUse, Option<Forced>), ApiError> {
     let kind = match choice {
-        None | Some(Value::Null) => return Ok(ToolUse::Auto),
+        None | Some(Value::Null) => return Ok((ToolUse::Auto, None)),
         Some(c) => c.get("type").and_then(Value::as_str),
     };
     match kind {
-        Some("auto") => Ok(ToolUse::Auto),
-        Some("none") => Ok(ToolUse::None),
-        Some(k @ ("any" | "tool")) => Err(ApiError::invalid(
-            format!(
-                "tool_choice: type `{k}` is not supported: forcing a tool call needs guided decoding, which this server does not have (use `auto`)"
-            ),
-            Some("tool_choice"),
-        )),
+        Some("auto") => Ok((ToolUse::Auto, None)),
+        Some("none") => Ok((ToolUse::None, None)),
+        // Anthropic allows several calls unless `disable_parallel_tool_use`.
+        Some("any") => {
+            let parallel = !choice
+                .and_then(|c| c.get("disable_parallel_tool_use"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            Ok((ToolUse::Auto, Some(Forced::Any { parallel })))
+        }
+        Some("tool") => match choice.and_then(|c| c.get("name")).and_then(Value::as_str) {
+            Some(name) => Ok((ToolUse::Auto, Some(Forced::Named(name.to_owned())))),
+            None => Err(ApiError::invalid(
+                "tool_choice: type `tool` needs the tool's `name`",
+                Some("tool_choice"),
+            )),
+        },
         Some(k) => Err(ApiError::invalid(
             format!("tool_choice: unknown type `{k}` (expected auto, any, tool or none)"),
             Some("tool_choice"),
@@ -775,16 +793,29 @@ mod tests {
     }
 
     #[test]
-    fn forcing_a_tool_is_refused_and_auto_or_none_pass() {
-        assert_eq!(tool_choice(None).expect("default"), ToolUse::Auto);
+    fn tool_choice_reads_auto_none_and_the_forcing_kinds() {
+        assert_eq!(tool_choice(None).expect("default"), (ToolUse::Auto, None));
         assert_eq!(
             tool_choice(Some(&json!({"type": "none"}))).expect("none"),
-            ToolUse::None
+            (ToolUse::None, None)
         );
-        for kind in ["any", "tool"] {
-            let e = tool_choice(Some(&json!({"type": kind, "name": "f"}))).expect_err(kind);
-            assert!(e.message.contains("guided decoding"), "{}", e.message);
-        }
+        assert_eq!(
+            tool_choice(Some(&json!({"type": "any"}))).expect("any"),
+            (ToolUse::Auto, Some(Forced::Any { parallel: true }))
+        );
+        assert_eq!(
+            tool_choice(Some(
+                &json!({"type": "any", "disable_parallel_tool_use": true})
+            ))
+            .expect("any, one call"),
+            (ToolUse::Auto, Some(Forced::Any { parallel: false }))
+        );
+        assert_eq!(
+            tool_choice(Some(&json!({"type": "tool", "name": "f"}))).expect("tool"),
+            (ToolUse::Auto, Some(Forced::Named("f".into())))
+        );
+        let e = tool_choice(Some(&json!({"type": "tool"}))).expect_err("no name");
+        assert!(e.message.contains("name"), "{}", e.message);
     }
 
     #[test]

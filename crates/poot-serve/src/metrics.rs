@@ -53,6 +53,12 @@ pub struct Metrics {
     pub spec_accepted: IntGauge,
     pub spec_verify_steps: IntGauge,
     pub spec_acceptance_rate: Gauge,
+    /// Guided decoding since start (gauges mirroring the driver's counters): allowed-token
+    /// masks computed, the seconds they took summed over masks (over masks: the cost per guided
+    /// token), and the seconds steps waited for them (rows computed in parallel).
+    pub guided_masks: IntGauge,
+    pub guided_mask_seconds: Gauge,
+    pub guided_wait_seconds: Gauge,
     /// Engine steps run.
     pub steps: IntCounter,
     /// 1 while the engine is healthy; 0 after a device failure.
@@ -104,6 +110,19 @@ impl Metrics {
             "Drafted tokens the model accepted over those drafted since start, 0 to 1",
         )?;
         registry.register(Box::new(spec_acceptance_rate.clone()))?;
+        let float_gauge = |name: &str, help: &str| {
+            let g = Gauge::new(name, help)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok::<_, prometheus::Error>(g)
+        };
+        let guided_mask_seconds = float_gauge(
+            "poot_guided_mask_seconds_total",
+            "Seconds spent computing guided decoding's allowed-token masks since start, summed over masks",
+        )?;
+        let guided_wait_seconds = float_gauge(
+            "poot_guided_wait_seconds_total",
+            "Seconds engine steps waited for guided decoding's masks since start",
+        )?;
         let http_seconds = HistogramVec::new(
             HistogramOpts::new(
                 "poot_http_request_duration_seconds",
@@ -186,6 +205,12 @@ impl Metrics {
                 "Verification steps run since start",
             )?,
             spec_acceptance_rate,
+            guided_masks: gauge(
+                "poot_guided_masks_total",
+                "Allowed-token masks guided decoding computed since start (one per guided token)",
+            )?,
+            guided_mask_seconds,
+            guided_wait_seconds,
             steps: counter("poot_engine_steps_total", "Engine steps run")?,
             engine_healthy: gauge(
                 "poot_engine_healthy",

@@ -62,6 +62,14 @@ pub struct SamplingFields {
     pub ignore_eos: bool,
     /// Extension: `false` decodes this request one token a step when the server speculates.
     pub speculative: Option<bool>,
+    /// Extension (vLLM): the output is JSON valid under this schema (an object or its text).
+    pub guided_json: Option<Value>,
+    /// Extension (vLLM): the output matches this regular expression.
+    pub guided_regex: Option<String>,
+    /// Extension (vLLM): the output is derived by this grammar (llguidance's Lark dialect).
+    pub guided_grammar: Option<String>,
+    /// Extension (vLLM): the output is exactly one of these strings.
+    pub guided_choice: Option<Vec<String>>,
     #[serde(default)]
     pub stream: bool,
     pub stream_options: Option<StreamOptions>,
@@ -94,6 +102,8 @@ pub struct ChatRequest {
     pub top_logprobs: Option<i64>,
     pub tools: Option<Value>,
     pub tool_choice: Option<Value>,
+    /// With a forced call (`tool_choice` `required`): whether the answer may make several.
+    pub parallel_tool_calls: Option<bool>,
     pub response_format: Option<Value>,
     #[serde(flatten)]
     pub sampling: SamplingFields,

@@ -2,7 +2,7 @@
 //! the driver's terms. A field out of range is a 400 naming it; the driver checks again.
 
 use poot_llm::sampling::CANDIDATES;
-use poot_llm::{MAX_TOP_LOGPROBS, Penalties, Sampler};
+use poot_llm::{Constraint, MAX_TOP_LOGPROBS, Penalties, Sampler};
 
 use crate::error::ApiError;
 use crate::openai::SamplingFields;
@@ -25,6 +25,8 @@ pub struct Generation {
     pub include_usage: bool,
     /// The LoRA adapter the request's `model` names (set by the route), `None` for the base.
     pub lora: Option<String>,
+    /// Guided decoding: what every choice's output must match (checked by the route).
+    pub guide: Option<Constraint>,
 }
 
 /// The fields both generation routes share. `vocab` bounds `logit_bias` token ids.
@@ -156,6 +158,7 @@ pub fn generation(f: &SamplingFields, vocab: usize) -> Result<Generation, ApiErr
         stream: f.stream,
         include_usage: f.stream_options.is_some_and(|o| o.include_usage),
         lora: None,
+        guide: None,
     })
 }
 

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use crate::chat::{self, Conversation, ToolUse};
 use crate::engine::Finish;
 use crate::error::ApiError;
+use crate::guided;
 use crate::http::{App, parse, unix_now};
 use crate::openai::{SamplingFields, Usage};
 use crate::params;
@@ -97,25 +98,16 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
     if req.prompt.as_ref().is_some_and(|p| !p.is_null()) {
         return Err(stateless("prompt", "a stored prompt template"));
     }
+    let mut found = Vec::new();
     if let Some(format) = req.text.as_ref().and_then(|t| t.get("format"))
-        && format.get("type").and_then(Value::as_str) != Some("text")
+        && let Some(c) = guided::from_response_format(format, "text.format")?
     {
-        return Err(ApiError::invalid(
-            "text.format other than {\"type\": \"text\"} is not supported (no guided decoding)",
-            Some("text.format"),
-        ));
+        found.push((c, "text.format"));
     }
-    let tool_use = match req.tool_choice.as_ref() {
-        None | Some(Value::Null) => ToolUse::Auto,
-        Some(Value::String(s)) if s == "auto" => ToolUse::Auto,
-        Some(Value::String(s)) if s == "none" => ToolUse::None,
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "tool_choice other than \"none\" or \"auto\" is not supported (no guided decoding)",
-                Some("tool_choice"),
-            ));
-        }
-    };
+    let (tool_use, mut forced) = guided::openai_tool_choice(req.tool_choice.as_ref())?;
+    if let Some(guided::Forced::Any { parallel }) = &mut forced {
+        *parallel = req.parallel_tool_calls.unwrap_or(true);
+    }
     let max_tokens = params::max_tokens(req.max_output_tokens, "max_output_tokens")?;
     let fields = SamplingFields {
         temperature: req.temperature,
@@ -127,6 +119,13 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
     let mut g = params::generation(&fields, app.handle.config().vocab_size)?;
     g.lora = app.lora_for(&req.model);
     let conversation = conversation(&req)?;
+    if let Some(forced) = &forced {
+        found.push((
+            guided::forced_call(app, conversation.tools.as_ref(), forced, "tool_choice")?,
+            "tool_choice",
+        ));
+    }
+    g.guide = guided::resolve(app, found)?;
     let prompt = chat::render(app, conversation)?;
     let rx = chat::submit(app, &prompt, &g, max_tokens, None)?;
     let answer = chat::answer(app, &prompt, tool_use);
@@ -142,7 +141,9 @@ async fn run(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
         max_output_tokens: max_tokens,
         temperature: g.sampler.temperature,
         top_p: g.sampler.top_p,
-        tool_choice: if tool_use == ToolUse::Auto {
+        tool_choice: if forced.is_some() {
+            "required"
+        } else if tool_use == ToolUse::Auto {
             "auto"
         } else {
             "none"

@@ -2,7 +2,9 @@
 //! advance every open sequence by one step (`step` then `commit`), release a row. A trait so the
 //! loop's scheduling (queueing, disconnects, failures) is tested without a device.
 
-use poot_llm::{Driver, DriverError, GenerateRequest, Layout, SeqEvent, SeqId, Serving, SpecStats};
+use poot_llm::{
+    Driver, DriverError, GenerateRequest, GuideStats, Layout, SeqEvent, SeqId, Serving, SpecStats,
+};
 use poot_models::LoraAdapter;
 
 /// Why a sequence was not opened.
@@ -50,6 +52,10 @@ pub trait Rows {
     fn unload_lora(&mut self, name: &str) -> Result<(), DriverError> {
         let _ = name;
         Err(DriverError::LoraOff)
+    }
+    /// What guided decoding's masks have cost so far.
+    fn guide_stats(&self) -> GuideStats {
+        GuideStats::default()
     }
 }
 
@@ -109,5 +115,9 @@ impl Rows for Driver<Serving> {
 
     fn unload_lora(&mut self, name: &str) -> Result<(), DriverError> {
         Driver::unload_lora(self, name)
+    }
+
+    fn guide_stats(&self) -> GuideStats {
+        Driver::guide_stats(self)
     }
 }

@@ -104,6 +104,66 @@ impl ToolSyntax {
         Some(ToolSyntax { format, controls })
     }
 
+    /// A Lark grammar (llguidance's dialect) whose every sentence is a call in this syntax to
+    /// one of `tools` (each a name and its parameters' JSON schema): one call, or with
+    /// `several` one or more. What the answer parser reads back as `tool_calls`.
+    pub fn forced_grammar(&self, tools: &[(String, Value)], several: bool) -> String {
+        let args_key = match self.format {
+            ToolFormat::Llama3Json => "parameters",
+            ToolFormat::Hermes | ToolFormat::Mistral => "arguments",
+        };
+        let calls: Vec<Value> = tools
+            .iter()
+            .map(|(name, params)| {
+                serde_json::json!({
+                    "type": "object",
+                    "properties": {"name": {"const": name}, args_key: params},
+                    "required": ["name", args_key],
+                    "additionalProperties": false,
+                })
+            })
+            .collect();
+        let mut schema = match <[Value; 1]>::try_from(calls) {
+            Ok([one]) => one,
+            Err(calls) => serde_json::json!({"anyOf": calls}),
+        };
+        // Calls as the chat templates write them (`tojson`, Python's `json.dumps` spacing): the
+        // form the model was trained on, and no room to wander in whitespace.
+        schema["x-guidance"] = serde_json::json!({
+            "whitespace_flexible": false,
+            "item_separator": ", ",
+            "key_separator": ": ",
+        });
+        let json = format!("%json {schema}");
+        // A control-token marker by id; a text marker as a string literal.
+        let marker = |m: &str| match self.controls.iter().find(|(_, c)| *c == m) {
+            Some((id, _)) => format!("<[{id}]>"),
+            None => Value::from(m).to_string(),
+        };
+        let (call, sep) = match self.format {
+            ToolFormat::Hermes => (
+                format!(
+                    "{} \"\\n\" call_json \"\\n\" {}",
+                    marker(HERMES_OPEN),
+                    marker(HERMES_CLOSE)
+                ),
+                "\"\\n\"",
+            ),
+            ToolFormat::Llama3Json => ("call_json".to_string(), "\"; \""),
+            ToolFormat::Mistral => ("call_json".to_string(), "\", \""),
+        };
+        let calls = if several {
+            format!("call ({sep} call)*")
+        } else {
+            "call".to_string()
+        };
+        let start = match self.format {
+            ToolFormat::Mistral => format!("{} \"[\" {calls} \"]\"", marker(MISTRAL_CALLS)),
+            ToolFormat::Hermes | ToolFormat::Llama3Json => calls,
+        };
+        format!("start: {start}\ncall: {call}\ncall_json: {json}\n")
+    }
+
     /// A syntax whose markers are all plain text.
     #[cfg(test)]
     pub fn plain(format: ToolFormat) -> ToolSyntax {
@@ -549,6 +609,84 @@ mod tests {
 
     fn parser(format: ToolFormat) -> ToolParser {
         ToolParser::new(format, vec!["get_weather".into(), "get_time".into()])
+    }
+
+    /// A forced-call grammar accepts what the templates write and the parser reads back as the
+    /// same calls, and refuses an unknown tool or arguments outside the schema: the grammar
+    /// compiled by llguidance over tiny-chat's tokenizer, fed the tokens of each text.
+    #[test]
+    fn forced_call_grammars_accept_what_the_parser_reads() {
+        let dir =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-chat");
+        let registry = poot_models::Registry::builtin().unwrap();
+        let handle =
+            poot_llm::ModelHandle::load(&dir, &registry, &poot_llm::LoadOptions::default())
+                .unwrap();
+        let tokenizer = handle.text().unwrap().tokenizer();
+        let guides = handle.guides().unwrap();
+        let tools = vec![
+            (
+                "get_weather".to_string(),
+                serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}},
+                                   "required": ["city"]}),
+            ),
+            (
+                "get_time".to_string(),
+                serde_json::json!({"type": "object"}),
+            ),
+        ];
+        // Whether the grammar takes `whole`, token by token, and accepts at its end.
+        let takes = |grammar: &str, whole: &str| -> bool {
+            let mut guide = guides
+                .compile(&poot_llm::Constraint::Lark(grammar.to_string()))
+                .unwrap();
+            let plain = poot_text::EncodeOptions {
+                add_special: false,
+                parse_special: false,
+            };
+            let ids = tokenizer.encode(whole, plain).unwrap();
+            ids.iter().all(|&t| guide.advance(t).is_ok()) && guide.is_accepting()
+        };
+        let weather = call("get_weather", r#"{"city": "Paris"}"#);
+        let time = call("get_time", "{}");
+        let cases: [(ToolFormat, &str, &str, Vec<Piece>); 3] = [
+            (
+                ToolFormat::Hermes,
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+                "\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>",
+                vec![weather.clone(), text("\n"), time.clone()],
+            ),
+            (
+                ToolFormat::Llama3Json,
+                "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+                "; {\"name\": \"get_time\", \"parameters\": {}}",
+                vec![weather.clone(), time.clone()],
+            ),
+            (
+                ToolFormat::Mistral,
+                "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+                ", {\"name\": \"get_time\", \"arguments\": {}}]",
+                vec![weather.clone(), time.clone()],
+            ),
+        ];
+        for (format, first, second, want) in cases {
+            let syntax = ToolSyntax::plain(format);
+            let one = syntax.forced_grammar(&tools, false);
+            let several = syntax.forced_grammar(&tools, true);
+            let (single, both) = match format {
+                ToolFormat::Mistral => (format!("{first}]"), format!("{first}{second}")),
+                _ => (first.to_string(), format!("{first}{second}")),
+            };
+            assert!(takes(&one, &single), "{format:?}: {one}");
+            assert!(takes(&several, &both), "{format:?}: {several}");
+            assert!(!takes(&one, &both), "{format:?}: one call only");
+            assert_eq!(run(format, &[&both]), want, "{format:?}");
+            // An unknown tool, or arguments the schema refuses, are not derived.
+            let unknown = single.replace("get_weather", "launch_rockets");
+            assert!(!takes(&one, &unknown), "{format:?}");
+            let bad_args = single.replace("\"Paris\"", "7");
+            assert!(!takes(&one, &bad_args), "{format:?}");
+        }
     }
 
     fn call(name: &str, args: &str) -> Piece {

@@ -199,8 +199,8 @@ def check_errors(client, model, base_url, key):
     expect_error(
         anthropic.BadRequestError,
         400,
-        lambda: create(model=model, messages=msgs, max_tokens=4, tools=[WEATHER_TOOL], tool_choice={"type": "any"}),
-        "guided decoding",
+        lambda: create(model=model, messages=msgs, max_tokens=4, tools=[WEATHER_TOOL], tool_choice={"type": "tool", "name": "nope"}),
+        "no tool named",
     )
     expect_error(anthropic.BadRequestError, 400, lambda: create(model=model, messages=msgs, max_tokens=0), "max_tokens")
     expect_error(

@@ -86,8 +86,8 @@ fn messages_refusals(server: &Server) {
         (
             json!({"model": MODEL_ID, "max_tokens": 4, "messages": user(json!("hi")),
                    "tools": [{"name": "f", "input_schema": {"type": "object"}}],
-                   "tool_choice": {"type": "tool", "name": "f"}}),
-            "guided decoding",
+                   "tool_choice": {"type": "tool", "name": "g"}}),
+            "no tool named `g`",
         ),
         (
             json!({"model": MODEL_ID, "max_tokens": 4, "messages": user(json!("hi")),
@@ -182,10 +182,9 @@ fn responses_refusals(server: &Server) {
             "`input_image` are not supported",
         ),
         (
-            json!({"model": MODEL_ID, "input": "hi", "tool_choice": "required",
-                   "tools": [{"type": "function", "name": "f"}]}),
+            json!({"model": MODEL_ID, "input": "hi", "tool_choice": "required"}),
             "tool_choice",
-            "guided decoding",
+            "needs `tools`",
         ),
         (
             json!({"model": MODEL_ID, "input": "hi", "max_output_tokens": 0}),
@@ -194,9 +193,9 @@ fn responses_refusals(server: &Server) {
         ),
         (
             json!({"model": MODEL_ID, "input": "hi",
-                   "text": {"format": {"type": "json_schema", "schema": {}}}}),
+                   "text": {"format": {"type": "json_schema", "schema": {"type": 12}}}}),
             "text.format",
-            "guided decoding",
+            "invalid JSON schema",
         ),
     ];
     for (body, param, says) in cases {

@@ -384,15 +384,32 @@ def check_chat_tools(client, model, ref):
         chunks = list(client.chat.completions.create(stream=True, **kwargs))
         finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
         assert len(finishes) == 1 and finishes[0] in ("stop", "length", "tool_calls"), finishes
+    # A forced call (guided decoding) comes back parsed, its arguments valid under the schema.
+    city_tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"]},
+        },
+    }
+    m = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Weather?"}],
+        tools=[city_tool],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=100,
+    ).choices[0]
+    assert m.finish_reason == "tool_calls" and len(m.message.tool_calls) == 1, m
+    assert json.loads(m.message.tool_calls[0].function.arguments)["city"] in ("Paris", "Rome"), m
     expect_error(
         openai.BadRequestError,
         400,
         lambda: client.chat.completions.create(
-            model=model, messages=conv["messages"], tools=conv["tools"], tool_choice="required"
+            model=model, messages=conv["messages"], tool_choice="required"
         ),
         param="tool_choice",
     )
-    done("chat tools: ok (answers with tools are well-formed; tool_choice required refused)")
+    done("chat tools: ok (answers with tools are well-formed; a forced call is parsed)")
 
 
 def cosine(a, b):

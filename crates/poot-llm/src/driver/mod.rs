@@ -27,6 +27,7 @@ use poot_models::{
     TraceError,
 };
 
+use crate::guide::{Constraint, GuideError};
 use crate::handle::{HandleError, ModelHandle};
 pub use crate::placement::Placement;
 use crate::sampling::{
@@ -214,6 +215,9 @@ pub struct GenerateRequest {
     pub speculate: bool,
     /// The loaded LoRA adapter to decode with, by name; `None` for the base model.
     pub lora: Option<String>,
+    /// Guided decoding: the output must match this (see [`crate::guide`]). A guided request
+    /// runs the adjusting head, one token a step (no chaining, no speculation).
+    pub guide: Option<Constraint>,
 }
 
 impl GenerateRequest {
@@ -228,6 +232,17 @@ impl GenerateRequest {
             top_logprobs: None,
             speculate: true,
             lora: None,
+            guide: None,
+        }
+    }
+
+    /// The narrowest head that serves the request: its sampler's, or the adjusting head (the
+    /// one that reads the allowed-token mask) when it is guided.
+    pub fn head(&self) -> Head {
+        let logprobs = self.top_logprobs.is_some();
+        match self.sampler.head(logprobs) {
+            Head::Greedy | Head::Sample if self.guide.is_some() => Head::Adjusted,
+            head => head,
         }
     }
 }
@@ -266,6 +281,8 @@ pub enum FinishReason {
     Cancelled,
     /// The device produced a non-finite logit: the sequence's next token is not trustworthy.
     NonFinite,
+    /// Guided decoding failed mid-generation (the event's `guide_error` says why).
+    Guide,
 }
 
 /// The result of one generation.
@@ -420,6 +437,9 @@ pub enum DriverError {
     Handle(Box<HandleError>),
     #[error(transparent)]
     Tokenizer(#[from] poot_text::TokenizerError),
+    /// The request's constraint is invalid, or guided decoding failed.
+    #[error(transparent)]
+    Guide(#[from] GuideError),
 }
 
 impl From<HandleError> for DriverError {
@@ -468,7 +488,19 @@ pub struct Driver<S = Serving> {
     spec_stats: SpecStats,
     /// The adapter tables and names, when built with LoRA.
     adapters: Option<Adapters>,
+    guide_stats: GuideStats,
     _state: PhantomData<S>,
+}
+
+/// What computing guided decoding's masks has cost so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GuideStats {
+    /// Masks computed (one per guided row per pick).
+    pub masks: u64,
+    /// Host seconds the steps waited for them (rows in parallel, so at most the sum).
+    pub wait_seconds: f64,
+    /// Seconds summed over every mask (the cost per token, without the parallelism).
+    pub mask_seconds: f64,
 }
 
 /// Where preparing the entries has spent its time so far.
@@ -508,6 +540,11 @@ impl<S> Driver<S> {
     /// The most sequences open at once.
     pub fn rows(&self) -> usize {
         self.options.rows
+    }
+
+    /// What guided decoding's masks have cost so far.
+    pub fn guide_stats(&self) -> GuideStats {
+        self.guide_stats
     }
 
     /// Where preparing the entries has spent its time so far.
@@ -726,6 +763,7 @@ impl Driver<Unprepared> {
             draft: None,
             spec_stats: SpecStats::default(),
             adapters,
+            guide_stats: GuideStats::default(),
             _state: PhantomData,
         })
     }
@@ -770,6 +808,7 @@ impl Driver<Unprepared> {
             draft: None,
             spec_stats: SpecStats::default(),
             adapters,
+            guide_stats: GuideStats::default(),
             _state: PhantomData,
         })
     }

@@ -18,7 +18,8 @@ use super::{
     Driver, DriverError, EntryKey, FinishReason, GenerateRequest, GeneratedToken, Generation,
     Serving, TokenLogprob, check_request,
 };
-use crate::sampling::{Head, RowSampling, Sampler, bind_slots, read_picks};
+use crate::guide::{Guide, GuideError};
+use crate::sampling::{Head, MASKED_LOGIT, RowSampling, Sampler, bind_slots, read_picks};
 
 /// An open sequence, from `open` until `release`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -46,6 +47,8 @@ pub struct SeqEvent {
     pub cached_tokens: usize,
     /// Text released when the sequence finished that no token carries.
     pub tail: String,
+    /// Why guided decoding finished the sequence, with [`FinishReason::Guide`].
+    pub guide_error: Option<GuideError>,
 }
 
 /// The picks of one step, to hand to [`Driver::commit`].
@@ -113,6 +116,10 @@ pub(super) struct Sequence {
     pub(super) first_pick: Option<Instant>,
     /// The draft model's sequence drafting for this one, once opened.
     pub(super) draft: Option<SeqId>,
+    /// The request's grammar state, when it is guided.
+    pub(super) guide: Option<Guide>,
+    /// Why guided decoding stopped the sequence ([`FinishReason::Guide`]).
+    pub(super) guide_error: Option<GuideError>,
 }
 
 impl Sequence {
@@ -259,6 +266,10 @@ impl Driver<Serving> {
         }
         check_request(&req, self.handle.config().vocab_size)?;
         let lora = self.lora_index(req.lora.as_deref())?;
+        let guide = match &req.guide {
+            Some(c) => Some(self.handle.guides()?.compile(c)?),
+            None => None,
+        };
         let text = self.handle.text()?;
         let seqs = &mut self.seqs;
         let no_room = |seqs: &Sequences| DriverError::NoRoom {
@@ -316,6 +327,8 @@ impl Driver<Serving> {
                 opened: Instant::now(),
                 first_pick: None,
                 draft: None,
+                guide,
+                guide_error: None,
             },
         );
         Ok(id)
@@ -436,8 +449,7 @@ impl Driver<Serving> {
                     picks: seq.fed + 1 >= seq.tokens.len(),
                 });
             } else {
-                let head = seq.req.sampler.head(seq.req.top_logprobs.is_some());
-                prompts.push((id, left, head));
+                prompts.push((id, left, seq.req.head()));
             }
         }
         let mut budget = self
@@ -518,9 +530,17 @@ impl Driver<Serving> {
             self.run(1, vec![Some(feed)], &mut picks)?;
         }
         if !singles.is_empty() {
-            // Chain when nothing needs the host between tokens: no prefill, every row decoding.
+            // Chain when nothing needs the host between tokens: no prefill, every row decoding,
+            // no row guided (its next mask follows each token).
             let open = &self.seqs.open;
-            let steps = if !prefilled && !speculative && singles.iter().all(|f| f.decoding(open)) {
+            let guided = singles
+                .iter()
+                .any(|f| open.get(&f.seq).is_some_and(|s| s.guide.is_some()));
+            let steps = if !prefilled
+                && !speculative
+                && !guided
+                && singles.iter().all(|f| f.decoding(open))
+            {
                 singles
                     .iter()
                     .filter_map(|f| open.get(&f.seq))
@@ -622,7 +642,7 @@ impl Driver<Serving> {
             .iter()
             .flatten()
             .filter_map(|f| open.get(&f.seq))
-            .map(|s| s.req.sampler.head(s.req.top_logprobs.is_some()))
+            .map(|s| s.req.head())
             .max_by_key(|&h| rank(h))
             .unwrap_or(Head::Greedy);
         let needed = feeds.len();
@@ -648,7 +668,8 @@ impl Driver<Serving> {
         feeds.resize_with(rows, || None);
         *self.runs.entry((rows, tokens)).or_default() += 1;
         let key = EntryKey { rows, tokens, head };
-        let inputs = self.inputs(tokens, head, &feeds);
+        let masks = self.guide_masks(&feeds);
+        let inputs = self.inputs(tokens, head, &feeds, &masks);
         // Each step's picks, row by row.
         let chained = match self.chains.get(&key) {
             Some(&chain) if steps > 1 => Some(self.exec.step_chain(chain, &inputs, steps)?),
@@ -703,13 +724,77 @@ impl Driver<Serving> {
         Ok(())
     }
 
-    /// The slot values of one step: tokens, positions, the paged maps and the samplers (a
-    /// verification head's are bound by the caller).
+    /// The allowed-token mask of each feed that picks a guided sequence's next token, computed
+    /// for the rows in parallel. A guide that fails runs its row unconstrained this once: the
+    /// commit discards the pick and finishes the sequence ([`FinishReason::Guide`]).
+    fn guide_masks(&mut self, feeds: &[Option<RowFeed>]) -> Vec<Option<Vec<u32>>> {
+        use rayon::prelude::*;
+        let picking: Vec<SeqId> = feeds
+            .iter()
+            .flatten()
+            .filter(|f| f.picks)
+            .map(|f| f.seq)
+            .collect();
+        let mut work: Vec<(SeqId, &mut Sequence)> = self
+            .seqs
+            .open
+            .iter_mut()
+            .filter(|(id, s)| {
+                s.guide.is_some()
+                    && s.finish.is_none()
+                    && s.guide_error.is_none()
+                    && picking.contains(id)
+            })
+            .map(|(&id, s)| (id, s))
+            .collect();
+        if work.is_empty() {
+            return vec![None; feeds.len()];
+        }
+        let started = Instant::now();
+        let one = |(id, seq): &mut (SeqId, &mut Sequence)| {
+            let at = Instant::now();
+            let mask = seq.guide.as_mut().map(Guide::mask);
+            let mask = match mask {
+                Some(Ok(m)) => Some(m),
+                // The commit finishes the sequence and drops this step's pick.
+                Some(Err(e)) => {
+                    seq.guide_error = Some(e);
+                    None
+                }
+                None => None,
+            };
+            (*id, mask, at.elapsed().as_secs_f64())
+        };
+        // One row computes here: handing it to the pool costs more than some masks.
+        let timed: Vec<(SeqId, Option<Vec<u32>>, f64)> = if work.len() > 1 {
+            work.par_iter_mut().map(one).collect()
+        } else {
+            work.iter_mut().map(one).collect()
+        };
+        let stats = &mut self.guide_stats;
+        stats.wait_seconds += started.elapsed().as_secs_f64();
+        stats.masks += timed.len() as u64;
+        stats.mask_seconds += timed.iter().map(|t| t.2).sum::<f64>();
+        feeds
+            .iter()
+            .map(|f| {
+                let f = f.as_ref().filter(|f| f.picks)?;
+                timed
+                    .iter()
+                    .find(|t| t.0 == f.seq)
+                    .and_then(|t| t.1.clone())
+            })
+            .collect()
+    }
+
+    /// The slot values of one step: tokens, positions, the paged maps, the samplers and the
+    /// guided rows' masks (a verification head's are bound by the caller).
     pub(super) fn inputs(
         &self,
         tokens: usize,
         head: Head,
         feeds: &[Option<RowFeed>],
+        masks: &[Option<Vec<u32>>],
     ) -> StepInputs {
         let (open, pool) = (&self.seqs.open, &self.seqs.pool);
         let rows = feeds.len();
@@ -736,6 +821,7 @@ impl Driver<Serving> {
                         generated: f.start >= s.req.prompt.len(),
                         history_row: s.row,
                         fresh: !s.stepped,
+                        mask: masks.get(r).and_then(Option::as_deref),
                     });
                 }
                 None => {
@@ -751,6 +837,7 @@ impl Driver<Serving> {
                         generated: false,
                         history_row: r,
                         fresh: true,
+                        mask: None,
                     });
                 }
             }
@@ -763,7 +850,8 @@ impl Driver<Serving> {
             inputs.set_i32(Slot::WriteMap, &writes);
         }
         if !head.verifies() {
-            bind_slots(&mut inputs, head, &sampling, tokens);
+            let vocab = self.handle.config().vocab_size;
+            bind_slots(&mut inputs, head, &sampling, tokens, vocab);
         }
         if self.options.lora.is_some() {
             inputs.set_i32(Slot::Named(LORA_INDEX_SLOT.to_string()), &lora);
@@ -796,7 +884,7 @@ impl Driver<Serving> {
             head: Head::Greedy,
         })?;
         let feeds: Vec<Option<RowFeed>> = (0..rows).map(|_| None).collect();
-        let mut inputs = self.inputs(1, Head::Greedy, &feeds);
+        let mut inputs = self.inputs(1, Head::Greedy, &feeds, &[]);
         let at = position.min(self.options.capacity.saturating_sub(1)) as i32;
         inputs.set_i32(Slot::Pos, &vec![at; rows]);
         let times = self.exec.profile(entry, &inputs, reps)?;
@@ -838,6 +926,7 @@ impl Driver<Serving> {
                         prompt_tokens: seq.req.prompt.len(),
                         cached_tokens: seq.cached_tokens,
                         tail: String::new(),
+                        guide_error: None,
                     });
                     events.len() - 1
                 }
@@ -854,10 +943,24 @@ impl Driver<Serving> {
                 .filter(|&t| (t as usize) < vocab);
             if pick.non_finite {
                 seq.finish = Some(FinishReason::NonFinite);
+            } else if seq.guide_error.is_some() {
+                seq.finish = Some(FinishReason::Guide);
             } else if seq.generated.len() >= seq.req.max_new {
                 seq.finish = Some(FinishReason::Length);
             } else if let Some(id) = id {
-                if !seq.req.ignore_eos && eog.contains(&id) {
+                // A guided row's mask allowed this token: the guide follows it (an end token
+                // only where the grammar accepts).
+                let complete = match seq.guide.as_mut().map(|g| (g.advance(id), g)) {
+                    Some((Ok(()), g)) => g.is_finished(),
+                    Some((Err(e), _)) => {
+                        seq.guide_error = Some(e);
+                        false
+                    }
+                    None => false,
+                };
+                if seq.guide_error.is_some() {
+                    seq.finish = Some(FinishReason::Guide);
+                } else if (!seq.req.ignore_eos || seq.guide.is_some()) && eog.contains(&id) {
                     seq.finish = Some(FinishReason::Eos);
                 } else {
                     let logprob = match (pick.logprobs, seq.req.top_logprobs) {
@@ -866,6 +969,8 @@ impl Driver<Serving> {
                             top: top
                                 .into_iter()
                                 .take(n)
+                                // A token the mask disallowed is no alternative.
+                                .filter(|&(_, lp)| lp > MASKED_LOGIT / 2.0)
                                 .filter_map(|(t, lp)| {
                                     u32::try_from(t)
                                         .ok()
@@ -887,6 +992,8 @@ impl Driver<Serving> {
                         .min()
                     {
                         seq.text.truncate(at);
+                        seq.finish = Some(FinishReason::Stop);
+                    } else if complete {
                         seq.finish = Some(FinishReason::Stop);
                     } else if seq.generated.len() == seq.req.max_new {
                         seq.finish = Some(FinishReason::Length);
@@ -920,6 +1027,7 @@ impl Driver<Serving> {
                 event.tail = seq.text.get(seq.released..).unwrap_or_default().to_string();
                 seq.released = seq.text.len();
                 event.finish = seq.finish;
+                event.guide_error = seq.guide_error.clone();
             }
             seq.decoder = Some(decoder.detach());
         }
@@ -980,6 +1088,9 @@ impl Driver<Serving> {
                     return Err(DriverError::NonFinite {
                         step: seq.generated.len(),
                     });
+                }
+                if let Some(e) = &seq.guide_error {
+                    return Err(DriverError::Guide(e.clone()));
                 }
                 let first = seq.first_pick.unwrap_or(seq.opened);
                 return Ok(Generation {

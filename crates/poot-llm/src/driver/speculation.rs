@@ -203,7 +203,7 @@ impl Driver<Serving> {
             return None;
         }
         let seq = self.seqs.open.get(&feed.seq)?;
-        let head = seq.req.sampler.head(seq.req.top_logprobs.is_some());
+        let head = seq.req.head();
         let left = seq.req.max_new.saturating_sub(seq.generated.len());
         let decoding = seq.fed >= seq.tokens.len() && seq.pending.is_some();
         (seq.req.speculate
@@ -401,7 +401,7 @@ impl Driver<Serving> {
             feeds.push(Some(row.feed));
         }
         feeds.resize_with(bucket, || None);
-        let mut inputs = self.inputs(positions, head, &feeds);
+        let mut inputs = self.inputs(positions, head, &feeds, &[]);
         let idle = Sampler::greedy();
         let bound: Vec<VerifyRow<'_>> = feeds
             .iter()
