@@ -408,14 +408,16 @@ fn guided_rows_preempted_by_a_small_pool_still_match() {
 }
 
 #[test]
-fn a_regex_constrains_the_cpu_device() {
-    let exec = match open_executor(BackendChoice::Cpu) {
-        Ok(o) => o.executor,
-        Err(e) => {
-            eprintln!("SKIP (cpu): {e}");
-            return;
+fn a_regex_constrains_the_cpu_and_ptx_devices() {
+    for choice in [BackendChoice::Cpu, BackendChoice::Ptx] {
+        match open_executor(choice) {
+            Ok(o) => regex_on_device(o.executor),
+            Err(e) => eprintln!("SKIP ({choice:?}): {e}"),
         }
-    };
+    }
+}
+
+fn regex_on_device(exec: Box<dyn poot_executor::Executor>) {
     let handle = handle();
     let mut d = Driver::new(Arc::clone(&handle), exec, DriverOptions::new(64, 8))
         .unwrap()

@@ -27,12 +27,15 @@ enum Backend {
     Device(Box<dyn Executor>, &'static str),
 }
 
-/// The oracle, then the wgpu device (or a SKIP line without one).
+/// The oracle, then the wgpu and PTX devices (or a SKIP line for each that does not open; PTX
+/// opens on a GPU machine, where this test's binary is carried).
 fn backends() -> Vec<Backend> {
     let mut all = vec![Backend::Oracle];
-    match open_executor(BackendChoice::Wgpu) {
-        Ok(o) => all.push(Backend::Device(o.executor, "wgpu")),
-        Err(e) => eprintln!("SKIP (wgpu): {e}"),
+    for (choice, name) in [(BackendChoice::Wgpu, "wgpu"), (BackendChoice::Ptx, "ptx")] {
+        match open_executor(choice) {
+            Ok(o) => all.push(Backend::Device(o.executor, name)),
+            Err(e) => eprintln!("SKIP ({name}): {e}"),
+        }
     }
     all
 }
