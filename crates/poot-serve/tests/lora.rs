@@ -210,3 +210,67 @@ fn concurrent_requests_with_different_adapters_decode_together() {
     assert_eq!(chat("x"), want, "chat with x");
     assert_ne!(chat(MODEL_ID), want, "the base model answers otherwise");
 }
+
+/// Three adapters and the base in flight at once (z holds x's weights in a third slot, so its
+/// tokens are x's), while another adapter is loaded and unloaded under that load: every request
+/// completes with its own tokens, and the run-time load and unload succeed.
+#[test]
+fn three_adapters_and_the_base_decode_together_while_an_adapter_loads() {
+    if !vulkan_or_skip("three_adapters_and_the_base_decode_together_while_an_adapter_loads") {
+        return;
+    }
+    let (x_dir, y_dir) = (adapters().join("x"), adapters().join("y"));
+    let lora = |name: &str, dir: &std::path::Path| format!("{name}={}", dir.display());
+    let (lx, ly, lz) = (lora("x", &x_dir), lora("y", &y_dir), lora("z", &x_dir));
+    let server = Server::start(&[
+        "--lora",
+        &lx,
+        "--lora",
+        &ly,
+        "--lora",
+        &lz,
+        "--max-loras",
+        "4",
+        "--max-lora-rank",
+        "8",
+    ]);
+    let x = greedy(adapters().join("x/reference.json"));
+    let y = greedy(adapters().join("y/reference.json"));
+    let base = greedy(fixture().join("reference.json"));
+    let n = x[0].1.len();
+    let cases = [
+        ("x", x[0].clone()),
+        ("y", y[1].clone()),
+        ("z", x[1].clone()),
+        (MODEL_ID, (base[0].0.clone(), base[0].1[..n].to_vec())),
+    ];
+    let (texts, hot) = std::thread::scope(|s| {
+        let handles: Vec<_> = cases
+            .iter()
+            .map(|(model, case)| {
+                let server = &server;
+                s.spawn(move || {
+                    let r = complete(server, model, &case.0, case.1.len());
+                    assert_eq!(r.status, 200, "{model}: {}", r.body);
+                    r.json()["choices"][0]["text"].as_str().unwrap().to_owned()
+                })
+            })
+            .collect();
+        // Under that load: a fourth adapter in and out through the run-time routes.
+        let body = json!({"lora_name": "w", "lora_path": y_dir}).to_string();
+        let loaded = server.post("/v1/load_lora_adapter", &body);
+        let unloaded = server.post(
+            "/v1/unload_lora_adapter",
+            &json!({ "lora_name": "w" }).to_string(),
+        );
+        let texts: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        (texts, [loaded, unloaded])
+    });
+    for r in &hot {
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    for ((model, case), got) in cases.iter().zip(texts) {
+        assert_eq!(got, text_of(&server, &case.1), "{model}");
+    }
+    assert_eq!(model_ids(&server), vec![MODEL_ID, "x", "y", "z"]);
+}
