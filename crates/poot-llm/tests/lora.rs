@@ -409,3 +409,91 @@ fn an_adapter_on_a_gptq_base_matches_transformers_peft_on_ptx() {
         Err(e) => eprintln!("SKIP: {e}"),
     }
 }
+
+/// A byte-level BPE tokenizer of exactly the 256 byte tokens (GPT-2's byte-to-character table,
+/// no merges): what a 256-row random checkpoint needs for the driver to detokenize.
+fn byte_tokenizer_json() -> String {
+    let mut bytes: Vec<u32> = (u32::from(b'!')..=u32::from(b'~'))
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
+    let mut chars = bytes.clone();
+    let mut next = 256;
+    for b in 0..256 {
+        if !bytes.contains(&b) {
+            bytes.push(b);
+            chars.push(next);
+            next += 1;
+        }
+    }
+    let vocab: serde_json::Map<String, serde_json::Value> = bytes
+        .iter()
+        .zip(&chars)
+        .map(|(&b, &c)| (char::from_u32(c).unwrap().to_string(), b.into()))
+        .collect();
+    serde_json::json!({
+        "version": "1.0",
+        "added_tokens": [],
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
+                          "use_regex": true},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
+                    "use_regex": true},
+        "model": {"type": "BPE", "vocab": vocab, "merges": []},
+    })
+    .to_string()
+}
+
+/// The random qwen3 checkpoint (qk-norm) with its random PEFT adapter, through the driver on
+/// each backend that opens: the greedy tokens transformers + peft decoded after the prompt
+/// (poot-models' fixture; the oracle's logits are checked against it in poot-models).
+#[test]
+fn a_qwen3_adapter_decodes_as_transformers_peft_on_each_backend() {
+    let models = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-models/tests/fixtures");
+    let reference: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(models.join("lora/qwen3/reference.json")).unwrap(),
+    )
+    .unwrap();
+    let ids = |v: &serde_json::Value| v.as_u64().unwrap() as u32;
+    let prompt: Vec<u32> = reference["prompt_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(ids)
+        .collect();
+    let want: Vec<u32> = reference["decode"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| ids(&d["input_id"]))
+        .collect();
+    let adapter = LoraAdapter::read(&models.join("lora/qwen3")).unwrap();
+    // The checkpoint has no tokenizer, which the driver needs to detokenize what it commits.
+    let dir = std::env::temp_dir().join(format!("poot-lora-qwen3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["config.json", "model.safetensors"] {
+        std::fs::copy(models.join("random/qwen3").join(name), dir.join(name)).unwrap();
+    }
+    std::fs::write(dir.join("tokenizer.json"), byte_tokenizer_json()).unwrap();
+    let handle = Arc::new(
+        ModelHandle::load(&dir, &Registry::builtin().unwrap(), &LoadOptions::default()).unwrap(),
+    );
+    for choice in [BackendChoice::Cpu, BackendChoice::Wgpu, BackendChoice::Ptx] {
+        let exec = match open_executor(choice) {
+            Ok(o) => o.executor,
+            Err(e) => {
+                eprintln!("SKIP ({choice:?}): {e}");
+                continue;
+            }
+        };
+        let options = DriverOptions::new(32, 4).with_lora(Some(LoraShape::new(1, 4)));
+        let mut driver = Driver::new(Arc::clone(&handle), exec, options)
+            .unwrap()
+            .serve(Layout::Contiguous)
+            .map_err(|r| r.1)
+            .unwrap();
+        driver.load_lora("q", &adapter).unwrap();
+        let got = alone(&mut driver, &prompt, want.len(), Some("q"));
+        assert_eq!(got, want, "{choice:?}: qwen3 with its adapter");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
