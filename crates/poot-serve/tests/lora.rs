@@ -70,6 +70,38 @@ fn model_ids(server: &Server) -> Vec<String> {
         .collect()
 }
 
+/// A model to ask, with a prompt and its reference tokens.
+type Case<'a> = (&'a str, (Vec<u64>, Vec<u64>));
+
+/// Completions of cases running at once.
+struct InFlight<'scope>(Vec<std::thread::ScopedJoinHandle<'scope, String>>);
+
+impl InFlight<'_> {
+    /// Each completion's text, in the order of the cases.
+    fn join(self) -> Vec<String> {
+        self.0.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+}
+
+fn in_flight<'scope, 'env>(
+    s: &'scope std::thread::Scope<'scope, 'env>,
+    server: &'env Server,
+    cases: &'env [Case<'env>],
+) -> InFlight<'scope> {
+    InFlight(
+        cases
+            .iter()
+            .map(|(model, case)| {
+                s.spawn(move || {
+                    let r = complete(server, model, &case.0, case.1.len());
+                    assert_eq!(r.status, 200, "{model}: {}", r.body);
+                    r.json()["choices"][0]["text"].as_str().unwrap().to_owned()
+                })
+            })
+            .collect(),
+    )
+}
+
 #[test]
 fn adapters_load_select_and_unload_through_the_server() {
     if !vulkan_or_skip("adapters_load_select_and_unload_through_the_server") {
@@ -158,20 +190,7 @@ fn concurrent_requests_with_different_adapters_decode_together() {
         ("y", y[1].clone()),
         (MODEL_ID, (base[0].0.clone(), base[0].1[..n].to_vec())),
     ];
-    let texts: Vec<String> = std::thread::scope(|s| {
-        let handles: Vec<_> = cases
-            .iter()
-            .map(|(model, case)| {
-                let server = &server;
-                s.spawn(move || {
-                    let r = complete(server, model, &case.0, case.1.len());
-                    assert_eq!(r.status, 200, "{model}: {}", r.body);
-                    r.json()["choices"][0]["text"].as_str().unwrap().to_owned()
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let texts = std::thread::scope(|s| in_flight(s, &server, &cases).join());
     for ((model, case), got) in cases.iter().zip(texts) {
         assert_eq!(got, text_of(&server, &case.1), "{model}");
     }
@@ -245,17 +264,7 @@ fn three_adapters_and_the_base_decode_together_while_an_adapter_loads() {
         (MODEL_ID, (base[0].0.clone(), base[0].1[..n].to_vec())),
     ];
     let (texts, hot) = std::thread::scope(|s| {
-        let handles: Vec<_> = cases
-            .iter()
-            .map(|(model, case)| {
-                let server = &server;
-                s.spawn(move || {
-                    let r = complete(server, model, &case.0, case.1.len());
-                    assert_eq!(r.status, 200, "{model}: {}", r.body);
-                    r.json()["choices"][0]["text"].as_str().unwrap().to_owned()
-                })
-            })
-            .collect();
+        let requests = in_flight(s, &server, &cases);
         // Under that load: a fourth adapter in and out through the run-time routes.
         let body = json!({"lora_name": "w", "lora_path": y_dir}).to_string();
         let loaded = server.post("/v1/load_lora_adapter", &body);
@@ -263,8 +272,7 @@ fn three_adapters_and_the_base_decode_together_while_an_adapter_loads() {
             "/v1/unload_lora_adapter",
             &json!({ "lora_name": "w" }).to_string(),
         );
-        let texts: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        (texts, [loaded, unloaded])
+        (requests.join(), [loaded, unloaded])
     });
     for r in &hot {
         assert_eq!(r.status, 200, "{}", r.body);
