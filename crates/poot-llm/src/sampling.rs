@@ -336,15 +336,11 @@ pub fn bind_slots(
         let n = mask_words(vocab);
         let mut mask = Vec::with_capacity(rows.len() * n * 4);
         for r in rows {
+            // No mask (or its missing tail) allows every token.
             let given = r.mask.unwrap_or_default();
-            for i in 0..n {
-                let w = if r.mask.is_some() {
-                    given.get(i).copied().unwrap_or(u32::MAX)
-                } else {
-                    u32::MAX
-                };
-                mask.extend(w.to_le_bytes());
-            }
+            mask.extend(
+                (0..n).flat_map(|i| given.get(i).copied().unwrap_or(u32::MAX).to_le_bytes()),
+            );
         }
         inputs.set(Slot::Named(MASK_SLOT.to_string()), mask);
     }

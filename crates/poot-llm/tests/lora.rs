@@ -179,29 +179,30 @@ fn check_backend(exec: Box<dyn Executor>, backend: &str) {
     assert_eq!(alone(&mut driver, &y[0].0, n, Some("y2")), y[0].1);
 }
 
-#[test]
-fn adapters_decode_as_transformers_peft_on_the_cpu_backend() {
-    match open_executor(BackendChoice::Cpu) {
-        Ok(o) => check_backend(o.executor, "cpu"),
-        Err(e) => eprintln!("SKIP: {e}"),
+/// Runs `check` with an executor of each backend that opens here: the CPU backend, wgpu
+/// (lavapipe in CI) and PTX (a GPU machine this test's binary is carried to); a SKIP line for
+/// each that does not.
+fn on_each_backend(mut check: impl FnMut(Box<dyn Executor>, &str)) {
+    for (choice, name) in [
+        (BackendChoice::Cpu, "cpu"),
+        (BackendChoice::Wgpu, "wgpu"),
+        (BackendChoice::Ptx, "ptx"),
+    ] {
+        match open_executor(choice) {
+            Ok(o) => check(o.executor, name),
+            Err(e) => eprintln!("SKIP ({name}): {e}"),
+        }
     }
 }
 
 #[test]
-fn adapters_decode_as_transformers_peft_on_wgpu() {
-    match open_executor(BackendChoice::Wgpu) {
-        Ok(o) => check_backend(o.executor, "wgpu"),
-        Err(e) => eprintln!("SKIP: {e}"),
-    }
+fn adapters_decode_as_transformers_peft_on_each_backend() {
+    on_each_backend(check_backend);
 }
 
-/// On PTX where it opens (a GPU machine this test's binary is carried to); elsewhere a SKIP.
 #[test]
-fn adapters_decode_as_transformers_peft_on_ptx() {
-    match open_executor(BackendChoice::Ptx) {
-        Ok(o) => check_backend(o.executor, "ptx"),
-        Err(e) => eprintln!("SKIP: {e}"),
-    }
+fn an_adapter_on_a_gptq_base_matches_transformers_peft_on_each_backend() {
+    on_each_backend(check_gptq);
 }
 
 #[test]
@@ -375,22 +376,6 @@ fn check_gptq(mut exec: Box<dyn Executor>, backend: &str) {
     }
 }
 
-#[test]
-fn an_adapter_on_a_gptq_base_matches_transformers_peft_on_the_cpu_backend() {
-    match open_executor(BackendChoice::Cpu) {
-        Ok(o) => check_gptq(o.executor, "cpu"),
-        Err(e) => eprintln!("SKIP: {e}"),
-    }
-}
-
-#[test]
-fn an_adapter_on_a_gptq_base_matches_transformers_peft_on_wgpu() {
-    match open_executor(BackendChoice::Wgpu) {
-        Ok(o) => check_gptq(o.executor, "wgpu"),
-        Err(e) => eprintln!("SKIP: {e}"),
-    }
-}
-
 /// Adapters on several devices are one refused pair of the compatibility table (the driver
 /// checks it before uploading anything).
 #[test]
@@ -400,14 +385,6 @@ fn adapters_over_several_devices_are_refused_by_the_compatibility_table() {
     assert!(check_compatible(Feature::Lora, Feature::Devices(1)).is_ok());
     let e = check_compatible(Feature::Devices(2), Feature::Lora).unwrap_err();
     assert!(e.to_string().contains("LoRA adapters"), "{e}");
-}
-
-#[test]
-fn an_adapter_on_a_gptq_base_matches_transformers_peft_on_ptx() {
-    match open_executor(BackendChoice::Ptx) {
-        Ok(o) => check_gptq(o.executor, "ptx"),
-        Err(e) => eprintln!("SKIP: {e}"),
-    }
 }
 
 /// A byte-level BPE tokenizer of exactly the 256 byte tokens (GPT-2's byte-to-character table,
@@ -477,14 +454,7 @@ fn a_qwen3_adapter_decodes_as_transformers_peft_on_each_backend() {
     let handle = Arc::new(
         ModelHandle::load(&dir, &Registry::builtin().unwrap(), &LoadOptions::default()).unwrap(),
     );
-    for choice in [BackendChoice::Cpu, BackendChoice::Wgpu, BackendChoice::Ptx] {
-        let exec = match open_executor(choice) {
-            Ok(o) => o.executor,
-            Err(e) => {
-                eprintln!("SKIP ({choice:?}): {e}");
-                continue;
-            }
-        };
+    on_each_backend(|exec, backend| {
         let options = DriverOptions::new(32, 4).with_lora(Some(LoraShape::new(1, 4)));
         let mut driver = Driver::new(Arc::clone(&handle), exec, options)
             .unwrap()
@@ -493,7 +463,7 @@ fn a_qwen3_adapter_decodes_as_transformers_peft_on_each_backend() {
             .unwrap();
         driver.load_lora("q", &adapter).unwrap();
         let got = alone(&mut driver, &prompt, want.len(), Some("q"));
-        assert_eq!(got, want, "{choice:?}: qwen3 with its adapter");
-    }
+        assert_eq!(got, want, "{backend}: qwen3 with its adapter");
+    });
     let _ = std::fs::remove_dir_all(&dir);
 }
