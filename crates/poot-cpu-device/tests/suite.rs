@@ -3,7 +3,7 @@
 
 use poot_cpu_device::{CpuDevice, CpuOptions};
 use poot_executor::suite;
-use poot_executor::{Device, Engine};
+use poot_executor::{Device, Engine, Executor};
 use poot_graph_plan::Backend;
 
 fn engine() -> Option<Engine<CpuDevice>> {
@@ -40,4 +40,13 @@ fn split_tables_match_the_oracle() {
     target.limits.max_buffer_bytes = suite::SPLIT_LIMIT_BYTES;
     let mut engine = Engine::new(device, target);
     suite::assert_all_passed(&suite::run_split(&mut engine));
+}
+
+/// A step whose last slot is written while the kernels before its first reader run matches the
+/// oracle, and ran as two parts.
+#[test]
+fn a_late_slot_is_written_between_the_two_parts_of_a_step() {
+    let Some(mut engine) = engine() else { return };
+    suite::assert_all_passed(&[suite::run_overlapped(&mut engine)]);
+    assert_eq!(engine.stats().overlapped_steps, 1);
 }

@@ -42,8 +42,19 @@ struct Entry<D: Device> {
     homes: Vec<Home>,
     recording: D::Recording,
     kernels: Vec<D::Kernel>,
+    /// The step recorded again as two parts, for [`Executor::step_overlapped`]: made at its
+    /// first use.
+    split: Option<Split<D>>,
     /// Set when a step failed after replaying: state may be half-written.
     needs_reset: bool,
+}
+
+/// An entry's dispatches recorded as two parts, split before dispatch `at` (the first that
+/// reads a late slot).
+struct Split<D: Device> {
+    at: usize,
+    first: D::Recording,
+    rest: D::Recording,
 }
 
 struct Executable<D: Device> {
@@ -278,42 +289,15 @@ impl<D: Device> Executor for Engine<D> {
             .get(executable.0)
             .and_then(|e| e.as_ref())
             .ok_or(ExecError::UnknownExecutable { id: executable.0 })?;
-        let mut arg_refs: Vec<Vec<&D::Buffer>> = Vec::with_capacity(plan.dispatches.len());
-        for d in &plan.dispatches {
-            let mut refs = Vec::with_capacity(d.args.len());
-            for a in &d.args {
-                refs.push(resolve(&homes, &own, exe, a.0 as usize)?);
-            }
-            arg_refs.push(refs);
-        }
-        let launches = plan
-            .dispatches
-            .iter()
-            .zip(&arg_refs)
-            .map(|(d, args)| Launch {
-                kernel: &kernels[d.kernel],
-                grid: d.grid,
-                args,
-            });
-        let recorded = if plan.collectives.is_empty() && plan.contractions.is_empty() {
-            let launches: Vec<Launch<'_, D>> = launches.collect();
-            self.device.record(&launches)
-        } else {
-            // Collectives and library contractions among the launches, each before the
-            // dispatch it precedes; a contraction before the collectives its count leaves out.
-            let calls = call_commands(&plan, &homes, &own, exe)?;
-            let mut commands = Vec::with_capacity(plan.dispatches.len() + calls.len());
-            let mut calls = calls.into_iter().peekable();
-            for (i, l) in launches.enumerate() {
-                while let Some((_, c)) = calls.next_if(|(before, _)| *before <= i) {
-                    commands.push(c);
-                }
-                commands.push(Command::Launch(l));
-            }
-            commands.extend(calls.map(|(_, c)| c));
-            self.device.record_commands(&commands)
-        };
-        drop(arg_refs);
+        let recorded = record_range(
+            &mut self.device,
+            &plan,
+            &homes,
+            &own,
+            exe,
+            &kernels,
+            0..plan.dispatches.len(),
+        )?;
         let recording = recorded.map_err(|e| self.fail(e))?;
         self.stats.dispatches_per_step.push(plan.dispatches.len());
         let entry = Entry {
@@ -324,6 +308,7 @@ impl<D: Device> Executor for Engine<D> {
             homes,
             recording,
             kernels,
+            split: None,
             needs_reset: false,
         };
         self.entries.push(Some(entry));
@@ -336,7 +321,7 @@ impl<D: Device> Executor for Engine<D> {
         inputs: &StepInputs,
         outputs: &mut StepOutputs,
     ) -> Result<(), ExecError> {
-        self.write_slots(id, inputs)?;
+        self.write_slots(id, inputs, |_| true)?;
         let entry = self
             .entries
             .get(id.0)
@@ -345,36 +330,57 @@ impl<D: Device> Executor for Engine<D> {
         if let Err(e) = self.device.replay(&entry.recording) {
             return Err(self.fail_entry(id, e));
         }
-        if let Err(e) = self.device.synchronize() {
+        self.finish_step(id, outputs)
+    }
+
+    fn step_overlapped(
+        &mut self,
+        id: EntryId,
+        inputs: &StepInputs,
+        late: &mut dyn FnMut() -> StepInputs,
+        outputs: &mut StepOutputs,
+    ) -> Result<(), ExecError> {
+        self.check_poison()?;
+        let Some(at) = self.late_split(id, inputs)? else {
+            let mut all = inputs.clone();
+            all.extend(late());
+            return self.step(id, &all, outputs);
+        };
+        self.ensure_split(id, at)?;
+        self.write_slots(id, inputs, |slot| inputs.slot(slot).is_some())?;
+        let entry = self
+            .entries
+            .get(id.0)
+            .and_then(|e| e.as_ref())
+            .ok_or(ExecError::UnknownEntry { id: id.0 })?;
+        let Some(split) = &entry.split else {
+            return Err(ExecError::UnknownEntry { id: id.0 });
+        };
+        if let Err(e) = self.device.replay(&split.first) {
             return Err(self.fail_entry(id, e));
+        }
+        // The host works while the first part runs.
+        let late = late();
+        if let Err(e) = self.write_slots(id, &late, |slot| inputs.slot(slot).is_none()) {
+            // The first part ran: the entry's state must be reset before it steps again.
+            if let Some(Some(entry)) = self.entries.get_mut(id.0) {
+                entry.needs_reset = true;
+            }
+            return Err(e);
         }
         let entry = self
             .entries
             .get(id.0)
             .and_then(|e| e.as_ref())
             .ok_or(ExecError::UnknownEntry { id: id.0 })?;
-        let exe = self
-            .executables
-            .get(entry.executable.0)
-            .and_then(|e| e.as_ref())
-            .ok_or(ExecError::UnknownExecutable {
-                id: entry.executable.0,
-            })?;
-        outputs.values.clear();
-        let mut read_bytes = 0u64;
-        for hv in &entry.plan.outputs {
-            let size = hv.ty.shape.n_elems().unwrap_or(0) as u64 * 4;
-            let mut host = vec![0u8; size as usize];
-            let buf = Self::buffer(entry, exe, hv.buffer.0 as usize)?;
-            if let Err(e) = self.device.read(buf, 0, &mut host) {
-                return Err(self.fail_entry(id, e));
-            }
-            read_bytes += size;
-            outputs.values.push(host);
+        let Some(split) = &entry.split else {
+            return Err(ExecError::UnknownEntry { id: id.0 });
+        };
+        if let Err(e) = self.device.replay(&split.rest) {
+            return Err(self.fail_entry(id, e));
         }
-        self.stats.steps += 1;
-        self.stats.last_read_bytes = read_bytes;
-        Ok(())
+        self.stats.overlapped_steps += 1;
+        self.finish_step(id, outputs)
     }
 
     fn add_chain(&mut self, id: EntryId, feed: &ChainFeed) -> Result<ChainId, ExecError> {
@@ -430,7 +436,7 @@ impl<D: Device> Executor for Engine<D> {
             });
         }
         let id = c.entry;
-        self.write_slots(id, inputs)?;
+        self.write_slots(id, inputs, |_| true)?;
         let Engine {
             device,
             entries,
@@ -482,7 +488,7 @@ impl<D: Device> Executor for Engine<D> {
         inputs: &StepInputs,
         reps: u32,
     ) -> Result<Option<Vec<KernelTime>>, ExecError> {
-        self.write_slots(id, inputs)?;
+        self.write_slots(id, inputs, |_| true)?;
         let Engine {
             device,
             entries,
@@ -667,7 +673,117 @@ impl<D: Device> Executor for Engine<D> {
 
 impl<D: Device> Engine<D> {
     /// Checks the entry can step and writes every slot of its plan from `inputs`.
-    fn write_slots(&mut self, id: EntryId, inputs: &StepInputs) -> Result<(), ExecError> {
+    /// Waits for the entry's replay, then reads its outputs back.
+    fn finish_step(&mut self, id: EntryId, outputs: &mut StepOutputs) -> Result<(), ExecError> {
+        if let Err(e) = self.device.synchronize() {
+            return Err(self.fail_entry(id, e));
+        }
+        let (entry, exe) = entry_and_executable(&self.entries, &self.executables, id)?;
+        outputs.values.clear();
+        let mut read_bytes = 0u64;
+        let mut failed = None;
+        for hv in &entry.plan.outputs {
+            let size = hv.ty.shape.n_elems().unwrap_or(0) as u64 * 4;
+            let mut host = vec![0u8; size as usize];
+            let buf = Self::buffer(entry, exe, hv.buffer.0 as usize)?;
+            if let Err(e) = self.device.read(buf, 0, &mut host) {
+                failed = Some(e);
+                break;
+            }
+            read_bytes += size;
+            outputs.values.push(host);
+        }
+        if let Some(e) = failed {
+            return Err(self.fail_entry(id, e));
+        }
+        self.stats.steps += 1;
+        self.stats.last_read_bytes = read_bytes;
+        Ok(())
+    }
+
+    /// Where a step whose `inputs` leave some slots out splits: before the first dispatch (or
+    /// library call) that reads one of them. `None` when nothing is left out, or the first
+    /// command already reads one (nothing could run before the late slots are written).
+    fn late_split(&self, id: EntryId, inputs: &StepInputs) -> Result<Option<usize>, ExecError> {
+        let entry = self
+            .entries
+            .get(id.0)
+            .and_then(|e| e.as_ref())
+            .ok_or(ExecError::UnknownEntry { id: id.0 })?;
+        let plan = &entry.plan;
+        let late: Vec<u32> = plan
+            .slots
+            .iter()
+            .filter(|(slot, _)| inputs.slot(slot).is_none())
+            .map(|(_, hv)| hv.buffer.0)
+            .collect();
+        if late.is_empty() {
+            return Ok(None);
+        }
+        let reads = |b: &poot_graph_plan::BufferId| late.contains(&b.0);
+        let dispatch = plan
+            .dispatches
+            .iter()
+            .position(|d| d.args.iter().any(reads));
+        let contraction = plan
+            .contractions
+            .iter()
+            .filter(|c| [&c.lhs, &c.weights, &c.out].into_iter().any(reads))
+            .map(|c| c.before);
+        let collective = plan
+            .collectives
+            .iter()
+            .filter(|c| reads(&c.src) || reads(&c.dst))
+            .map(|c| c.before);
+        let at = dispatch
+            .into_iter()
+            .chain(contraction)
+            .chain(collective)
+            .min();
+        Ok(at.filter(|&at| at > 0))
+    }
+
+    /// Records the entry again as two parts split before dispatch `at`, unless it already is.
+    fn ensure_split(&mut self, id: EntryId, at: usize) -> Result<(), ExecError> {
+        let Engine {
+            device,
+            entries,
+            executables,
+            ..
+        } = self;
+        let (entry, exe) = entry_and_executable(entries, executables, id)?;
+        if entry.split.as_ref().is_some_and(|s| s.at == at) {
+            return Ok(());
+        }
+        let (plan, homes, own, kernels) = (&entry.plan, &entry.homes, &entry.own, &entry.kernels);
+        let first = record_range(device, plan, homes, own, exe, kernels, 0..at)?;
+        let rest = record_range(
+            device,
+            plan,
+            homes,
+            own,
+            exe,
+            kernels,
+            at..plan.dispatches.len(),
+        )?;
+        let split = match (first, rest) {
+            (Ok(first), Ok(rest)) => Split { at, first, rest },
+            (Err(e), _) | (_, Err(e)) => return Err(self.fail(e)),
+        };
+        if let Some(Some(entry)) = self.entries.get_mut(id.0) {
+            entry.split = Some(split);
+        }
+        Ok(())
+    }
+
+    /// Writes the entry's slots that `which` selects, each of which `inputs` must hold with
+    /// exactly its bytes.
+    fn write_slots(
+        &mut self,
+        id: EntryId,
+        inputs: &StepInputs,
+        which: impl Fn(&Slot) -> bool,
+    ) -> Result<(), ExecError> {
         self.check_poison()?;
         let entry = self
             .entries
@@ -684,8 +800,7 @@ impl<D: Device> Engine<D> {
             .ok_or(ExecError::UnknownExecutable {
                 id: entry.executable.0,
             })?;
-        // Every slot of the plan must be given, with exactly its bytes.
-        for (slot, hv) in &entry.plan.slots {
+        for (slot, hv) in entry.plan.slots.iter().filter(|(slot, _)| which(slot)) {
             let data = inputs.slot(slot).ok_or_else(|| ExecError::MissingSlot {
                 slot: slot.name().to_string(),
             })?;
@@ -871,6 +986,54 @@ impl<D: Device> Engine<D> {
             .and_then(|e| e.as_ref())
             .map(|e| e.source.as_ref())
     }
+}
+
+/// Records the plan's dispatches in `range`, with the collectives and library contractions
+/// that precede them (and, when the range ends the plan, those after every dispatch). The
+/// outer error is a buffer that does not resolve; the inner one the device's.
+fn record_range<D: Device>(
+    device: &mut D,
+    plan: &Plan,
+    homes: &[Home],
+    own: &[D::Buffer],
+    exe: &Executable<D>,
+    kernels: &[D::Kernel],
+    range: std::ops::Range<usize>,
+) -> Result<Result<D::Recording, crate::error::DeviceError>, ExecError> {
+    let dispatches = &plan.dispatches[range.clone()];
+    let mut arg_refs: Vec<Vec<&D::Buffer>> = Vec::with_capacity(dispatches.len());
+    for d in dispatches {
+        let mut refs = Vec::with_capacity(d.args.len());
+        for a in &d.args {
+            refs.push(resolve(homes, own, exe, a.0 as usize)?);
+        }
+        arg_refs.push(refs);
+    }
+    let launches = dispatches.iter().zip(&arg_refs).map(|(d, args)| Launch {
+        kernel: &kernels[d.kernel],
+        grid: d.grid,
+        args,
+    });
+    if plan.collectives.is_empty() && plan.contractions.is_empty() {
+        let launches: Vec<Launch<'_, D>> = launches.collect();
+        return Ok(device.record(&launches));
+    }
+    // Collectives and library contractions among the launches, each before the dispatch it
+    // precedes; a contraction before the collectives its count leaves out.
+    let ends_plan = range.end == plan.dispatches.len();
+    let mut calls = call_commands(plan, homes, own, exe)?
+        .into_iter()
+        .filter(|(before, _)| *before >= range.start && (*before < range.end || ends_plan))
+        .peekable();
+    let mut commands = Vec::with_capacity(dispatches.len());
+    for (i, l) in (range.start..).zip(launches) {
+        while let Some((_, c)) = calls.next_if(|(before, _)| *before <= i) {
+            commands.push(c);
+        }
+        commands.push(Command::Launch(l));
+    }
+    commands.extend(calls.map(|(_, c)| c));
+    Ok(device.record_commands(&commands))
 }
 
 /// The recorded forms of a plan's collectives and library contractions, each with the number

@@ -71,6 +71,19 @@ impl StepInputs {
         self.set(slot, bytemuck::cast_slice(values).to_vec());
     }
 
+    /// Sets every slot `other` holds, replacing any of the same name.
+    pub fn extend(&mut self, other: StepInputs) {
+        for (slot, bytes) in other.slots {
+            self.set(slot, bytes);
+        }
+    }
+
+    /// Takes a slot out, returning its bytes.
+    pub fn remove(&mut self, slot: &Slot) -> Option<Vec<u8>> {
+        let i = self.slots.iter().position(|(s, _)| s == slot)?;
+        Some(self.slots.remove(i).1)
+    }
+
     pub fn slot(&self, slot: &Slot) -> Option<&[u8]> {
         self.slots
             .iter()
@@ -116,6 +129,9 @@ pub struct ExecStats {
     pub dispatches_per_step: Vec<usize>,
     /// Bytes the last step read back to the host.
     pub last_read_bytes: u64,
+    /// Steps that ran in two parts, their late slots written in between
+    /// ([`Executor::step_overlapped`]).
+    pub overlapped_steps: u64,
 }
 
 /// One dispatch of a profiled step.
@@ -219,6 +235,22 @@ pub trait Executor {
         inputs: &StepInputs,
         outputs: &mut StepOutputs,
     ) -> Result<(), ExecError>;
+    /// [`Executor::step`] with some slots computed while the device already runs: `inputs`
+    /// holds every slot but the late ones, the kernels before the first that reads a late slot
+    /// are queued, then `late` runs on the host and returns the late slots, which are written
+    /// before the rest is queued. Guided decoding computes its token masks this way, during the
+    /// forward pass that precedes the sampling suffix. The default computes them first.
+    fn step_overlapped(
+        &mut self,
+        entry: EntryId,
+        inputs: &StepInputs,
+        late: &mut dyn FnMut() -> StepInputs,
+        outputs: &mut StepOutputs,
+    ) -> Result<(), ExecError> {
+        let mut all = inputs.clone();
+        all.extend(late());
+        self.step(entry, &all, outputs)
+    }
     /// Prepares chained replays of `entry` (compiles the feed kernel, sizes the record).
     fn add_chain(&mut self, entry: EntryId, feed: &crate::ChainFeed) -> Result<ChainId, ExecError>;
     /// Writes the slots once, then replays the chain's entry `steps` times (at most the

@@ -134,6 +134,41 @@ fn zero_state(ty: &TensorType) -> Result<HostTensor<'static>, String> {
 
 /// Runs one case: for each step, the oracle, then the executor, then the comparison.
 pub fn run_case(exec: &mut dyn Executor, case: &Case) -> Outcome {
+    run_case_with(exec, case, None)
+}
+
+/// A step whose last slot is written while the device runs
+/// ([`Executor::step_overlapped`]): an embedding gather and a projection read the early slot,
+/// and only the softmax's sum with it reads the late one.
+pub fn overlapped_case() -> (Case, Slot) {
+    let mut c = CaseBuilder::new(95);
+    let table = c.f32("table", &[32, 64]);
+    let w = c.f32("w", &[48, 64]);
+    let ids = c.slot_i32(Slot::Token, vec![3, 31, 0, 17], &[4]);
+    let x = ops::embed(&c.b, table, ids).expect("embed");
+    let y = ops::linear(&c.b, x, w, None).expect("linear");
+    let late = Slot::Named("late".to_string());
+    let values = (0..4 * 48).map(|i: i32| i * 7 % 13 - 6).collect();
+    let m = c.slot_i32(late.clone(), values, &[4, 48]);
+    let m = c.b.cast(m, DType::F32).expect("cast");
+    let p = ops::softmax(&c.b, y, 1).expect("softmax");
+    let z = c.b.add(p, m).expect("add");
+    let case = c.finish(
+        "late slot written while the step runs",
+        Outputs::new(z),
+        reassociated(64),
+    );
+    (case, late)
+}
+
+/// Runs [`overlapped_case`] with its late slot given through [`Executor::step_overlapped`]
+/// (asked for exactly once per step), against the oracle.
+pub fn run_overlapped(exec: &mut dyn Executor) -> Outcome {
+    let (case, late) = overlapped_case();
+    run_case_with(exec, &case, Some(&late))
+}
+
+fn run_case_with(exec: &mut dyn Executor, case: &Case, late: Option<&Slot>) -> Outcome {
     let outcome = |passed: bool, detail: String| Outcome {
         name: case.name.clone(),
         passed,
@@ -196,7 +231,29 @@ pub fn run_case(exec: &mut dyn Executor, case: &Case) -> Outcome {
             step_inputs.set(s.clone(), device_bytes(t));
         }
         let mut out = StepOutputs::default();
-        if let Err(e) = exec.step(entry, &step_inputs, &mut out) {
+        let stepped = match late {
+            None => exec.step(entry, &step_inputs, &mut out),
+            Some(slot) => {
+                let bytes = step_inputs.remove(slot).unwrap_or_default();
+                let mut asked = 0;
+                let mut give = || {
+                    asked += 1;
+                    let mut later = StepInputs::new();
+                    later.set(slot.clone(), bytes.clone());
+                    later
+                };
+                let r = exec.step_overlapped(entry, &step_inputs, &mut give, &mut out);
+                if r.is_ok() && asked != 1 {
+                    result = outcome(
+                        false,
+                        format!("{at}the late slot was asked for {asked} times"),
+                    );
+                    break;
+                }
+                r
+            }
+        };
+        if let Err(e) = stepped {
             result = outcome(false, format!("{at}step: {e}"));
             break;
         }
@@ -1158,16 +1215,7 @@ pub fn run_split(exec: &mut dyn Executor) -> Vec<Outcome> {
             },
             _ => run_case(exec, &case),
         };
-        println!(
-            "{} {}{}",
-            if o.passed { "PASS" } else { "FAIL" },
-            o.name,
-            if o.detail.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", o.detail)
-            }
-        );
+        report(&o);
         outcomes.push(o);
     }
     outcomes
@@ -2086,19 +2134,33 @@ pub fn run(exec: &mut dyn Executor) -> Vec<Outcome> {
             continue;
         }
         let o = run_case(exec, &case);
-        println!(
-            "{} {}{}",
-            if o.passed { "PASS" } else { "FAIL" },
-            o.name,
-            if o.detail.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", o.detail)
-            }
-        );
+        report(&o);
+        outcomes.push(o);
+    }
+    let (case, _) = overlapped_case();
+    if only
+        .as_ref()
+        .is_none_or(|only| case.name.contains(only.as_str()))
+    {
+        let o = run_overlapped(exec);
+        report(&o);
         outcomes.push(o);
     }
     outcomes
+}
+
+/// Prints a case's outcome as one line.
+fn report(o: &Outcome) {
+    println!(
+        "{} {}{}",
+        if o.passed { "PASS" } else { "FAIL" },
+        o.name,
+        if o.detail.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", o.detail)
+        }
+    );
 }
 
 /// Checks [`Device::copy`](crate::Device::copy): the copied words land at the start of the

@@ -123,10 +123,11 @@ fn main() {
         }
         let bad = outcomes.iter().filter(|o| !o.passed).count();
         println!(
-            "suite: {} passed, {} failed ({} ms)",
+            "suite: {} passed, {} failed ({} ms); steps run in two parts around a late slot: {}",
             outcomes.len() - bad,
             bad,
-            t0.elapsed().as_millis()
+            t0.elapsed().as_millis(),
+            opened.executor.stats().overlapped_steps
         );
         failed += bad;
         passed += outcomes.len() - bad;

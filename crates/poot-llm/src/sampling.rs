@@ -333,17 +333,24 @@ pub fn bind_slots(
         inputs.set(Slot::Named(BIAS_IDS_SLOT.to_string()), ids);
         let biases = words(rows, |r| r.sampler.bias_values().1, f32::to_le_bytes);
         inputs.set(Slot::Named(BIAS_SLOT.to_string()), biases);
-        let n = mask_words(vocab);
-        let mut mask = Vec::with_capacity(rows.len() * n * 4);
-        for r in rows {
-            // No mask (or its missing tail) allows every token.
-            let given = r.mask.unwrap_or_default();
-            mask.extend(
-                (0..n).flat_map(|i| given.get(i).copied().unwrap_or(u32::MAX).to_le_bytes()),
-            );
-        }
+        let mask = mask_slot_bytes(rows.iter().map(|r| r.mask), vocab);
         inputs.set(Slot::Named(MASK_SLOT.to_string()), mask);
     }
+}
+
+/// The [`MASK_SLOT`] contents for rows' allowed-token masks: no mask (or a missing tail)
+/// allows every token.
+pub fn mask_slot_bytes<'a>(
+    masks: impl ExactSizeIterator<Item = Option<&'a [u32]>>,
+    vocab: usize,
+) -> Vec<u8> {
+    let n = mask_words(vocab);
+    let mut bytes = Vec::with_capacity(masks.len() * n * 4);
+    for given in masks {
+        let given = given.unwrap_or_default();
+        bytes.extend((0..n).flat_map(|i| given.get(i).copied().unwrap_or(u32::MAX).to_le_bytes()));
+    }
+    bytes
 }
 
 /// What the suffix returned for one row.

@@ -2,7 +2,7 @@
 //! generic engine, and compared with the CPU oracle (lavapipe in CI).
 
 use poot_executor::suite;
-use poot_executor::{Device, Engine};
+use poot_executor::{Device, Engine, Executor};
 use poot_graph_plan::Backend;
 use poot_wgpu_device::{WgpuDevice, WgpuOptions};
 
@@ -46,4 +46,21 @@ fn split_tables_match_the_oracle() {
     target.limits.max_buffer_bytes = suite::SPLIT_LIMIT_BYTES;
     let mut engine = Engine::new(device, target);
     suite::assert_all_passed(&suite::run_split(&mut engine));
+}
+
+/// A step whose last slot is written while the kernels before its first reader run matches the
+/// oracle, and ran as two parts.
+#[test]
+fn a_late_slot_is_written_between_the_two_parts_of_a_step() {
+    let device = match WgpuDevice::open(WgpuOptions::default()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("SKIP: no Vulkan adapter ({e})");
+            return;
+        }
+    };
+    let target = device.limits().target(Backend::Wgpu);
+    let mut engine = Engine::new(device, target);
+    suite::assert_all_passed(&[suite::run_overlapped(&mut engine)]);
+    assert_eq!(engine.stats().overlapped_steps, 1);
 }

@@ -16,10 +16,12 @@ use poot_executor::EntryId;
 
 use super::{
     Driver, DriverError, EntryKey, FinishReason, GenerateRequest, GeneratedToken, Generation,
-    Serving, TokenLogprob, check_request,
+    GuideStats, Serving, TokenLogprob, check_request,
 };
 use crate::guide::{Guide, GuideError};
-use crate::sampling::{Head, MASKED_LOGIT, RowSampling, Sampler, bind_slots, read_picks};
+use crate::sampling::{
+    Head, MASK_SLOT, MASKED_LOGIT, RowSampling, Sampler, bind_slots, mask_slot_bytes, read_picks,
+};
 
 /// An open sequence, from `open` until `release`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -668,8 +670,13 @@ impl Driver<Serving> {
         feeds.resize_with(rows, || None);
         *self.runs.entry((rows, tokens)).or_default() += 1;
         let key = EntryKey { rows, tokens, head };
-        let masks = self.guide_masks(&feeds);
-        let inputs = self.inputs(tokens, head, &feeds, &masks);
+        let mut inputs = self.inputs(tokens, head, &feeds);
+        // Guided rows' masks are computed while the device runs the forward pass: the mask
+        // slot is left out and filled once the kernels before the sampling suffix are queued.
+        let guided = head.adjusts() && guided_picks(&self.seqs.open, &feeds) > 0;
+        if guided {
+            inputs.remove(&Slot::Named(MASK_SLOT.to_string()));
+        }
         // Each step's picks, row by row.
         let chained = match self.chains.get(&key) {
             Some(&chain) if steps > 1 => Some(self.exec.step_chain(chain, &inputs, steps)?),
@@ -690,8 +697,21 @@ impl Driver<Serving> {
                 .collect(),
             None => {
                 let mut out = StepOutputs::default();
-                self.exec.step(entry, &inputs, &mut out)?;
                 let vocab = self.handle.config().vocab_size;
+                if guided {
+                    let (open, stats) = (&mut self.seqs.open, &mut self.guide_stats);
+                    let mut late = || {
+                        let masks = guide_masks(open, stats, &feeds);
+                        let mut slot = StepInputs::new();
+                        let bytes = mask_slot_bytes(masks.iter().map(Option::as_deref), vocab);
+                        slot.set(Slot::Named(MASK_SLOT.to_string()), bytes);
+                        slot
+                    };
+                    self.exec
+                        .step_overlapped(entry, &inputs, &mut late, &mut out)?;
+                } else {
+                    self.exec.step(entry, &inputs, &mut out)?;
+                }
                 vec![read_picks(&out, head, rows, vocab)?]
             }
         };
@@ -724,77 +744,14 @@ impl Driver<Serving> {
         Ok(())
     }
 
-    /// The allowed-token mask of each feed that picks a guided sequence's next token, computed
-    /// for the rows in parallel. A guide that fails runs its row unconstrained this once: the
-    /// commit discards the pick and finishes the sequence ([`FinishReason::Guide`]).
-    fn guide_masks(&mut self, feeds: &[Option<RowFeed>]) -> Vec<Option<Vec<u32>>> {
-        use rayon::prelude::*;
-        let picking: Vec<SeqId> = feeds
-            .iter()
-            .flatten()
-            .filter(|f| f.picks)
-            .map(|f| f.seq)
-            .collect();
-        let mut work: Vec<(SeqId, &mut Sequence)> = self
-            .seqs
-            .open
-            .iter_mut()
-            .filter(|(id, s)| {
-                s.guide.is_some()
-                    && s.finish.is_none()
-                    && s.guide_error.is_none()
-                    && picking.contains(id)
-            })
-            .map(|(&id, s)| (id, s))
-            .collect();
-        if work.is_empty() {
-            return vec![None; feeds.len()];
-        }
-        let started = Instant::now();
-        let one = |(id, seq): &mut (SeqId, &mut Sequence)| {
-            let at = Instant::now();
-            let mask = seq.guide.as_mut().map(Guide::mask);
-            let mask = match mask {
-                Some(Ok(m)) => Some(m),
-                // The commit finishes the sequence and drops this step's pick.
-                Some(Err(e)) => {
-                    seq.guide_error = Some(e);
-                    None
-                }
-                None => None,
-            };
-            (*id, mask, at.elapsed().as_secs_f64())
-        };
-        // One row computes here: handing it to the pool costs more than some masks.
-        let timed: Vec<(SeqId, Option<Vec<u32>>, f64)> = if work.len() > 1 {
-            work.par_iter_mut().map(one).collect()
-        } else {
-            work.iter_mut().map(one).collect()
-        };
-        let stats = &mut self.guide_stats;
-        stats.wait_seconds += started.elapsed().as_secs_f64();
-        stats.masks += timed.len() as u64;
-        stats.mask_seconds += timed.iter().map(|t| t.2).sum::<f64>();
-        feeds
-            .iter()
-            .map(|f| {
-                let f = f.as_ref().filter(|f| f.picks)?;
-                timed
-                    .iter()
-                    .find(|t| t.0 == f.seq)
-                    .and_then(|t| t.1.clone())
-            })
-            .collect()
-    }
-
-    /// The slot values of one step: tokens, positions, the paged maps, the samplers and the
-    /// guided rows' masks (a verification head's are bound by the caller).
+    /// The slot values of one step: tokens, positions, the paged maps and the samplers (a
+    /// verification head's are bound by the caller). An adjusting head's mask slot allows every
+    /// token: guided rows' masks replace it while the step runs.
     pub(super) fn inputs(
         &self,
         tokens: usize,
         head: Head,
         feeds: &[Option<RowFeed>],
-        masks: &[Option<Vec<u32>>],
     ) -> StepInputs {
         let (open, pool) = (&self.seqs.open, &self.seqs.pool);
         let rows = feeds.len();
@@ -821,7 +778,7 @@ impl Driver<Serving> {
                         generated: f.start >= s.req.prompt.len(),
                         history_row: s.row,
                         fresh: !s.stepped,
-                        mask: masks.get(r).and_then(Option::as_deref),
+                        mask: None,
                     });
                 }
                 None => {
@@ -884,7 +841,7 @@ impl Driver<Serving> {
             head: Head::Greedy,
         })?;
         let feeds: Vec<Option<RowFeed>> = (0..rows).map(|_| None).collect();
-        let mut inputs = self.inputs(1, Head::Greedy, &feeds, &[]);
+        let mut inputs = self.inputs(1, Head::Greedy, &feeds);
         let at = position.min(self.options.capacity.saturating_sub(1)) as i32;
         inputs.set_i32(Slot::Pos, &vec![at; rows]);
         let times = self.exec.profile(entry, &inputs, reps)?;
@@ -1124,6 +1081,79 @@ fn held_back(text: &str, stops: &[String]) -> usize {
         })
         .max()
         .unwrap_or(0)
+}
+
+/// How many of the feeds pick a guided sequence's next token.
+fn guided_picks(open: &BTreeMap<SeqId, Sequence>, feeds: &[Option<RowFeed>]) -> usize {
+    feeds
+        .iter()
+        .flatten()
+        .filter(|f| f.picks && open.get(&f.seq).is_some_and(|s| s.guide.is_some()))
+        .count()
+}
+
+/// The allowed-token mask of each feed that picks a guided sequence's next token, computed
+/// for the rows in parallel. A guide that fails runs its row unconstrained this once: the
+/// commit discards the pick and finishes the sequence ([`FinishReason::Guide`]).
+fn guide_masks(
+    open: &mut BTreeMap<SeqId, Sequence>,
+    stats: &mut GuideStats,
+    feeds: &[Option<RowFeed>],
+) -> Vec<Option<Vec<u32>>> {
+    use rayon::prelude::*;
+    let picking: Vec<SeqId> = feeds
+        .iter()
+        .flatten()
+        .filter(|f| f.picks)
+        .map(|f| f.seq)
+        .collect();
+    let mut work: Vec<(SeqId, &mut Sequence)> = open
+        .iter_mut()
+        .filter(|(id, s)| {
+            s.guide.is_some()
+                && s.finish.is_none()
+                && s.guide_error.is_none()
+                && picking.contains(id)
+        })
+        .map(|(&id, s)| (id, s))
+        .collect();
+    if work.is_empty() {
+        return vec![None; feeds.len()];
+    }
+    let started = Instant::now();
+    let one = |(id, seq): &mut (SeqId, &mut Sequence)| {
+        let at = Instant::now();
+        let mask = seq.guide.as_mut().map(Guide::mask);
+        let mask = match mask {
+            Some(Ok(m)) => Some(m),
+            // The commit finishes the sequence and drops this step's pick.
+            Some(Err(e)) => {
+                seq.guide_error = Some(e);
+                None
+            }
+            None => None,
+        };
+        (*id, mask, at.elapsed().as_secs_f64())
+    };
+    // One row computes here: handing it to the pool costs more than some masks.
+    let timed: Vec<(SeqId, Option<Vec<u32>>, f64)> = if work.len() > 1 {
+        work.par_iter_mut().map(one).collect()
+    } else {
+        work.iter_mut().map(one).collect()
+    };
+    stats.wait_seconds += started.elapsed().as_secs_f64();
+    stats.masks += timed.len() as u64;
+    stats.mask_seconds += timed.iter().map(|t| t.2).sum::<f64>();
+    feeds
+        .iter()
+        .map(|f| {
+            let f = f.as_ref().filter(|f| f.picks)?;
+            timed
+                .iter()
+                .find(|t| t.0 == f.seq)
+                .and_then(|t| t.1.clone())
+        })
+        .collect()
 }
 
 #[cfg(test)]

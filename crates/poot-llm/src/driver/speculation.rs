@@ -401,7 +401,7 @@ impl Driver<Serving> {
             feeds.push(Some(row.feed));
         }
         feeds.resize_with(bucket, || None);
-        let mut inputs = self.inputs(positions, head, &feeds, &[]);
+        let mut inputs = self.inputs(positions, head, &feeds);
         let idle = Sampler::greedy();
         let bound: Vec<VerifyRow<'_>> = feeds
             .iter()
