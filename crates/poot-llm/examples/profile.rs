@@ -3,7 +3,7 @@
 //! value it computes with layer numbers folded, next to the measured time of whole steps.
 //!
 //!   profile <checkpoint> [--capacity N] [--position P] [--reps R] [--top K] [--tokens T]
-//!           [--backend ptx|wgpu]
+//!           [--backend ptx|wgpu|cpu] [--paged]
 
 #![allow(clippy::unwrap_used)]
 
@@ -87,9 +87,19 @@ fn main() {
     let opened = open_executor(backend).unwrap();
     println!("device: {} ({})", opened.device_name, opened.backend);
     let options = DriverOptions::new(capacity, 16.min(capacity));
+    // --paged: the serving layout (blocks of 16 positions through a block table).
+    let layout = if args.iter().any(|a| a == "--paged") {
+        Layout::Paged {
+            block_tokens: 16,
+            blocks: capacity.div_ceil(16) + 1,
+        }
+    } else {
+        Layout::Contiguous
+    };
+    println!("layout: {layout:?}");
     let mut driver = Driver::new(Arc::clone(&handle), opened.executor, options)
         .unwrap()
-        .serve(Layout::Contiguous)
+        .serve(layout)
         .map_err(|r| r.1)
         .unwrap();
     // Whole steps, for comparison: greedy decode, twice (the first run warms up).
