@@ -113,13 +113,17 @@ fn check_chunked_prefill(loaded: &Loaded, run: &Run, name: &str) {
 }
 
 fn check_decoder(name: &str) {
-    let loaded = load(&fixture_dir("random").join(name));
-    let r = reference(name);
-    check_prefill_then_decode(&loaded, &r.run, name);
-    check_chunked_prefill(&loaded, &r.run, name);
+    check_decoder_at(&load(&fixture_dir("random").join(name)), name, name);
+}
+
+/// The checks of [`check_decoder`] for `loaded` against fixture `reference`'s transformers run.
+fn check_decoder_at(loaded: &Loaded, reference_name: &str, name: &str) {
+    let r = reference(reference_name);
+    check_prefill_then_decode(loaded, &r.run, name);
+    check_chunked_prefill(loaded, &r.run, name);
     if let Some(long) = &r.long {
-        check_prefill_then_decode(&loaded, long, &format!("{name} (long prompt)"));
-        check_chunked_prefill(&loaded, long, &format!("{name} (long prompt)"));
+        check_prefill_then_decode(loaded, long, &format!("{name} (long prompt)"));
+        check_chunked_prefill(loaded, long, &format!("{name} (long prompt)"));
     }
 }
 
@@ -152,3 +156,69 @@ fn gemma3_sliding_and_global_layers_match_transformers() {
 fn qwen2_yarn_mqa_matches_transformers() {
     check_decoder("qwen2_yarn");
 }
+
+/// Four experts, top-2 renormalized; every expert stored as its own tensor, stacked at load.
+#[test]
+fn mixtral_routed_experts_match_transformers() {
+    check_decoder("mixtral");
+}
+
+/// Four bf16 experts, top-2 not renormalized (`norm_topk_prob: false`), qk-norm.
+#[test]
+fn qwen3moe_bf16_experts_match_transformers() {
+    check_decoder("qwen3moe");
+}
+
+/// The Mixtral fixture converted by gguf-py as llama.cpp does (`scripts/ref/models/gen_moe_gguf.py`):
+/// a `llama` GGUF with `llama.expert_count`, Q and K rows permuted, each projection's experts
+/// one stored `[experts, out, in]` stack. It builds as a Mixtral and matches transformers.
+#[test]
+fn gguf_mixtral_matches_transformers() {
+    let loaded = load(&fixture_dir("random").join("mixtral_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "mixtral");
+    check_decoder_at(&loaded, "mixtral", "gguf mixtral");
+}
+
+/// Q8_0 expert stacks stay packed (each contraction decodes the selected experts' blocks) and
+/// compute what the same values stored as f32 compute. Against transformers' f32 weights the
+/// quantization itself moves the logits, by at most [`Q8_0_TOLERANCE`].
+#[test]
+fn gguf_mixtral_q8_0_expert_stacks_read_packed() {
+    let dir = fixture_dir("random").join("mixtral_gguf");
+    let packed = load(&dir.join("model-q8_0.gguf"));
+    let dense = load(&dir.join("model-q8_0-dequant.gguf"));
+    let stack = packed
+        .model
+        .weights()
+        .by_const("w.l0.ffn.experts.gate")
+        .unwrap();
+    assert_eq!(
+        stack.ty.dtype,
+        poot_graph_ir::DType::Packed(poot_formats::GgmlType::Q8_0)
+    );
+    let r = reference("mixtral");
+    for run in [&r.run, r.long.as_ref().unwrap()] {
+        let n = run.prompt_ids.len();
+        let shape = StepShape::new(1, n, 64).with_logits(LogitsMode::All);
+        let (got, _) = OracleSession::new(&packed, 1, 64).step(
+            std::slice::from_ref(&run.prompt_ids),
+            &[0],
+            shape,
+        );
+        let (want, _) = OracleSession::new(&dense, 1, 64).step(
+            std::slice::from_ref(&run.prompt_ids),
+            &[0],
+            shape,
+        );
+        let err = max_rel_err(&got, &want);
+        assert!(err <= TOLERANCE, "packed vs dequantized stacks: {err}");
+        let vocab = got.len() / n;
+        for (p, hf) in run.prefill_logits.iter().enumerate() {
+            let err = max_rel_err(&got[p * vocab..(p + 1) * vocab], hf);
+            assert!(err <= Q8_0_TOLERANCE, "q8_0 vs transformers at {p}: {err}");
+        }
+    }
+}
+
+/// Largest relative logit error of the Q8_0-expert Mixtral against transformers' f32 weights.
+const Q8_0_TOLERANCE: f32 = 2e-2;
