@@ -395,42 +395,43 @@ fn gguf_mixtral_expert_stacks_match_the_oracle_on_each_backend() {
     }
 }
 
-/// The GGUF Mixtral (F32 stacks) through the driver on each backend: the 20-token prompt of the
-/// Mixtral reference prefilled in chunks of 4, then greedy decoding, gives transformers' greedy
-/// tokens. (The driver needs a tokenizer, which the GGUF has and the Hugging Face fixtures lack.)
+/// The GGUF Mixtral (F32 stacks) and Qwen3-MoE (BF16 stacks) through the driver on each backend:
+/// the 20-token prompt of their references prefilled in chunks of 4, then greedy decoding, gives
+/// transformers' greedy tokens. (The driver needs a tokenizer, which the GGUFs have and the
+/// Hugging Face fixtures lack.)
 #[test]
-fn gguf_mixtral_generates_transformers_tokens_in_prefill_chunks_on_each_backend() {
+fn gguf_moe_fixtures_generate_transformers_tokens_in_prefill_chunks_on_each_backend() {
     let fixtures =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-models/tests/fixtures/random");
-    let r: DecoderReference = serde_json::from_str(
-        &std::fs::read_to_string(fixtures.join("mixtral/reference.json")).unwrap(),
-    )
-    .unwrap();
-    let long = r.long.unwrap();
-    let want: Vec<u32> = long.decode.iter().map(|d| d.input_id as u32).collect();
-    let prompt: Vec<u32> = long.prompt_ids.iter().map(|&t| t as u32).collect();
-    let path = fixtures.join("mixtral_gguf/model.gguf");
-    let handle = Arc::new(
-        ModelHandle::load(
-            &path,
-            &Registry::builtin().unwrap(),
-            &LoadOptions::default(),
+    let registry = Registry::builtin().unwrap();
+    for (gguf, reference) in [
+        ("mixtral_gguf/model.gguf", "mixtral"),
+        ("qwen3moe_gguf/model.gguf", "qwen3moe"),
+    ] {
+        let r: DecoderReference = serde_json::from_str(
+            &std::fs::read_to_string(fixtures.join(reference).join("reference.json")).unwrap(),
         )
-        .unwrap(),
-    );
-    for exec in executors() {
-        let mut driver = Driver::new(Arc::clone(&handle), exec, DriverOptions::new(64, 4))
-            .unwrap()
-            .serve(Layout::Contiguous)
-            .map_err(|r| r.1)
-            .unwrap();
-        let request = GenerateRequest {
-            ignore_eos: true,
-            ..GenerateRequest::new(prompt.clone(), want.len(), Sampler::greedy())
-        };
-        let out = driver
-            .generate(request, &mut |_| ControlFlow::Continue(()))
-            .unwrap();
-        assert_eq!(out.tokens, want, "greedy tokens");
+        .unwrap();
+        let long = r.long.unwrap();
+        let want: Vec<u32> = long.decode.iter().map(|d| d.input_id as u32).collect();
+        let prompt: Vec<u32> = long.prompt_ids.iter().map(|&t| t as u32).collect();
+        let handle = Arc::new(
+            ModelHandle::load(&fixtures.join(gguf), &registry, &LoadOptions::default()).unwrap(),
+        );
+        for exec in executors() {
+            let mut driver = Driver::new(Arc::clone(&handle), exec, DriverOptions::new(64, 4))
+                .unwrap()
+                .serve(Layout::Contiguous)
+                .map_err(|r| r.1)
+                .unwrap();
+            let request = GenerateRequest {
+                ignore_eos: true,
+                ..GenerateRequest::new(prompt.clone(), want.len(), Sampler::greedy())
+            };
+            let out = driver
+                .generate(request, &mut |_| ControlFlow::Continue(()))
+                .unwrap();
+            assert_eq!(out.tokens, want, "{gguf}: greedy tokens");
+        }
     }
 }

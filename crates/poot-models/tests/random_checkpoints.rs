@@ -179,6 +179,22 @@ fn gguf_mixtral_matches_transformers() {
     check_decoder_at(&loaded, "mixtral", "gguf mixtral");
 }
 
+/// The bf16 Qwen3-MoE as a `qwen3moe` GGUF (gen_moe_gguf.py): BF16 expert stacks as stored,
+/// `expert_weights_norm` false as the checkpoint's `norm_topk_prob`. It matches transformers.
+#[test]
+fn gguf_qwen3moe_bf16_stacks_match_transformers() {
+    let loaded = load(&fixture_dir("random").join("qwen3moe_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "qwen3moe");
+    let stack = loaded
+        .model
+        .weights()
+        .by_const("w.l1.ffn.experts.down")
+        .unwrap();
+    assert_eq!(stack.ty.dtype, poot_graph_ir::DType::BF16);
+    assert_eq!(stack.ty.dims(), [4, 64, 48]);
+    check_decoder_at(&loaded, "qwen3moe", "gguf qwen3moe");
+}
+
 /// Q8_0 expert stacks stay packed (each contraction decodes the selected experts' blocks) and
 /// compute what the same values stored as f32 compute. Against transformers' f32 weights the
 /// quantization itself moves the logits, by at most [`Q8_0_TOLERANCE`].
