@@ -612,12 +612,12 @@ impl WeightMap {
                 }
             };
             match dtype {
-                Some((d, _)) if d != here => {
+                Some((d, first_stored)) if d != here => {
                     return Err(ModelError::ExpertType {
                         name,
                         stored: meta.stored.name(),
                         first,
-                        first_stored: dtype.map_or("", |(_, s)| s),
+                        first_stored,
                     });
                 }
                 Some(_) => {}
