@@ -137,6 +137,18 @@ fn generate() -> String {
         };
         row(&mut out, f.family, &graphs);
     }
+    // Packed expert stacks: the Mixtral fixture as a GGUF with Q8_0 experts.
+    let q8_moe = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../poot-models/tests/fixtures/random/mixtral_gguf/model-q8_0.gguf");
+    let ck = poot_load::load(&q8_moe, &LoadOptions::default()).unwrap();
+    let model = (registry.resolve(ck.config()).unwrap().build)(ck.config(), ck.store())
+        .unwrap()
+        .model;
+    row(
+        &mut out,
+        "mixtral (GGUF, Q8_0 experts)",
+        &decoder_graphs(model.as_ref(), 64, 16),
+    );
     let _ = writeln!(
         out,
         "\n### Real dimensions\n\nPublished configs with zero-byte synthetic weights (BF16 unless stated): decode and a 512-token prefill over the model's whole context.\n"

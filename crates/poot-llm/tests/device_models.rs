@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -17,7 +18,8 @@ use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
 use poot_executor::{EntryId, ExecutableId, Executor, StepInputs, StepOutputs};
 use poot_graph_ir::{Slot, TraceLimits};
 use poot_llm::{
-    BackendChoice, HandleWeights, LoadOptions, ModelHandle, entry_label, open_executor,
+    BackendChoice, Driver, DriverOptions, GenerateRequest, HandleWeights, Layout, LoadOptions,
+    ModelHandle, Sampler, entry_label, open_executor,
 };
 use poot_models::test_support::family_fixtures::FIXTURES;
 use poot_models::weights::ConstData;
@@ -345,6 +347,91 @@ fn real_checkpoints_prefill_a_long_prompt_with_tiled_kernels_on_each_backend() {
                 prompt.len()
             );
             exec.unload(exe);
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct DecodeStep {
+    input_id: i32,
+}
+
+#[derive(serde::Deserialize)]
+struct DecoderReference {
+    prompt_ids: Vec<i32>,
+    decode: Vec<DecodeStep>,
+    long: Option<Box<DecoderReference>>,
+}
+
+/// The random Mixtral as GGUFs (a `llama` with experts, stored `[experts, out, in]` stacks):
+/// F32 stacks generate transformers' greedy tokens (fixtures/random/mixtral/reference.json), and
+/// Q8_0 stacks, read packed by the indexed contractions, match the oracle step by step.
+#[test]
+fn gguf_mixtral_expert_stacks_match_the_oracle_on_each_backend() {
+    let fixtures =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-models/tests/fixtures/random");
+    let r: DecoderReference = serde_json::from_str(
+        &std::fs::read_to_string(fixtures.join("mixtral/reference.json")).unwrap(),
+    )
+    .unwrap();
+    let hf_greedy: Vec<i32> = r.decode.iter().map(|d| d.input_id).collect();
+    let registry = Registry::builtin().unwrap();
+    for mut exec in executors() {
+        for file in ["model.gguf", "model-q8_0.gguf"] {
+            let path = fixtures.join("mixtral_gguf").join(file);
+            let handle =
+                Arc::new(ModelHandle::load(&path, &registry, &LoadOptions::default()).unwrap());
+            assert_eq!(handle.config().family, "mixtral");
+            let exe = exec
+                .load_weights(Box::new(HandleWeights::new(Arc::clone(&handle))))
+                .unwrap();
+            let decode = hf_greedy.len();
+            let tokens = check_greedy(exec.as_mut(), exe, &handle, &r.prompt_ids, decode, file);
+            if file == "model.gguf" {
+                assert_eq!(tokens[..decode], hf_greedy[..], "{file}: greedy tokens");
+            }
+            exec.unload(exe);
+        }
+    }
+}
+
+/// The GGUF Mixtral (F32 stacks) and Qwen3-MoE (BF16 stacks) through the driver on each backend:
+/// the 20-token prompt of their references prefilled in chunks of 4, then greedy decoding, gives
+/// transformers' greedy tokens. (The driver needs a tokenizer, which the GGUFs have and the
+/// Hugging Face fixtures lack.)
+#[test]
+fn gguf_moe_fixtures_generate_transformers_tokens_in_prefill_chunks_on_each_backend() {
+    let fixtures =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-models/tests/fixtures/random");
+    let registry = Registry::builtin().unwrap();
+    for (gguf, reference) in [
+        ("mixtral_gguf/model.gguf", "mixtral"),
+        ("qwen3moe_gguf/model.gguf", "qwen3moe"),
+    ] {
+        let r: DecoderReference = serde_json::from_str(
+            &std::fs::read_to_string(fixtures.join(reference).join("reference.json")).unwrap(),
+        )
+        .unwrap();
+        let long = r.long.unwrap();
+        let want: Vec<u32> = long.decode.iter().map(|d| d.input_id as u32).collect();
+        let prompt: Vec<u32> = long.prompt_ids.iter().map(|&t| t as u32).collect();
+        let handle = Arc::new(
+            ModelHandle::load(&fixtures.join(gguf), &registry, &LoadOptions::default()).unwrap(),
+        );
+        for exec in executors() {
+            let mut driver = Driver::new(Arc::clone(&handle), exec, DriverOptions::new(64, 4))
+                .unwrap()
+                .serve(Layout::Contiguous)
+                .map_err(|r| r.1)
+                .unwrap();
+            let request = GenerateRequest {
+                ignore_eos: true,
+                ..GenerateRequest::new(prompt.clone(), want.len(), Sampler::greedy())
+            };
+            let out = driver
+                .generate(request, &mut |_| ControlFlow::Continue(()))
+                .unwrap();
+            assert_eq!(out.tokens, want, "{gguf}: greedy tokens");
         }
     }
 }

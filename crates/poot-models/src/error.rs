@@ -215,6 +215,30 @@ pub enum ModelError {
         rows: usize,
         cols: usize,
     },
+    /// The checkpoint holds more experts than the config declares: `tensor` is one past the
+    /// last. The config or the checkpoint is wrong.
+    #[error("config key `{key}` declares {declared} experts, but tensor `{tensor}` is present")]
+    ExpertCount {
+        key: String,
+        declared: usize,
+        tensor: String,
+    },
+    /// A routing config that cannot select: top-k of zero, or more experts per token than the
+    /// layer has.
+    #[error("config key `{key}` = {top_k} experts per token, but the layer has {experts}")]
+    TopK {
+        key: String,
+        top_k: usize,
+        experts: usize,
+    },
+    /// Per-expert tensors stacked into one constant are stored in different types.
+    #[error("expert tensor `{name}` is stored as {stored}, but `{first}` as {first_stored}")]
+    ExpertType {
+        name: String,
+        stored: &'static str,
+        first: String,
+        first_stored: &'static str,
+    },
     /// A tensor the family needs is not in the checkpoint.
     #[error("tensor `{name}` ({role}) is missing from the checkpoint")]
     MissingTensor { name: String, role: String },

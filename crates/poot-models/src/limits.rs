@@ -28,3 +28,10 @@ pub const WIDTH: Limit = Limit {
     max: 1 << 24,
     why: "features or heads per token",
 };
+
+/// Experts per layer (`num_local_experts`, `expert_count`): beyond any model, small enough that
+/// a per-expert name list is cheap.
+pub const EXPERTS: Limit = Limit {
+    max: 1 << 16,
+    why: "experts per layer",
+};

@@ -76,7 +76,11 @@ pub fn held_by_stage(role: Role, first: bool, last: bool) -> bool {
         | Role::FfnUp
         | Role::FfnUpBias
         | Role::FfnDown
-        | Role::FfnDownBias => true,
+        | Role::FfnDownBias
+        | Role::Router
+        | Role::ExpertGate
+        | Role::ExpertUp
+        | Role::ExpertDown => true,
     }
 }
 

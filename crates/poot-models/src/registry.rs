@@ -21,6 +21,8 @@ pub const SHIPPED: &[FamilyEntry] = &[
     families::llama::ENTRY,
     families::qwen2::ENTRY,
     families::qwen3::ENTRY,
+    families::mixtral::ENTRY,
+    families::qwen3moe::ENTRY,
     families::gemma3::ENTRY,
     families::bert::ENTRY,
 ];

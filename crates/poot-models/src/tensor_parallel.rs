@@ -125,6 +125,11 @@ pub fn split_of(role: Role) -> Split {
         | Role::PostFfnNorm
         | Role::PostFfnNormBias
         | Role::FfnDownBias
+        // Every rank would route and run all experts; MoE families refuse sharding first.
+        | Role::Router
+        | Role::ExpertGate
+        | Role::ExpertUp
+        | Role::ExpertDown
         | Role::Pooler
         | Role::PoolerBias
         | Role::Classifier
@@ -250,6 +255,15 @@ impl WeightMap {
                 new_dims.iter().skip(1).product(),
                 slice_table(t.data(), dims, axis, range.clone()),
             )),
+            // Expert stacks are replicated (see `split_of`), never split.
+            WeightSource::Stacked { .. } => {
+                return Err(TraceError::SplitShape {
+                    name,
+                    dims: dims.to_vec(),
+                    axis,
+                    unit,
+                });
+            }
             WeightSource::Components(parts) => {
                 let DType::Components(format) = e.ty.dtype else {
                     return Err(TraceError::SplitShape {

@@ -49,6 +49,12 @@ pub enum Role {
     FfnUpBias,
     FfnDown,
     FfnDownBias,
+    /// A mixture-of-experts layer's router, `[experts, hidden]`.
+    Router,
+    /// The routed experts' gate, up and down projections stacked `[experts, out, in]`.
+    ExpertGate,
+    ExpertUp,
+    ExpertDown,
     Pooler,
     PoolerBias,
     Classifier,
@@ -92,6 +98,10 @@ impl Role {
             Role::FfnUpBias => "ffn.up.bias",
             Role::FfnDown => "ffn.down",
             Role::FfnDownBias => "ffn.down.bias",
+            Role::Router => "ffn.router",
+            Role::ExpertGate => "ffn.experts.gate",
+            Role::ExpertUp => "ffn.experts.up",
+            Role::ExpertDown => "ffn.experts.down",
             Role::Pooler => "pooler",
             Role::PoolerBias => "pooler.bias",
             Role::Classifier => "classifier",
@@ -149,6 +159,9 @@ pub enum WeightSource {
     },
     /// A table the family computes from the config (rotary angles), on first read.
     Table(ComputedTable),
+    /// Per-expert checkpoint tensors (each `[out, in]`, one stored dtype) read as one
+    /// `[experts, out, in]` stack: their stored bytes concatenated in expert order.
+    Stacked { experts: Vec<String> },
     /// A component-format constant (a GPTQ, AWQ, FP8 or FP4 linear): each component's role
     /// and the checkpoint tensor that stores it (or a tensor-parallel rank's slice of it), in
     /// the format's order.
@@ -333,6 +346,21 @@ impl NameTable {
             .iter()
             .find(|s| s.role == role)
             .or_else(|| self.base.and_then(|b| b.spelling(role)))
+    }
+
+    /// The tensor name of expert `expert`'s part of `role` in `layer`, when the checkpoint of
+    /// `kind` stores one tensor per expert (its spelling has `{e}`); `None` when it stores the
+    /// experts as one stack.
+    pub fn expert_name(
+        &self,
+        kind: SourceKind,
+        layer: usize,
+        role: Role,
+        expert: usize,
+    ) -> Option<String> {
+        let name = self.name(kind, Some(layer), role)?;
+        name.contains("{e}")
+            .then(|| name.replace("{e}", &expert.to_string()))
     }
 
     /// The tensor name of `role` (in `layer`) for a checkpoint of `kind`.
@@ -522,6 +550,103 @@ impl WeightMap {
         Ok(())
     }
 
+    /// Binds `role` to a stack of `experts` expert matrices, each `[out, in]` = `expert_shape`:
+    /// the stored `[experts, out, in]` tensor (GGUF, any format the graph reads), or one
+    /// tensor per expert (Hugging Face, `{e}` in the spelling), stacked as stored when every
+    /// one is present, of that shape and of one dense type. `count_key` is the config key the
+    /// expert count came from, named when the checkpoint holds more experts than it says.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_experts(
+        &mut self,
+        index: &dyn TensorIndex,
+        table: &NameTable,
+        kind: SourceKind,
+        role: WeightRole,
+        experts: usize,
+        expert_shape: [u64; 2],
+        count_key: &str,
+    ) -> Result<(), ModelError> {
+        let layer = role.layer.unwrap_or(0);
+        let missing = |name: String| ModelError::MissingTensor {
+            name,
+            role: role.const_name(),
+        };
+        let Some(first) = table.expert_name(kind, layer, role.role, 0) else {
+            let name = table
+                .name(kind, role.layer, role.role)
+                .ok_or_else(|| missing(format!("<no {kind:?} spelling>")))?;
+            let [n, k] = expert_shape;
+            return self.bind_tensor(index, role, &name, Some(&[experts as u64, n, k]));
+        };
+        let mut names = Vec::with_capacity(experts);
+        let mut dtype = None;
+        for e in 0..experts {
+            let name = table
+                .expert_name(kind, layer, role.role, e)
+                .unwrap_or_else(|| first.clone());
+            if let Some(prefix) = name.strip_suffix(".weight")
+                && index.packed_linear(prefix)?.is_some()
+            {
+                return Err(ModelError::TensorType {
+                    name,
+                    stored: "a quantized per-expert linear (expert stacks read f32, f16 or bf16)",
+                });
+            }
+            let meta = index
+                .tensor_meta(&name)
+                .ok_or_else(|| missing(name.clone()))?;
+            if meta.shape != expert_shape {
+                return Err(ModelError::TensorShape {
+                    name,
+                    expected: expert_shape.to_vec(),
+                    found: meta.shape,
+                });
+            }
+            let here = match graph_dtype(meta.stored) {
+                Some(d @ (DType::F32 | DType::F16 | DType::BF16)) => d,
+                _ => {
+                    return Err(ModelError::TensorType {
+                        name,
+                        stored: meta.stored.name(),
+                    });
+                }
+            };
+            match dtype {
+                Some((d, first_stored)) if d != here => {
+                    return Err(ModelError::ExpertType {
+                        name,
+                        stored: meta.stored.name(),
+                        first,
+                        first_stored,
+                    });
+                }
+                Some(_) => {}
+                None => dtype = Some((here, meta.stored.name())),
+            }
+            names.push(name);
+        }
+        if let Some(extra) = table.expert_name(kind, layer, role.role, experts)
+            && index.tensor_meta(&extra).is_some()
+        {
+            return Err(ModelError::ExpertCount {
+                key: count_key.to_string(),
+                declared: experts,
+                tensor: extra,
+            });
+        }
+        let (dtype, _) = dtype.ok_or_else(|| missing(first))?;
+        let [n, k] = expert_shape.map(|d| usize::try_from(d).unwrap_or(usize::MAX));
+        self.entries.insert(
+            role,
+            WeightEntry {
+                role,
+                ty: TensorType::new(dtype, vec![experts, n, k]),
+                source: WeightSource::Stacked { experts: names },
+            },
+        );
+        Ok(())
+    }
+
     /// Adds (or replaces) an entry as it is.
     pub(crate) fn insert(&mut self, e: WeightEntry) {
         self.entries.insert(e.role, e);
@@ -618,6 +743,13 @@ impl WeightMap {
                     Cow::Owned(b) => ConstData::Gathered(b),
                 })
             }
+            WeightSource::Stacked { experts } => {
+                let mut bytes = Vec::new();
+                for name in experts {
+                    bytes.extend_from_slice(store.tensor(name)?.bytes());
+                }
+                Ok(ConstData::Gathered(bytes))
+            }
             WeightSource::Components(parts) => Ok(ConstData::Components(
                 parts
                     .iter()
@@ -637,7 +769,9 @@ impl WeightMap {
                 WeightSource::Components(parts) => {
                     names.extend(parts.iter().map(|c| component_const_name(&name, c.role)))
                 }
-                WeightSource::Tensor { .. } | WeightSource::Table(_) => names.push(name),
+                WeightSource::Tensor { .. }
+                | WeightSource::Table(_)
+                | WeightSource::Stacked { .. } => names.push(name),
             }
         }
         names

@@ -613,3 +613,21 @@ fn an_adapter_on_a_gguf_llama_matches_transformers_peft() {
     );
     assert!(max_rel_err(&logits, run.prefill_logits.last().unwrap()) > 100.0 * TOLERANCE);
 }
+
+/// An MoE model has no dense gate, up or down projection: an adapter on them is refused by name
+/// rather than left off the experts.
+#[test]
+fn an_adapter_on_an_moe_feed_forward_is_refused() {
+    let loaded = load(&fixture_dir("random").join("mixtral"));
+    let w = loaded.model.weights();
+    let mut t = LoraTables::new(w, loaded.model.config().n_layers, LoraShape::new(3, 8)).unwrap();
+    match t.write(1, &adapter("a"), w) {
+        Err(poot_models::LoraError::NoProjection { module, .. }) => {
+            assert!(
+                ["gate_proj", "up_proj", "down_proj"].contains(&module),
+                "{module}"
+            )
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}

@@ -177,6 +177,16 @@ fn llama_qwen2_and_the_serving_fixture_over_two_stages() {
     pipeline_matches_whole(&load(&dir), 2, &[5, 60, 300, 11, 2], 5);
 }
 
+/// Each stage holds its layers' routers and expert stacks (the Hugging Face per-expert tensors
+/// stacked at load).
+#[test]
+fn the_moe_fixtures_over_two_stages() {
+    for name in ["mixtral", "qwen3moe"] {
+        let loaded = fixture(name);
+        pipeline_matches_whole(&loaded, 2, PROMPT, 5);
+    }
+}
+
 #[test]
 fn smollm2_over_two_and_three_stages_matches_the_whole_model() {
     let Some(path) = real_checkpoint("smollm2-135m-instruct-q4_1.gguf") else {

@@ -3,8 +3,9 @@
 //! position's logits, decode after prefill, and chunked prefill then decode.
 //!
 //! Tolerance: the largest |oracle - reference| over a step's logits, relative to the largest
-//! reference logit, is at most 2e-5 (measured: about 5e-7; both sides compute in f32; they differ only in summation
-//! order, which moves results by a few ulps per op over a few dozen ops).
+//! reference logit, is at most 2e-5 (measured: about 5e-7, at most 1.0e-6 for the MoE fixtures;
+//! both sides compute in f32; they differ only in summation order, which moves results by a few
+//! ulps per op over a few dozen ops).
 
 #![allow(clippy::unwrap_used)]
 
@@ -113,13 +114,17 @@ fn check_chunked_prefill(loaded: &Loaded, run: &Run, name: &str) {
 }
 
 fn check_decoder(name: &str) {
-    let loaded = load(&fixture_dir("random").join(name));
-    let r = reference(name);
-    check_prefill_then_decode(&loaded, &r.run, name);
-    check_chunked_prefill(&loaded, &r.run, name);
+    check_decoder_at(&load(&fixture_dir("random").join(name)), name, name);
+}
+
+/// The checks of [`check_decoder`] for `loaded` against fixture `reference`'s transformers run.
+fn check_decoder_at(loaded: &Loaded, reference_name: &str, name: &str) {
+    let r = reference(reference_name);
+    check_prefill_then_decode(loaded, &r.run, name);
+    check_chunked_prefill(loaded, &r.run, name);
     if let Some(long) = &r.long {
-        check_prefill_then_decode(&loaded, long, &format!("{name} (long prompt)"));
-        check_chunked_prefill(&loaded, long, &format!("{name} (long prompt)"));
+        check_prefill_then_decode(loaded, long, &format!("{name} (long prompt)"));
+        check_chunked_prefill(loaded, long, &format!("{name} (long prompt)"));
     }
 }
 
@@ -152,3 +157,86 @@ fn gemma3_sliding_and_global_layers_match_transformers() {
 fn qwen2_yarn_mqa_matches_transformers() {
     check_decoder("qwen2_yarn");
 }
+
+/// Four experts, top-2 renormalized; every expert stored as its own tensor, stacked at load.
+#[test]
+fn mixtral_routed_experts_match_transformers() {
+    check_decoder("mixtral");
+}
+
+/// Four bf16 experts, top-2 not renormalized (`norm_topk_prob: false`), qk-norm.
+#[test]
+fn qwen3moe_bf16_experts_match_transformers() {
+    check_decoder("qwen3moe");
+}
+
+/// The Mixtral fixture converted by gguf-py as llama.cpp does (`scripts/ref/models/gen_moe_gguf.py`):
+/// a `llama` GGUF with `llama.expert_count`, Q and K rows permuted, each projection's experts
+/// one stored `[experts, out, in]` stack. It builds as a Mixtral and matches transformers.
+#[test]
+fn gguf_mixtral_matches_transformers() {
+    let loaded = load(&fixture_dir("random").join("mixtral_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "mixtral");
+    check_decoder_at(&loaded, "mixtral", "gguf mixtral");
+}
+
+/// The bf16 Qwen3-MoE as a `qwen3moe` GGUF (gen_moe_gguf.py): BF16 expert stacks as stored,
+/// `expert_weights_norm` false as the checkpoint's `norm_topk_prob`. It matches transformers.
+#[test]
+fn gguf_qwen3moe_bf16_stacks_match_transformers() {
+    let loaded = load(&fixture_dir("random").join("qwen3moe_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "qwen3moe");
+    let stack = loaded
+        .model
+        .weights()
+        .by_const("w.l1.ffn.experts.down")
+        .unwrap();
+    assert_eq!(stack.ty.dtype, poot_graph_ir::DType::BF16);
+    assert_eq!(stack.ty.dims(), [4, 64, 48]);
+    check_decoder_at(&loaded, "qwen3moe", "gguf qwen3moe");
+}
+
+/// Q8_0 expert stacks stay packed (each contraction decodes the selected experts' blocks) and
+/// compute what the same values stored as f32 compute (measured: bit for bit). Against
+/// transformers' f32 weights the quantization itself moves the logits, by at most
+/// [`Q8_0_TOLERANCE`] (measured: 1.0e-2).
+#[test]
+fn gguf_mixtral_q8_0_expert_stacks_read_packed() {
+    let dir = fixture_dir("random").join("mixtral_gguf");
+    let packed = load(&dir.join("model-q8_0.gguf"));
+    let dense = load(&dir.join("model-q8_0-dequant.gguf"));
+    let stack = packed
+        .model
+        .weights()
+        .by_const("w.l0.ffn.experts.gate")
+        .unwrap();
+    assert_eq!(
+        stack.ty.dtype,
+        poot_graph_ir::DType::Packed(poot_formats::GgmlType::Q8_0)
+    );
+    let r = reference("mixtral");
+    for run in [&r.run, r.long.as_ref().unwrap()] {
+        let n = run.prompt_ids.len();
+        let shape = StepShape::new(1, n, 64).with_logits(LogitsMode::All);
+        let (got, _) = OracleSession::new(&packed, 1, 64).step(
+            std::slice::from_ref(&run.prompt_ids),
+            &[0],
+            shape,
+        );
+        let (want, _) = OracleSession::new(&dense, 1, 64).step(
+            std::slice::from_ref(&run.prompt_ids),
+            &[0],
+            shape,
+        );
+        let err = max_rel_err(&got, &want);
+        assert!(err <= TOLERANCE, "packed vs dequantized stacks: {err}");
+        let vocab = got.len() / n;
+        for (p, hf) in run.prefill_logits.iter().enumerate() {
+            let err = max_rel_err(&got[p * vocab..(p + 1) * vocab], hf);
+            assert!(err <= Q8_0_TOLERANCE, "q8_0 vs transformers at {p}: {err}");
+        }
+    }
+}
+
+/// Largest relative logit error of the Q8_0-expert Mixtral against transformers' f32 weights.
+const Q8_0_TOLERANCE: f32 = 2e-2;

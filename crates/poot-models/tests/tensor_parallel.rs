@@ -502,3 +502,16 @@ fn component_shares_off_their_packing_are_refused() {
     }
     assert!(e.to_string().contains("desc_act"), "{e}");
 }
+
+/// The expert stacks are not split over ranks yet: an MoE family refuses a group.
+#[test]
+fn moe_families_refuse_tensor_parallel() {
+    for name in ["mixtral", "qwen3moe"] {
+        let loaded = fixture(name);
+        match loaded.model.shard_weights(Shard::new(1, 2).unwrap()) {
+            Err(TraceError::Unsharded { family, ranks }) => assert_eq!((family, ranks), (name, 2)),
+            Err(e) => panic!("{name}: unexpected: {e}"),
+            Ok(_) => panic!("{name} split over two ranks"),
+        }
+    }
+}

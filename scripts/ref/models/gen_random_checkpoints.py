@@ -49,10 +49,14 @@ from transformers import (  # noqa: E402
     Gemma3TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -142,6 +146,42 @@ def qwen3_config():
     return Qwen3Config(
         **common_decoder(
             head_dim=32,
+            rms_norm_eps=1e-6,
+            hidden_act="silu",
+            attention_bias=False,
+            tie_word_embeddings=False,
+            use_sliding_window=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    )
+
+
+def mixtral_config():
+    return MixtralConfig(
+        **common_decoder(
+            intermediate_size=96,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            rms_norm_eps=1e-5,
+            hidden_act="silu",
+            tie_word_embeddings=False,
+            sliding_window=None,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    )
+
+
+def qwen3moe_config():
+    return Qwen3MoeConfig(
+        **common_decoder(
+            head_dim=32,
+            intermediate_size=96,
+            moe_intermediate_size=48,
+            num_experts=4,
+            num_experts_per_tok=2,
+            norm_topk_prob=False,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
             rms_norm_eps=1e-6,
             hidden_act="silu",
             attention_bias=False,
@@ -263,6 +303,19 @@ MODELS = {
             },
         },
     ),
+    "mixtral": (
+        MixtralForCausalLM,
+        mixtral_config,
+        torch.float32,
+        {"rope_theta": 1000000.0, "rope_scaling": None},
+    ),
+    # bfloat16, so per-expert tensors are stacked as stored bf16.
+    "qwen3moe": (
+        Qwen3MoeForCausalLM,
+        qwen3moe_config,
+        torch.bfloat16,
+        {"rope_theta": 1000000.0, "rope_scaling": None, "num_experts": 4},
+    ),
 }
 
 
@@ -307,6 +360,9 @@ def interesting_init(model, seed, gemma_norm, embed_std=0.5, out_gain=1.0, post_
         elif p.dim() == 2:
             gain = out_gain if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0
             normal(p, 0.0, gain / math.sqrt(p.shape[1]))
+        elif p.dim() == 3:  # stacked experts [experts, out, in] (transformers 5's MoE layout)
+            gain = out_gain if name.endswith("down_proj") else 1.0
+            normal(p, 0.0, gain / math.sqrt(p.shape[2]))
         else:
             raise SystemExit(f"no init rule for {name} {tuple(p.shape)}")
 

@@ -58,7 +58,11 @@ torch.set_num_threads(2)
 torch.set_default_dtype(torch.float32)
 
 # Appended entries keep the earlier fixtures' seeds (seed = 2000 + index).
-DECODERS = ["llama", "llama3_scaled", "qwen2", "qwen3", "gemma3", "qwen2_yarn"]
+DECODERS = ["llama", "llama3_scaled", "qwen2", "qwen3", "gemma3", "qwen2_yarn", "mixtral", "qwen3moe"]
+# Mixture-of-experts fixtures: also a long prompt, and a check that no token's top-k choice is
+# a near tie (an order of summation could otherwise flip which experts run).
+MOE = {"mixtral", "qwen3moe"}
+MIN_ROUTER_MARGIN = 1e-3
 PROMPT_LEN = 11
 # qwen2_yarn's prompt runs past its original_max_position_embeddings (32).
 PROMPT_LENS = {"qwen2_yarn": 40}
@@ -146,6 +150,17 @@ def run_decoder(name, seed):
         f"{name}: prompt={prompt} decode={[x['input_id'] for x in case['decode']]} "
         f"logit std={np.std(case['prefill_logits']):.3f} cache-check err={err:.2e}"
     ]
+    if name in MOE:
+        long_prompt = rng.integers(0, vocab, size=LONG_PROMPT_LEN).tolist()
+        long_case, err2 = decoder_case(model, long_prompt)
+        ref["long"] = long_case
+        margin, used = router_margin(model, prompt + long_prompt, model.config.num_experts_per_tok)
+        assert margin > MIN_ROUTER_MARGIN, (name, margin)
+        summary.append(
+            f"  long: prompt={long_prompt} decode={[x['input_id'] for x in long_case['decode']]} "
+            f"cache-check err={err2:.2e}; smallest top-k router margin {margin:.2e}, "
+            f"experts used per layer {used}"
+        )
     if name == "gemma3":
         long_prompt = rng.integers(0, vocab, size=LONG_PROMPT_LEN).tolist()
         long_case, err2 = decoder_case(model, long_prompt)
@@ -173,6 +188,19 @@ def run_decoder(name, seed):
         )
     (d / "reference.json").write_text(json.dumps(ref, separators=(",", ":")) + "\n")
     print("\n".join(summary))
+
+
+def router_margin(model, ids, k):
+    """The smallest gap between the k-th and (k+1)-th router logit over every token and layer,
+    and how many distinct experts each layer selects."""
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), output_router_logits=True)
+    margin, used = float("inf"), []
+    for logits in out.router_logits:
+        top = torch.topk(logits.float(), k + 1, dim=-1)
+        margin = min(margin, float((top.values[:, k - 1] - top.values[:, k]).min()))
+        used.append(len(set(top.indices[:, :k].flatten().tolist())))
+    return margin, used
 
 
 def pad_batch(seqs, types):

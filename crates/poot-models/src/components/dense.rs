@@ -8,9 +8,10 @@ use poot_graph_ir::{Builder, Graph};
 
 use super::{
     Activation, AttentionParams, KvSource, LayerParams, Norm, NormPlacement, RopeConfig, RopeUse,
-    StackParams, Step, attention, gated_ffn, standard_layer, standard_stack,
+    RouterParams, RouterScore, StackParams, Step, attention, gated_ffn, routed_experts,
+    standard_layer, standard_stack,
 };
-use crate::config::SourceKind;
+use crate::config::{ConfigReader, Key, SourceKind};
 use crate::error::{ModelError, TraceError};
 use crate::lora::QkRows;
 use crate::model::{Model, ModelConfig, narrowed_positions};
@@ -25,6 +26,49 @@ use crate::weights::{NameTable, Role, TensorIndex, WeightMap, WeightRole};
 pub struct LayerAttention {
     pub rope_table: u8,
     pub window: Option<usize>,
+}
+
+/// A decoder whose every feed-forward is routed experts instead of one SwiGLU.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeSpec {
+    pub router: RouterParams,
+    /// Features of each expert's gate and up projections.
+    pub expert_intermediate: usize,
+    /// The config key the expert count was read from (named if the checkpoint disagrees).
+    pub experts_key: String,
+}
+
+impl MoeSpec {
+    /// Reads the expert count and top-k at `experts_key` and `top_k_key` (top-k refused when it
+    /// is zero or above the expert count), with a softmax router.
+    pub fn read(
+        cfg: &ConfigReader,
+        experts_key: Key,
+        top_k_key: Key,
+        expert_intermediate: usize,
+        renormalize: bool,
+    ) -> Result<MoeSpec, ModelError> {
+        use crate::limits::EXPERTS;
+        let experts = cfg.usize_at_most(experts_key, EXPERTS)?;
+        let top_k = cfg.usize_at_most(top_k_key, EXPERTS)?;
+        if top_k == 0 || top_k > experts {
+            return Err(ModelError::TopK {
+                key: cfg.key_name(top_k_key),
+                top_k,
+                experts,
+            });
+        }
+        Ok(MoeSpec {
+            router: RouterParams {
+                experts,
+                top_k,
+                score: RouterScore::Softmax,
+                renormalize,
+            },
+            expert_intermediate,
+            experts_key: cfg.key_name(experts_key),
+        })
+    }
 }
 
 /// Everything that distinguishes one dense decoder from another.
@@ -50,6 +94,8 @@ pub struct DenseDecoderSpec {
     /// The stored Q and K rows pair rotary features interleaved within each head (llama.cpp's
     /// converter permutes a Llama's rows so): an adapter's Q and K rows are permuted to match.
     pub qk_rows_interleaved: bool,
+    /// Routed experts in place of every layer's SwiGLU.
+    pub moe: Option<MoeSpec>,
 }
 
 /// A dense decoder: the spec, its schema and its weight map.
@@ -110,9 +156,11 @@ impl DenseDecoder {
             req(Role::AttnK, &[kv_out, d])?;
             req(Role::AttnV, &[kv_out, d])?;
             req(Role::AttnO, &[d, q_out])?;
-            req(Role::FfnGate, &[ff, d])?;
-            req(Role::FfnUp, &[ff, d])?;
-            req(Role::FfnDown, &[d, ff])?;
+            if spec.moe.is_none() {
+                req(Role::FfnGate, &[ff, d])?;
+                req(Role::FfnUp, &[ff, d])?;
+                req(Role::FfnDown, &[d, ff])?;
+            }
             if spec.sandwich_norms {
                 req(Role::PostAttnNorm, &[d])?;
                 req(Role::PostFfnNorm, &[d])?;
@@ -128,6 +176,18 @@ impl DenseDecoder {
                 (Role::AttnOBias, d),
             ] {
                 w.bind_named_opt(index, names, kind, role(r), Some(&[n]))?;
+            }
+            if let Some(moe) = &spec.moe {
+                // Experts before the router, so a config that miscounts them names an expert.
+                let (e, ef) = (moe.router.experts, moe.expert_intermediate as u64);
+                for (r, shape) in [
+                    (Role::ExpertGate, [ef, d]),
+                    (Role::ExpertUp, [ef, d]),
+                    (Role::ExpertDown, [d, ef]),
+                ] {
+                    w.bind_experts(index, names, kind, role(r), e, shape, &moe.experts_key)?;
+                }
+                w.bind_named(index, names, kind, role(Role::Router), Some(&[e as u64, d]))?;
             }
         }
         for (i, rope) in spec.ropes.iter().enumerate() {
@@ -195,6 +255,12 @@ impl Model for DenseDecoder {
             return Ok(Cow::Borrowed(&self.weights));
         }
         let s = &self.spec;
+        if s.moe.is_some() {
+            return Err(TraceError::Unsharded {
+                family: s.config.family,
+                ranks: shard.ranks,
+            });
+        }
         let heads = Heads {
             n_heads: s.n_heads,
             n_kv_heads: s.n_kv_heads,
@@ -252,7 +318,12 @@ impl Model for DenseDecoder {
                 x,
                 &layer,
                 |b, h| b.scope("attn", |b| attention(b, &step, l, h, &attn)),
-                |b, h| b.scope("ffn", |b| gated_ffn(b, &step, l, h, s.activation)),
+                |b, h| {
+                    b.scope("ffn", |b| match &s.moe {
+                        None => gated_ffn(b, &step, l, h, s.activation),
+                        Some(moe) => routed_experts(b, &step, l, h, &moe.router, s.activation),
+                    })
+                },
             )
         })?;
         if spec.shape.hidden_carry {
@@ -551,6 +622,7 @@ impl DenseDecoderSpec {
             embed_scale: None,
             final_softcap: None,
             qk_rows_interleaved: false,
+            moe: None,
         }
     }
 }
@@ -563,8 +635,19 @@ pub fn build_standard(
     family: &'static str,
     adjust: impl FnOnce(&crate::config::ConfigReader, &mut DenseDecoderSpec) -> Result<(), ModelError>,
 ) -> Result<crate::model::ModelParts, ModelError> {
+    build_standard_named(raw, index, family, &STANDARD_DECODER_NAMES, adjust)
+}
+
+/// [`build_standard`] over the family's own name table (one extending the standard spellings).
+pub fn build_standard_named(
+    raw: &crate::config::RawConfig,
+    index: &dyn TensorIndex,
+    family: &'static str,
+    names: &NameTable,
+    adjust: impl FnOnce(&crate::config::ConfigReader, &mut DenseDecoderSpec) -> Result<(), ModelError>,
+) -> Result<crate::model::ModelParts, ModelError> {
     let cfg = crate::config::ConfigReader::new(raw);
-    let basics = DecoderBasics::read(&cfg, index, &STANDARD_DECODER_NAMES)?;
+    let basics = DecoderBasics::read(&cfg, index, names)?;
     let rope = RopeConfig {
         theta: basics.theta,
         dims: basics.rope_dims,
@@ -573,11 +656,6 @@ pub fn build_standard(
     let mut spec = DenseDecoderSpec::standard(family, &basics, rope, RopeStyle::HalfSplit);
     adjust(&cfg, &mut spec)?;
     Ok(crate::model::ModelParts {
-        model: Box::new(DenseDecoder::build(
-            spec,
-            index,
-            &STANDARD_DECODER_NAMES,
-            cfg.kind(),
-        )?),
+        model: Box::new(DenseDecoder::build(spec, index, names, cfg.kind())?),
     })
 }

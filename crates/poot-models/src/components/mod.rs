@@ -6,15 +6,17 @@ pub mod attention;
 pub mod dense;
 pub mod ffn;
 pub mod lora;
+pub mod moe;
 pub mod norm;
 pub mod rotary;
 pub mod standard;
 pub mod step;
 
 pub use attention::{AttentionParams, KvSource, RopeUse, attention};
-pub use dense::{DenseDecoder, DenseDecoderSpec, LayerAttention};
+pub use dense::{DenseDecoder, DenseDecoderSpec, LayerAttention, MoeSpec};
 pub use ffn::{Activation, gated_ffn, plain_ffn};
 pub use lora::adapted;
+pub use moe::{RouterParams, RouterScore, route, routed_experts};
 pub use norm::{Norm, apply_norm};
 pub use rotary::{RopeConfig, RopeScaling};
 pub use standard::{

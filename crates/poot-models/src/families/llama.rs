@@ -1,10 +1,11 @@
-//! Llama (1 to 3.x, SmolLM2) and Mistral: the standard dense decoder.
+//! Llama (1 to 3.x, SmolLM2) and Mistral: the standard dense decoder. A GGUF `llama` with
+//! experts is a Mixtral and builds as one.
 
 use poot_graph_ir::ops::RopeStyle;
 
 use crate::components::LayerAttention;
 use crate::components::dense::build_standard;
-use crate::config::{RawConfig, SourceKind, key};
+use crate::config::{ConfigReader, RawConfig, SourceKind, key};
 use crate::error::ModelError;
 use crate::limits::POSITIONS;
 use crate::model::ModelParts;
@@ -22,6 +23,11 @@ pub const ENTRY: FamilyEntry = FamilyEntry {
 };
 
 fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelError> {
+    // llama.cpp writes a Mixtral as a `llama` GGUF with experts.
+    let experts = ConfigReader::new(raw).opt_usize(key("", "expert_count"))?;
+    if experts.is_some_and(|n| n > 0) {
+        return crate::families::mixtral::build(raw, index);
+    }
     build_standard(raw, index, "llama", |cfg, spec| {
         // llama.cpp's converter permutes Q and K rows so GGUF Llamas pair features interleaved.
         // A GGUF without a chat template chats as llama.cpp does then: in chatml.

@@ -4,5 +4,7 @@
 pub mod bert;
 pub mod gemma3;
 pub mod llama;
+pub mod mixtral;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3moe;

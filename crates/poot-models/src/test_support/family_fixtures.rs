@@ -27,6 +27,14 @@ pub const FIXTURES: &[FamilyFixture] = &[
         dir: "tests/fixtures/random/qwen3",
     },
     FamilyFixture {
+        family: "mixtral",
+        dir: "tests/fixtures/random/mixtral",
+    },
+    FamilyFixture {
+        family: "qwen3moe",
+        dir: "tests/fixtures/random/qwen3moe",
+    },
+    FamilyFixture {
         family: "gemma3",
         dir: "tests/fixtures/random/gemma3",
     },

@@ -1,0 +1,91 @@
+//! Mixture-of-experts feed-forward: a router picks `top_k` experts per token, and each token's
+//! input runs through its selected experts' SwiGLU, weighted by its routing weights.
+//!
+//! The experts are one `[experts, out, in]` stack per projection, contracted with
+//! `IndexedMatMul`: every token's input is repeated once per selected slot and each (token,
+//! slot) row reads only its expert's rows, so the step reads the selected experts' weights and
+//! no others. The ids are computed inside the graph, so the graph is the same every token.
+
+use poot_graph_ir::ops::{self, binary_bcast, softmax};
+use poot_graph_ir::{BinaryOp, Builder, Traced};
+
+use super::Step;
+use super::ffn::{Activation, activate};
+use crate::error::TraceError;
+use crate::weights::{Role, WeightRole};
+
+/// How router logits become expert scores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouterScore {
+    /// A softmax over all experts (Mixtral, Qwen3-MoE).
+    Softmax,
+    /// An independent sigmoid per expert.
+    Sigmoid,
+}
+
+/// A routed layer's choices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouterParams {
+    pub experts: usize,
+    pub top_k: usize,
+    pub score: RouterScore,
+    /// Divide the selected scores by their sum (Mixtral always; Qwen3-MoE's `norm_topk_prob`).
+    pub renormalize: bool,
+}
+
+/// The selection of one layer's router for `x [tokens, hidden]`: the expert ids `[tokens,
+/// top_k]` (i32, best first) and their weights `[tokens, top_k]` (f32).
+pub fn route(
+    b: &Builder,
+    step: &Step,
+    layer: usize,
+    x: Traced,
+    params: &RouterParams,
+) -> Result<(Traced, Traced), TraceError> {
+    let router = step.weight(b, WeightRole::layer(layer, Role::Router))?;
+    let logits = ops::linear(b, x, router, None)?;
+    let scores = match params.score {
+        RouterScore::Softmax => softmax(b, logits, 1)?,
+        RouterScore::Sigmoid => {
+            let one = ops::scalar_like(b, 1.0, logits)?;
+            b.div(one, b.add(one, b.exp(b.neg(logits)?)?)?)?
+        }
+    };
+    let ids = b.name(b.arg_top_k(scores, params.top_k)?, "expert_ids")?;
+    let mut weights = b.take_along(scores, ids, 1)?;
+    if params.renormalize {
+        let sum = b.reduce_sum(weights, 1)?;
+        weights = binary_bcast(b, BinaryOp::Div, weights, sum)?;
+    }
+    Ok((ids, b.name(weights, "expert_weights")?))
+}
+
+/// `sum_j w_j * down_j(act(gate_j(x)) * up_j(x))` over each token's selected experts `j`, for
+/// `x [rows, tokens, hidden]`.
+pub fn routed_experts(
+    b: &Builder,
+    step: &Step,
+    layer: usize,
+    x: Traced,
+    params: &RouterParams,
+    act: Activation,
+) -> Result<Traced, TraceError> {
+    let dims = b.dims(x)?;
+    let hidden = *dims.last().unwrap_or(&0);
+    let tokens: usize = dims.iter().rev().skip(1).product();
+    let k = params.top_k;
+    let flat = b.reshape(x, [tokens, hidden])?;
+    let (ids, weights) = b.scope("router", |b| route(b, step, layer, flat, params))?;
+    // One row per (token, slot), slot-minor, so row `t * k + j` is token `t`'s `j`-th choice.
+    let repeated = b.broadcast(b.reshape(flat, [tokens, 1, hidden])?, [tokens, k, hidden])?;
+    let rows = b.reshape(repeated, [tokens * k, hidden])?;
+    let row_ids = b.reshape(ids, [tokens * k])?;
+    let w = |r| step.weight(b, WeightRole::layer(layer, r));
+    let gate = b.indexed_matmul(rows, w(Role::ExpertGate)?, row_ids)?;
+    let up = b.indexed_matmul(rows, w(Role::ExpertUp)?, row_ids)?;
+    let h = b.mul(activate(b, gate, act)?, up)?;
+    let down = b.indexed_matmul(h, w(Role::ExpertDown)?, row_ids)?;
+    let weighted = binary_bcast(b, BinaryOp::Mul, down, b.reshape(weights, [tokens * k, 1])?)?;
+    let summed = b.reduce_sum(b.reshape(weighted, [tokens, k, hidden])?, 1)?;
+    Ok(b.reshape(summed, dims)?)
+}

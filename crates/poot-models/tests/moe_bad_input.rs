@@ -1,0 +1,265 @@
+//! Mixture-of-experts checkpoints whose expert count, top-k or expert tensors disagree fail at
+//! load with a typed error naming the key or the tensor: a missing or extra expert, a stack
+//! of the wrong expert count, top-k beyond the experts, per-expert tensors of two types, and
+//! the Qwen3-MoE layouts with dense layers this engine does not run.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "common/tiny_gguf.rs"]
+mod tiny_gguf;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use poot_load::LoadOptions;
+use poot_models::test_support::family_fixtures::fixture;
+use poot_models::{ModelError, Registry};
+use serde_json::Value;
+use tiny_gguf::{Meta, TinyGguf};
+
+fn scratch() -> PathBuf {
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("poot-moe-bad-{}-{call}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn build(path: &Path) -> Result<String, ModelError> {
+    let ck = poot_load::load(path, &LoadOptions::default())?;
+    let registry = Registry::builtin()?;
+    let entry = registry.resolve(ck.config())?;
+    (entry.build)(ck.config(), &ck).map(|p| p.model.config().family.to_string())
+}
+
+/// The `family` fixture with its config edited by `edit` and its safetensors header by
+/// `header` (a same-length rename or retype, so the data offsets stay valid).
+fn build_hf(
+    family: &str,
+    edit: impl FnOnce(&mut Value),
+    header: impl FnOnce(String) -> String,
+) -> Result<String, ModelError> {
+    let src = fixture(family).unwrap().path();
+    let mut config: Value =
+        serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
+    edit(&mut config);
+    let dir = scratch();
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_vec(&config).unwrap(),
+    )
+    .unwrap();
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let text = String::from_utf8(bytes[8..8 + len].to_vec()).unwrap();
+    let edited = header(text.clone());
+    assert_eq!(edited.len(), text.len(), "a header edit keeps its length");
+    let mut out = bytes[..8].to_vec();
+    out.extend(edited.as_bytes());
+    out.extend(&bytes[8 + len..]);
+    std::fs::write(dir.join("model.safetensors"), out).unwrap();
+    let built = build(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    built
+}
+
+fn build_gguf(g: &TinyGguf) -> Result<String, ModelError> {
+    let dir = scratch();
+    let path = dir.join("model.gguf");
+    std::fs::write(&path, g.bytes()).unwrap();
+    let built = build(&path);
+    std::fs::remove_dir_all(&dir).unwrap();
+    built
+}
+
+/// [`TinyGguf::llama`] as a Mixtral: `experts` experts, each expert stack holding `stacked`.
+fn gguf_mixtral(experts: u32, stacked: u64) -> TinyGguf {
+    let mut g = TinyGguf::llama();
+    g.set("llama.expert_count", Meta::U32(experts));
+    g.set("llama.expert_used_count", Meta::U32(2));
+    // The dense feed-forwards become a router and three expert stacks.
+    g.tensors.retain(|(name, _)| {
+        !name.ends_with(".ffn_gate.weight")
+            && !name.ends_with(".ffn_up.weight")
+            && !name.ends_with(".ffn_down.weight")
+    });
+    for l in 0..2 {
+        for (role, shape) in [
+            ("ffn_gate_inp", &[u64::from(experts), 8][..]),
+            ("ffn_gate_exps", &[stacked, 16, 8]),
+            ("ffn_up_exps", &[stacked, 16, 8]),
+            ("ffn_down_exps", &[stacked, 8, 16]),
+        ] {
+            g.tensor(&format!("blk.{l}.{role}.weight"), shape);
+        }
+    }
+    g
+}
+
+#[test]
+fn the_unchanged_checkpoints_build_as_their_families() {
+    assert_eq!(build_hf("mixtral", |_| {}, |h| h).unwrap(), "mixtral");
+    assert_eq!(build_hf("qwen3moe", |_| {}, |h| h).unwrap(), "qwen3moe");
+    assert_eq!(build_gguf(&gguf_mixtral(4, 4)).unwrap(), "mixtral");
+}
+
+#[test]
+fn a_missing_expert_is_named() {
+    let gone = "model.layers.1.block_sparse_moe.experts.2.w3.weight";
+    let err = build_hf(
+        "mixtral",
+        |_| {},
+        |h| h.replace(gone, &gone.replace("w3", "x3")),
+    );
+    match err {
+        Err(ModelError::MissingTensor { name, role }) => {
+            assert_eq!(name, gone);
+            assert_eq!(role, "w.l1.ffn.experts.up");
+        }
+        other => panic!("expected a missing expert, got {other:?}"),
+    }
+}
+
+#[test]
+fn more_experts_than_the_config_declares_is_refused() {
+    let err = build_hf(
+        "mixtral",
+        |c| {
+            c["num_local_experts"] = 3.into();
+        },
+        |h| h,
+    );
+    match err {
+        Err(ModelError::ExpertCount {
+            key,
+            declared: 3,
+            tensor,
+        }) => {
+            assert_eq!(key, "num_local_experts");
+            assert_eq!(
+                tensor,
+                "model.layers.0.block_sparse_moe.experts.3.w1.weight"
+            );
+        }
+        other => panic!("expected the extra expert, got {other:?}"),
+    }
+    // With layer 0's fourth expert renamed away, its router's four rows disagree.
+    let err = build_hf(
+        "qwen3moe",
+        |c| {
+            c["num_experts"] = 3.into();
+        },
+        |h| {
+            h.replace(
+                "\"model.layers.0.mlp.experts.3.",
+                "\"model.layers.0.mlp.experts.9.",
+            )
+        },
+    );
+    match err {
+        Err(ModelError::TensorShape { name, .. }) => {
+            assert_eq!(name, "model.layers.0.mlp.gate.weight")
+        }
+        other => panic!("expected the router's shape, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_stack_of_the_wrong_expert_count_is_named() {
+    match build_gguf(&gguf_mixtral(4, 3)) {
+        Err(ModelError::TensorShape {
+            name,
+            expected,
+            found,
+        }) => {
+            assert_eq!(name, "blk.0.ffn_gate_exps.weight");
+            assert_eq!(expected, vec![4, 16, 8]);
+            assert_eq!(found, vec![3, 16, 8]);
+        }
+        other => panic!("expected the stack's shape, got {other:?}"),
+    }
+}
+
+#[test]
+fn top_k_beyond_the_experts_or_zero_is_refused() {
+    for top_k in [0u32, 5] {
+        let err = build_hf(
+            "mixtral",
+            |c| {
+                c["num_experts_per_tok"] = top_k.into();
+            },
+            |h| h,
+        );
+        match err {
+            Err(ModelError::TopK {
+                key, experts: 4, ..
+            }) => {
+                assert_eq!(key, "num_experts_per_tok")
+            }
+            other => panic!("top-k {top_k}: got {other:?}"),
+        }
+    }
+    let mut g = gguf_mixtral(4, 4);
+    g.set("llama.expert_used_count", Meta::U32(6));
+    match build_gguf(&g) {
+        Err(ModelError::TopK {
+            key,
+            top_k: 6,
+            experts: 4,
+        }) => assert_eq!(key, "llama.expert_used_count"),
+        other => panic!("got {other:?}"),
+    }
+}
+
+#[test]
+fn experts_stored_in_two_types_are_refused() {
+    // BF16 and F16 words are the same size, so only the type changes.
+    let expert = "\"model.layers.1.mlp.experts.3.down_proj.weight\":{\"dtype\":\"BF16\"";
+    let err = build_hf(
+        "qwen3moe",
+        |_| {},
+        |h| {
+            assert!(h.contains(expert), "the fixture's header spells {expert}");
+            h.replace(expert, &expert.replace("\"BF16\"", "\"F16\" "))
+        },
+    );
+    match err {
+        Err(ModelError::ExpertType {
+            name,
+            stored,
+            first,
+            ..
+        }) => {
+            assert_eq!(name, "model.layers.1.mlp.experts.3.down_proj.weight");
+            assert_eq!(first, "model.layers.1.mlp.experts.0.down_proj.weight");
+            assert!(stored.contains("16"), "{stored}");
+        }
+        other => panic!("expected mixed expert types, got {other:?}"),
+    }
+}
+
+#[test]
+fn qwen3moe_dense_layers_are_refused() {
+    let err = build_hf(
+        "qwen3moe",
+        |c| {
+            c["mlp_only_layers"] = serde_json::json!([1]);
+        },
+        |h| h,
+    );
+    assert!(
+        matches!(&err, Err(ModelError::Unsupported { key, .. }) if key == "mlp_only_layers"),
+        "{err:?}"
+    );
+    let err = build_hf(
+        "qwen3moe",
+        |c| {
+            c["decoder_sparse_step"] = 2.into();
+        },
+        |h| h,
+    );
+    assert!(
+        matches!(&err, Err(ModelError::Unsupported { key, .. }) if key == "decoder_sparse_step"),
+        "{err:?}"
+    );
+}
