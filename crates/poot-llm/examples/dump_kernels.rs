@@ -3,6 +3,7 @@
 //! backend compiles (under `POOT_TUNING`, as the backend reads it), readable without a GPU.
 //!
 //!   dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T] [--paged-blocks B] [--cpu]
+//!                [--adjusted]
 //!
 //! `--cpu` writes the C the CPU backend compiles instead (planned for the CPU preset).
 //! `--paged-blocks B` plans the step over a paged pool of B blocks of 16 positions, as a
@@ -53,7 +54,13 @@ fn main() {
     }
     let spec = StepSpec::step(shape);
     let graph = handle.model().trace(&spec, limits).unwrap();
-    let graph = append_head(graph, Head::Greedy, limits, 1).unwrap();
+    // --adjusted: the head penalties, biases and guided masks use.
+    let head = if args.iter().any(|a| a == "--adjusted") {
+        Head::Adjusted
+    } else {
+        Head::Greedy
+    };
+    let graph = append_head(graph, head, limits, 1).unwrap();
     let cpu = args.iter().any(|a| a == "--cpu");
     let mut target = if cpu {
         Target::cpu_preset()
