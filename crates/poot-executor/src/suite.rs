@@ -506,8 +506,14 @@ impl CaseBuilder {
     /// Random blocks of a ggml block format with realistic scales: every f16 field (a scale or
     /// minimum) small and finite, every E8M0 exponent near 1.
     fn packed(&mut self, name: &str, format: GgmlType, rows: usize, k: usize) -> Traced {
+        self.packed_dims(name, format, &[rows, k])
+    }
+
+    /// [`CaseBuilder::packed`] of any rank (an expert stack `[experts, rows, k]`): blocks run
+    /// along the last dimension.
+    fn packed_dims(&mut self, name: &str, format: GgmlType, dims: &[usize]) -> Traced {
         let bytes_per_block = format.block_bytes();
-        let n_blocks = rows * k / format.block_elems();
+        let n_blocks = dims.iter().product::<usize>() / format.block_elems();
         let mut bytes = vec![0u8; n_blocks * bytes_per_block];
         for b in bytes.iter_mut() {
             *b = self.rng.next() as u8;
@@ -529,10 +535,10 @@ impl CaseBuilder {
                 }
             }
         }
-        let t = HostTensor::packed(format, vec![rows, k], bytes).expect("sized");
+        let t = HostTensor::packed(format, dims.to_vec(), bytes).expect("sized");
         self.consts.push((name.to_string(), t));
         self.b
-            .constant(name, TensorType::new(DType::Packed(format), vec![rows, k]))
+            .constant(name, TensorType::new(DType::Packed(format), dims.to_vec()))
             .expect("fresh name")
     }
 
@@ -889,6 +895,99 @@ fn contraction_cases() -> Vec<Case> {
     let ids = c.i32("ids", &[5], 4);
     let y = c.b.indexed_matmul(x, experts, ids).expect("imm");
     cases.push(c.finish("indexed matmul (per-row expert)", Outputs::new(y), SUMS));
+    cases
+}
+
+/// Routed-expert contractions as a mixture-of-experts layer runs them: `[experts, out, in]`
+/// stacks in every weight format read per (token, slot) row by expert id, with loads that are
+/// uneven and experts that no row selects; and whole routed layers (router, top-k, weights
+/// taken along, the experts, the weighted sum) with k = 1 and k = 8.
+fn expert_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    // Twelve rows: expert 2 takes seven, 5 three, 7 and 0 one each; 1, 3, 4 and 6 none.
+    let uneven = vec![2, 2, 5, 2, 7, 2, 2, 5, 0, 2, 5, 2];
+    let formats: Vec<DType> = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::MXFP4,
+    ]
+    .into_iter()
+    .map(DType::Packed)
+    .chain([DType::F16, DType::BF16])
+    .collect();
+    for (i, dtype) in formats.into_iter().enumerate() {
+        let mut c = CaseBuilder::new(200 + i as u64);
+        let k = match dtype {
+            DType::Packed(f) if f.block_elems() == 256 => 256,
+            _ => 64,
+        };
+        let experts = match dtype {
+            DType::Packed(f) => c.packed_dims("experts", f, &[8, 24, k]),
+            d => c.half("experts", &[8, 24, k], d),
+        };
+        let x = c.f32("x", &[uneven.len(), k]);
+        let ids = c.slot_i32(
+            Slot::Named("expert_ids".into()),
+            uneven.clone(),
+            &[uneven.len()],
+        );
+        let y = c.b.indexed_matmul(x, experts, ids).expect("indexed matmul");
+        cases.push(c.finish(
+            &format!("{dtype} expert stack, uneven loads, four experts unselected"),
+            Outputs::new(y),
+            reassociated(k),
+        ));
+    }
+    for (i, (top_k, format)) in [
+        (1, GgmlType::Q4_K),
+        (8, GgmlType::Q8_0),
+        (2, GgmlType::MXFP4),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = CaseBuilder::new(220 + i as u64);
+        let (tokens, d, ff, n_experts) = (5, 256, 64, 8);
+        let x = c.f32("x", &[tokens, d]);
+        let router = c.f32("router", &[n_experts, d]);
+        let gate = c.packed_dims("gate", format, &[n_experts, ff, d]);
+        let up = c.packed_dims("up", format, &[n_experts, ff, d]);
+        let down = c.half("down", &[n_experts, d, ff], DType::F16);
+        let b = &c.b;
+        let scores =
+            ops::softmax(b, ops::linear(b, x, router, None).expect("router"), 1).expect("softmax");
+        let ids = b.arg_top_k(scores, top_k).expect("top-k");
+        let weights = b.take_along(scores, ids, 1).expect("take along");
+        let rows = b
+            .reshape(
+                b.broadcast(b.reshape(x, [tokens, 1, d]).expect("r"), [tokens, top_k, d])
+                    .expect("repeat"),
+                [tokens * top_k, d],
+            )
+            .expect("rows");
+        let row_ids = b.reshape(ids, [tokens * top_k]).expect("ids");
+        let g = b.indexed_matmul(rows, gate, row_ids).expect("gate");
+        let u = b.indexed_matmul(rows, up, row_ids).expect("up");
+        let h = b.mul(ops::silu(b, g).expect("silu"), u).expect("mul");
+        let o = b.indexed_matmul(h, down, row_ids).expect("down");
+        let w = b.reshape(weights, [tokens * top_k, 1]).expect("w");
+        let weighted = ops::binary_bcast(b, BinaryOp::Mul, o, w).expect("weighted");
+        let y = b
+            .reduce_sum(b.reshape(weighted, [tokens, top_k, d]).expect("r"), 1)
+            .expect("sum");
+        cases.push(c.finish(
+            &format!(
+                "routed experts, top-{top_k} of {n_experts}, {} stacks",
+                format.name()
+            ),
+            Outputs::new(y).and(ids),
+            reassociated(d + ff),
+        ));
+    }
     cases
 }
 
@@ -2118,6 +2217,7 @@ pub fn cases() -> Vec<Case> {
     all.extend(tiled_cases());
     all.extend(split_reduction_cases());
     all.extend(decode_contraction_cases());
+    all.extend(expert_cases());
     all
 }
 
