@@ -155,14 +155,20 @@ pub struct ChatPrompt {
 pub fn render(app: &App, conversation: Conversation) -> Result<ChatPrompt, ApiError> {
     let Conversation {
         mut messages,
-        tools,
+        mut tools,
     } = conversation;
-    if app
-        .tool_syntax
+    let tool_names = tools
         .as_ref()
-        .is_some_and(|s| s.format.short_ids())
-    {
-        tool_calls::shorten_call_ids(&mut messages);
+        .map(tool_calls::tool_names)
+        .unwrap_or_default();
+    match app.tool_syntax.as_ref().map(|s| s.format) {
+        Some(tool_calls::ToolFormat::Generic) => {
+            // The tools go into the messages: the template has nowhere to show them.
+            messages = tool_calls::generic_conversation(messages, tools.as_ref());
+            tools = None;
+        }
+        Some(format) if format.short_ids() => tool_calls::shorten_call_ids(&mut messages),
+        _ => {}
     }
     let text = app
         .handle
@@ -188,10 +194,6 @@ pub fn render(app: &App, conversation: Conversation) -> Result<ChatPrompt, ApiEr
             "the rendered prompt is empty",
         ));
     }
-    let tool_names = tools
-        .as_ref()
-        .map(tool_calls::tool_names)
-        .unwrap_or_default();
     Ok(ChatPrompt {
         rendered,
         ids,

@@ -278,8 +278,10 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
         }
         None => None,
     };
-    let tool_syntax = handle.text().ok().and_then(|t| {
+    // A template that shows no call syntax gets the generic one (described in the prompt).
+    let tool_syntax = handle.text().ok().map(|t| {
         ToolSyntax::detect(t.chat_templates().iter().map(|c| c.source()), t.tokenizer())
+            .unwrap_or_else(ToolSyntax::generic)
     });
     if let Some(s) = &tool_syntax {
         eprintln!("tool calls are read in the {:?} syntax", s.format);

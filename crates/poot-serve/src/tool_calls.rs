@@ -14,6 +14,10 @@
 //!   with content before it.
 //! - [`ToolFormat::Mistral`]: `[TOOL_CALLS]` then a JSON array of `{"name", "arguments"}`
 //!   objects, or the newer `[TOOL_CALLS]name[ARGS]{...}` segments; content before it.
+//! - [`ToolFormat::Generic`], for a template that shows no call syntax (as llama.cpp's generic
+//!   handler does): the tools and the answer's form are described in a system message, and a
+//!   call is an answer that is one JSON object `{"tool_calls": [{"name": ..., "arguments":
+//!   {...}}]}`.
 //!
 //! A call must be well-formed JSON naming one of the request's tools, with an object of
 //! arguments; anything else (malformed JSON, an unknown tool, a call cut off by the token
@@ -34,6 +38,9 @@ pub enum ToolFormat {
     Llama3Json,
     /// `[TOOL_CALLS]` and a JSON array, or `[TOOL_CALLS]name[ARGS]{...}`.
     Mistral,
+    /// No syntax in the template: the answer is `{"tool_calls": [...]}` as a system message
+    /// describes it.
+    Generic,
 }
 
 const HERMES_OPEN: &str = "<tool_call>";
@@ -42,6 +49,8 @@ const PYTHON_TAG: &str = "<|python_tag|>";
 const MISTRAL_CALLS: &str = "[TOOL_CALLS]";
 const MISTRAL_ARGS: &str = "[ARGS]";
 const MISTRAL_CALL_ID: &str = "[CALL_ID]";
+/// The key of a generic answer's calls.
+const GENERIC_CALLS: &str = "tool_calls";
 
 impl ToolFormat {
     /// The format whose call syntax one of `templates` writes, or none: a template that shows
@@ -67,6 +76,7 @@ impl ToolFormat {
             ToolFormat::Hermes => &[HERMES_OPEN, HERMES_CLOSE],
             ToolFormat::Llama3Json => &[PYTHON_TAG],
             ToolFormat::Mistral => &[MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID],
+            ToolFormat::Generic => &[],
         }
     }
 
@@ -104,13 +114,21 @@ impl ToolSyntax {
         Some(ToolSyntax { format, controls })
     }
 
+    /// The syntax for a model whose templates show none ([`ToolFormat::Generic`]).
+    pub fn generic() -> ToolSyntax {
+        ToolSyntax {
+            format: ToolFormat::Generic,
+            controls: Vec::new(),
+        }
+    }
+
     /// A Lark grammar (llguidance's dialect) whose every sentence is a call in this syntax to
     /// one of `tools` (each a name and its parameters' JSON schema): one call, or with
     /// `several` one or more. What the answer parser reads back as `tool_calls`.
     pub fn forced_grammar(&self, tools: &[(String, Value)], several: bool) -> String {
         let args_key = match self.format {
             ToolFormat::Llama3Json => "parameters",
-            ToolFormat::Hermes | ToolFormat::Mistral => "arguments",
+            ToolFormat::Hermes | ToolFormat::Mistral | ToolFormat::Generic => "arguments",
         };
         let calls: Vec<Value> = tools
             .iter()
@@ -127,6 +145,18 @@ impl ToolSyntax {
             Ok([one]) => one,
             Err(calls) => serde_json::json!({"anyOf": calls}),
         };
+        if self.format == ToolFormat::Generic {
+            let mut list = serde_json::json!({"type": "array", "items": schema, "minItems": 1});
+            if !several {
+                list["maxItems"] = Value::from(1);
+            }
+            schema = serde_json::json!({
+                "type": "object",
+                "properties": {GENERIC_CALLS: list},
+                "required": [GENERIC_CALLS],
+                "additionalProperties": false,
+            });
+        }
         // Calls as the chat templates write them (`tojson`, Python's `json.dumps` spacing): the
         // form the model was trained on, and no room to wander in whitespace.
         schema["x-guidance"] = serde_json::json!({
@@ -151,15 +181,17 @@ impl ToolSyntax {
             ),
             ToolFormat::Llama3Json => ("call_json".to_string(), "\"; \""),
             ToolFormat::Mistral => ("call_json".to_string(), "\", \""),
+            ToolFormat::Generic => ("call_json".to_string(), ""),
         };
-        let calls = if several {
+        // A generic answer's one object holds every call.
+        let calls = if several && self.format != ToolFormat::Generic {
             format!("call ({sep} call)*")
         } else {
             "call".to_string()
         };
         let start = match self.format {
             ToolFormat::Mistral => format!("{} \"[\" {calls} \"]\"", marker(MISTRAL_CALLS)),
-            ToolFormat::Hermes | ToolFormat::Llama3Json => calls,
+            ToolFormat::Hermes | ToolFormat::Llama3Json | ToolFormat::Generic => calls,
         };
         format!("start: {start}\ncall: {call}\ncall_json: {json}\n")
     }
@@ -182,6 +214,78 @@ impl ToolSyntax {
             None => Cow::Borrowed(text),
         }
     }
+}
+
+/// A conversation as a template without call syntax can render it ([`ToolFormat::Generic`]):
+/// the offered `tools` and the form of a call described in a system message (ahead of the
+/// conversation's own system text), earlier calls written into their assistant messages as the
+/// model would answer them, and tool results as user messages.
+pub fn generic_conversation(messages: Value, tools: Option<&Value>) -> Value {
+    let Value::Array(list) = messages else {
+        return messages;
+    };
+    let mut out: Vec<Value> = Vec::with_capacity(list.len() + 1);
+    let offered: Vec<&Value> = tools
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|t| t.get("function").unwrap_or(t))
+        .collect();
+    if !offered.is_empty() {
+        let listed: Vec<String> = offered.iter().map(|t| t.to_string()).collect();
+        let mut text = format!(
+            "You can call these tools:\n{}\n\nTo call tools, answer with only a JSON object of \
+             this form and nothing else: {{\"{GENERIC_CALLS}\": [{{\"name\": \"<a tool's name>\", \
+             \"arguments\": {{<its arguments>}}}}]}}. Otherwise answer the user directly.",
+            listed.join("\n")
+        );
+        let own_system = list.first().filter(|m| m["role"] == "system");
+        if let Some(Value::String(own)) = own_system.map(|m| &m["content"]) {
+            text = format!("{own}\n\n{text}");
+        }
+        out.push(serde_json::json!({"role": "system", "content": text}));
+    }
+    let skip =
+        usize::from(!offered.is_empty() && list.first().is_some_and(|m| m["role"] == "system"));
+    for mut m in list.into_iter().skip(skip) {
+        match m["role"].as_str() {
+            Some("assistant") => {
+                if let Some(Value::Array(calls)) =
+                    m.as_object_mut().and_then(|o| o.remove("tool_calls"))
+                {
+                    let calls: Vec<Value> = calls
+                        .iter()
+                        .map(|c| {
+                            let f = c.get("function").unwrap_or(c);
+                            let args = match f.get("arguments") {
+                                Some(Value::String(s)) => serde_json::from_str(s).unwrap_or(Value::String(s.clone())),
+                                Some(v) => v.clone(),
+                                None => Value::Object(Map::new()),
+                            };
+                            serde_json::json!({"name": f.get("name").cloned().unwrap_or(Value::Null), "arguments": args})
+                        })
+                        .collect();
+                    let call_text = serde_json::json!({GENERIC_CALLS: calls}).to_string();
+                    let content = match m["content"].as_str() {
+                        Some(t) if !t.is_empty() => format!("{t}\n{call_text}"),
+                        _ => call_text,
+                    };
+                    m["content"] = Value::String(content);
+                }
+                out.push(m);
+            }
+            Some("tool") => {
+                let mut response = serde_json::json!({"content": m["content"].clone()});
+                if let Some(name) = m.get("name") {
+                    response["name"] = name.clone();
+                }
+                let text = serde_json::json!({"tool_response": response}).to_string();
+                out.push(serde_json::json!({"role": "user", "content": text}));
+            }
+            _ => out.push(m),
+        }
+    }
+    Value::Array(out)
 }
 
 /// One call the model made.
@@ -267,6 +371,7 @@ impl ToolParser {
                 let calls = match self.format {
                     ToolFormat::Mistral => self.mistral_calls(&held),
                     ToolFormat::Llama3Json | ToolFormat::Hermes => self.json_calls(&held),
+                    ToolFormat::Generic => self.generic_calls(&held),
                 };
                 match calls {
                     Some(calls) => {
@@ -304,8 +409,10 @@ impl ToolParser {
             ToolFormat::Hermes => HERMES_OPEN,
             ToolFormat::Llama3Json => PYTHON_TAG,
             ToolFormat::Mistral => MISTRAL_CALLS,
+            ToolFormat::Generic => "",
         };
-        if self.format == ToolFormat::Llama3Json && !self.released_any {
+        let bare_json = matches!(self.format, ToolFormat::Llama3Json | ToolFormat::Generic);
+        if bare_json && !self.released_any {
             // A bare JSON call is the whole answer: hold leading blanks, and everything once
             // the answer opens with `{`.
             let trimmed = self.held.trim_start();
@@ -314,9 +421,15 @@ impl ToolParser {
                 self.mode = Mode::Rest { marker: "" };
                 return true;
             }
-            if trimmed.is_empty() || opener.starts_with(trimmed) {
+            if trimmed.is_empty() || (!opener.is_empty() && opener.starts_with(trimmed)) {
                 return false;
             }
+        }
+        if opener.is_empty() {
+            // No marker can open calls later: the rest is text.
+            let release = std::mem::take(&mut self.held);
+            self.text(out, release);
+            return false;
         }
         if let Some(at) = self.held.find(opener) {
             let before: String = self.held.drain(..at).collect();
@@ -324,7 +437,9 @@ impl ToolParser {
             self.text(out, before);
             self.mode = match self.format {
                 ToolFormat::Hermes => Mode::Block,
-                ToolFormat::Llama3Json | ToolFormat::Mistral => Mode::Rest { marker: opener },
+                ToolFormat::Llama3Json | ToolFormat::Mistral | ToolFormat::Generic => {
+                    Mode::Rest { marker: opener }
+                }
             };
             return true;
         }
@@ -407,6 +522,21 @@ impl ToolParser {
             }
         }
         (!calls.is_empty()).then_some(calls)
+    }
+
+    /// A generic answer: one object whose `tool_calls` is an array of calls (or whose
+    /// `tool_call` is one call), and nothing after it but blanks. All calls or none.
+    fn generic_calls(&self, text: &str) -> Option<Vec<ToolCall>> {
+        let Value::Object(mut fields) = serde_json::from_str(text.trim()).ok()? else {
+            return None;
+        };
+        let calls = match (fields.remove(GENERIC_CALLS), fields.remove("tool_call")) {
+            (Some(Value::Array(items)), None) if fields.is_empty() => items,
+            (None, Some(one @ Value::Object(_))) if fields.is_empty() => vec![one],
+            _ => return None,
+        };
+        let calls: Option<Vec<ToolCall>> = calls.into_iter().map(|c| self.call_value(c)).collect();
+        calls.filter(|c| !c.is_empty())
     }
 
     /// Mistral's calls after `[TOOL_CALLS]`: a JSON array (or objects), or `name[ARGS]{...}`
@@ -649,7 +779,7 @@ mod tests {
         };
         let weather = call("get_weather", r#"{"city": "Paris"}"#);
         let time = call("get_time", "{}");
-        let cases: [(ToolFormat, &str, &str, Vec<Piece>); 3] = [
+        let cases: [(ToolFormat, &str, &str, Vec<Piece>); 4] = [
             (
                 ToolFormat::Hermes,
                 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
@@ -668,6 +798,12 @@ mod tests {
                 ", {\"name\": \"get_time\", \"arguments\": {}}]",
                 vec![weather.clone(), time.clone()],
             ),
+            (
+                ToolFormat::Generic,
+                "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+                ", {\"name\": \"get_time\", \"arguments\": {}}]}",
+                vec![weather.clone(), time.clone()],
+            ),
         ];
         for (format, first, second, want) in cases {
             let syntax = ToolSyntax::plain(format);
@@ -675,6 +811,7 @@ mod tests {
             let several = syntax.forced_grammar(&tools, true);
             let (single, both) = match format {
                 ToolFormat::Mistral => (format!("{first}]"), format!("{first}{second}")),
+                ToolFormat::Generic => (format!("{first}]}}"), format!("{first}{second}")),
                 _ => (first.to_string(), format!("{first}{second}")),
             };
             assert!(takes(&one, &single), "{format:?}: {one}");
@@ -732,6 +869,82 @@ mod tests {
         let chars: Vec<String> = whole.chars().map(String::from).collect();
         let refs: Vec<&str> = chars.iter().map(String::as_str).collect();
         assert_eq!(run(format, &refs), want, "char by char");
+    }
+
+    #[test]
+    fn generic_answers_are_calls_when_the_whole_answer_is_the_calls_object() {
+        same_for_every_split(
+            ToolFormat::Generic,
+            " {\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", \"arguments\": {}}]}\n",
+            &[
+                call("get_weather", r#"{"city": "Paris"}"#),
+                call("get_time", "{}"),
+            ],
+        );
+        same_for_every_split(
+            ToolFormat::Generic,
+            "{\"tool_call\": {\"name\": \"get_time\", \"arguments\": {}}}",
+            &[call("get_time", "{}")],
+        );
+        // Text, an unknown tool, other keys, an empty list or an unclosed object stay text.
+        for answer in [
+            "It is sunny in Paris.",
+            "{\"tool_calls\": [{\"name\": \"launch_rockets\", \"arguments\": {}}]}",
+            "{\"tool_calls\": [], \"note\": 1}",
+            "{\"tool_calls\": []}",
+            "{\"tool_calls\": [{\"name\": \"get_time\"",
+            "Sure: {\"tool_calls\": [{\"name\": \"get_time\", \"arguments\": {}}]}",
+        ] {
+            same_for_every_split(ToolFormat::Generic, answer, &[text(answer)]);
+        }
+    }
+
+    #[test]
+    fn a_generic_conversation_describes_the_tools_and_writes_calls_and_results_as_text() {
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+        let messages = serde_json::json!([
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "21 C"},
+        ]);
+        let out = generic_conversation(messages, Some(&tools));
+        let out = out.as_array().unwrap();
+        assert_eq!(out.len(), 4, "{out:?}");
+        let system = out[0]["content"].as_str().unwrap();
+        assert_eq!(out[0]["role"], "system");
+        assert!(system.starts_with("Be brief.\n\n"), "{system}");
+        assert!(
+            system.contains("\"name\":\"get_weather\"") && system.contains("\"tool_calls\""),
+            "{system}"
+        );
+        assert_eq!(
+            out[1],
+            serde_json::json!({"role": "user", "content": "Weather in Paris?"})
+        );
+        assert_eq!(out[2]["role"], "assistant");
+        assert!(out[2].get("tool_calls").is_none());
+        let written: Value = serde_json::from_str(out[2]["content"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            written,
+            serde_json::json!({"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]})
+        );
+        // What the model wrote is what the parser reads back as the call.
+        assert_eq!(
+            run(ToolFormat::Generic, &[out[2]["content"].as_str().unwrap()]),
+            vec![call("get_weather", r#"{"city":"Paris"}"#)]
+        );
+        assert_eq!(out[3]["role"], "user");
+        let result: Value = serde_json::from_str(out[3]["content"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            result,
+            serde_json::json!({"tool_response": {"name": "get_weather", "content": "21 C"}})
+        );
+        // Without tools nothing is added.
+        let plain = serde_json::json!([{"role": "user", "content": "Hi"}]);
+        assert_eq!(generic_conversation(plain.clone(), None), plain);
     }
 
     #[test]

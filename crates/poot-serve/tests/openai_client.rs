@@ -17,45 +17,10 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{MODEL_ID, Server};
+use common::{MODEL_ID, Server, cache, imports, python};
 
 const CONTEXT: &str = "512";
 const API_KEY: &str = "test-key";
-
-fn cache() -> PathBuf {
-    std::env::var_os("POOT_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/poot")
-        })
-}
-
-/// Whether `py` imports `module`.
-fn imports(py: &str, module: &str) -> bool {
-    Command::new(py)
-        .args(["-c", &format!("import {module}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// A Python that imports `openai`, or why there is none.
-fn python() -> Result<String, String> {
-    let candidates: Vec<String> = match std::env::var("POOT_PYTHON") {
-        Ok(p) => vec![p],
-        Err(_) => vec![
-            cache().join("venv/bin/python").display().to_string(),
-            "python3".to_owned(),
-        ],
-    };
-    for py in &candidates {
-        if imports(py, "openai") {
-            return Ok(py.clone());
-        }
-    }
-    Err(format!(
-        "none of {candidates:?} imports openai (scripts/pyenv.sh client)"
-    ))
-}
 
 #[test]
 fn the_openai_client_is_served() {

@@ -51,10 +51,20 @@ impl Server {
         extra: &[&str],
         env: &[(&str, &std::ffi::OsStr)],
     ) -> Server {
+        Server::start_on("wgpu", model, extra, env)
+    }
+
+    /// [`Server::start_model`] on `backend` (`wgpu`, `cpu`).
+    pub fn start_on(
+        backend: &str,
+        model: &std::ffi::OsStr,
+        extra: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_poot-serve"))
             .arg("--model")
             .arg(model)
-            .args(["--backend", "wgpu", "--host", "127.0.0.1", "--port", "0"])
+            .args(["--backend", backend, "--host", "127.0.0.1", "--port", "0"])
             .envs(env.iter().map(|(k, v)| (*k, *v)))
             // Software Vulkan compiles slowly: prepare step variants only when a test needs
             // them, unless the test chooses.
@@ -242,4 +252,40 @@ fn dechunk(mut s: &str) -> String {
         s = rest[n..].strip_prefix("\r\n").unwrap_or(&rest[n..]);
     }
     out
+}
+
+/// poot's cache folder ($POOT_CACHE, else ~/.cache/poot).
+pub fn cache() -> PathBuf {
+    std::env::var_os("POOT_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/poot")
+        })
+}
+
+/// Whether `py` imports `module`.
+pub fn imports(py: &str, module: &str) -> bool {
+    Command::new(py)
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A Python that imports `openai`, or why there is none.
+pub fn python() -> Result<String, String> {
+    let candidates: Vec<String> = match std::env::var("POOT_PYTHON") {
+        Ok(p) => vec![p],
+        Err(_) => vec![
+            cache().join("venv/bin/python").display().to_string(),
+            "python3".to_owned(),
+        ],
+    };
+    for py in &candidates {
+        if imports(py, "openai") {
+            return Ok(py.clone());
+        }
+    }
+    Err(format!(
+        "none of {candidates:?} imports openai (scripts/pyenv.sh client)"
+    ))
 }
