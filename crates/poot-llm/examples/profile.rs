@@ -3,7 +3,7 @@
 //! value it computes with layer numbers folded, next to the measured time of whole steps.
 //!
 //!   profile <checkpoint> [--capacity N] [--position P] [--reps R] [--top K] [--tokens T]
-//!           [--backend ptx|wgpu|cpu] [--paged]
+//!           [--backend ptx|wgpu|cpu] [--paged] [--adjusted]
 
 #![allow(clippy::unwrap_used)]
 
@@ -12,6 +12,7 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use poot_llm::sampling::Head;
 use poot_llm::{
     BackendChoice, Driver, DriverOptions, GenerateRequest, Layout, LoadOptions, ModelHandle,
     Sampler, open_executor,
@@ -120,7 +121,13 @@ fn main() {
             1.0 / per
         );
     }
-    let times = driver.profile_decode(position, reps).unwrap();
+    // --adjusted: the head penalties, biases and guided masks use.
+    let head = if args.iter().any(|a| a == "--adjusted") {
+        Head::Adjusted
+    } else {
+        Head::Greedy
+    };
+    let times = driver.profile_decode(position, reps, head).unwrap();
     let Some(times) = times else {
         println!("this backend cannot time kernels");
         return;

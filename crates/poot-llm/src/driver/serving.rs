@@ -816,13 +816,14 @@ impl Driver<Serving> {
         inputs
     }
 
-    /// Times every kernel of the greedy single-token step over all rows, each row at
+    /// Times every kernel of the single-token step with `head` over all rows, each row at
     /// `position` (`reps` runs per kernel), then clears the carried state. `None` when the
     /// backend cannot time kernels. Refused while sequences are open.
     pub fn profile_decode(
         &mut self,
         position: usize,
         reps: u32,
+        head: Head,
     ) -> Result<Option<Vec<KernelTime>>, DriverError> {
         if !self.seqs.open.is_empty() {
             return Err(DriverError::Busy {
@@ -833,15 +834,15 @@ impl Driver<Serving> {
         let key = EntryKey {
             rows,
             tokens: 1,
-            head: Head::Greedy,
+            head,
         };
-        let entry = *self.entries.get(&key).ok_or(DriverError::Unprepared {
+        let entry = self.ensure(key).ok_or(DriverError::Unprepared {
             rows,
             tokens: 1,
-            head: Head::Greedy,
+            head,
         })?;
         let feeds: Vec<Option<RowFeed>> = (0..rows).map(|_| None).collect();
-        let mut inputs = self.inputs(1, Head::Greedy, &feeds);
+        let mut inputs = self.inputs(1, head, &feeds);
         let at = position.min(self.options.capacity.saturating_sub(1)) as i32;
         inputs.set_i32(Slot::Pos, &vec![at; rows]);
         let times = self.exec.profile(entry, &inputs, reps)?;
