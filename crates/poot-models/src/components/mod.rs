@@ -12,7 +12,7 @@ pub mod rotary;
 pub mod standard;
 pub mod step;
 
-pub use attention::{AttentionParams, KvSource, RopeUse, attention};
+pub use attention::{AttentionParams, KvSource, QkNormSpan, RopeUse, attention};
 pub use dense::{DenseDecoder, DenseDecoderSpec, LayerAttention, MoeSpec};
 pub use ffn::{Activation, gated_ffn, plain_ffn};
 pub use lora::adapted;

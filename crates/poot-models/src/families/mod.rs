@@ -3,8 +3,10 @@
 
 pub mod bert;
 pub mod gemma3;
+pub mod granite;
 pub mod llama;
 pub mod mixtral;
+pub mod olmoe;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3moe;
