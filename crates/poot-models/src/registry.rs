@@ -27,6 +27,7 @@ pub const SHIPPED: &[FamilyEntry] = &[
     families::bert::ENTRY,
     families::olmoe::ENTRY,
     families::granite::ENTRY,
+    families::granitemoe::ENTRY,
 ];
 
 /// An index of families by config key.

@@ -274,3 +274,26 @@ fn gguf_granite_matches_transformers() {
     assert_eq!(loaded.model.config().family, "granite");
     check_decoder_at(&loaded, "granite", "gguf granite");
 }
+
+/// Granite-MoE: Granite's multipliers, four experts stored stacked with gate and up fused
+/// (`input_linear`, one contraction split in the graph), the top-2 logits softmaxed.
+#[test]
+fn granitemoe_fused_expert_stacks_match_transformers() {
+    let loaded = load(&fixture_dir("random").join("granitemoe"));
+    let fused = loaded
+        .model
+        .weights()
+        .by_const("w.l1.ffn.experts.gate_up")
+        .unwrap();
+    assert_eq!(fused.ty.dims(), [4, 96, 64]);
+    check_decoder_at(&loaded, "granitemoe", "granitemoe");
+}
+
+/// The Granite-MoE as llama.cpp's converter writes it (gen_moe_gguf.py): `input_linear` split
+/// into gate and up stacks, Q and K rows permuted, the multipliers as GGUF keys.
+#[test]
+fn gguf_granitemoe_matches_transformers() {
+    let loaded = load(&fixture_dir("random").join("granitemoe_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "granitemoe");
+    check_decoder_at(&loaded, "granitemoe", "gguf granitemoe");
+}

@@ -7,7 +7,7 @@ use poot_graph_ir::ops::RopeStyle;
 use poot_graph_ir::{Builder, Graph};
 
 use super::{
-    Activation, AttentionParams, KvSource, LayerParams, Norm, NormPlacement, QkNormSpan,
+    Activation, AttentionParams, GateUp, KvSource, LayerParams, Norm, NormPlacement, QkNormSpan,
     RopeConfig, RopeUse, RouterParams, RouterScore, StackParams, Step, attention, gated_ffn,
     routed_experts, standard_layer, standard_stack,
 };
@@ -36,6 +36,8 @@ pub struct MoeSpec {
     pub expert_intermediate: usize,
     /// The config key the expert count was read from (named if the checkpoint disagrees).
     pub experts_key: String,
+    /// Whether the gate and up stacks are stored apart or fused.
+    pub gate_up: GateUp,
 }
 
 impl MoeSpec {
@@ -67,6 +69,7 @@ impl MoeSpec {
             },
             expert_intermediate,
             experts_key: cfg.key_name(experts_key),
+            gate_up: GateUp::Separate,
         })
     }
 }
@@ -190,11 +193,18 @@ impl DenseDecoder {
             if let Some(moe) = &spec.moe {
                 // Experts before the router, so a config that miscounts them names an expert.
                 let (e, ef) = (moe.router.experts, moe.expert_intermediate as u64);
-                for (r, shape) in [
-                    (Role::ExpertGate, [ef, d]),
-                    (Role::ExpertUp, [ef, d]),
-                    (Role::ExpertDown, [d, ef]),
-                ] {
+                let stacks: &[(Role, [u64; 2])] = match moe.gate_up {
+                    GateUp::Separate => &[
+                        (Role::ExpertGate, [ef, d]),
+                        (Role::ExpertUp, [ef, d]),
+                        (Role::ExpertDown, [d, ef]),
+                    ],
+                    GateUp::Fused => &[
+                        (Role::ExpertGateUp, [2 * ef, d]),
+                        (Role::ExpertDown, [d, ef]),
+                    ],
+                };
+                for &(r, shape) in stacks {
                     w.bind_experts(index, names, kind, role(r), e, shape, &moe.experts_key)?;
                 }
                 w.bind_named(index, names, kind, role(Role::Router), Some(&[e as u64, d]))?;
@@ -335,7 +345,9 @@ impl Model for DenseDecoder {
                 |b, h| {
                     b.scope("ffn", |b| match &s.moe {
                         None => gated_ffn(b, &step, l, h, s.activation),
-                        Some(moe) => routed_experts(b, &step, l, h, &moe.router, s.activation),
+                        Some(moe) => {
+                            routed_experts(b, &step, l, h, &moe.router, moe.gate_up, s.activation)
+                        }
                     })
                 },
             )

@@ -4,6 +4,7 @@
 pub mod bert;
 pub mod gemma3;
 pub mod granite;
+pub mod granitemoe;
 pub mod llama;
 pub mod mixtral;
 pub mod olmoe;

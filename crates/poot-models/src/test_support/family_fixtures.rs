@@ -54,6 +54,10 @@ pub const FIXTURES: &[FamilyFixture] = &[
         family: "granite",
         dir: "tests/fixtures/random/granite",
     },
+    FamilyFixture {
+        family: "granitemoe",
+        dir: "tests/fixtures/random/granitemoe",
+    },
 ];
 
 impl FamilyFixture {
