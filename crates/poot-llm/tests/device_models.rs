@@ -407,6 +407,8 @@ fn gguf_moe_fixtures_generate_transformers_tokens_in_prefill_chunks_on_each_back
     for (gguf, reference) in [
         ("mixtral_gguf/model.gguf", "mixtral"),
         ("qwen3moe_gguf/model.gguf", "qwen3moe"),
+        ("olmoe_gguf/model.gguf", "olmoe"),
+        ("granitemoe_gguf/model.gguf", "granitemoe"),
     ] {
         let r: DecoderReference = serde_json::from_str(
             &std::fs::read_to_string(fixtures.join(reference).join("reference.json")).unwrap(),

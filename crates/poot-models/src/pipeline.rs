@@ -80,7 +80,8 @@ pub fn held_by_stage(role: Role, first: bool, last: bool) -> bool {
         | Role::Router
         | Role::ExpertGate
         | Role::ExpertUp
-        | Role::ExpertDown => true,
+        | Role::ExpertDown
+        | Role::ExpertGateUp => true,
     }
 }
 

@@ -25,6 +25,9 @@ pub const SHIPPED: &[FamilyEntry] = &[
     families::qwen3moe::ENTRY,
     families::gemma3::ENTRY,
     families::bert::ENTRY,
+    families::olmoe::ENTRY,
+    families::granite::ENTRY,
+    families::granitemoe::ENTRY,
 ];
 
 /// An index of families by config key.

@@ -130,6 +130,7 @@ pub fn split_of(role: Role) -> Split {
         | Role::ExpertGate
         | Role::ExpertUp
         | Role::ExpertDown
+        | Role::ExpertGateUp
         | Role::Pooler
         | Role::PoolerBias
         | Role::Classifier

@@ -55,6 +55,9 @@ pub enum Role {
     ExpertGate,
     ExpertUp,
     ExpertDown,
+    /// The gate and up stacks fused along the output rows, `[experts, 2 * out, in]`, gate first
+    /// (Granite-MoE's `input_linear`).
+    ExpertGateUp,
     Pooler,
     PoolerBias,
     Classifier,
@@ -102,6 +105,7 @@ impl Role {
             Role::ExpertGate => "ffn.experts.gate",
             Role::ExpertUp => "ffn.experts.up",
             Role::ExpertDown => "ffn.experts.down",
+            Role::ExpertGateUp => "ffn.experts.gate_up",
             Role::Pooler => "pooler",
             Role::PoolerBias => "pooler.bias",
             Role::Classifier => "classifier",

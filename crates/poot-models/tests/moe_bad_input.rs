@@ -263,3 +263,92 @@ fn qwen3moe_dense_layers_are_refused() {
         "{err:?}"
     );
 }
+
+#[test]
+fn olmoe_expert_counts_top_k_and_clipping_are_checked() {
+    assert_eq!(build_hf("olmoe", |_| {}, |h| h).unwrap(), "olmoe");
+    // One expert more than stored: the ninth is missing, by name.
+    match build_hf("olmoe", |c| c["num_experts"] = 9.into(), |h| h) {
+        Err(ModelError::MissingTensor { name, role }) => {
+            assert_eq!(name, "model.layers.0.mlp.experts.8.gate_proj.weight");
+            assert_eq!(role, "w.l0.ffn.experts.gate");
+        }
+        other => panic!("expected the missing ninth expert, got {other:?}"),
+    }
+    // One fewer: the eighth stored expert is extra.
+    match build_hf("olmoe", |c| c["num_experts"] = 7.into(), |h| h) {
+        Err(ModelError::ExpertCount {
+            key,
+            declared: 7,
+            tensor,
+        }) => {
+            assert_eq!(key, "num_experts");
+            assert_eq!(tensor, "model.layers.0.mlp.experts.7.gate_proj.weight");
+        }
+        other => panic!("expected the extra expert, got {other:?}"),
+    }
+    match build_hf("olmoe", |c| c["num_experts_per_tok"] = 9.into(), |h| h) {
+        Err(ModelError::TopK {
+            key,
+            top_k: 9,
+            experts: 8,
+        }) => assert_eq!(key, "num_experts_per_tok"),
+        other => panic!("expected top-k over the experts, got {other:?}"),
+    }
+    let err = build_hf("olmoe", |c| c["clip_qkv"] = 8.0.into(), |h| h);
+    assert!(
+        matches!(&err, Err(ModelError::Unsupported { key, .. }) if key == "clip_qkv"),
+        "{err:?}"
+    );
+}
+
+/// Granite's multipliers (shared by Granite-MoE): a logit divisor or attention scale that is
+/// not positive, or a multiplier that is not a number, is refused by key.
+#[test]
+fn granite_multipliers_out_of_range_are_refused() {
+    for family in ["granite", "granitemoe"] {
+        assert_eq!(build_hf(family, |_| {}, |h| h).unwrap(), family);
+        for (k, v) in [("logits_scaling", 0.0), ("attention_multiplier", -0.5)] {
+            match build_hf(family, |c| c[k] = v.into(), |h| h) {
+                Err(ModelError::OutOfRange { key, .. }) => assert_eq!(key, k),
+                other => panic!("{family}: {k} = {v}: got {other:?}"),
+            }
+        }
+        match build_hf(family, |c| c["residual_multiplier"] = "half".into(), |h| h) {
+            Err(ModelError::KeyType { key, .. }) => assert_eq!(key, "residual_multiplier"),
+            other => panic!("{family}: a string multiplier: got {other:?}"),
+        }
+    }
+}
+
+/// Granite-MoE's stored stacks: a fused gate/up stack whose expert count or rows disagree with
+/// the config is named with both shapes; top-k beyond the experts is refused.
+#[test]
+fn granitemoe_stack_shapes_and_top_k_are_checked() {
+    let fused = "model.layers.0.block_sparse_moe.input_linear.weight";
+    for (k, v, expected) in [
+        ("num_local_experts", 3, vec![3, 96, 64]),
+        ("intermediate_size", 40, vec![4, 80, 64]),
+    ] {
+        match build_hf("granitemoe", |c| c[k] = v.into(), |h| h) {
+            Err(ModelError::TensorShape {
+                name,
+                expected: e,
+                found,
+            }) => {
+                assert_eq!(name, fused, "{k}");
+                assert_eq!(e, expected, "{k}");
+                assert_eq!(found, vec![4, 96, 64], "{k}");
+            }
+            other => panic!("{k} = {v}: expected the fused stack's shape, got {other:?}"),
+        }
+    }
+    match build_hf("granitemoe", |c| c["num_experts_per_tok"] = 5.into(), |h| h) {
+        Err(ModelError::TopK {
+            key,
+            top_k: 5,
+            experts: 4,
+        }) => assert_eq!(key, "num_experts_per_tok"),
+        other => panic!("expected top-k over the experts, got {other:?}"),
+    }
+}

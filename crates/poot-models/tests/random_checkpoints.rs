@@ -240,3 +240,60 @@ fn gguf_mixtral_q8_0_expert_stacks_read_packed() {
 
 /// Largest relative logit error of the Q8_0-expert Mixtral against transformers' f32 weights.
 const Q8_0_TOLERANCE: f32 = 2e-2;
+
+/// Eight experts, top-2 not renormalized; q and k RMS-normalized over the whole projection.
+#[test]
+fn olmoe_whole_projection_qk_norms_match_transformers() {
+    check_decoder("olmoe");
+}
+
+/// The OLMoE as llama.cpp's converter writes it (gen_moe_gguf.py): arch `olmoe`, halves
+/// rotated as stored, `[64]` and `[32]` q/k norm scales, stacked experts.
+#[test]
+fn gguf_olmoe_matches_transformers() {
+    let loaded = load(&fixture_dir("random").join("olmoe_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "olmoe");
+    let k_norm = loaded.model.weights().by_const("w.l0.attn.k_norm").unwrap();
+    assert_eq!(k_norm.ty.dims(), [32]);
+    check_decoder_at(&loaded, "olmoe", "gguf olmoe");
+}
+
+/// Granite's multipliers: embeddings x4, attention scale 0.1, each block's output x0.5 before
+/// the residual add, logits divided by 3; a 20-token prompt as well.
+#[test]
+fn granite_multipliers_match_transformers() {
+    check_decoder("granite");
+}
+
+/// The Granite as llama.cpp's converter writes it (gen_moe_gguf.py): arch `granite`, Q and K
+/// rows permuted, the multipliers as `granite.embedding_scale`, `.residual_scale`,
+/// `.attention.scale` and `.logit_scale`.
+#[test]
+fn gguf_granite_matches_transformers() {
+    let loaded = load(&fixture_dir("random").join("granite_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "granite");
+    check_decoder_at(&loaded, "granite", "gguf granite");
+}
+
+/// Granite-MoE: Granite's multipliers, four experts stored stacked with gate and up fused
+/// (`input_linear`, one contraction split in the graph), the top-2 logits softmaxed.
+#[test]
+fn granitemoe_fused_expert_stacks_match_transformers() {
+    let loaded = load(&fixture_dir("random").join("granitemoe"));
+    let fused = loaded
+        .model
+        .weights()
+        .by_const("w.l1.ffn.experts.gate_up")
+        .unwrap();
+    assert_eq!(fused.ty.dims(), [4, 96, 64]);
+    check_decoder_at(&loaded, "granitemoe", "granitemoe");
+}
+
+/// The Granite-MoE as llama.cpp's converter writes it (gen_moe_gguf.py): `input_linear` split
+/// into gate and up stacks, Q and K rows permuted, the multipliers as GGUF keys.
+#[test]
+fn gguf_granitemoe_matches_transformers() {
+    let loaded = load(&fixture_dir("random").join("granitemoe_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "granitemoe");
+    check_decoder_at(&loaded, "granitemoe", "gguf granitemoe");
+}

@@ -47,10 +47,16 @@ from transformers import (  # noqa: E402
     BertModel,
     Gemma3ForCausalLM,
     Gemma3TextConfig,
+    GraniteConfig,
+    GraniteForCausalLM,
+    GraniteMoeConfig,
+    GraniteMoeForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    OlmoeConfig,
+    OlmoeForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -192,6 +198,58 @@ def qwen3moe_config():
     )
 
 
+def olmoe_config():
+    return OlmoeConfig(
+        **common_decoder(
+            intermediate_size=32,
+            num_experts=8,
+            num_experts_per_tok=2,
+            norm_topk_prob=False,
+            rms_norm_eps=1e-5,
+            hidden_act="silu",
+            tie_word_embeddings=False,
+            clip_qkv=None,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    )
+
+
+# Granite's four multipliers, each far from 1 (and the attention scale from 1/sqrt(head_dim)).
+GRANITE_MULTIPLIERS = dict(
+    embedding_multiplier=4.0,
+    attention_multiplier=0.1,
+    residual_multiplier=0.5,
+    logits_scaling=3.0,
+)
+
+
+def granite_config():
+    return GraniteConfig(
+        **common_decoder(
+            rms_norm_eps=1e-5,
+            hidden_act="silu",
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            **GRANITE_MULTIPLIERS,
+        )
+    )
+
+
+def granitemoe_config():
+    return GraniteMoeConfig(
+        **common_decoder(
+            intermediate_size=48,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            rms_norm_eps=1e-5,
+            hidden_act="silu",
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            **GRANITE_MULTIPLIERS,
+        )
+    )
+
+
 def gemma3_config():
     return Gemma3TextConfig(
         hidden_size=64,
@@ -315,6 +373,26 @@ MODELS = {
         qwen3moe_config,
         torch.bfloat16,
         {"rope_theta": 1000000.0, "rope_scaling": None, "num_experts": 4},
+    ),
+    # Eight experts, top-2, not renormalized; q/k norms over the whole projections.
+    "olmoe": (
+        OlmoeForCausalLM,
+        olmoe_config,
+        torch.float32,
+        {"rope_theta": 10000.0, "rope_scaling": None},
+    ),
+    "granite": (
+        GraniteForCausalLM,
+        granite_config,
+        torch.float32,
+        {"rope_theta": 10000.0, "rope_scaling": None},
+    ),
+    # Experts stored stacked, gate and up fused: block_sparse_moe.input_linear [E, 2*inter, hidden].
+    "granitemoe": (
+        GraniteMoeForCausalLM,
+        granitemoe_config,
+        torch.float32,
+        {"rope_theta": 10000.0, "rope_scaling": None},
     ),
 }
 

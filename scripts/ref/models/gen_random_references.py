@@ -58,10 +58,12 @@ torch.set_num_threads(2)
 torch.set_default_dtype(torch.float32)
 
 # Appended entries keep the earlier fixtures' seeds (seed = 2000 + index).
-DECODERS = ["llama", "llama3_scaled", "qwen2", "qwen3", "gemma3", "qwen2_yarn", "mixtral", "qwen3moe"]
+DECODERS = ["llama", "llama3_scaled", "qwen2", "qwen3", "gemma3", "qwen2_yarn", "mixtral", "qwen3moe", "olmoe", "granite", "granitemoe"]
 # Mixture-of-experts fixtures: also a long prompt, and a check that no token's top-k choice is
 # a near tie (an order of summation could otherwise flip which experts run).
-MOE = {"mixtral", "qwen3moe"}
+MOE = {"mixtral", "qwen3moe", "olmoe", "granitemoe"}
+# Fixtures that also get the long prompt (longer than a prefill chunk) without a router.
+LONG = {"granite"}
 MIN_ROUTER_MARGIN = 1e-3
 PROMPT_LEN = 11
 # qwen2_yarn's prompt runs past its original_max_position_embeddings (32).
@@ -160,6 +162,14 @@ def run_decoder(name, seed):
             f"  long: prompt={long_prompt} decode={[x['input_id'] for x in long_case['decode']]} "
             f"cache-check err={err2:.2e}; smallest top-k router margin {margin:.2e}, "
             f"experts used per layer {used}"
+        )
+    if name in LONG:
+        long_prompt = rng.integers(0, vocab, size=LONG_PROMPT_LEN).tolist()
+        long_case, err2 = decoder_case(model, long_prompt)
+        ref["long"] = long_case
+        summary.append(
+            f"  long: prompt={long_prompt} decode={[x['input_id'] for x in long_case['decode']]} "
+            f"cache-check err={err2:.2e}"
         )
     if name == "gemma3":
         long_prompt = rng.integers(0, vocab, size=LONG_PROMPT_LEN).tolist()

@@ -25,6 +25,15 @@ pub enum KvSource {
     SelfOnly,
 }
 
+/// What a q/k norm normalizes over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNormSpan {
+    /// Each head's features, with a `[head_dim]` scale (Qwen3, Gemma 3).
+    Head,
+    /// The whole projection, with a `[heads * head_dim]` scale (OLMoE).
+    Projection,
+}
+
 /// One layer's attention hyperparameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionParams {
@@ -37,6 +46,7 @@ pub struct AttentionParams {
     pub softcap: Option<f32>,
     /// RMS norm of each query and key head before the rotary embedding (Qwen3, Gemma 3).
     pub qk_norm: Option<Norm>,
+    pub qk_norm_span: QkNormSpan,
     pub kv: KvSource,
 }
 
@@ -64,9 +74,17 @@ pub fn attention(
         .share(shard)?
     };
     let heads = |x: Traced, n: usize, norm_role: Option<Role>| -> Result<Traced, TraceError> {
+        let norm = match (norm_role, p.qk_norm) {
+            (Some(r), Some(norm)) => Some((role(r), norm)),
+            _ => None,
+        };
+        let x = match (norm, p.qk_norm_span) {
+            (Some((r, norm)), QkNormSpan::Projection) => apply_norm(b, step, x, r, norm)?,
+            _ => x,
+        };
         let x = b.reshape(x, [rows, tokens, n, p.head_dim])?;
-        let x = match (norm_role, p.qk_norm) {
-            (Some(r), Some(norm)) => apply_norm(b, step, x, role(r), norm)?,
+        let x = match (norm, p.qk_norm_span) {
+            (Some((r, norm)), QkNormSpan::Head) => apply_norm(b, step, x, r, norm)?,
             _ => x,
         };
         Ok(b.transpose(x, vec![0, 2, 1, 3])?)

@@ -7,9 +7,9 @@ use poot_graph_ir::ops::RopeStyle;
 use poot_graph_ir::{Builder, Graph};
 
 use super::{
-    Activation, AttentionParams, KvSource, LayerParams, Norm, NormPlacement, RopeConfig, RopeUse,
-    RouterParams, RouterScore, StackParams, Step, attention, gated_ffn, routed_experts,
-    standard_layer, standard_stack,
+    Activation, AttentionParams, GateUp, KvSource, LayerParams, Norm, NormPlacement, QkNormSpan,
+    RopeConfig, RopeUse, RouterParams, RouterScore, StackParams, Step, attention, gated_ffn,
+    routed_experts, standard_layer, standard_stack,
 };
 use crate::config::{ConfigReader, Key, SourceKind};
 use crate::error::{ModelError, TraceError};
@@ -36,6 +36,8 @@ pub struct MoeSpec {
     pub expert_intermediate: usize,
     /// The config key the expert count was read from (named if the checkpoint disagrees).
     pub experts_key: String,
+    /// Whether the gate and up stacks are stored apart or fused.
+    pub gate_up: GateUp,
 }
 
 impl MoeSpec {
@@ -67,6 +69,7 @@ impl MoeSpec {
             },
             expert_intermediate,
             experts_key: cfg.key_name(experts_key),
+            gate_up: GateUp::Separate,
         })
     }
 }
@@ -82,6 +85,8 @@ pub struct DenseDecoderSpec {
     pub norm: Norm,
     pub sandwich_norms: bool,
     pub qk_norm: bool,
+    /// What the q/k norms span (each head, or the whole projection).
+    pub qk_norm_span: QkNormSpan,
     pub activation: Activation,
     pub rope_style: RopeStyle,
     /// Rotary configs, indexed by [`LayerAttention::rope_table`].
@@ -91,6 +96,10 @@ pub struct DenseDecoderSpec {
     pub attn_softcap: Option<f32>,
     pub embed_scale: Option<f32>,
     pub final_softcap: Option<f32>,
+    /// Multiplies each block's output before the residual add (Granite).
+    pub residual_scale: Option<f32>,
+    /// Divides the logits (Granite).
+    pub logit_divisor: Option<f32>,
     /// The stored Q and K rows pair rotary features interleaved within each head (llama.cpp's
     /// converter permutes a Llama's rows so): an adapter's Q and K rows are permuted to match.
     pub qk_rows_interleaved: bool,
@@ -166,8 +175,12 @@ impl DenseDecoder {
                 req(Role::PostFfnNorm, &[d])?;
             }
             if spec.qk_norm {
-                req(Role::QNorm, &[spec.head_dim as u64])?;
-                req(Role::KNorm, &[spec.head_dim as u64])?;
+                let (q, k) = match spec.qk_norm_span {
+                    QkNormSpan::Head => (spec.head_dim as u64, spec.head_dim as u64),
+                    QkNormSpan::Projection => (q_out, kv_out),
+                };
+                req(Role::QNorm, &[q])?;
+                req(Role::KNorm, &[k])?;
             }
             for (r, n) in [
                 (Role::AttnQBias, q_out),
@@ -180,11 +193,18 @@ impl DenseDecoder {
             if let Some(moe) = &spec.moe {
                 // Experts before the router, so a config that miscounts them names an expert.
                 let (e, ef) = (moe.router.experts, moe.expert_intermediate as u64);
-                for (r, shape) in [
-                    (Role::ExpertGate, [ef, d]),
-                    (Role::ExpertUp, [ef, d]),
-                    (Role::ExpertDown, [d, ef]),
-                ] {
+                let stacks: &[(Role, [u64; 2])] = match moe.gate_up {
+                    GateUp::Separate => &[
+                        (Role::ExpertGate, [ef, d]),
+                        (Role::ExpertUp, [ef, d]),
+                        (Role::ExpertDown, [d, ef]),
+                    ],
+                    GateUp::Fused => &[
+                        (Role::ExpertGateUp, [2 * ef, d]),
+                        (Role::ExpertDown, [d, ef]),
+                    ],
+                };
+                for &(r, shape) in stacks {
                     w.bind_experts(index, names, kind, role(r), e, shape, &moe.experts_key)?;
                 }
                 w.bind_named(index, names, kind, role(Role::Router), Some(&[e as u64, d]))?;
@@ -255,7 +275,8 @@ impl Model for DenseDecoder {
             return Ok(Cow::Borrowed(&self.weights));
         }
         let s = &self.spec;
-        if s.moe.is_some() {
+        // A norm over the whole projection needs every head's features on one rank.
+        if s.moe.is_some() || (s.qk_norm && s.qk_norm_span == QkNormSpan::Projection) {
             return Err(TraceError::Unsharded {
                 family: s.config.family,
                 ranks: shard.ranks,
@@ -285,6 +306,7 @@ impl Model for DenseDecoder {
             embed_norm: None,
             final_norm: Some(s.norm),
             final_softcap: s.final_softcap,
+            logit_divisor: s.logit_divisor,
             head: true,
             hidden: s.config.hidden_size,
             vocab: s.config.vocab_size,
@@ -294,6 +316,7 @@ impl Model for DenseDecoder {
             placement: NormPlacement::Pre {
                 sandwich: s.sandwich_norms,
             },
+            residual_scale: s.residual_scale,
         };
         let out = standard_stack(&b, &step, &stack, s.config.n_layers, |b, l, x| {
             let la = s.layers[l];
@@ -309,6 +332,7 @@ impl Model for DenseDecoder {
                 window: la.window,
                 softcap: s.attn_softcap,
                 qk_norm: if s.qk_norm { Some(s.norm) } else { None },
+                qk_norm_span: s.qk_norm_span,
                 kv: KvSource::Cache,
             };
             standard_layer(
@@ -321,7 +345,9 @@ impl Model for DenseDecoder {
                 |b, h| {
                     b.scope("ffn", |b| match &s.moe {
                         None => gated_ffn(b, &step, l, h, s.activation),
-                        Some(moe) => routed_experts(b, &step, l, h, &moe.router, s.activation),
+                        Some(moe) => {
+                            routed_experts(b, &step, l, h, &moe.router, moe.gate_up, s.activation)
+                        }
                     })
                 },
             )
@@ -607,6 +633,7 @@ impl DenseDecoderSpec {
             norm: Norm::rms(basics.eps),
             sandwich_norms: false,
             qk_norm: false,
+            qk_norm_span: QkNormSpan::Head,
             activation: Activation::Silu,
             rope_style,
             ropes: vec![rope],
@@ -621,6 +648,8 @@ impl DenseDecoderSpec {
             attn_softcap: None,
             embed_scale: None,
             final_softcap: None,
+            residual_scale: None,
+            logit_divisor: None,
             qk_rows_interleaved: false,
             moe: None,
         }

@@ -12,11 +12,11 @@ pub mod rotary;
 pub mod standard;
 pub mod step;
 
-pub use attention::{AttentionParams, KvSource, RopeUse, attention};
+pub use attention::{AttentionParams, KvSource, QkNormSpan, RopeUse, attention};
 pub use dense::{DenseDecoder, DenseDecoderSpec, LayerAttention, MoeSpec};
 pub use ffn::{Activation, gated_ffn, plain_ffn};
 pub use lora::adapted;
-pub use moe::{RouterParams, RouterScore, route, routed_experts};
+pub use moe::{GateUp, RouterParams, RouterScore, route, routed_experts};
 pub use norm::{Norm, apply_norm};
 pub use rotary::{RopeConfig, RopeScaling};
 pub use standard::{

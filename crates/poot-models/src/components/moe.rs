@@ -23,6 +23,16 @@ pub enum RouterScore {
     Sigmoid,
 }
 
+/// How the experts' gate and up projections are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GateUp {
+    /// Two stacks, `[experts, out, in]` each.
+    Separate,
+    /// One stack `[experts, 2 * out, in]`, each expert's gate rows before its up rows: one
+    /// contraction, whose halves are sliced apart.
+    Fused,
+}
+
 /// A routed layer's choices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RouterParams {
@@ -68,6 +78,7 @@ pub fn routed_experts(
     layer: usize,
     x: Traced,
     params: &RouterParams,
+    gate_up: GateUp,
     act: Activation,
 ) -> Result<Traced, TraceError> {
     let dims = b.dims(x)?;
@@ -81,8 +92,21 @@ pub fn routed_experts(
     let rows = b.reshape(repeated, [tokens * k, hidden])?;
     let row_ids = b.reshape(ids, [tokens * k])?;
     let w = |r| step.weight(b, WeightRole::layer(layer, r));
-    let gate = b.indexed_matmul(rows, w(Role::ExpertGate)?, row_ids)?;
-    let up = b.indexed_matmul(rows, w(Role::ExpertUp)?, row_ids)?;
+    let (gate, up) = match gate_up {
+        GateUp::Separate => (
+            b.indexed_matmul(rows, w(Role::ExpertGate)?, row_ids)?,
+            b.indexed_matmul(rows, w(Role::ExpertUp)?, row_ids)?,
+        ),
+        GateUp::Fused => {
+            let both = b.indexed_matmul(rows, w(Role::ExpertGateUp)?, row_ids)?;
+            let out = *b.dims(both)?.last().unwrap_or(&0) / 2;
+            let n = tokens * k;
+            (
+                b.slice(both, vec![0, 0], vec![n, out])?,
+                b.slice(both, vec![0, out], vec![n, 2 * out])?,
+            )
+        }
+    };
     let h = b.mul(activate(b, gate, act)?, up)?;
     let down = b.indexed_matmul(h, w(Role::ExpertDown)?, row_ids)?;
     let weighted = binary_bcast(b, BinaryOp::Mul, down, b.reshape(weights, [tokens * k, 1])?)?;

@@ -24,6 +24,8 @@ pub struct StackParams {
     pub final_norm: Option<Norm>,
     /// `c * tanh(logits / c)` on the logits.
     pub final_softcap: Option<f32>,
+    /// Divides the logits (Granite's `logits_scaling`).
+    pub logit_divisor: Option<f32>,
     /// Whether the stack ends in the vocabulary head; an encoder returns hidden states.
     pub head: bool,
     /// The hidden size and the vocabulary: the types a pipeline stage that does not compute a
@@ -46,6 +48,9 @@ pub enum NormPlacement {
 pub struct LayerParams {
     pub norm: Norm,
     pub placement: NormPlacement,
+    /// Multiplies each block's output before it joins the residual (Granite's
+    /// `residual_multiplier`).
+    pub residual_scale: Option<f32>,
 }
 
 /// What the stack returns.
@@ -137,6 +142,9 @@ pub fn standard_stack(
         let inner = b.tanh(b.mul(logits, scalar_like(b, 1.0 / c, logits)?)?)?;
         logits = b.mul(inner, scalar_like(b, c, inner)?)?;
     }
+    if let Some(d) = params.logit_divisor {
+        logits = b.div(logits, scalar_like(b, d, logits)?)?;
+    }
     Ok(StackOutput {
         logits: Some(b.name(logits, "logits")?),
         hidden,
@@ -186,24 +194,33 @@ pub fn standard_layer(
 ) -> Result<Traced, TraceError> {
     let norm =
         |x: Traced, r: Role| apply_norm(b, step, x, WeightRole::layer(layer, r), params.norm);
+    let scaled = |y: Traced| -> Result<Traced, TraceError> {
+        match params.residual_scale {
+            Some(s) => Ok(b.mul(y, scalar_like(b, s, y)?)?),
+            None => Ok(y),
+        }
+    };
     match params.placement {
         NormPlacement::Pre { sandwich } => {
             let mut a = mixer(b, norm(x, Role::AttnNorm)?)?;
             if sandwich {
                 a = norm(a, Role::PostAttnNorm)?;
             }
-            let x = b.add(x, a)?;
+            let x = b.add(x, scaled(a)?)?;
             let mut f = ffn(b, norm(x, Role::FfnNorm)?)?;
             if sandwich {
                 f = norm(f, Role::PostFfnNorm)?;
             }
-            Ok(b.add(x, f)?)
+            Ok(b.add(x, scaled(f)?)?)
         }
         NormPlacement::Post => {
             let a = mixer(b, x)?;
-            let x = norm(b.add(x, a)?, Role::AttnNorm)?;
+            let x = norm(b.add(x, scaled(a)?)?, Role::AttnNorm)?;
             let f = ffn(b, x)?;
-            norm(binary_bcast(b, BinaryOp::Add, x, f)?, Role::FfnNorm)
+            norm(
+                binary_bcast(b, BinaryOp::Add, x, scaled(f)?)?,
+                Role::FfnNorm,
+            )
         }
     }
 }

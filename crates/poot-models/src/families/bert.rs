@@ -6,8 +6,8 @@ use poot_graph_ir::ops::{self, binary_bcast};
 use poot_graph_ir::{BinaryOp, Builder, Graph};
 
 use crate::components::{
-    Activation, AttentionParams, KvSource, LayerParams, Norm, NormPlacement, StackParams, Step,
-    attention, plain_ffn, standard_layer, standard_stack,
+    Activation, AttentionParams, KvSource, LayerParams, Norm, NormPlacement, QkNormSpan,
+    StackParams, Step, attention, plain_ffn, standard_layer, standard_stack,
 };
 use crate::config::{ConfigReader, RawConfig, SourceKind, key};
 use crate::error::{ModelError, TraceError};
@@ -321,6 +321,7 @@ impl Model for Bert {
             embed_norm: Some(norm),
             final_norm: None,
             final_softcap: None,
+            logit_divisor: None,
             head: false,
             hidden: self.config.hidden_size,
             vocab: self.config.vocab_size,
@@ -328,6 +329,7 @@ impl Model for Bert {
         let layer = LayerParams {
             norm,
             placement: NormPlacement::Post,
+            residual_scale: None,
         };
         let head_dim = self.config.hidden_size / self.n_heads;
         let attn = AttentionParams {
@@ -339,6 +341,7 @@ impl Model for Bert {
             window: None,
             softcap: None,
             qk_norm: None,
+            qk_norm_span: QkNormSpan::Head,
             kv: KvSource::SelfOnly,
         };
         let out = standard_stack(&b, &step, &stack, self.config.n_layers, |b, l, x| {

@@ -3,8 +3,11 @@
 
 pub mod bert;
 pub mod gemma3;
+pub mod granite;
+pub mod granitemoe;
 pub mod llama;
 pub mod mixtral;
+pub mod olmoe;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3moe;

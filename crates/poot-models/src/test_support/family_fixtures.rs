@@ -46,6 +46,18 @@ pub const FIXTURES: &[FamilyFixture] = &[
         family: "bert/cross_encoder",
         dir: "tests/fixtures/random/bert_cross_encoder",
     },
+    FamilyFixture {
+        family: "olmoe",
+        dir: "tests/fixtures/random/olmoe",
+    },
+    FamilyFixture {
+        family: "granite",
+        dir: "tests/fixtures/random/granite",
+    },
+    FamilyFixture {
+        family: "granitemoe",
+        dir: "tests/fixtures/random/granitemoe",
+    },
 ];
 
 impl FamilyFixture {
