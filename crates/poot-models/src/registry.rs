@@ -25,6 +25,7 @@ pub const SHIPPED: &[FamilyEntry] = &[
     families::qwen3moe::ENTRY,
     families::gemma3::ENTRY,
     families::bert::ENTRY,
+    families::gemma2::ENTRY,
 ];
 
 /// An index of families by config key.

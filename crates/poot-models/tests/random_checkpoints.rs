@@ -240,3 +240,20 @@ fn gguf_mixtral_q8_0_expert_stacks_read_packed() {
 
 /// Largest relative logit error of the Q8_0-expert Mixtral against transformers' f32 weights.
 const Q8_0_TOLERANCE: f32 = 2e-2;
+
+/// Gemma 2: sliding-window layers alternating with global ones (window 8, shorter than the
+/// long prompt), attention and final logit softcaps small enough to bend, queries scaled by
+/// `query_pre_attn_scalar`, sandwich norms.
+#[test]
+fn gemma2_softcaps_and_alternating_windows_match_transformers() {
+    check_decoder("gemma2");
+}
+
+/// The Gemma 2 fixture as llama.cpp's converter writes it (`gen_dense_fixtures.py`: norm
+/// scales stored as `w + 1`, softcaps and window in the GGUF metadata).
+#[test]
+fn gguf_gemma2_matches_transformers() {
+    let loaded = load(&fixture_dir("random").join("gemma2_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "gemma2");
+    check_decoder_at(&loaded, "gemma2", "gguf gemma2");
+}

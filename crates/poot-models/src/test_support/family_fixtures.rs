@@ -46,6 +46,10 @@ pub const FIXTURES: &[FamilyFixture] = &[
         family: "bert/cross_encoder",
         dir: "tests/fixtures/random/bert_cross_encoder",
     },
+    FamilyFixture {
+        family: "gemma2",
+        dir: "tests/fixtures/random/gemma2",
+    },
 ];
 
 impl FamilyFixture {
