@@ -26,6 +26,7 @@ pub const SHIPPED: &[FamilyEntry] = &[
     families::gemma3::ENTRY,
     families::bert::ENTRY,
     families::gemma2::ENTRY,
+    families::olmo2::ENTRY,
 ];
 
 /// An index of families by config key.

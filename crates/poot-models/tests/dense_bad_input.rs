@@ -12,7 +12,9 @@ use serde_json::json;
 
 #[test]
 fn the_unchanged_checkpoints_build_as_their_families() {
-    assert_eq!(build_hf("gemma2", |_| {}, |h| h).unwrap(), "gemma2");
+    for family in ["gemma2", "olmo2"] {
+        assert_eq!(build_hf(family, |_| {}, |h| h).unwrap(), family);
+    }
 }
 
 #[test]
@@ -54,5 +56,33 @@ fn gemma2_layer_types_of_the_wrong_length_are_refused() {
     match err {
         Err(ModelError::Unsupported { key, .. }) => assert_eq!(key, "layer_types"),
         other => panic!("expected layer_types refused, got {other:?}"),
+    }
+}
+
+#[test]
+fn olmo2_qk_norm_of_one_head_width_is_refused_naming_it() {
+    // A q_norm of one head's width (16) where OLMo 2 normalizes the whole projection (64).
+    let name = "model.layers.0.self_attn.q_norm.weight";
+    let err = build_hf(
+        "olmo2",
+        |_| {},
+        |h| {
+            let at = h.find(name).unwrap();
+            let shape = h[at..].find("[64]").unwrap() + at;
+            format!("{}[16]{}", &h[..shape], &h[shape + 4..])
+        },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains(name), "{err}");
+}
+
+#[test]
+fn olmo2_missing_layer_is_named_by_its_first_norm() {
+    let err = build_hf("olmo2", |c| c["num_hidden_layers"] = json!(3), |h| h);
+    match err {
+        Err(ModelError::LayerCount { tensor, .. }) => {
+            assert_eq!(tensor, "model.layers.2.post_attention_layernorm.weight")
+        }
+        other => panic!("expected a layer count refusal, got {other:?}"),
     }
 }

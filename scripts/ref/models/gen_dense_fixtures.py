@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the dense-decoder fixtures of issue #24: tiny random-weight checkpoints, their
-transformers references and GGUF conversions, for gemma2 (more families are appended here).
+transformers references and GGUF conversions, for gemma2 and olmo2 (more families are
+appended here).
 
 For each NAME, under crates/poot-models/tests/fixtures/random/:
   NAME/{config.json, model.safetensors}  transformers save_pretrained of a seeded random model
@@ -156,6 +157,56 @@ def gemma2_checks(d, long_case):
     return f"max |dlogit| without the window {window:.3f}, attn softcap {attn:.3f}, final softcap {final:.3f}"
 
 
+def olmo2_config():
+    return transformers.Olmo2Config(
+        **ckpt.common_decoder(
+            rms_norm_eps=1e-6,
+            hidden_act="silu",
+            attention_bias=False,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
+    )
+
+
+def olmo2_gguf(cfg, hf):
+    # llama.cpp's converter keeps OLMo 2's tensors as they are (it rotates halves, no permute).
+    named = {
+        "token_embd.weight": hf["model.embed_tokens.weight"],
+        "output_norm.weight": hf["model.norm.weight"],
+        "output.weight": hf["lm_head.weight"],
+    }
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        for g, h in [
+            ("post_attention_norm", "post_attention_layernorm"),
+            ("post_ffw_norm", "post_feedforward_layernorm"),
+            ("attn_q", "self_attn.q_proj"),
+            ("attn_k", "self_attn.k_proj"),
+            ("attn_v", "self_attn.v_proj"),
+            ("attn_output", "self_attn.o_proj"),
+            ("attn_q_norm", "self_attn.q_norm"),
+            ("attn_k_norm", "self_attn.k_norm"),
+            ("ffn_gate", "mlp.gate_proj"),
+            ("ffn_up", "mlp.up_proj"),
+            ("ffn_down", "mlp.down_proj"),
+        ]:
+            named[f"blk.{l}.{g}.weight"] = hf[f"{p}{h}.weight"]
+
+    def meta(w):
+        w.add_rope_freq_base(cfg["rope_theta"])
+
+    write_gguf("olmo2", "olmo2", cfg, named, meta)
+
+
+def olmo2_checks(d, long_case):
+    hf = load_file(d / "model.safetensors")
+    q, k = hf["model.layers.0.self_attn.q_norm.weight"], hf["model.layers.0.self_attn.k_norm.weight"]
+    assert q.shape == (64,) and k.shape == (32,), (q.shape, k.shape)
+    assert "model.layers.0.input_layernorm.weight" not in hf
+    return f"q_norm {q.shape}, k_norm {k.shape} (whole projections), no input norms"
+
+
 # name -> (model class, config builder, init options, legacy config keys, GGUF writer,
 #          checks that the fixture exercises what the family adds)
 FAMILIES = {
@@ -166,6 +217,14 @@ FAMILIES = {
         {"rope_theta": 10000.0, "rope_scaling": None},
         gemma2_gguf,
         gemma2_checks,
+    ),
+    "olmo2": (
+        transformers.Olmo2ForCausalLM,
+        olmo2_config,
+        {"gemma_norm": False},
+        {"rope_theta": 500000.0, "rope_scaling": None},
+        olmo2_gguf,
+        olmo2_checks,
     ),
 }
 

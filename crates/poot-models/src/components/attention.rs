@@ -37,6 +37,8 @@ pub struct AttentionParams {
     pub softcap: Option<f32>,
     /// RMS norm of each query and key head before the rotary embedding (Qwen3, Gemma 3).
     pub qk_norm: Option<Norm>,
+    /// The qk-norm spans the whole query (key) projection rather than each head (OLMo 2).
+    pub qk_norm_whole: bool,
     pub kv: KvSource,
 }
 
@@ -64,11 +66,13 @@ pub fn attention(
         .share(shard)?
     };
     let heads = |x: Traced, n: usize, norm_role: Option<Role>| -> Result<Traced, TraceError> {
-        let x = b.reshape(x, [rows, tokens, n, p.head_dim])?;
-        let x = match (norm_role, p.qk_norm) {
-            (Some(r), Some(norm)) => apply_norm(b, step, x, role(r), norm)?,
-            _ => x,
+        let norm = |x| match (norm_role, p.qk_norm) {
+            (Some(r), Some(norm)) => apply_norm(b, step, x, role(r), norm),
+            _ => Ok(x),
         };
+        let x = if p.qk_norm_whole { norm(x)? } else { x };
+        let x = b.reshape(x, [rows, tokens, n, p.head_dim])?;
+        let x = if p.qk_norm_whole { x } else { norm(x)? };
         Ok(b.transpose(x, vec![0, 2, 1, 3])?)
     };
     let proj = |w: Role, bias: Role| -> Result<Traced, TraceError> {

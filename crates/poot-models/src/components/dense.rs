@@ -80,8 +80,12 @@ pub struct DenseDecoderSpec {
     pub head_dim: usize,
     pub intermediate: usize,
     pub norm: Norm,
+    /// A norm before each block (false: only the `post_*` norms after it, OLMo 2).
+    pub pre_norms: bool,
     pub sandwich_norms: bool,
     pub qk_norm: bool,
+    /// The qk-norm spans the whole projection (`[heads * head_dim]` scales), not each head.
+    pub qk_norm_whole: bool,
     pub activation: Activation,
     pub rope_style: RopeStyle,
     /// Rotary configs, indexed by [`LayerAttention::rope_table`].
@@ -150,8 +154,10 @@ impl DenseDecoder {
         for l in 0..c.n_layers {
             let role = |r| WeightRole::layer(l, r);
             let mut req = |r, shape: &[u64]| w.bind_named(index, names, kind, role(r), Some(shape));
-            req(Role::AttnNorm, &[d])?;
-            req(Role::FfnNorm, &[d])?;
+            if spec.pre_norms {
+                req(Role::AttnNorm, &[d])?;
+                req(Role::FfnNorm, &[d])?;
+            }
             req(Role::AttnQ, &[q_out, d])?;
             req(Role::AttnK, &[kv_out, d])?;
             req(Role::AttnV, &[kv_out, d])?;
@@ -161,13 +167,18 @@ impl DenseDecoder {
                 req(Role::FfnUp, &[ff, d])?;
                 req(Role::FfnDown, &[d, ff])?;
             }
-            if spec.sandwich_norms {
+            if spec.sandwich_norms || !spec.pre_norms {
                 req(Role::PostAttnNorm, &[d])?;
                 req(Role::PostFfnNorm, &[d])?;
             }
             if spec.qk_norm {
-                req(Role::QNorm, &[spec.head_dim as u64])?;
-                req(Role::KNorm, &[spec.head_dim as u64])?;
+                let (q, k) = if spec.qk_norm_whole {
+                    (q_out, kv_out)
+                } else {
+                    (spec.head_dim as u64, spec.head_dim as u64)
+                };
+                req(Role::QNorm, &[q])?;
+                req(Role::KNorm, &[k])?;
             }
             for (r, n) in [
                 (Role::AttnQBias, q_out),
@@ -255,7 +266,8 @@ impl Model for DenseDecoder {
             return Ok(Cow::Borrowed(&self.weights));
         }
         let s = &self.spec;
-        if s.moe.is_some() {
+        // A whole-projection qk-norm's mean square spans every rank's heads.
+        if s.moe.is_some() || s.qk_norm_whole {
             return Err(TraceError::Unsharded {
                 family: s.config.family,
                 ranks: shard.ranks,
@@ -291,8 +303,12 @@ impl Model for DenseDecoder {
         };
         let layer = LayerParams {
             norm: s.norm,
-            placement: NormPlacement::Pre {
-                sandwich: s.sandwich_norms,
+            placement: if s.pre_norms {
+                NormPlacement::Pre {
+                    sandwich: s.sandwich_norms,
+                }
+            } else {
+                NormPlacement::Output
             },
         };
         let out = standard_stack(&b, &step, &stack, s.config.n_layers, |b, l, x| {
@@ -309,6 +325,7 @@ impl Model for DenseDecoder {
                 window: la.window,
                 softcap: s.attn_softcap,
                 qk_norm: if s.qk_norm { Some(s.norm) } else { None },
+                qk_norm_whole: s.qk_norm_whole,
                 kv: KvSource::Cache,
             };
             standard_layer(
@@ -490,14 +507,13 @@ impl DecoderBasics {
         let max_positions = cfg
             .opt_usize_at_most(key("max_position_embeddings", "context_length"), POSITIONS)?
             .unwrap_or(2048);
-        crate::consistency::check_layer_count(
-            cfg,
-            layers_key,
-            layers,
-            index,
-            names,
-            Role::AttnNorm,
-        )?;
+        // Every layer's first norm: the input norm, or the attention output's norm in a family
+        // with no input norms (OLMo 2).
+        let first_norm = match names.name(cfg.kind(), Some(0), Role::AttnNorm) {
+            Some(_) => Role::AttnNorm,
+            None => Role::PostAttnNorm,
+        };
+        crate::consistency::check_layer_count(cfg, layers_key, layers, index, names, first_norm)?;
         let embed_name = names
             .name(cfg.kind(), None, Role::TokenEmbed)
             .unwrap_or_default();
@@ -605,8 +621,10 @@ impl DenseDecoderSpec {
             head_dim: basics.head_dim,
             intermediate: basics.intermediate,
             norm: Norm::rms(basics.eps),
+            pre_norms: true,
             sandwich_norms: false,
             qk_norm: false,
+            qk_norm_whole: false,
             activation: Activation::Silu,
             rope_style,
             ropes: vec![rope],

@@ -331,6 +331,7 @@ impl Model for Bert {
         };
         let head_dim = self.config.hidden_size / self.n_heads;
         let attn = AttentionParams {
+            qk_norm_whole: false,
             n_heads: self.n_heads,
             n_kv_heads: self.n_heads,
             head_dim,

@@ -6,6 +6,7 @@ pub mod gemma2;
 pub mod gemma3;
 pub mod llama;
 pub mod mixtral;
+pub mod olmo2;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3moe;

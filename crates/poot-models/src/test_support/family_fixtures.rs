@@ -50,6 +50,10 @@ pub const FIXTURES: &[FamilyFixture] = &[
         family: "gemma2",
         dir: "tests/fixtures/random/gemma2",
     },
+    FamilyFixture {
+        family: "olmo2",
+        dir: "tests/fixtures/random/olmo2",
+    },
 ];
 
 impl FamilyFixture {
