@@ -28,6 +28,8 @@ pub const SHIPPED: &[FamilyEntry] = &[
     families::olmoe::ENTRY,
     families::granite::ENTRY,
     families::granitemoe::ENTRY,
+    families::gemma2::ENTRY,
+    families::olmo2::ENTRY,
 ];
 
 /// An index of families by config key.

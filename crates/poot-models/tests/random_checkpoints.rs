@@ -297,3 +297,49 @@ fn gguf_granitemoe_matches_transformers() {
     assert_eq!(loaded.model.config().family, "granitemoe");
     check_decoder_at(&loaded, "granitemoe", "gguf granitemoe");
 }
+
+/// Gemma 2: sliding-window layers alternating with global ones (window 8, shorter than the
+/// long prompt), attention and final logit softcaps small enough to bend, queries scaled by
+/// `query_pre_attn_scalar`, sandwich norms.
+#[test]
+fn gemma2_softcaps_and_alternating_windows_match_transformers() {
+    check_decoder("gemma2");
+}
+
+/// The Gemma 2 fixture as llama.cpp's converter writes it (`gen_dense_fixtures.py`: norm
+/// scales stored as `w + 1`, softcaps and window in the GGUF metadata).
+#[test]
+fn gguf_gemma2_matches_transformers() {
+    let loaded = load(&fixture_dir("random").join("gemma2_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "gemma2");
+    check_decoder_at(&loaded, "gemma2", "gguf gemma2");
+}
+
+/// OLMo 2: a norm after each block and none before, qk-norms over the whole projections.
+#[test]
+fn olmo2_output_norms_and_whole_qk_norms_match_transformers() {
+    check_decoder("olmo2");
+}
+
+/// The OLMo 2 fixture as an `olmo2` GGUF (`gen_dense_fixtures.py`).
+#[test]
+fn gguf_olmo2_matches_transformers() {
+    let loaded = load(&fixture_dir("random").join("olmo2_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "olmo2");
+    check_decoder_at(&loaded, "olmo2", "gguf olmo2");
+}
+
+/// A whole-projection qk-norm takes its mean square over every head, which a tensor-parallel
+/// rank does not hold: OLMo 2 is refused over a group, naming the family.
+#[test]
+fn olmo2_is_refused_over_a_tensor_parallel_group() {
+    let loaded = load(&fixture_dir("random").join("olmo2"));
+    let shard = poot_models::Shard::new(0, 2).unwrap();
+    match loaded.model.shard_weights(shard) {
+        Err(poot_models::TraceError::Unsharded { family, ranks }) => {
+            assert_eq!((family, ranks), ("olmo2", 2))
+        }
+        Err(e) => panic!("expected Unsharded, got {e}"),
+        Ok(_) => panic!("expected Unsharded, got a share"),
+    }
+}

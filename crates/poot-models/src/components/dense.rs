@@ -83,6 +83,8 @@ pub struct DenseDecoderSpec {
     pub head_dim: usize,
     pub intermediate: usize,
     pub norm: Norm,
+    /// A norm before each block (false: only the `post_*` norms after it, OLMo 2).
+    pub pre_norms: bool,
     pub sandwich_norms: bool,
     pub qk_norm: bool,
     /// What the q/k norms span (each head, or the whole projection).
@@ -159,8 +161,10 @@ impl DenseDecoder {
         for l in 0..c.n_layers {
             let role = |r| WeightRole::layer(l, r);
             let mut req = |r, shape: &[u64]| w.bind_named(index, names, kind, role(r), Some(shape));
-            req(Role::AttnNorm, &[d])?;
-            req(Role::FfnNorm, &[d])?;
+            if spec.pre_norms {
+                req(Role::AttnNorm, &[d])?;
+                req(Role::FfnNorm, &[d])?;
+            }
             req(Role::AttnQ, &[q_out, d])?;
             req(Role::AttnK, &[kv_out, d])?;
             req(Role::AttnV, &[kv_out, d])?;
@@ -170,7 +174,7 @@ impl DenseDecoder {
                 req(Role::FfnUp, &[ff, d])?;
                 req(Role::FfnDown, &[d, ff])?;
             }
-            if spec.sandwich_norms {
+            if spec.sandwich_norms || !spec.pre_norms {
                 req(Role::PostAttnNorm, &[d])?;
                 req(Role::PostFfnNorm, &[d])?;
             }
@@ -313,8 +317,12 @@ impl Model for DenseDecoder {
         };
         let layer = LayerParams {
             norm: s.norm,
-            placement: NormPlacement::Pre {
-                sandwich: s.sandwich_norms,
+            placement: if s.pre_norms {
+                NormPlacement::Pre {
+                    sandwich: s.sandwich_norms,
+                }
+            } else {
+                NormPlacement::Output
             },
             residual_scale: s.residual_scale,
         };
@@ -516,14 +524,13 @@ impl DecoderBasics {
         let max_positions = cfg
             .opt_usize_at_most(key("max_position_embeddings", "context_length"), POSITIONS)?
             .unwrap_or(2048);
-        crate::consistency::check_layer_count(
-            cfg,
-            layers_key,
-            layers,
-            index,
-            names,
-            Role::AttnNorm,
-        )?;
+        // Every layer's first norm: the input norm, or the attention output's norm in a family
+        // with no input norms (OLMo 2).
+        let first_norm = match names.name(cfg.kind(), Some(0), Role::AttnNorm) {
+            Some(_) => Role::AttnNorm,
+            None => Role::PostAttnNorm,
+        };
+        crate::consistency::check_layer_count(cfg, layers_key, layers, index, names, first_norm)?;
         let embed_name = names
             .name(cfg.kind(), None, Role::TokenEmbed)
             .unwrap_or_default();
@@ -631,6 +638,7 @@ impl DenseDecoderSpec {
             head_dim: basics.head_dim,
             intermediate: basics.intermediate,
             norm: Norm::rms(basics.eps),
+            pre_norms: true,
             sandwich_norms: false,
             qk_norm: false,
             qk_norm_span: QkNormSpan::Head,

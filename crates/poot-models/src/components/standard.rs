@@ -41,6 +41,9 @@ pub enum NormPlacement {
     Pre { sandwich: bool },
     /// `x = norm(x + block(x))` (BERT).
     Post,
+    /// `x += norm(block(x))`: a norm on each block's output (the `post_*` roles), none on its
+    /// input (OLMo 2).
+    Output,
 }
 
 /// A layer's options.
@@ -212,6 +215,12 @@ pub fn standard_layer(
                 f = norm(f, Role::PostFfnNorm)?;
             }
             Ok(b.add(x, scaled(f)?)?)
+        }
+        NormPlacement::Output => {
+            let a = norm(mixer(b, x)?, Role::PostAttnNorm)?;
+            let x = b.add(x, a)?;
+            let f = norm(ffn(b, x)?, Role::PostFfnNorm)?;
+            Ok(b.add(x, f)?)
         }
         NormPlacement::Post => {
             let a = mixer(b, x)?;

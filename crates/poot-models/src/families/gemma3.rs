@@ -23,7 +23,8 @@ pub const ENTRY: FamilyEntry = FamilyEntry {
     build,
 };
 
-const NAMES: NameTable = NameTable::extending(
+/// Gemma's spellings (shared with Gemma 2): sandwich norms around attention and the MLP.
+pub(crate) const NAMES: NameTable = NameTable::extending(
     &STANDARD_DECODER_NAMES,
     &[
         spell(
@@ -64,19 +65,11 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
         scaling: RopeScaling::None,
     };
     let window = cfg.usize_at_most(key("sliding_window", "attention.sliding_window"), POSITIONS)?;
-    let sliding = sliding_layers(&cfg, basics.layers)?;
+    let sliding = sliding_layers(&cfg, basics.layers, SLIDING_PATTERN)?;
 
     let mut spec = DenseDecoderSpec::standard("gemma3", &basics, global, RopeStyle::HalfSplit);
     spec.config.chat_format = Some("gemma");
-    // Gemma scales by (1 + w); llama.cpp's converter stores w + 1, so a GGUF scales by w.
-    let weight_offset = match cfg.kind() {
-        SourceKind::HuggingFace => 1.0,
-        SourceKind::Gguf => 0.0,
-    };
-    spec.norm = Norm::Rms(RmsNormOptions {
-        eps: basics.eps,
-        weight_offset,
-    });
+    spec.norm = norm(&cfg, basics.eps);
     spec.sandwich_norms = true;
     spec.qk_norm = true;
     spec.activation = Activation::GeluTanh;
@@ -109,9 +102,23 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
     })
 }
 
+/// Gemma's RMS norm, which scales by `(1 + w)`; llama.cpp's converter stores `w + 1`, so a GGUF
+/// scales by `w`.
+pub(crate) fn norm(cfg: &ConfigReader, eps: f32) -> Norm {
+    let weight_offset = match cfg.kind() {
+        SourceKind::HuggingFace => 1.0,
+        SourceKind::Gguf => 0.0,
+    };
+    Norm::Rms(RmsNormOptions { eps, weight_offset })
+}
+
 /// Which layers use the sliding window: Hugging Face's `layer_types` when given, otherwise every
-/// layer but each `sliding_window_pattern`-th.
-fn sliding_layers(cfg: &ConfigReader, layers: usize) -> Result<Vec<bool>, ModelError> {
+/// layer but each `sliding_window_pattern`-th (`default_pattern` when the config has none).
+pub(crate) fn sliding_layers(
+    cfg: &ConfigReader,
+    layers: usize,
+    default_pattern: usize,
+) -> Result<Vec<bool>, ModelError> {
     if let Some(types) = cfg.hf("layer_types") {
         let bad = || ModelError::KeyType {
             key: "layer_types".into(),
@@ -136,7 +143,7 @@ fn sliding_layers(cfg: &ConfigReader, layers: usize) -> Result<Vec<bool>, ModelE
     }
     let pattern = cfg
         .opt_usize(key("sliding_window_pattern", ""))?
-        .unwrap_or(SLIDING_PATTERN)
+        .unwrap_or(default_pattern)
         .max(1);
     Ok((0..layers).map(|l| (l + 1) % pattern != 0).collect())
 }

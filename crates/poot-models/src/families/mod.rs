@@ -2,11 +2,13 @@
 //! are not of the standard shape) a tracer over the shared components.
 
 pub mod bert;
+pub mod gemma2;
 pub mod gemma3;
 pub mod granite;
 pub mod granitemoe;
 pub mod llama;
 pub mod mixtral;
+pub mod olmo2;
 pub mod olmoe;
 pub mod qwen2;
 pub mod qwen3;

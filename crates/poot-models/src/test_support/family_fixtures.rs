@@ -58,6 +58,14 @@ pub const FIXTURES: &[FamilyFixture] = &[
         family: "granitemoe",
         dir: "tests/fixtures/random/granitemoe",
     },
+    FamilyFixture {
+        family: "gemma2",
+        dir: "tests/fixtures/random/gemma2",
+    },
+    FamilyFixture {
+        family: "olmo2",
+        dir: "tests/fixtures/random/olmo2",
+    },
 ];
 
 impl FamilyFixture {

@@ -1,0 +1,88 @@
+//! Dense-decoder checkpoints of the families of issue #24 whose config or tensors disagree
+//! fail at load with a typed error naming the key or the tensor, never a panic.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "common/edited_checkpoint.rs"]
+mod edited_checkpoint;
+
+use edited_checkpoint::build_hf;
+use poot_models::ModelError;
+use serde_json::json;
+
+#[test]
+fn the_unchanged_checkpoints_build_as_their_families() {
+    for family in ["gemma2", "olmo2"] {
+        assert_eq!(build_hf(family, |_| {}, |h| h).unwrap(), family);
+    }
+}
+
+#[test]
+fn gemma2_softcap_and_query_scalar_out_of_range_are_named() {
+    for (k, v) in [
+        ("attn_logit_softcapping", json!(0.0)),
+        ("final_logit_softcapping", json!(-30.0)),
+        ("query_pre_attn_scalar", json!(0)),
+    ] {
+        let err = build_hf("gemma2", |c| c[k] = v.clone(), |h| h);
+        match err {
+            Err(ModelError::OutOfRange { key, .. }) => assert_eq!(key, k),
+            other => panic!("{k} = {v}: expected a refusal naming it, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn gemma2_missing_post_norm_is_named() {
+    let gone = "model.layers.3.post_feedforward_layernorm.weight";
+    let err = build_hf(
+        "gemma2",
+        |_| {},
+        |h| h.replace(gone, &gone.replace("post_", "xost_")),
+    );
+    match err {
+        Err(ModelError::MissingTensor { name, .. }) => assert_eq!(name, gone),
+        other => panic!("expected the missing post-norm named, got {other:?}"),
+    }
+}
+
+#[test]
+fn gemma2_layer_types_of_the_wrong_length_are_refused() {
+    let err = build_hf(
+        "gemma2",
+        |c| c["layer_types"] = json!(["sliding_attention", "full_attention"]),
+        |h| h,
+    );
+    match err {
+        Err(ModelError::Unsupported { key, .. }) => assert_eq!(key, "layer_types"),
+        other => panic!("expected layer_types refused, got {other:?}"),
+    }
+}
+
+#[test]
+fn olmo2_qk_norm_of_one_head_width_is_refused_naming_it() {
+    // A q_norm of one head's width (16) where OLMo 2 normalizes the whole projection (64).
+    let name = "model.layers.0.self_attn.q_norm.weight";
+    let err = build_hf(
+        "olmo2",
+        |_| {},
+        |h| {
+            let at = h.find(name).unwrap();
+            let shape = h[at..].find("[64]").unwrap() + at;
+            format!("{}[16]{}", &h[..shape], &h[shape + 4..])
+        },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains(name), "{err}");
+}
+
+#[test]
+fn olmo2_missing_layer_is_named_by_its_first_norm() {
+    let err = build_hf("olmo2", |c| c["num_hidden_layers"] = json!(3), |h| h);
+    match err {
+        Err(ModelError::LayerCount { tensor, .. }) => {
+            assert_eq!(tensor, "model.layers.2.post_attention_layernorm.weight")
+        }
+        other => panic!("expected a layer count refusal, got {other:?}"),
+    }
+}

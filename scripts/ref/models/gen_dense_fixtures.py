@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""Writes the dense-decoder fixtures of issue #24: tiny random-weight checkpoints, their
+transformers references and GGUF conversions, for gemma2 and olmo2 (more families are
+appended here).
+
+For each NAME, under crates/poot-models/tests/fixtures/random/:
+  NAME/{config.json, model.safetensors}  transformers save_pretrained of a seeded random model
+                                          (gen_random_checkpoints.py's initialisation rules)
+  NAME/reference.json                     gen_random_references.py's decoder shape: an 11-token
+                                          prompt and a 20-token "long" prompt (longer than any
+                                          sliding window), every prefill position's logits, 4
+                                          cached greedy decode steps; float32, eager attention
+  NAME_gguf/model.gguf                    the checkpoint as llama.cpp's converter writes it
+                                          (gguf-py; F32 tensors, a stand-in tokenizer)
+
+Seeds are 5000 + the family's index in FAMILIES (checkpoint) and 6000 + index (prompts), so
+appending a family leaves the others' files unchanged.
+
+Usage: PY=$(scripts/pyenv.sh); $PY scripts/ref/models/gen_dense_fixtures.py [NAME ...]
+"""
+
+import json
+import os
+import pathlib
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from gguf import GGUFWriter  # noqa: E402
+from safetensors.numpy import load_file  # noqa: E402
+
+import gen_random_checkpoints as ckpt  # noqa: E402
+import gen_random_references as refs  # noqa: E402
+
+RANDOM = ckpt.OUT
+LONG_PROMPT_LEN = 20
+
+
+def gemma2_config():
+    return transformers.Gemma2Config(
+        hidden_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=96,
+        vocab_size=256,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-6,
+        hidden_activation="gelu_pytorch_tanh",
+        query_pre_attn_scalar=24,
+        sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        # Small caps, so that both tanh curves bend on this model's logits.
+        attn_logit_softcapping=2.0,
+        final_logit_softcapping=3.0,
+        tie_word_embeddings=True,
+        bos_token_id=2,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
+
+
+def stand_in_tokenizer(w, cfg):
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([f"t{i}" for i in range(cfg["vocab_size"])])
+    w.add_token_merges(["t 0"])  # gguf-py drops an empty list; a gpt2 vocabulary needs one
+    w.add_bos_token_id(cfg["bos_token_id"])
+    w.add_eos_token_id(cfg["eos_token_id"])
+
+
+def write_gguf(name, arch, cfg, named, meta):
+    out = RANDOM / f"{name}_gguf"
+    out.mkdir(parents=True, exist_ok=True)
+    w = GGUFWriter(out / "model.gguf", arch=arch)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    meta(w)
+    stand_in_tokenizer(w, cfg)
+    for n, data in named.items():
+        w.add_tensor(n, np.ascontiguousarray(data, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def gemma2_gguf(cfg, hf):
+    # llama.cpp's converter stores Gemma norm scales as w + 1 and leaves Q/K rows as they are.
+    named = {
+        "token_embd.weight": hf["model.embed_tokens.weight"],
+        "output_norm.weight": hf["model.norm.weight"] + 1,
+    }
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        for g, h, plus in [
+            ("attn_norm", "input_layernorm", 1),
+            ("post_attention_norm", "post_attention_layernorm", 1),
+            ("ffn_norm", "pre_feedforward_layernorm", 1),
+            ("post_ffw_norm", "post_feedforward_layernorm", 1),
+            ("attn_q", "self_attn.q_proj", 0),
+            ("attn_k", "self_attn.k_proj", 0),
+            ("attn_v", "self_attn.v_proj", 0),
+            ("attn_output", "self_attn.o_proj", 0),
+            ("ffn_gate", "mlp.gate_proj", 0),
+            ("ffn_up", "mlp.up_proj", 0),
+            ("ffn_down", "mlp.down_proj", 0),
+        ]:
+            named[f"blk.{l}.{g}.weight"] = hf[f"{p}{h}.weight"] + plus
+
+    def meta(w):
+        w.add_key_length(cfg["head_dim"])
+        w.add_value_length(cfg["head_dim"])
+        w.add_rope_freq_base(cfg["rope_theta"])
+        w.add_sliding_window(cfg["sliding_window"])
+        # llama.cpp would scale this model by head_dim^-1/2 (its converter drops
+        # query_pre_attn_scalar); the standard key states the checkpoint's scale instead.
+        w.add_attention_scale(cfg["query_pre_attn_scalar"] ** -0.5)
+        w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
+        w.add_final_logit_softcapping(cfg["final_logit_softcapping"])
+
+    write_gguf("gemma2", "gemma2", cfg, named, meta)
+
+
+def changed_by(d, ids, want, **overrides):
+    """The largest |logit change| at the last position when the config is changed so."""
+    cfg = transformers.AutoConfig.from_pretrained(d)
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
+    m = transformers.AutoModelForCausalLM.from_pretrained(
+        d, config=cfg, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    with torch.no_grad():
+        got = m(input_ids=torch.tensor([ids])).logits[0, -1]
+    return float((got - torch.tensor(want)).abs().max())
+
+
+def gemma2_checks(d, long_case):
+    """The fixture must exercise the window and both softcaps: each changes the logits."""
+    ids, want = long_case["prompt_ids"], long_case["prefill_logits"][-1]
+    window = changed_by(d, ids, want, sliding_window=4096)
+    attn = changed_by(d, ids, want, attn_logit_softcapping=None)
+    final = changed_by(d, ids, want, final_logit_softcapping=None)
+    assert min(window, attn, final) > 1e-2, (window, attn, final)
+    return f"max |dlogit| without the window {window:.3f}, attn softcap {attn:.3f}, final softcap {final:.3f}"
+
+
+def olmo2_config():
+    return transformers.Olmo2Config(
+        **ckpt.common_decoder(
+            rms_norm_eps=1e-6,
+            hidden_act="silu",
+            attention_bias=False,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
+    )
+
+
+def olmo2_gguf(cfg, hf):
+    # llama.cpp's converter keeps OLMo 2's tensors as they are (it rotates halves, no permute).
+    named = {
+        "token_embd.weight": hf["model.embed_tokens.weight"],
+        "output_norm.weight": hf["model.norm.weight"],
+        "output.weight": hf["lm_head.weight"],
+    }
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        for g, h in [
+            ("post_attention_norm", "post_attention_layernorm"),
+            ("post_ffw_norm", "post_feedforward_layernorm"),
+            ("attn_q", "self_attn.q_proj"),
+            ("attn_k", "self_attn.k_proj"),
+            ("attn_v", "self_attn.v_proj"),
+            ("attn_output", "self_attn.o_proj"),
+            ("attn_q_norm", "self_attn.q_norm"),
+            ("attn_k_norm", "self_attn.k_norm"),
+            ("ffn_gate", "mlp.gate_proj"),
+            ("ffn_up", "mlp.up_proj"),
+            ("ffn_down", "mlp.down_proj"),
+        ]:
+            named[f"blk.{l}.{g}.weight"] = hf[f"{p}{h}.weight"]
+
+    def meta(w):
+        w.add_rope_freq_base(cfg["rope_theta"])
+
+    write_gguf("olmo2", "olmo2", cfg, named, meta)
+
+
+def olmo2_checks(d, long_case):
+    hf = load_file(d / "model.safetensors")
+    q, k = hf["model.layers.0.self_attn.q_norm.weight"], hf["model.layers.0.self_attn.k_norm.weight"]
+    assert q.shape == (64,) and k.shape == (32,), (q.shape, k.shape)
+    assert "model.layers.0.input_layernorm.weight" not in hf
+    return f"q_norm {q.shape}, k_norm {k.shape} (whole projections), no input norms"
+
+
+# name -> (model class, config builder, init options, legacy config keys, GGUF writer,
+#          checks that the fixture exercises what the family adds)
+FAMILIES = {
+    "gemma2": (
+        transformers.Gemma2ForCausalLM,
+        gemma2_config,
+        {"gemma_norm": True, "embed_std": 0.1, "post_norm_mean": 3.0},
+        {"rope_theta": 10000.0, "rope_scaling": None},
+        gemma2_gguf,
+        gemma2_checks,
+    ),
+    "olmo2": (
+        transformers.Olmo2ForCausalLM,
+        olmo2_config,
+        {"gemma_norm": False},
+        {"rope_theta": 500000.0, "rope_scaling": None},
+        olmo2_gguf,
+        olmo2_checks,
+    ),
+}
+
+
+def write_checkpoint(name, seed):
+    cls, make_config, init, legacy, _, _ = FAMILIES[name]
+    torch.manual_seed(seed)
+    model = cls._from_config(make_config(), attn_implementation="eager", dtype=torch.float32).eval()
+    ckpt.interesting_init(model, seed, **init)
+    out = RANDOM / name
+    out.mkdir(parents=True, exist_ok=True)
+    for f in out.glob("*"):
+        f.unlink()
+    model.save_pretrained(out)
+    (out / "generation_config.json").unlink(missing_ok=True)
+    cfg_path = out / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.update(legacy)
+    cfg["torch_dtype"] = "float32"
+    cfg.pop("_name_or_path", None)
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    again = transformers.AutoConfig.from_pretrained(out)
+    assert again.rope_parameters == model.config.rope_parameters, name
+
+
+def write_reference(name, seed):
+    d = RANDOM / name
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        d, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    rng = np.random.default_rng(seed)
+    vocab = model.config.vocab_size
+    prompt = rng.integers(0, vocab, size=refs.PROMPT_LEN).tolist()
+    case, err = refs.decoder_case(model, prompt)
+    long_prompt = rng.integers(0, vocab, size=LONG_PROMPT_LEN).tolist()
+    long_case, err2 = refs.decoder_case(model, long_prompt)
+    ref = {
+        "model": name,
+        "architecture": model.config.architectures[0],
+        "reference": refs.reference_meta(),
+        **case,
+        "long": long_case,
+    }
+    (d / "reference.json").write_text(json.dumps(ref, separators=(",", ":")) + "\n")
+    print(f"{name}: " + FAMILIES[name][5](d, long_case))
+    print(
+        f"{name}: decode={[x['input_id'] for x in case['decode']]} "
+        f"long decode={[x['input_id'] for x in long_case['decode']]} "
+        f"logit std={np.std(case['prefill_logits']):.3f} cache-check err={max(err, err2):.2e}"
+    )
+
+
+def main():
+    print(refs.reference_meta())
+    only = sys.argv[1:]
+    unknown = set(only) - set(FAMILIES)
+    if unknown:
+        raise SystemExit(f"unknown fixture(s): {sorted(unknown)}")
+    for i, name in enumerate(FAMILIES):
+        if only and name not in only:
+            continue
+        write_checkpoint(name, 5000 + i)
+        write_reference(name, 6000 + i)
+        cfg = json.loads((RANDOM / name / "config.json").read_text())
+        FAMILIES[name][4](cfg, load_file(RANDOM / name / "model.safetensors"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
