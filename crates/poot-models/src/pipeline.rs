@@ -81,7 +81,11 @@ pub fn held_by_stage(role: Role, first: bool, last: bool) -> bool {
         | Role::ExpertGate
         | Role::ExpertUp
         | Role::ExpertDown
-        | Role::ExpertGateUp => true,
+        | Role::ExpertGateUp
+        | Role::SharedGate
+        | Role::SharedUp
+        | Role::SharedDown
+        | Role::SharedGateLogit => true,
     }
 }
 

@@ -30,6 +30,7 @@ pub const SHIPPED: &[FamilyEntry] = &[
     families::granitemoe::ENTRY,
     families::gemma2::ENTRY,
     families::olmo2::ENTRY,
+    families::qwen2moe::ENTRY,
 ];
 
 /// An index of families by config key.

@@ -131,6 +131,10 @@ pub fn split_of(role: Role) -> Split {
         | Role::ExpertUp
         | Role::ExpertDown
         | Role::ExpertGateUp
+        | Role::SharedGate
+        | Role::SharedUp
+        | Role::SharedDown
+        | Role::SharedGateLogit
         | Role::Pooler
         | Role::PoolerBias
         | Role::Classifier

@@ -58,6 +58,13 @@ pub enum Role {
     /// The gate and up stacks fused along the output rows, `[experts, 2 * out, in]`, gate first
     /// (Granite-MoE's `input_linear`).
     ExpertGateUp,
+    /// A shared expert's gate, up and down projections: a SwiGLU every token runs beside its
+    /// routed experts (Qwen2-MoE).
+    SharedGate,
+    SharedUp,
+    SharedDown,
+    /// The shared expert's gate logit `[1, hidden]`: its output is scaled by the logit's sigmoid.
+    SharedGateLogit,
     Pooler,
     PoolerBias,
     Classifier,
@@ -106,6 +113,10 @@ impl Role {
             Role::ExpertUp => "ffn.experts.up",
             Role::ExpertDown => "ffn.experts.down",
             Role::ExpertGateUp => "ffn.experts.gate_up",
+            Role::SharedGate => "ffn.shared.gate",
+            Role::SharedUp => "ffn.shared.up",
+            Role::SharedDown => "ffn.shared.down",
+            Role::SharedGateLogit => "ffn.shared.gate_logit",
             Role::Pooler => "pooler",
             Role::PoolerBias => "pooler.bias",
             Role::Classifier => "classifier",

@@ -1,7 +1,8 @@
 //! Mixture-of-experts checkpoints whose expert count, top-k or expert tensors disagree fail at
 //! load with a typed error naming the key or the tensor: a missing or extra expert, a stack
 //! of the wrong expert count, top-k beyond the experts, per-expert tensors of two types, and
-//! the Qwen3-MoE layouts with dense layers this engine does not run.
+//! the Qwen3-MoE and Qwen2-MoE layouts with dense layers this engine does not run, and a
+//! Qwen2-MoE shared expert that disagrees with its config.
 
 #![allow(clippy::unwrap_used)]
 
@@ -100,6 +101,7 @@ fn gguf_mixtral(experts: u32, stacked: u64) -> TinyGguf {
 fn the_unchanged_checkpoints_build_as_their_families() {
     assert_eq!(build_hf("mixtral", |_| {}, |h| h).unwrap(), "mixtral");
     assert_eq!(build_hf("qwen3moe", |_| {}, |h| h).unwrap(), "qwen3moe");
+    assert_eq!(build_hf("qwen2moe", |_| {}, |h| h).unwrap(), "qwen2moe");
     assert_eq!(build_gguf(&gguf_mixtral(4, 4)).unwrap(), "mixtral");
 }
 
@@ -350,5 +352,63 @@ fn granitemoe_stack_shapes_and_top_k_are_checked() {
             experts: 4,
         }) => assert_eq!(key, "num_experts_per_tok"),
         other => panic!("expected top-k over the experts, got {other:?}"),
+    }
+}
+
+#[test]
+fn qwen2moe_dense_layers_are_refused() {
+    for (k, v) in [
+        ("mlp_only_layers", serde_json::json!([0])),
+        ("decoder_sparse_step", serde_json::json!(2)),
+    ] {
+        let err = build_hf("qwen2moe", |c| c[k] = v.clone(), |h| h);
+        assert!(
+            matches!(&err, Err(ModelError::Unsupported { key, .. }) if key == k),
+            "{k}: {err:?}"
+        );
+    }
+}
+
+#[test]
+fn qwen2moe_shared_expert_disagreements_are_named() {
+    // The config's shared width disagrees with the stored shared expert.
+    let err = build_hf(
+        "qwen2moe",
+        |c| c["shared_expert_intermediate_size"] = 80.into(),
+        |h| h,
+    );
+    match err {
+        Err(ModelError::TensorShape { name, .. }) => {
+            assert_eq!(name, "model.layers.0.mlp.shared_expert.gate_proj.weight")
+        }
+        other => panic!("expected the shared expert named, got {other:?}"),
+    }
+    // No shared width at all.
+    let err = build_hf(
+        "qwen2moe",
+        |c| {
+            c.as_object_mut()
+                .unwrap()
+                .remove("shared_expert_intermediate_size");
+        },
+        |h| h,
+    );
+    match err {
+        Err(ModelError::MissingKey { key }) => assert_eq!(key, "shared_expert_intermediate_size"),
+        other => panic!("expected the missing key named, got {other:?}"),
+    }
+    // A missing shared expert gate.
+    let gone = "model.layers.1.mlp.shared_expert_gate.weight";
+    let err = build_hf(
+        "qwen2moe",
+        |_| {},
+        |h| h.replace(gone, &gone.replace("gate.weight", "gatX.weight")),
+    );
+    match err {
+        Err(ModelError::MissingTensor { name, role }) => {
+            assert_eq!(name, gone);
+            assert_eq!(role, "w.l1.ffn.shared.gate_logit");
+        }
+        other => panic!("expected the missing gate named, got {other:?}"),
     }
 }

@@ -329,6 +329,28 @@ fn gguf_olmo2_matches_transformers() {
     check_decoder_at(&loaded, "olmo2", "gguf olmo2");
 }
 
+/// Qwen2-MoE: Q, K and V biases, four experts top-2 renormalized (`norm_topk_prob`), and a
+/// shared expert scaled by the sigmoid of its gate logit, added to the routed sum.
+#[test]
+fn qwen2moe_shared_expert_matches_transformers() {
+    check_decoder("qwen2_moe");
+}
+
+/// The Qwen2-MoE as a `qwen2moe` GGUF (`gen_dense_fixtures.py`): stacked experts, the shared
+/// expert as `*_shexp`, its gate logit `[1, 64]`.
+#[test]
+fn gguf_qwen2moe_matches_transformers() {
+    let loaded = load(&fixture_dir("random").join("qwen2_moe_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "qwen2moe");
+    let gate = loaded
+        .model
+        .weights()
+        .by_const("w.l1.ffn.shared.gate_logit")
+        .unwrap();
+    assert_eq!(gate.ty.dims(), [1, 64]);
+    check_decoder_at(&loaded, "qwen2_moe", "gguf qwen2moe");
+}
+
 /// A whole-projection qk-norm takes its mean square over every head, which a tensor-parallel
 /// rank does not hold: OLMo 2 is refused over a group, naming the family.
 #[test]

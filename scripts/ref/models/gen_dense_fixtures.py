@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the dense-decoder fixtures of issue #24: tiny random-weight checkpoints, their
-transformers references and GGUF conversions, for gemma2 and olmo2 (more families are
+transformers references and GGUF conversions, for gemma2, olmo2 and qwen2_moe (more families are
 appended here).
 
 For each NAME, under crates/poot-models/tests/fixtures/random/:
@@ -207,6 +207,87 @@ def olmo2_checks(d, long_case):
     return f"q_norm {q.shape}, k_norm {k.shape} (whole projections), no input norms"
 
 
+def qwen2_moe_config():
+    return transformers.Qwen2MoeConfig(
+        **ckpt.common_decoder(
+            rms_norm_eps=1e-6,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=48,
+            shared_expert_intermediate_size=96,
+            norm_topk_prob=True,
+            qkv_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    )
+
+
+def qwen2_moe_gguf(cfg, hf):
+    # llama.cpp's converter keeps Qwen2's rows as stored (halves rotated), stacks each
+    # projection's experts and renames the shared expert `*_shexp`.
+    named = {
+        "token_embd.weight": hf["model.embed_tokens.weight"],
+        "output_norm.weight": hf["model.norm.weight"],
+        "output.weight": hf["lm_head.weight"],
+    }
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        for g, h in [
+            ("attn_norm.weight", "input_layernorm.weight"),
+            ("ffn_norm.weight", "post_attention_layernorm.weight"),
+            ("attn_q.weight", "self_attn.q_proj.weight"),
+            ("attn_k.weight", "self_attn.k_proj.weight"),
+            ("attn_v.weight", "self_attn.v_proj.weight"),
+            ("attn_q.bias", "self_attn.q_proj.bias"),
+            ("attn_k.bias", "self_attn.k_proj.bias"),
+            ("attn_v.bias", "self_attn.v_proj.bias"),
+            ("attn_output.weight", "self_attn.o_proj.weight"),
+            ("ffn_gate_inp.weight", "mlp.gate.weight"),
+            ("ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"),
+            ("ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"),
+            ("ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"),
+            ("ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"),
+        ]:
+            named[f"blk.{l}.{g}"] = hf[p + h]
+        for g, h in [("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")]:
+            named[f"blk.{l}.ffn_{g}_exps.weight"] = np.stack(
+                [hf[f"{p}mlp.experts.{e}.{h}.weight"] for e in range(cfg["num_experts"])]
+            )
+
+    def meta(w):
+        w.add_rope_freq_base(cfg["rope_theta"])
+        w.add_expert_count(cfg["num_experts"])
+        w.add_expert_used_count(cfg["num_experts_per_tok"])
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+        # llama.cpp's converter omits norm_topk_prob for this architecture (its graph never
+        # renormalizes); stated here so the GGUF computes what the checkpoint does.
+        w.add_expert_weights_norm(cfg["norm_topk_prob"])
+
+    write_gguf("qwen2_moe", "qwen2moe", cfg, named, meta)
+
+
+def qwen2_moe_checks(d, long_case):
+    """No token's top-2 choice may be a near tie, and the shared expert must matter."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        d, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    ids = long_case["prompt_ids"]
+    margin, used = refs.router_margin(model, ids, model.config.num_experts_per_tok)
+    assert margin > refs.MIN_ROUTER_MARGIN, margin
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.mlp.shared_expert.down_proj.weight.zero_()
+        got = model(input_ids=torch.tensor([ids])).logits[0, -1]
+    shared = float((got - torch.tensor(long_case["prefill_logits"][-1])).abs().max())
+    assert shared > 1e-2, shared
+    return (
+        f"smallest top-2 router margin {margin:.2e}, experts used per layer {used}, "
+        f"max |dlogit| without the shared expert {shared:.3f}"
+    )
+
+
 # name -> (model class, config builder, init options, legacy config keys, GGUF writer,
 #          checks that the fixture exercises what the family adds)
 FAMILIES = {
@@ -225,6 +306,14 @@ FAMILIES = {
         {"rope_theta": 500000.0, "rope_scaling": None},
         olmo2_gguf,
         olmo2_checks,
+    ),
+    "qwen2_moe": (
+        transformers.Qwen2MoeForCausalLM,
+        qwen2_moe_config,
+        {"gemma_norm": False},
+        {"rope_theta": 10000.0, "rope_scaling": None},
+        qwen2_moe_gguf,
+        qwen2_moe_checks,
     ),
 }
 

@@ -8,10 +8,10 @@ use poot_graph_ir::{Builder, Graph};
 
 use super::{
     Activation, AttentionParams, GateUp, KvSource, LayerParams, Norm, NormPlacement, QkNormSpan,
-    RopeConfig, RopeUse, RouterParams, RouterScore, StackParams, Step, attention, gated_ffn,
-    routed_experts, standard_layer, standard_stack,
+    RopeConfig, RopeUse, RouterParams, RouterScore, SharedExpert, StackParams, Step, attention,
+    gated_ffn, routed_experts, shared_expert, standard_layer, standard_stack,
 };
-use crate::config::{ConfigReader, Key, SourceKind};
+use crate::config::{ConfigReader, Key, SourceKind, key};
 use crate::error::{ModelError, TraceError};
 use crate::lora::QkRows;
 use crate::model::{Model, ModelConfig, narrowed_positions};
@@ -38,6 +38,8 @@ pub struct MoeSpec {
     pub experts_key: String,
     /// Whether the gate and up stacks are stored apart or fused.
     pub gate_up: GateUp,
+    /// An expert every token runs beside the routed ones, added to their sum.
+    pub shared: Option<SharedExpert>,
 }
 
 impl MoeSpec {
@@ -70,7 +72,33 @@ impl MoeSpec {
             expert_intermediate,
             experts_key: cfg.key_name(experts_key),
             gate_up: GateUp::Separate,
+            shared: None,
         })
+    }
+}
+
+/// Refuses a config that makes some of a routed decoder's layers dense (`mlp_only_layers`, or a
+/// `decoder_sparse_step` other than 1) rather than run it wrong: every layer here is routed.
+pub fn refuse_dense_layers(cfg: &ConfigReader) -> Result<(), ModelError> {
+    let dense_key = key("mlp_only_layers", "");
+    if let Some(v) = cfg.hf(dense_key.hf) {
+        match v.as_array() {
+            Some(layers) if layers.is_empty() => {}
+            Some(_) => {
+                return Err(cfg.unsupported(dense_key, v, "[] (every layer routed)"));
+            }
+            None => {
+                return Err(ModelError::KeyType {
+                    key: dense_key.hf.into(),
+                    expected: "a list of layer indices",
+                });
+            }
+        }
+    }
+    let step_key = key("decoder_sparse_step", "");
+    match cfg.opt_usize(step_key)? {
+        Some(step) if step != 1 => Err(cfg.unsupported(step_key, step, "1 (every layer routed)")),
+        _ => Ok(()),
     }
 }
 
@@ -212,6 +240,17 @@ impl DenseDecoder {
                     w.bind_experts(index, names, kind, role(r), e, shape, &moe.experts_key)?;
                 }
                 w.bind_named(index, names, kind, role(Role::Router), Some(&[e as u64, d]))?;
+                if let Some(shared) = &moe.shared {
+                    let sf = shared.intermediate as u64;
+                    let mut req =
+                        |r, shape: &[u64]| w.bind_named(index, names, kind, role(r), Some(shape));
+                    req(Role::SharedGate, &[sf, d])?;
+                    req(Role::SharedUp, &[sf, d])?;
+                    req(Role::SharedDown, &[d, sf])?;
+                    if shared.gated {
+                        req(Role::SharedGateLogit, &[1, d])?;
+                    }
+                }
             }
         }
         for (i, rope) in spec.ropes.iter().enumerate() {
@@ -354,7 +393,18 @@ impl Model for DenseDecoder {
                     b.scope("ffn", |b| match &s.moe {
                         None => gated_ffn(b, &step, l, h, s.activation),
                         Some(moe) => {
-                            routed_experts(b, &step, l, h, &moe.router, moe.gate_up, s.activation)
+                            let act = s.activation;
+                            let routed =
+                                routed_experts(b, &step, l, h, &moe.router, moe.gate_up, act)?;
+                            match &moe.shared {
+                                None => Ok(routed),
+                                Some(shared) => {
+                                    let always = b.scope("shared", |b| {
+                                        shared_expert(b, &step, l, h, shared, act)
+                                    })?;
+                                    Ok(b.add(routed, always)?)
+                                }
+                            }
                         }
                     })
                 },
@@ -483,7 +533,6 @@ impl DecoderBasics {
         index: &dyn TensorIndex,
         names: &NameTable,
     ) -> Result<DecoderBasics, ModelError> {
-        use crate::config::key;
         use crate::limits::{LAYERS, POSITIONS, WIDTH};
         let hidden = cfg.usize_at_most(key("hidden_size", "embedding_length"), WIDTH)?;
         let layers_key = key("num_hidden_layers", "block_count");

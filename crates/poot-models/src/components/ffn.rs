@@ -33,13 +33,32 @@ pub fn gated_ffn(
     x: Traced,
     act: Activation,
 ) -> Result<Traced, TraceError> {
+    gated_ffn_of(
+        b,
+        step,
+        layer,
+        x,
+        act,
+        [Role::FfnGate, Role::FfnUp, Role::FfnDown],
+    )
+}
+
+/// [`gated_ffn`] over the projections bound at `[gate, up, down]` (a shared expert's).
+pub fn gated_ffn_of(
+    b: &Builder,
+    step: &Step,
+    layer: usize,
+    x: Traced,
+    act: Activation,
+    [gate_role, up_role, down_role]: [Role; 3],
+) -> Result<Traced, TraceError> {
     let w = |r| step.weight(b, WeightRole::layer(layer, r));
     let proj = |r, y| adapted(b, step, layer, r, x, y);
-    let gate = proj(Role::FfnGate, ops::linear(b, x, w(Role::FfnGate)?, None)?)?;
-    let up = proj(Role::FfnUp, ops::linear(b, x, w(Role::FfnUp)?, None)?)?;
+    let gate = proj(gate_role, ops::linear(b, x, w(gate_role)?, None)?)?;
+    let up = proj(up_role, ops::linear(b, x, w(up_role)?, None)?)?;
     let h = b.mul(activate(b, gate, act)?, up)?;
-    let down = ops::row_parallel_linear(b, h, w(Role::FfnDown)?, None, step.shape.shard.ranks)?;
-    adapted(b, step, layer, Role::FfnDown, h, down)
+    let down = ops::row_parallel_linear(b, h, w(down_role)?, None, step.shape.shard.ranks)?;
+    adapted(b, step, layer, down_role, h, down)
 }
 
 /// `down(act(up(x) + bu)) + bd` (encoders).

@@ -14,9 +14,11 @@ pub mod step;
 
 pub use attention::{AttentionParams, KvSource, QkNormSpan, RopeUse, attention};
 pub use dense::{DenseDecoder, DenseDecoderSpec, LayerAttention, MoeSpec};
-pub use ffn::{Activation, gated_ffn, plain_ffn};
+pub use ffn::{Activation, gated_ffn, gated_ffn_of, plain_ffn};
 pub use lora::adapted;
-pub use moe::{GateUp, RouterParams, RouterScore, route, routed_experts};
+pub use moe::{
+    GateUp, RouterParams, RouterScore, SharedExpert, route, routed_experts, shared_expert,
+};
 pub use norm::{Norm, apply_norm};
 pub use rotary::{RopeConfig, RopeScaling};
 pub use standard::{

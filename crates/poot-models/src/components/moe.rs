@@ -10,7 +10,7 @@ use poot_graph_ir::ops::{self, binary_bcast, softmax};
 use poot_graph_ir::{BinaryOp, Builder, Traced};
 
 use super::Step;
-use super::ffn::{Activation, activate};
+use super::ffn::{Activation, activate, gated_ffn_of};
 use crate::error::TraceError;
 use crate::weights::{Role, WeightRole};
 
@@ -43,6 +43,39 @@ pub struct RouterParams {
     pub renormalize: bool,
 }
 
+/// An expert every token runs beside its routed ones (Qwen2-MoE's `shared_expert`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedExpert {
+    /// Features of its gate and up projections.
+    pub intermediate: usize,
+    /// Its output is scaled by `sigmoid(gate_logit . x)` per token (`shared_expert_gate`).
+    pub gated: bool,
+}
+
+/// The shared expert's SwiGLU of `x`, scaled by the sigmoid of its gate logit when gated.
+pub fn shared_expert(
+    b: &Builder,
+    step: &Step,
+    layer: usize,
+    x: Traced,
+    shared: &SharedExpert,
+    act: Activation,
+) -> Result<Traced, TraceError> {
+    let roles = [Role::SharedGate, Role::SharedUp, Role::SharedDown];
+    let out = gated_ffn_of(b, step, layer, x, act, roles)?;
+    if !shared.gated {
+        return Ok(out);
+    }
+    let w = step.weight(b, WeightRole::layer(layer, Role::SharedGateLogit))?;
+    let logit = ops::linear(b, x, w, None)?;
+    Ok(binary_bcast(b, BinaryOp::Mul, out, sigmoid(b, logit)?)?)
+}
+
+fn sigmoid(b: &Builder, x: Traced) -> Result<Traced, TraceError> {
+    let one = ops::scalar_like(b, 1.0, x)?;
+    Ok(b.div(one, b.add(one, b.exp(b.neg(x)?)?)?)?)
+}
+
 /// The selection of one layer's router for `x [tokens, hidden]`: the expert ids `[tokens,
 /// top_k]` (i32, best first) and their weights `[tokens, top_k]` (f32).
 pub fn route(
@@ -56,10 +89,7 @@ pub fn route(
     let logits = ops::linear(b, x, router, None)?;
     let scores = match params.score {
         RouterScore::Softmax => softmax(b, logits, 1)?,
-        RouterScore::Sigmoid => {
-            let one = ops::scalar_like(b, 1.0, logits)?;
-            b.div(one, b.add(one, b.exp(b.neg(logits)?)?)?)?
-        }
+        RouterScore::Sigmoid => sigmoid(b, logits)?,
     };
     let ids = b.name(b.arg_top_k(scores, params.top_k)?, "expert_ids")?;
     let mut weights = b.take_along(scores, ids, 1)?;

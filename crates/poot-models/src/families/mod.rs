@@ -11,5 +11,6 @@ pub mod mixtral;
 pub mod olmo2;
 pub mod olmoe;
 pub mod qwen2;
+pub mod qwen2moe;
 pub mod qwen3;
 pub mod qwen3moe;

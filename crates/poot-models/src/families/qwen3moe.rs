@@ -3,8 +3,8 @@
 //! renormalized when `norm_topk_prob` says so.
 
 use crate::components::MoeSpec;
-use crate::components::dense::{STANDARD_DECODER_NAMES, build_standard_named};
-use crate::config::{ConfigReader, RawConfig, SourceKind, key};
+use crate::components::dense::{STANDARD_DECODER_NAMES, build_standard_named, refuse_dense_layers};
+use crate::config::{RawConfig, SourceKind, key};
 use crate::error::ModelError;
 use crate::limits::WIDTH;
 use crate::model::ModelParts;
@@ -75,29 +75,4 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
         )?);
         Ok(())
     })
-}
-
-/// Every layer here is routed: a config that makes some layers dense (`mlp_only_layers`, or a
-/// `decoder_sparse_step` other than 1) is refused rather than run wrong.
-fn refuse_dense_layers(cfg: &ConfigReader) -> Result<(), ModelError> {
-    let dense_key = key("mlp_only_layers", "");
-    if let Some(v) = cfg.hf(dense_key.hf) {
-        match v.as_array() {
-            Some(layers) if layers.is_empty() => {}
-            Some(_) => {
-                return Err(cfg.unsupported(dense_key, v, "[] (every layer routed)"));
-            }
-            None => {
-                return Err(ModelError::KeyType {
-                    key: dense_key.hf.into(),
-                    expected: "a list of layer indices",
-                });
-            }
-        }
-    }
-    let step_key = key("decoder_sparse_step", "");
-    match cfg.opt_usize(step_key)? {
-        Some(step) if step != 1 => Err(cfg.unsupported(step_key, step, "1 (every layer routed)")),
-        _ => Ok(()),
-    }
 }

@@ -66,6 +66,10 @@ pub const FIXTURES: &[FamilyFixture] = &[
         family: "olmo2",
         dir: "tests/fixtures/random/olmo2",
     },
+    FamilyFixture {
+        family: "qwen2moe",
+        dir: "tests/fixtures/random/qwen2_moe",
+    },
 ];
 
 impl FamilyFixture {
