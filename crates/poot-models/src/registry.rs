@@ -31,6 +31,7 @@ pub const SHIPPED: &[FamilyEntry] = &[
     families::gemma2::ENTRY,
     families::olmo2::ENTRY,
     families::qwen2moe::ENTRY,
+    families::smollm3::ENTRY,
 ];
 
 /// An index of families by config key.

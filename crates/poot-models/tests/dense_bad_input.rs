@@ -1,5 +1,6 @@
-//! Dense-decoder checkpoints of the families of issue #24 whose config or tensors disagree
-//! fail at load with a typed error naming the key or the tensor, never a panic.
+//! Dense-decoder checkpoints of the families of issue #24 (gemma2, olmo2, smollm3) whose config
+//! or tensors disagree fail at load with a typed error naming the key or the tensor, never a
+//! panic.
 
 #![allow(clippy::unwrap_used)]
 
@@ -12,7 +13,7 @@ use serde_json::json;
 
 #[test]
 fn the_unchanged_checkpoints_build_as_their_families() {
-    for family in ["gemma2", "olmo2"] {
+    for family in ["gemma2", "olmo2", "smollm3"] {
         assert_eq!(build_hf(family, |_| {}, |h| h).unwrap(), family);
     }
 }
@@ -84,5 +85,48 @@ fn olmo2_missing_layer_is_named_by_its_first_norm() {
             assert_eq!(tensor, "model.layers.2.post_attention_layernorm.weight")
         }
         other => panic!("expected a layer count refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn smollm3_no_rope_flags_that_disagree_are_named() {
+    for (v, want) in [
+        (json!([1, 1, 0]), "Unsupported"),
+        (json!([1, 1, 2, 0]), "KeyType"),
+        (json!("every fourth"), "KeyType"),
+    ] {
+        let err = build_hf("smollm3", |c| c["no_rope_layers"] = v.clone(), |h| h);
+        match (&err, want) {
+            (Err(ModelError::Unsupported { key, .. }), "Unsupported")
+            | (Err(ModelError::KeyType { key, .. }), "KeyType") => {
+                assert_eq!(key, "no_rope_layers")
+            }
+            _ => panic!("no_rope_layers = {v}: expected {want} naming it, got {err:?}"),
+        }
+    }
+    // Without the list, the interval decides; an interval of 0 is refused.
+    let err = build_hf(
+        "smollm3",
+        |c| {
+            c.as_object_mut().unwrap().remove("no_rope_layers");
+            c["no_rope_layer_interval"] = json!(0);
+        },
+        |h| h,
+    );
+    match err {
+        Err(ModelError::OutOfRange { key, .. }) => assert_eq!(key, "no_rope_layer_interval"),
+        other => panic!("expected the interval refused, got {other:?}"),
+    }
+    let err = build_hf(
+        "smollm3",
+        |c| {
+            c["use_sliding_window"] = json!(true);
+            c["sliding_window"] = json!(8);
+        },
+        |h| h,
+    );
+    match err {
+        Err(ModelError::Unsupported { key, .. }) => assert_eq!(key, "use_sliding_window"),
+        other => panic!("expected the sliding window refused, got {other:?}"),
     }
 }

@@ -351,6 +351,23 @@ fn gguf_qwen2moe_matches_transformers() {
     check_decoder_at(&loaded, "qwen2_moe", "gguf qwen2moe");
 }
 
+/// SmolLM3: four Llama layers, the last without rotary embeddings (`no_rope_layers`
+/// `[1, 1, 1, 0]`); its queries and keys attend as projected (turning them moves the long
+/// prompt's last logits by 0.67, `gen_dense_fixtures.py`).
+#[test]
+fn smollm3_nope_layer_matches_transformers() {
+    check_decoder("smollm3");
+}
+
+/// The SmolLM3 as an `smollm3` GGUF (`gen_dense_fixtures.py`): Q and K rows permuted as for a
+/// Llama, and no key for the NoPE layers (every fourth, as llama.cpp fixes it).
+#[test]
+fn gguf_smollm3_matches_transformers() {
+    let loaded = load(&fixture_dir("random").join("smollm3_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "smollm3");
+    check_decoder_at(&loaded, "smollm3", "gguf smollm3");
+}
+
 /// A whole-projection qk-norm takes its mean square over every head, which a tensor-parallel
 /// rank does not hold: OLMo 2 is refused over a group, naming the family.
 #[test]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the dense-decoder fixtures of issue #24: tiny random-weight checkpoints, their
-transformers references and GGUF conversions, for gemma2, olmo2 and qwen2_moe (more families are
+transformers references and GGUF conversions, for gemma2, olmo2, qwen2_moe and smollm3 (more families are
 appended here).
 
 For each NAME, under crates/poot-models/tests/fixtures/random/:
@@ -35,6 +35,7 @@ import transformers  # noqa: E402
 from gguf import GGUFWriter  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
 
+import gen_moe_gguf  # noqa: E402
 import gen_random_checkpoints as ckpt  # noqa: E402
 import gen_random_references as refs  # noqa: E402
 
@@ -288,6 +289,60 @@ def qwen2_moe_checks(d, long_case):
     )
 
 
+def smollm3_config():
+    # Four layers: with the default interval of 4, layer 3 goes without rotary embeddings.
+    return transformers.SmolLM3Config(
+        **ckpt.common_decoder(
+            num_hidden_layers=4,
+            rms_norm_eps=1e-6,
+            no_rope_layer_interval=4,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    )
+
+
+def smollm3_gguf(cfg, hf):
+    # llama.cpp's converter writes SmolLM3 as a Llama: Q and K rows permuted, no key for the
+    # NoPE layers (its graph fixes the interval at 4).
+    heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    named = {
+        "token_embd.weight": hf["model.embed_tokens.weight"],
+        "output_norm.weight": hf["model.norm.weight"],
+        "output.weight": hf["lm_head.weight"],
+    }
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        for g, h in [
+            ("attn_norm", "input_layernorm"),
+            ("ffn_norm", "post_attention_layernorm"),
+            ("attn_v", "self_attn.v_proj"),
+            ("attn_output", "self_attn.o_proj"),
+            ("ffn_gate", "mlp.gate_proj"),
+            ("ffn_up", "mlp.up_proj"),
+            ("ffn_down", "mlp.down_proj"),
+        ]:
+            named[f"blk.{l}.{g}.weight"] = hf[f"{p}{h}.weight"]
+        named[f"blk.{l}.attn_q.weight"] = gen_moe_gguf.permute(hf[p + "self_attn.q_proj.weight"], heads)
+        named[f"blk.{l}.attn_k.weight"] = gen_moe_gguf.permute(hf[p + "self_attn.k_proj.weight"], kv_heads)
+
+    def meta(w):
+        w.add_rope_freq_base(cfg["rope_theta"])
+        w.add_rope_dimension_count(cfg["hidden_size"] // heads)
+
+    write_gguf("smollm3", "smollm3", cfg, named, meta)
+
+
+def smollm3_checks(d, long_case):
+    """Layer 3 must go without rotary embeddings, and that must change the logits."""
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["no_rope_layers"] == [1, 1, 1, 0], cfg["no_rope_layers"]
+    ids, want = long_case["prompt_ids"], long_case["prefill_logits"][-1]
+    nope = changed_by(d, ids, want, no_rope_layers=[1, 1, 1, 1])
+    assert nope > 1e-2, nope
+    return f"no_rope_layers {cfg['no_rope_layers']}; max |dlogit| with rotary on every layer {nope:.3f}"
+
+
 # name -> (model class, config builder, init options, legacy config keys, GGUF writer,
 #          checks that the fixture exercises what the family adds)
 FAMILIES = {
@@ -314,6 +369,14 @@ FAMILIES = {
         {"rope_theta": 10000.0, "rope_scaling": None},
         qwen2_moe_gguf,
         qwen2_moe_checks,
+    ),
+    "smollm3": (
+        transformers.SmolLM3ForCausalLM,
+        smollm3_config,
+        {"gemma_norm": False},
+        {"rope_theta": 10000.0, "rope_scaling": None},
+        smollm3_gguf,
+        smollm3_checks,
     ),
 }
 

@@ -24,7 +24,9 @@ use crate::weights::{NameTable, Role, TensorIndex, WeightMap, WeightRole};
 /// Per-layer attention choices (which rotary table, which window).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LayerAttention {
-    pub rope_table: u8,
+    /// The rotary table the layer's queries and keys turn by; `None` for a layer without
+    /// rotary embeddings (SmolLM3's NoPE layers).
+    pub rope_table: Option<u8>,
     pub window: Option<usize>,
 }
 
@@ -372,8 +374,8 @@ impl Model for DenseDecoder {
                 n_kv_heads: s.n_kv_heads,
                 head_dim: s.head_dim,
                 scale: s.attn_scale,
-                rope: Some(RopeUse {
-                    table: la.rope_table,
+                rope: la.rope_table.map(|table| RopeUse {
+                    table,
                     style: s.rope_style,
                 }),
                 window: la.window,
@@ -696,7 +698,7 @@ impl DenseDecoderSpec {
             ropes: vec![rope],
             layers: vec![
                 LayerAttention {
-                    rope_table: 0,
+                    rope_table: Some(0),
                     window: None
                 };
                 basics.layers

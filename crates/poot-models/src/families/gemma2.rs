@@ -42,7 +42,7 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
         spec.layers = sliding
             .iter()
             .map(|&s| LayerAttention {
-                rope_table: 0,
+                rope_table: Some(0),
                 window: s.then_some(window),
             })
             .collect();

@@ -79,12 +79,12 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
         .map(|&s| {
             if s {
                 LayerAttention {
-                    rope_table: 1,
+                    rope_table: Some(1),
                     window: Some(window),
                 }
             } else {
                 LayerAttention {
-                    rope_table: 0,
+                    rope_table: Some(0),
                     window: None,
                 }
             }

@@ -40,7 +40,7 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
         let window = cfg.opt_usize_at_most(key("sliding_window", ""), POSITIONS)?;
         spec.layers = vec![
             LayerAttention {
-                rope_table: 0,
+                rope_table: Some(0),
                 window
             };
             spec.config.n_layers

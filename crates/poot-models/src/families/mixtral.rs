@@ -59,7 +59,7 @@ pub fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, Mod
         let window = cfg.opt_usize_at_most(key("sliding_window", ""), POSITIONS)?;
         spec.layers = vec![
             LayerAttention {
-                rope_table: 0,
+                rope_table: Some(0),
                 window
             };
             spec.config.n_layers

@@ -14,3 +14,4 @@ pub mod qwen2;
 pub mod qwen2moe;
 pub mod qwen3;
 pub mod qwen3moe;
+pub mod smollm3;

@@ -70,6 +70,10 @@ pub const FIXTURES: &[FamilyFixture] = &[
         family: "qwen2moe",
         dir: "tests/fixtures/random/qwen2_moe",
     },
+    FamilyFixture {
+        family: "smollm3",
+        dir: "tests/fixtures/random/smollm3",
+    },
 ];
 
 impl FamilyFixture {
