@@ -17,6 +17,17 @@ pub enum TraceError {
     /// The model does not offer this program (an encoder has no `step`, say).
     #[error("the model offers no `{program}` program")]
     NoProgram { program: Program },
+    /// A step holds more positions than the rotary scaling is implemented for (LongRoPE past
+    /// its original context, where its long factors would apply). Use a capacity of at most
+    /// `limit` positions.
+    #[error(
+        "a capacity of {capacity} positions exceeds `{key}` = {limit}: the rotary scaling's long-context factors are not supported"
+    )]
+    RopeCapacity {
+        key: &'static str,
+        capacity: usize,
+        limit: usize,
+    },
     /// A step shape with a zero dimension, or more new tokens than the cache holds.
     #[error("step shape rows={rows} tokens={tokens} capacity={capacity} is not traceable: {why}")]
     Shape {

@@ -32,6 +32,7 @@ pub const SHIPPED: &[FamilyEntry] = &[
     families::olmo2::ENTRY,
     families::qwen2moe::ENTRY,
     families::smollm3::ENTRY,
+    families::phi3::ENTRY,
 ];
 
 /// An index of families by config key.

@@ -694,6 +694,60 @@ impl WeightMap {
         }
     }
 
+    /// Binds each of `parts` (a role and its row count) to consecutive row ranges of the one
+    /// tensor the name table spells for the first part's role in `layer` (a fused projection:
+    /// Phi-3's `qkv_proj`, its `gate_up_proj`), checking that tensor is `[sum of the rows,
+    /// cols]`. A fused projection stored in a component format is refused.
+    pub fn bind_fused(
+        &mut self,
+        index: &dyn TensorIndex,
+        table: &NameTable,
+        kind: SourceKind,
+        layer: usize,
+        parts: &[(Role, u64)],
+        cols: u64,
+    ) -> Result<(), ModelError> {
+        let Some(&(first, _)) = parts.first() else {
+            return Ok(());
+        };
+        let role = WeightRole::layer(layer, first);
+        let total: u64 = parts.iter().map(|&(_, n)| n).sum();
+        self.bind_named(index, table, kind, role, Some(&[total, cols]))?;
+        let whole = self
+            .entries
+            .remove(&role)
+            .expect("bind_named inserted the role it was given");
+        let WeightSource::Tensor { name, .. } = whole.source else {
+            return Err(ModelError::TensorType {
+                name: table.name(kind, Some(layer), first).unwrap_or_default(),
+                stored: "a component-format linear where a fused projection is split by rows",
+            });
+        };
+        let width = usize::try_from(cols).map_err(|_| ModelError::TensorShape {
+            name: name.clone(),
+            expected: vec![total, cols],
+            found: whole.ty.dims().iter().map(|&d| d as u64).collect(),
+        })?;
+        let mut start = 0;
+        for &(r, n) in parts {
+            let role = WeightRole::layer(layer, r);
+            self.entries.insert(
+                role,
+                WeightEntry {
+                    role,
+                    ty: TensorType::new(whole.ty.dtype, vec![n as usize, width]),
+                    source: WeightSource::Tensor {
+                        name: name.clone(),
+                        rows: Some(start..start + n),
+                        cols: None,
+                    },
+                },
+            );
+            start += n;
+        }
+        Ok(())
+    }
+
     /// Binds `role` to the tensor the family's name table spells for it.
     pub fn bind_named(
         &mut self,

@@ -1,4 +1,4 @@
-//! Dense-decoder checkpoints of the families of issue #24 (gemma2, olmo2, smollm3) whose config
+//! Dense-decoder checkpoints of the families of issue #24 (gemma2, olmo2, smollm3, phi3) whose config
 //! or tensors disagree fail at load with a typed error naming the key or the tensor, never a
 //! panic.
 
@@ -13,7 +13,7 @@ use serde_json::json;
 
 #[test]
 fn the_unchanged_checkpoints_build_as_their_families() {
-    for family in ["gemma2", "olmo2", "smollm3"] {
+    for family in ["gemma2", "olmo2", "smollm3", "phi3"] {
         assert_eq!(build_hf(family, |_| {}, |h| h).unwrap(), family);
     }
 }
@@ -128,5 +128,68 @@ fn smollm3_no_rope_flags_that_disagree_are_named() {
     match err {
         Err(ModelError::Unsupported { key, .. }) => assert_eq!(key, "use_sliding_window"),
         other => panic!("expected the sliding window refused, got {other:?}"),
+    }
+}
+
+#[test]
+fn phi3_fused_projections_of_the_wrong_shape_are_named() {
+    // Four KV heads where the stored qkv_proj holds two: the fused tensor is named.
+    let err = build_hf("phi3", |c| c["num_key_value_heads"] = json!(4), |h| h);
+    match err {
+        Err(ModelError::TensorShape { name, .. }) => {
+            assert_eq!(name, "model.layers.0.self_attn.qkv_proj.weight")
+        }
+        other => panic!("expected the fused qkv named, got {other:?}"),
+    }
+    let err = build_hf("phi3", |c| c["intermediate_size"] = json!(96), |h| h);
+    match err {
+        Err(ModelError::TensorShape { name, .. }) => {
+            assert_eq!(name, "model.layers.0.mlp.gate_up_proj.weight")
+        }
+        other => panic!("expected the fused gate/up named, got {other:?}"),
+    }
+}
+
+/// The Phi-3 fixture's config given LongRoPE with `short_factor` = `short` (its heads rotate 8
+/// features: 4 factors).
+fn longrope(c: &mut serde_json::Value, short: serde_json::Value) {
+    c["original_max_position_embeddings"] = json!(64);
+    c["rope_scaling"] = json!({
+        "rope_type": "longrope",
+        "short_factor": short,
+        "long_factor": [1.0, 2.0, 4.0, 8.0],
+    });
+}
+
+#[test]
+fn phi3_longrope_factors_that_disagree_are_named() {
+    assert_eq!(
+        build_hf("phi3", |c| longrope(c, json!([1.0, 1.5, 2.0, 3.0])), |h| h).unwrap(),
+        "phi3"
+    );
+    let short = "rope_scaling.short_factor";
+    for (v, want) in [
+        (json!([1.0, 2.0]), "OutOfRange"),
+        (json!([1.0, 2.0, 0.0, 3.0]), "OutOfRange"),
+        (json!("long"), "KeyType"),
+    ] {
+        let err = build_hf("phi3", |c| longrope(c, v.clone()), |h| h);
+        match (&err, want) {
+            (Err(ModelError::OutOfRange { key, .. }), "OutOfRange")
+            | (Err(ModelError::KeyType { key, .. }), "KeyType") => assert_eq!(key, short),
+            _ => panic!("short_factor = {v}: expected {want} naming it, got {err:?}"),
+        }
+    }
+    let err = build_hf(
+        "phi3",
+        |c| {
+            longrope(c, json!([1.0, 1.5, 2.0, 3.0]));
+            c["rope_scaling"]["rope_type"] = json!("longrope_v9");
+        },
+        |h| h,
+    );
+    match err {
+        Err(ModelError::Unsupported { key, .. }) => assert_eq!(key, "rope_scaling.rope_type"),
+        other => panic!("expected the rope type refused, got {other:?}"),
     }
 }

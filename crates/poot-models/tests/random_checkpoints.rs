@@ -368,6 +368,57 @@ fn gguf_smollm3_matches_transformers() {
     check_decoder_at(&loaded, "smollm3", "gguf smollm3");
 }
 
+/// Phi-3: Q, K and V stored as one `qkv_proj` and gate and up as one `gate_up_proj`, each
+/// bound as row ranges of its tensor; half of each head's features rotate; a window of 8 on
+/// every layer (shorter than the long prompt).
+#[test]
+fn phi3_fused_projections_match_transformers() {
+    let loaded = load(&fixture_dir("random").join("phi3"));
+    let k = loaded.model.weights().by_const("w.l1.attn.k").unwrap();
+    assert_eq!(k.ty.dims(), [32, 64]);
+    check_decoder_at(&loaded, "phi3", "phi3");
+}
+
+/// The Phi-3 as a `phi3` GGUF (`gen_dense_fixtures.py`): `attn_qkv` and the fused `ffn_up`
+/// as llama.cpp's converter keeps them, `phi3.rope.dimension_count` 8, the window as
+/// `phi3.attention.sliding_window`.
+#[test]
+fn gguf_phi3_matches_transformers() {
+    let loaded = load(&fixture_dir("random").join("phi3_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "phi3");
+    check_decoder_at(&loaded, "phi3", "gguf phi3");
+}
+
+/// LongRoPE within its original context (64 of 128 positions): each frequency divided by its
+/// short factor, the tables scaled by sqrt(1 + ln 2 / ln 64).
+#[test]
+fn phi3_longrope_short_factors_match_transformers() {
+    check_decoder("phi3_longrope");
+}
+
+/// A step holding more positions than LongRoPE's original context would need its long
+/// factors: refused when traced, naming the key.
+#[test]
+fn phi3_longrope_beyond_the_original_context_is_refused() {
+    let loaded = load(&fixture_dir("random").join("phi3_longrope"));
+    let spec = poot_models::StepSpec::step(StepShape::new(1, 1, 128));
+    match loaded
+        .model
+        .trace(&spec, poot_graph_ir::TraceLimits::standard(4096))
+    {
+        Err(poot_models::TraceError::RopeCapacity {
+            key,
+            capacity,
+            limit,
+        }) => assert_eq!(
+            (key, capacity, limit),
+            ("original_max_position_embeddings", 128, 64)
+        ),
+        Err(e) => panic!("expected RopeCapacity, got {e}"),
+        Ok(_) => panic!("expected RopeCapacity, got a graph"),
+    }
+}
+
 /// A whole-projection qk-norm takes its mean square over every head, which a tensor-parallel
 /// rank does not hold: OLMo 2 is refused over a group, naming the family.
 #[test]

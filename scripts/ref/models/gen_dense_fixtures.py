@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the dense-decoder fixtures of issue #24: tiny random-weight checkpoints, their
-transformers references and GGUF conversions, for gemma2, olmo2, qwen2_moe and smollm3 (more families are
+transformers references and GGUF conversions, for gemma2, olmo2, qwen2_moe, smollm3 and phi3 (more families are
 appended here).
 
 For each NAME, under crates/poot-models/tests/fixtures/random/:
@@ -343,6 +343,100 @@ def smollm3_checks(d, long_case):
     return f"no_rope_layers {cfg['no_rope_layers']}; max |dlogit| with rotary on every layer {nope:.3f}"
 
 
+def phi3_config():
+    # Half the head's features rotate; every layer slides over a window of 8 (shorter than the
+    # long prompt).
+    return transformers.Phi3Config(
+        **ckpt.common_decoder(
+            rms_norm_eps=1e-5,
+            sliding_window=8,
+            tie_word_embeddings=False,
+            original_max_position_embeddings=128,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        )
+    )
+
+
+# LongRoPE's per-pair factors for the 8 rotary features of phi3_longrope's heads.
+LONGROPE_SHORT = [1.0, 1.5, 2.25, 3.5]
+LONGROPE_LONG = [1.0, 2.0, 4.0, 8.0]
+
+
+def phi3_longrope_config():
+    # The checkpoint claims 128 positions over an original 64: transformers scales the tables
+    # by sqrt(1 + ln 2 / ln 64) and divides each frequency by its short factor.
+    return transformers.Phi3Config(
+        **ckpt.common_decoder(
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            max_position_embeddings=128,
+            original_max_position_embeddings=64,
+            rope_parameters={
+                "rope_type": "longrope",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.5,
+                "short_factor": LONGROPE_SHORT,
+                "long_factor": LONGROPE_LONG,
+            },
+        )
+    )
+
+
+def phi3_gguf(cfg, hf):
+    # llama.cpp's converter keeps Phi-3's fused `qkv_proj` (`attn_qkv`) and `gate_up_proj`
+    # (`ffn_up`) as stored, rows unpermuted (halves rotated).
+    named = {
+        "token_embd.weight": hf["model.embed_tokens.weight"],
+        "output_norm.weight": hf["model.norm.weight"],
+        "output.weight": hf["lm_head.weight"],
+    }
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        for g, h in [
+            ("attn_norm", "input_layernorm"),
+            ("ffn_norm", "post_attention_layernorm"),
+            ("attn_qkv", "self_attn.qkv_proj"),
+            ("attn_output", "self_attn.o_proj"),
+            ("ffn_up", "mlp.gate_up_proj"),
+            ("ffn_down", "mlp.down_proj"),
+        ]:
+            named[f"blk.{l}.{g}.weight"] = hf[f"{p}{h}.weight"]
+
+    def meta(w):
+        head_dim = cfg["hidden_size"] // cfg["num_attention_heads"]
+        w.add_rope_dimension_count(int(head_dim * cfg["rope_parameters"]["partial_rotary_factor"]))
+        w.add_rope_freq_base(cfg["rope_theta"])
+        w.add_rope_scaling_orig_ctx_len(cfg["original_max_position_embeddings"])
+        w.add_sliding_window(cfg["sliding_window"])
+
+    write_gguf("phi3", "phi3", cfg, named, meta)
+
+
+def phi3_checks(d, long_case):
+    ids, want = long_case["prompt_ids"], long_case["prefill_logits"][-1]
+    window = changed_by(d, ids, want, sliding_window=None)
+    assert window > 1e-2, window
+    return f"max |dlogit| without the window {window:.3f}"
+
+
+def phi3_longrope_checks(d, long_case):
+    """The short factors and the attention factor must both change the logits."""
+    ids, want = long_case["prompt_ids"], long_case["prefill_logits"][-1]
+    cfg = json.loads((d / "config.json").read_text())
+    plain = dict(cfg["rope_parameters"], short_factor=[1.0] * 4, attention_factor=None)
+    factors = changed_by(d, ids, want, rope_parameters=dict(plain, attention_factor=cfg_attention(cfg)))
+    scale = changed_by(d, ids, want, rope_parameters=dict(cfg["rope_parameters"], attention_factor=1.0))
+    assert min(factors, scale) > 1e-2, (factors, scale)
+    return f"max |dlogit| with short factors 1: {factors:.3f}, attention factor 1: {scale:.3f}"
+
+
+def cfg_attention(cfg):
+    import math
+
+    f = cfg["max_position_embeddings"] / cfg["original_max_position_embeddings"]
+    return math.sqrt(1 + math.log(f) / math.log(cfg["original_max_position_embeddings"]))
+
+
 # name -> (model class, config builder, init options, legacy config keys, GGUF writer,
 #          checks that the fixture exercises what the family adds)
 FAMILIES = {
@@ -377,6 +471,30 @@ FAMILIES = {
         {"rope_theta": 10000.0, "rope_scaling": None},
         smollm3_gguf,
         smollm3_checks,
+    ),
+    "phi3": (
+        transformers.Phi3ForCausalLM,
+        phi3_config,
+        {"gemma_norm": False},
+        {"rope_theta": 10000.0, "rope_scaling": None, "partial_rotary_factor": 0.5},
+        phi3_gguf,
+        phi3_checks,
+    ),
+    "phi3_longrope": (
+        transformers.Phi3ForCausalLM,
+        phi3_longrope_config,
+        {"gemma_norm": False},
+        {
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.5,
+            "rope_scaling": {
+                "rope_type": "longrope",
+                "short_factor": LONGROPE_SHORT,
+                "long_factor": LONGROPE_LONG,
+            },
+        },
+        None,
+        phi3_longrope_checks,
     ),
 }
 
@@ -441,7 +559,8 @@ def main():
         write_checkpoint(name, 5000 + i)
         write_reference(name, 6000 + i)
         cfg = json.loads((RANDOM / name / "config.json").read_text())
-        FAMILIES[name][4](cfg, load_file(RANDOM / name / "model.safetensors"))
+        if FAMILIES[name][4] is not None:
+            FAMILIES[name][4](cfg, load_file(RANDOM / name / "model.safetensors"))
 
 
 if __name__ == "__main__":

@@ -137,6 +137,12 @@ pub struct DenseDecoderSpec {
     pub qk_rows_interleaved: bool,
     /// Routed experts in place of every layer's SwiGLU.
     pub moe: Option<MoeSpec>,
+    /// Q, K and V stored as one projection (Phi-3's `qkv_proj`), bound as its row ranges; the
+    /// name table spells all three roles as that tensor.
+    pub fused_qkv: bool,
+    /// Gate and up stored as one projection, gate rows first (Phi-3's `gate_up_proj`), bound
+    /// as its two halves; the name table spells both roles as that tensor.
+    pub fused_gate_up: bool,
 }
 
 /// A dense decoder: the spec, its schema and its weight map.
@@ -190,31 +196,47 @@ impl DenseDecoder {
         }
         for l in 0..c.n_layers {
             let role = |r| WeightRole::layer(l, r);
-            let mut req = |r, shape: &[u64]| w.bind_named(index, names, kind, role(r), Some(shape));
+            let req = |w: &mut WeightMap, r, shape: &[u64]| {
+                w.bind_named(index, names, kind, role(r), Some(shape))
+            };
             if spec.pre_norms {
-                req(Role::AttnNorm, &[d])?;
-                req(Role::FfnNorm, &[d])?;
+                req(&mut w, Role::AttnNorm, &[d])?;
+                req(&mut w, Role::FfnNorm, &[d])?;
             }
-            req(Role::AttnQ, &[q_out, d])?;
-            req(Role::AttnK, &[kv_out, d])?;
-            req(Role::AttnV, &[kv_out, d])?;
-            req(Role::AttnO, &[d, q_out])?;
+            if spec.fused_qkv {
+                let parts = [
+                    (Role::AttnQ, q_out),
+                    (Role::AttnK, kv_out),
+                    (Role::AttnV, kv_out),
+                ];
+                w.bind_fused(index, names, kind, l, &parts, d)?;
+            } else {
+                req(&mut w, Role::AttnQ, &[q_out, d])?;
+                req(&mut w, Role::AttnK, &[kv_out, d])?;
+                req(&mut w, Role::AttnV, &[kv_out, d])?;
+            }
+            req(&mut w, Role::AttnO, &[d, q_out])?;
             if spec.moe.is_none() {
-                req(Role::FfnGate, &[ff, d])?;
-                req(Role::FfnUp, &[ff, d])?;
-                req(Role::FfnDown, &[d, ff])?;
+                if spec.fused_gate_up {
+                    let parts = [(Role::FfnGate, ff), (Role::FfnUp, ff)];
+                    w.bind_fused(index, names, kind, l, &parts, d)?;
+                } else {
+                    req(&mut w, Role::FfnGate, &[ff, d])?;
+                    req(&mut w, Role::FfnUp, &[ff, d])?;
+                }
+                req(&mut w, Role::FfnDown, &[d, ff])?;
             }
             if spec.sandwich_norms || !spec.pre_norms {
-                req(Role::PostAttnNorm, &[d])?;
-                req(Role::PostFfnNorm, &[d])?;
+                req(&mut w, Role::PostAttnNorm, &[d])?;
+                req(&mut w, Role::PostFfnNorm, &[d])?;
             }
             if spec.qk_norm {
                 let (q, k) = match spec.qk_norm_span {
                     QkNormSpan::Head => (spec.head_dim as u64, spec.head_dim as u64),
                     QkNormSpan::Projection => (q_out, kv_out),
                 };
-                req(Role::QNorm, &[q])?;
-                req(Role::KNorm, &[k])?;
+                req(&mut w, Role::QNorm, &[q])?;
+                req(&mut w, Role::KNorm, &[k])?;
             }
             for (r, n) in [
                 (Role::AttnQBias, q_out),
@@ -264,7 +286,8 @@ impl DenseDecoder {
             // Described here, computed on first read (after any narrowing to the capacity in use).
             for (role, sin) in [(Role::RopeCos(i), false), (Role::RopeSin(i), true)] {
                 let role = WeightRole::global(role);
-                let table = ComputedTable::rope(&role.const_name(), *rope, sin, c.max_positions)?;
+                let table =
+                    ComputedTable::rope(&role.const_name(), rope.clone(), sin, c.max_positions)?;
                 w.bind_table(role, table);
             }
         }
@@ -343,6 +366,17 @@ impl Model for DenseDecoder {
             });
         }
         let s = &self.spec;
+        for rope in &s.ropes {
+            if let Some(limit) = rope.scaling.max_positions()
+                && spec.shape.capacity > limit
+            {
+                return Err(TraceError::RopeCapacity {
+                    key: "original_max_position_embeddings",
+                    capacity: spec.shape.capacity,
+                    limit,
+                });
+            }
+        }
         let weights = self.placed_weights(spec.shape.shard, spec.shape.stage)?;
         let step = Step::new(&b, spec.shape, &weights)?;
         let stack = StackParams {
@@ -612,7 +646,13 @@ impl DecoderBasics {
             .opt_usize_at_most(rope_dims_key, WIDTH)?
             .unwrap_or(head_dim);
         let partial_key = key("partial_rotary_factor", "");
-        let partial = cfg.opt_f32(partial_key)?;
+        // transformers 5 may spell it only inside `rope_parameters` (Phi-3).
+        let nested_partial = cfg
+            .hf("rope_parameters")
+            .and_then(|p| p.get("partial_rotary_factor"))
+            .and_then(|f| f.as_f64())
+            .map(|f| f as f32);
+        let partial = cfg.opt_f32(partial_key)?.or(nested_partial);
         // The key the rotary feature count came from, for a refusal.
         let rope_source = match (partial, cfg.opt_usize(rope_dims_key)?) {
             (Some(_), _) => partial_key,
@@ -711,6 +751,8 @@ impl DenseDecoderSpec {
             logit_divisor: None,
             qk_rows_interleaved: false,
             moe: None,
+            fused_qkv: false,
+            fused_gate_up: false,
         }
     }
 }
@@ -739,7 +781,7 @@ pub fn build_standard_named(
     let rope = RopeConfig {
         theta: basics.theta,
         dims: basics.rope_dims,
-        scaling: RopeConfig::read_scaling(&cfg)?,
+        scaling: RopeConfig::read_scaling(&cfg, basics.rope_dims)?,
     };
     let mut spec = DenseDecoderSpec::standard(family, &basics, rope, RopeStyle::HalfSplit);
     adjust(&cfg, &mut spec)?;

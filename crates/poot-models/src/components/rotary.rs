@@ -6,7 +6,7 @@ use crate::error::ModelError;
 use crate::limits::POSITIONS;
 
 /// How a config stretches the rotary frequencies for a longer context.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum RopeScaling {
     None,
     /// Positions divided by `factor` (equivalently, frequencies).
@@ -28,10 +28,18 @@ pub enum RopeScaling {
         beta_slow: f32,
         attention_factor: f32,
     },
+    /// LongRoPE (Phi-3) within its original context: each frequency divided by its short
+    /// factor, the tables scaled by `attention_factor`. Its long factors apply only past
+    /// `original_max_positions`, which a step may not reach (see [`RopeScaling::max_positions`]).
+    LongRope {
+        short_factors: std::sync::Arc<[f32]>,
+        original_max_positions: usize,
+        attention_factor: f32,
+    },
 }
 
 /// A rotary embedding over the first `dims` features of each head.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RopeConfig {
     pub theta: f32,
     pub dims: usize,
@@ -54,8 +62,15 @@ impl RopeConfig {
         let base: Vec<f32> = (0..self.dims / 2)
             .map(|i| 1.0 / self.theta.powf((2 * i) as f32 / d))
             .collect();
-        match self.scaling {
+        match self.scaling.clone() {
             RopeScaling::None => base,
+            // As transformers forms it: `1 / (factor * theta^(2i / dims))`.
+            RopeScaling::LongRope { short_factors, .. } => (0..self.dims / 2)
+                .map(|i| {
+                    let factor = short_factors.get(i).copied().unwrap_or(1.0);
+                    1.0 / (factor * self.theta.powf((2 * i) as f32 / d))
+                })
+                .collect(),
             RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
             RopeScaling::Llama3 {
                 factor,
@@ -114,6 +129,9 @@ impl RopeConfig {
         match self.scaling {
             RopeScaling::Yarn {
                 attention_factor, ..
+            }
+            | RopeScaling::LongRope {
+                attention_factor, ..
             } => attention_factor,
             RopeScaling::None | RopeScaling::Linear { .. } | RopeScaling::Llama3 { .. } => 1.0,
         }
@@ -143,13 +161,14 @@ impl RopeConfig {
 
     /// Reads the scaling a config asks for: Hugging Face's `rope_scaling` (or `rope_parameters`)
     /// object, or GGUF's `rope.scaling.*` keys. A kind the engine does not implement is refused.
-    pub fn read_scaling(cfg: &ConfigReader) -> Result<RopeScaling, ModelError> {
-        let scaling = Self::read_scaling_values(cfg)?;
+    /// `dims` is the rotary feature count (LongRoPE gives one factor per pair of them).
+    pub fn read_scaling(cfg: &ConfigReader, dims: usize) -> Result<RopeScaling, ModelError> {
+        let scaling = Self::read_scaling_values(cfg, dims)?;
         scaling.check()?;
         Ok(scaling)
     }
 
-    fn read_scaling_values(cfg: &ConfigReader) -> Result<RopeScaling, ModelError> {
+    fn read_scaling_values(cfg: &ConfigReader, dims: usize) -> Result<RopeScaling, ModelError> {
         const GGUF_TYPE: Key = key("", "rope.scaling.type");
         const GGUF_FACTOR: Key = key("", "rope.scaling.factor");
         const GGUF_ORIG: Key = key("", "rope.scaling.original_context_length");
@@ -224,10 +243,67 @@ impl RopeConfig {
                     attention_factor,
                 })
             }
+            "longrope" => {
+                let short_key = "rope_scaling.short_factor";
+                let bad = || ModelError::KeyType {
+                    key: short_key.into(),
+                    expected: "a list of numbers",
+                };
+                let short_factors = obj
+                    .get("short_factor")
+                    .ok_or(ModelError::MissingKey {
+                        key: short_key.into(),
+                    })?
+                    .as_array()
+                    .ok_or_else(bad)?
+                    .iter()
+                    .map(|f| f.as_f64().map(|f| f as f32))
+                    .collect::<Option<Vec<f32>>>()
+                    .ok_or_else(bad)?;
+                if short_factors.len() != dims / 2 {
+                    return Err(ModelError::OutOfRange {
+                        key: short_key.into(),
+                        value: format!("{} factors", short_factors.len()),
+                        expected: "one factor per pair of rotary features",
+                    });
+                }
+                if let Some(bad) = short_factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+                    return Err(ModelError::OutOfRange {
+                        key: short_key.into(),
+                        value: bad.to_string(),
+                        expected: "finite factors > 0",
+                    });
+                }
+                // Phi-3 states the original context beside `max_position_embeddings`.
+                let orig_key = key("original_max_position_embeddings", "");
+                let original = match num("original_max_position_embeddings") {
+                    Some(o) if o.is_finite() && o >= 1.0 && o <= POSITIONS.max as f32 => o as usize,
+                    Some(o) => return Err(cfg.out_of_range(orig_key, o, "a positive context")),
+                    None => cfg.usize_at_most(orig_key, POSITIONS)?,
+                };
+                if original == 0 {
+                    return Err(cfg.out_of_range(orig_key, original, "a positive context"));
+                }
+                let max = cfg.usize_at_most(key("max_position_embeddings", ""), POSITIONS)?;
+                let factor = num("factor").unwrap_or(max as f32 / original as f32);
+                let attention_factor = match num("attention_factor") {
+                    Some(a) => a,
+                    None if factor <= 1.0 => 1.0,
+                    None => {
+                        let (f, o) = (f64::from(factor), original as f64);
+                        (1.0 + f.ln() / o.ln()).sqrt() as f32
+                    }
+                };
+                Ok(RopeScaling::LongRope {
+                    short_factors: short_factors.into(),
+                    original_max_positions: original,
+                    attention_factor,
+                })
+            }
             other => Err(ModelError::Unsupported {
                 key: "rope_scaling.rope_type".to_string(),
                 value: other.to_string(),
-                supported: "default, linear, llama3, yarn",
+                supported: "default, linear, llama3, yarn, longrope",
             }),
         }
     }
@@ -249,7 +325,7 @@ impl RopeScaling {
                 })
             }
         };
-        match *self {
+        match self.clone() {
             RopeScaling::None => Ok(()),
             RopeScaling::Linear { factor } => positive("factor", factor),
             RopeScaling::Llama3 {
@@ -284,6 +360,24 @@ impl RopeScaling {
                 positive("beta_slow", beta_slow)?;
                 positive("attention_factor", attention_factor)
             }
+            RopeScaling::LongRope {
+                attention_factor, ..
+            } => positive("attention_factor", attention_factor),
+        }
+    }
+
+    /// The most positions a step may hold under this scaling: LongRoPE's original context
+    /// (past it the long factors would apply, which are not implemented), else no limit.
+    pub fn max_positions(&self) -> Option<usize> {
+        match self {
+            RopeScaling::LongRope {
+                original_max_positions,
+                ..
+            } => Some(*original_max_positions),
+            RopeScaling::None
+            | RopeScaling::Linear { .. }
+            | RopeScaling::Llama3 { .. }
+            | RopeScaling::Yarn { .. } => None,
         }
     }
 }

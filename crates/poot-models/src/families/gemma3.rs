@@ -54,7 +54,7 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
     let global = RopeConfig {
         theta: basics.theta,
         dims: basics.rope_dims,
-        scaling: RopeConfig::read_scaling(&cfg)?,
+        scaling: RopeConfig::read_scaling(&cfg, basics.rope_dims)?,
     };
     let local_key = key("rope_local_base_freq", "");
     let local_theta = cfg.opt_f32(local_key)?.unwrap_or(10000.0);
@@ -67,7 +67,8 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
     let window = cfg.usize_at_most(key("sliding_window", "attention.sliding_window"), POSITIONS)?;
     let sliding = sliding_layers(&cfg, basics.layers, SLIDING_PATTERN)?;
 
-    let mut spec = DenseDecoderSpec::standard("gemma3", &basics, global, RopeStyle::HalfSplit);
+    let mut spec =
+        DenseDecoderSpec::standard("gemma3", &basics, global.clone(), RopeStyle::HalfSplit);
     spec.config.chat_format = Some("gemma");
     spec.norm = norm(&cfg, basics.eps);
     spec.sandwich_norms = true;

@@ -10,6 +10,7 @@ pub mod llama;
 pub mod mixtral;
 pub mod olmo2;
 pub mod olmoe;
+pub mod phi3;
 pub mod qwen2;
 pub mod qwen2moe;
 pub mod qwen3;

@@ -74,6 +74,10 @@ pub const FIXTURES: &[FamilyFixture] = &[
         family: "smollm3",
         dir: "tests/fixtures/random/smollm3",
     },
+    FamilyFixture {
+        family: "phi3",
+        dir: "tests/fixtures/random/phi3",
+    },
 ];
 
 impl FamilyFixture {
