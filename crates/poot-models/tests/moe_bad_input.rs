@@ -6,63 +6,14 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "common/edited_checkpoint.rs"]
+mod edited_checkpoint;
 #[path = "common/tiny_gguf.rs"]
 mod tiny_gguf;
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use poot_load::LoadOptions;
-use poot_models::test_support::family_fixtures::fixture;
-use poot_models::{ModelError, Registry};
-use serde_json::Value;
+use edited_checkpoint::{build, build_hf, scratch};
+use poot_models::ModelError;
 use tiny_gguf::{Meta, TinyGguf};
-
-fn scratch() -> PathBuf {
-    static CALLS: AtomicUsize = AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("poot-moe-bad-{}-{call}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn build(path: &Path) -> Result<String, ModelError> {
-    let ck = poot_load::load(path, &LoadOptions::default())?;
-    let registry = Registry::builtin()?;
-    let entry = registry.resolve(ck.config())?;
-    (entry.build)(ck.config(), &ck).map(|p| p.model.config().family.to_string())
-}
-
-/// The `family` fixture with its config edited by `edit` and its safetensors header by
-/// `header` (a same-length rename or retype, so the data offsets stay valid).
-fn build_hf(
-    family: &str,
-    edit: impl FnOnce(&mut Value),
-    header: impl FnOnce(String) -> String,
-) -> Result<String, ModelError> {
-    let src = fixture(family).unwrap().path();
-    let mut config: Value =
-        serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
-    edit(&mut config);
-    let dir = scratch();
-    std::fs::write(
-        dir.join("config.json"),
-        serde_json::to_vec(&config).unwrap(),
-    )
-    .unwrap();
-    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
-    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let text = String::from_utf8(bytes[8..8 + len].to_vec()).unwrap();
-    let edited = header(text.clone());
-    assert_eq!(edited.len(), text.len(), "a header edit keeps its length");
-    let mut out = bytes[..8].to_vec();
-    out.extend(edited.as_bytes());
-    out.extend(&bytes[8 + len..]);
-    std::fs::write(dir.join("model.safetensors"), out).unwrap();
-    let built = build(&dir);
-    std::fs::remove_dir_all(&dir).unwrap();
-    built
-}
 
 fn build_gguf(g: &TinyGguf) -> Result<String, ModelError> {
     let dir = scratch();

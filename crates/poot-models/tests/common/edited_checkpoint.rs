@@ -10,7 +10,8 @@ use poot_models::test_support::family_fixtures::fixture;
 use poot_models::{ModelError, Registry};
 use serde_json::Value;
 
-fn scratch() -> PathBuf {
+/// A fresh scratch directory.
+pub fn scratch() -> PathBuf {
     static CALLS: AtomicUsize = AtomicUsize::new(0);
     let call = CALLS.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("poot-edited-{}-{call}", std::process::id()));
