@@ -27,6 +27,9 @@ pub enum RopeScaling {
         beta_fast: f32,
         beta_slow: f32,
         attention_factor: f32,
+        /// Round the correction range outward to whole features (transformers' `truncate`,
+        /// true unless stated; gpt-oss states false).
+        truncate: bool,
     },
     /// LongRoPE (Phi-3) within its original context: each frequency divided by its short
     /// factor, the tables scaled by `attention_factor`. Its long factors apply only past
@@ -100,14 +103,19 @@ impl RopeConfig {
                 original_max_positions,
                 beta_fast,
                 beta_slow,
+                truncate,
                 ..
             } => {
                 let correction = |rotations: f32| {
                     (d * (original_max_positions / (rotations * 2.0 * std::f32::consts::PI)).ln())
                         / (2.0 * self.theta.ln())
                 };
-                let low = correction(beta_fast).floor().max(0.0);
-                let high = correction(beta_slow).ceil().min(d - 1.0);
+                let (low, high) = (correction(beta_fast), correction(beta_slow));
+                let (low, high) = match truncate {
+                    true => (low.floor(), high.ceil()),
+                    false => (low, high),
+                };
+                let (low, high) = (low.max(0.0), high.min(d - 1.0));
                 let high = if low == high { high + 0.001 } else { high };
                 (0..self.dims / 2)
                     .map(|i| {
@@ -186,6 +194,7 @@ impl RopeConfig {
                         beta_fast: 32.0,
                         beta_slow: 1.0,
                         attention_factor: yarn_mscale(factor),
+                        truncate: true,
                     })
                 }
                 other => Err(cfg.unsupported(GGUF_TYPE, other, "none, linear, yarn")),
@@ -235,12 +244,21 @@ impl RopeConfig {
                         _ => yarn_mscale(factor),
                     },
                 };
+                let truncate = match obj.get("truncate") {
+                    None => true,
+                    Some(v) if v.is_null() => true,
+                    Some(v) => v.as_bool().ok_or(ModelError::KeyType {
+                        key: "rope_scaling.truncate".into(),
+                        expected: "a boolean",
+                    })?,
+                };
                 Ok(RopeScaling::Yarn {
                     factor,
                     original_max_positions: original,
                     beta_fast: num("beta_fast").unwrap_or(32.0),
                     beta_slow: num("beta_slow").unwrap_or(1.0),
                     attention_factor,
+                    truncate,
                 })
             }
             "longrope" => {
@@ -353,6 +371,7 @@ impl RopeScaling {
                 beta_fast,
                 beta_slow,
                 attention_factor,
+                ..
             } => {
                 positive("factor", factor)?;
                 positive("original_max_position_embeddings", original_max_positions)?;
