@@ -77,11 +77,15 @@ pub fn held_by_stage(role: Role, first: bool, last: bool) -> bool {
         | Role::FfnUpBias
         | Role::FfnDown
         | Role::FfnDownBias
+        | Role::AttnSinks
         | Role::Router
+        | Role::RouterBias
         | Role::ExpertGate
         | Role::ExpertUp
         | Role::ExpertDown
         | Role::ExpertGateUp
+        | Role::ExpertGateUpBias
+        | Role::ExpertDownBias
         | Role::SharedGate
         | Role::SharedUp
         | Role::SharedDown

@@ -33,6 +33,7 @@ pub const SHIPPED: &[FamilyEntry] = &[
     families::qwen2moe::ENTRY,
     families::smollm3::ENTRY,
     families::phi3::ENTRY,
+    families::gpt_oss::ENTRY,
 ];
 
 /// An index of families by config key.

@@ -126,11 +126,15 @@ pub fn split_of(role: Role) -> Split {
         | Role::PostFfnNormBias
         | Role::FfnDownBias
         // Every rank would route and run all experts; MoE families refuse sharding first.
+        | Role::AttnSinks
         | Role::Router
+        | Role::RouterBias
         | Role::ExpertGate
         | Role::ExpertUp
         | Role::ExpertDown
         | Role::ExpertGateUp
+        | Role::ExpertGateUpBias
+        | Role::ExpertDownBias
         | Role::SharedGate
         | Role::SharedUp
         | Role::SharedDown

@@ -49,8 +49,12 @@ pub enum Role {
     FfnUpBias,
     FfnDown,
     FfnDownBias,
+    /// A learned sink logit per query head, `[heads]` (gpt-oss).
+    AttnSinks,
     /// A mixture-of-experts layer's router, `[experts, hidden]`.
     Router,
+    /// The router's bias, `[experts]` (gpt-oss).
+    RouterBias,
     /// The routed experts' gate, up and down projections stacked `[experts, out, in]`.
     ExpertGate,
     ExpertUp,
@@ -58,6 +62,10 @@ pub enum Role {
     /// The gate and up stacks fused along the output rows, `[experts, 2 * out, in]`, gate first
     /// (Granite-MoE's `input_linear`).
     ExpertGateUp,
+    /// Each expert's bias on its fused gate and up rows, `[experts, 2 * out]` (gpt-oss).
+    ExpertGateUpBias,
+    /// Each expert's bias on its down projection, `[experts, hidden]` (gpt-oss).
+    ExpertDownBias,
     /// A shared expert's gate, up and down projections: a SwiGLU every token runs beside its
     /// routed experts (Qwen2-MoE).
     SharedGate,
@@ -108,11 +116,15 @@ impl Role {
             Role::FfnUpBias => "ffn.up.bias",
             Role::FfnDown => "ffn.down",
             Role::FfnDownBias => "ffn.down.bias",
+            Role::AttnSinks => "attn.sinks",
             Role::Router => "ffn.router",
+            Role::RouterBias => "ffn.router.bias",
             Role::ExpertGate => "ffn.experts.gate",
             Role::ExpertUp => "ffn.experts.up",
             Role::ExpertDown => "ffn.experts.down",
             Role::ExpertGateUp => "ffn.experts.gate_up",
+            Role::ExpertGateUpBias => "ffn.experts.gate_up.bias",
+            Role::ExpertDownBias => "ffn.experts.down.bias",
             Role::SharedGate => "ffn.shared.gate",
             Role::SharedUp => "ffn.shared.up",
             Role::SharedDown => "ffn.shared.down",

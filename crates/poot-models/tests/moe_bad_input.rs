@@ -1,8 +1,9 @@
 //! Mixture-of-experts checkpoints whose expert count, top-k or expert tensors disagree fail at
 //! load with a typed error naming the key or the tensor: a missing or extra expert, a stack
 //! of the wrong expert count, top-k beyond the experts, per-expert tensors of two types, and
-//! the Qwen3-MoE and Qwen2-MoE layouts with dense layers this engine does not run, and a
-//! Qwen2-MoE shared expert that disagrees with its config.
+//! the Qwen3-MoE and Qwen2-MoE layouts with dense layers this engine does not run, a
+//! Qwen2-MoE shared expert that disagrees with its config, and a gpt-oss checkpoint missing its
+//! sinks or biases, quantized to MXFP4, or with its clamp or YaRN keys out of range.
 
 #![allow(clippy::unwrap_used)]
 
@@ -53,6 +54,7 @@ fn the_unchanged_checkpoints_build_as_their_families() {
     assert_eq!(build_hf("mixtral", |_| {}, |h| h).unwrap(), "mixtral");
     assert_eq!(build_hf("qwen3moe", |_| {}, |h| h).unwrap(), "qwen3moe");
     assert_eq!(build_hf("qwen2moe", |_| {}, |h| h).unwrap(), "qwen2moe");
+    assert_eq!(build_hf("gpt_oss", |_| {}, |h| h).unwrap(), "gpt_oss");
     assert_eq!(build_gguf(&gguf_mixtral(4, 4)).unwrap(), "mixtral");
 }
 
@@ -361,5 +363,85 @@ fn qwen2moe_shared_expert_disagreements_are_named() {
             assert_eq!(role, "w.l1.ffn.shared.gate_logit");
         }
         other => panic!("expected the missing gate named, got {other:?}"),
+    }
+}
+
+#[test]
+fn gpt_oss_missing_sinks_and_biases_are_named() {
+    for gone in [
+        "model.layers.1.self_attn.sinks",
+        "model.layers.0.mlp.router.bias",
+        "model.layers.2.mlp.experts.gate_up_proj_bias",
+        "model.layers.3.mlp.experts.down_proj_bias",
+    ] {
+        let renamed = format!("{}X\"", &gone[..gone.len() - 1]);
+        let err = build_hf(
+            "gpt_oss",
+            |_| {},
+            |h| h.replace(&format!("{gone}\""), &renamed),
+        );
+        match err {
+            Err(ModelError::MissingTensor { name, .. }) => assert_eq!(name, gone),
+            other => panic!("{gone}: expected the missing tensor named, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn gpt_oss_stacks_of_the_wrong_width_are_named() {
+    // Stored [experts, in, out]: the config's expert width is the stack's last dim.
+    match build_hf("gpt_oss", |c| c["intermediate_size"] = 40.into(), |h| h) {
+        Err(ModelError::TensorShape {
+            name,
+            expected,
+            found,
+        }) => {
+            assert_eq!(name, "model.layers.0.mlp.experts.gate_up_proj");
+            assert_eq!(expected, vec![4, 64, 80]);
+            assert_eq!(found, vec![4, 64, 96]);
+        }
+        other => panic!("expected the gate/up stack's shape, got {other:?}"),
+    }
+}
+
+#[test]
+fn gpt_oss_mxfp4_experts_are_refused() {
+    // The released checkpoints store `gate_up_proj_blocks` and `_scales` in place of the stack;
+    // here the bias is renamed so (same header length: the format string gives up two bytes).
+    let err = build_hf(
+        "gpt_oss",
+        |_| {},
+        |h| {
+            h.replace("\"format\":\"pt\"", "\"format\":\"\"").replace(
+                "model.layers.0.mlp.experts.gate_up_proj_bias\"",
+                "model.layers.0.mlp.experts.gate_up_proj_blocks\"",
+            )
+        },
+    );
+    match err {
+        Err(ModelError::TensorType { name, stored }) => {
+            assert_eq!(name, "model.layers.0.mlp.experts.gate_up_proj_blocks");
+            assert!(stored.contains("MXFP4"), "{stored}");
+        }
+        other => panic!("expected MXFP4 refused, got {other:?}"),
+    }
+}
+
+#[test]
+fn gpt_oss_clamp_and_yarn_keys_are_checked() {
+    for (k, v) in [("swiglu_limit", -1.0), ("swiglu_alpha", 0.0)] {
+        match build_hf("gpt_oss", |c| c[k] = v.into(), |h| h) {
+            Err(ModelError::OutOfRange { key, .. }) => assert_eq!(key, k),
+            other => panic!("{k} = {v}: expected out of range, got {other:?}"),
+        }
+    }
+    let err = build_hf(
+        "gpt_oss",
+        |c| c["rope_parameters"]["truncate"] = "no".into(),
+        |h| h,
+    );
+    match err {
+        Err(ModelError::KeyType { key, .. }) => assert_eq!(key, "rope_scaling.truncate"),
+        other => panic!("expected truncate's type named, got {other:?}"),
     }
 }

@@ -315,6 +315,16 @@ fn gguf_gemma2_matches_transformers() {
     check_decoder_at(&loaded, "gemma2", "gguf gemma2");
 }
 
+/// gpt-oss: attention sinks (N(0, 1) per head), Q/K/V/O biases, sliding layers (window 8,
+/// shorter than the long prompt) alternating with full ones, YaRN without truncation (factor 4
+/// over 32 positions), a biased router over four experts top-2, interleaved gate/up stacks
+/// stored `[experts, in, out]` with biases, and a clamped SwiGLU whose limit (1.5) binds
+/// (`gen_dense_fixtures.py` checks that the sinks, window, YaRN and clamps each move the logits).
+#[test]
+fn gpt_oss_sinks_yarn_and_clamped_experts_match_transformers() {
+    check_decoder("gpt_oss");
+}
+
 /// OLMo 2: a norm after each block and none before, qk-norms over the whole projections.
 #[test]
 fn olmo2_output_norms_and_whole_qk_norms_match_transformers() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the dense-decoder fixtures of issue #24: tiny random-weight checkpoints, their
-transformers references and GGUF conversions, for gemma2, olmo2, qwen2_moe, smollm3 and phi3 (more families are
+transformers references and GGUF conversions, for gemma2, olmo2, qwen2_moe, smollm3, phi3 and gpt_oss (more families are
 appended here).
 
 For each NAME, under crates/poot-models/tests/fixtures/random/:
@@ -430,6 +430,111 @@ def phi3_longrope_checks(d, long_case):
     return f"max |dlogit| with short factors 1: {factors:.3f}, attention factor 1: {scale:.3f}"
 
 
+def gpt_oss_config():
+    # Four layers alternating sliding (window 8, shorter than the long prompt) and full
+    # attention; YaRN without truncation, as the released checkpoints state it; a small
+    # swiglu_limit so that both clamps bind on this model's activations.
+    return transformers.GptOssConfig(
+        **ckpt.common_decoder(
+            num_hidden_layers=4,
+            head_dim=16,
+            intermediate_size=48,
+            rms_norm_eps=1e-5,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+            swiglu_alpha=1.702,
+            swiglu_limit=1.5,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 150000.0,
+                "factor": 4.0,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "truncate": False,
+                "original_max_position_embeddings": 32,
+            },
+        )
+    )
+
+
+def gpt_oss_init(model, seed):
+    """gen_random_checkpoints' rules, plus gpt-oss's own parameters: sinks ~ N(0, 1), the
+    experts' stacks (stored [experts, in, out]) ~ N(0, 1/sqrt(in)), their biases and the
+    router's ~ N(0, 0.1)."""
+    g = torch.Generator().manual_seed(seed + 1)
+
+    def normal(p, std):
+        with torch.no_grad():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) * std)
+
+    own = {}
+    for name, p in model.named_parameters():
+        if name.endswith(".sinks"):
+            own[name] = (p, 1.0)
+        elif name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            own[name] = (p, 1.0 / np.sqrt(p.shape[1]))
+        elif name.endswith(("_proj_bias", "router.bias")):
+            own[name] = (p, 0.1)
+    params = dict(model.named_parameters())
+    for n in own:
+        del params[n]
+
+    class View(torch.nn.Module):
+        def named_parameters(self):
+            return params.items()
+
+    ckpt.interesting_init(View(), seed, gemma_norm=False)
+    for n, (p, std) in own.items():
+        normal(p, std)
+
+
+def gpt_oss_checks(d, long_case):
+    """No top-2 choice may be a near tie; the sinks, the window, YaRN and both clamps must
+    change the logits."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        d, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    ids = long_case["prompt_ids"]
+    margin, used = refs.router_margin(model, ids, model.config.num_experts_per_tok)
+    assert margin > refs.MIN_ROUTER_MARGIN, margin
+    want = torch.tensor(long_case["prefill_logits"][-1])
+
+    def without(edit):
+        m = transformers.AutoModelForCausalLM.from_pretrained(
+            d, dtype=torch.float32, attn_implementation="eager"
+        ).eval()
+        edit(m)
+        with torch.no_grad():
+            got = m(input_ids=torch.tensor([ids])).logits[0, -1]
+        return float((got - want).abs().max())
+
+    def no_sinks(m):
+        for layer in m.model.layers:
+            layer.self_attn.sinks.data.fill_(-1e9)
+
+    def no_clamp(m):
+        for layer in m.model.layers:
+            layer.mlp.experts.limit = 1e9
+
+    sinks = without(no_sinks)
+    clamp = without(no_clamp)
+    window = changed_by(d, ids, want, sliding_window=4096)
+    yarn = changed_by(
+        d, ids, want, rope_parameters={"rope_type": "default", "rope_theta": 150000.0}
+    )
+    for v in (sinks, clamp, window, yarn):
+        assert v > 1e-2, (sinks, clamp, window, yarn)
+    return (
+        f"smallest top-2 router margin {margin:.2e}, experts used per layer {used}, "
+        f"max |dlogit| without sinks {sinks:.3f}, without clamps {clamp:.3f}, "
+        f"without the window {window:.3f}, without YaRN {yarn:.3f}"
+    )
+
+
 def cfg_attention(cfg):
     import math
 
@@ -496,6 +601,14 @@ FAMILIES = {
         None,
         phi3_longrope_checks,
     ),
+    "gpt_oss": (
+        transformers.GptOssForCausalLM,
+        gpt_oss_config,
+        gpt_oss_init,
+        {"rope_theta": 150000.0},
+        None,
+        gpt_oss_checks,
+    ),
 }
 
 
@@ -503,7 +616,10 @@ def write_checkpoint(name, seed):
     cls, make_config, init, legacy, _, _ = FAMILIES[name]
     torch.manual_seed(seed)
     model = cls._from_config(make_config(), attn_implementation="eager", dtype=torch.float32).eval()
-    ckpt.interesting_init(model, seed, **init)
+    if callable(init):
+        init(model, seed)
+    else:
+        ckpt.interesting_init(model, seed, **init)
     out = RANDOM / name
     out.mkdir(parents=True, exist_ok=True)
     for f in out.glob("*"):

@@ -76,6 +76,22 @@ pub fn attention_masked(
     mask: Traced,
     opts: AttentionOptions,
 ) -> Result<Traced, BuilderError> {
+    attention_masked_sinks(b, q, k, v, mask, opts, None)
+}
+
+/// [`attention_masked`] with an optional learned sink logit per query head, `sinks [Hq]`
+/// (gpt-oss): each row's softmax denominator also counts `exp(sink)`, and the sink carries no
+/// value, so a row may give less than all of its weight to the positions. Its max includes the
+/// sink, as `softmax(concat(x, sink))[..., :S]` computes it.
+pub fn attention_masked_sinks(
+    b: &Builder,
+    q: Traced,
+    k: Traced,
+    v: Traced,
+    mask: Traced,
+    opts: AttentionOptions,
+    sinks: Option<Traced>,
+) -> Result<Traced, BuilderError> {
     let (bsz, hq, t, _) = dims4(b, q, "attention")?;
     let k = repeat_kv(b, k, opts.n_rep)?;
     let v = repeat_kv(b, v, opts.n_rep)?;
@@ -94,8 +110,28 @@ pub fn attention_masked(
     };
     let floor = scalar_like(b, f32::MIN, scores)?;
     let scores = b.select(mask, scores, floor)?;
-    let p = softmax(b, scores, 3)?;
+    let p = match sinks {
+        None => softmax(b, scores, 3)?,
+        Some(sinks) => softmax_with_sink(b, scores, sinks, [bsz, hq, t, s_len])?,
+    };
     b.matmul(p, v, false)
+}
+
+/// `exp(x - m) / (sum(exp(x - m)) + exp(sink - m))` along the last axis of `x [B, H, T, S]`,
+/// with `m` the larger of the row's max and its head's sink.
+fn softmax_with_sink(
+    b: &Builder,
+    x: Traced,
+    sinks: Traced,
+    shape: [usize; 4],
+) -> Result<Traced, BuilderError> {
+    let [bsz, hq, t, _] = shape;
+    let rows = [bsz, hq, t, 1];
+    let sink = b.broadcast(b.reshape(sinks, [1, hq, 1, 1])?, rows)?;
+    let m = b.max(b.reduce_max(x, 3)?, sink)?;
+    let e = b.exp(b.sub(x, b.broadcast(m, shape)?)?)?;
+    let sum = b.add(b.reduce_sum(e, 3)?, b.exp(b.sub(sink, m)?)?)?;
+    b.div(e, b.broadcast(sum, shape)?)
 }
 
 fn dims4(

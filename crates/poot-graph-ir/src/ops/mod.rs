@@ -13,7 +13,9 @@ mod rope;
 mod softmax;
 
 pub use activation::{geglu, gelu_erf, gelu_tanh, silu, swiglu};
-pub use attention::{AttentionOptions, attention_masked, causal_mask, repeat_kv};
+pub use attention::{
+    AttentionOptions, attention_masked, attention_masked_sinks, causal_mask, repeat_kv,
+};
 pub use broadcast::{binary_bcast, broadcast_shape, scalar_like, to_f32};
 pub use linear::{embed, linear, row_parallel_linear};
 pub use norm::{RmsNormOptions, layernorm, rmsnorm, rmsnorm_with};

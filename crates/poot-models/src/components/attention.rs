@@ -1,5 +1,5 @@
 //! Multi-head attention (MHA, GQA, MQA) with optional biases, qk-norm, rotary embeddings,
-//! sliding window and logit softcap, over the step's KV cache or over the step's own tokens.
+//! sliding window, logit softcap and learned sinks, over the step's KV cache or over the step's own tokens.
 
 use poot_graph_ir::ops::{self, AttentionOptions, RopeStyle};
 use poot_graph_ir::{Builder, Traced};
@@ -48,6 +48,9 @@ pub struct AttentionParams {
     pub qk_norm: Option<Norm>,
     pub qk_norm_span: QkNormSpan,
     pub kv: KvSource,
+    /// A learned sink logit per query head (`Role::AttnSinks`, `[n_heads]`) in each softmax
+    /// denominator (gpt-oss).
+    pub sinks: bool,
 }
 
 /// Attention of `h` `[rows, tokens, hidden]` for layer `layer`, returning `[rows, tokens, hidden_out]`.
@@ -124,7 +127,18 @@ pub fn attention(
         KvSource::SelfOnly => (k, v, step.padding_mask(b)?),
     };
     let n_rep = n_heads / n_kv_heads.max(1);
-    let o = ops::attention_masked(
+    let sinks = match p.sinks {
+        true => {
+            let w = step.weight(b, role(Role::AttnSinks))?;
+            let to = b.aval(q)?.dtype;
+            Some(match b.aval(w)?.dtype == to {
+                true => w,
+                false => b.cast(w, to)?,
+            })
+        }
+        false => None,
+    };
+    let o = ops::attention_masked_sinks(
         b,
         q,
         k_all,
@@ -135,6 +149,7 @@ pub fn attention(
             scale: p.scale,
             softcap: p.softcap,
         },
+        sinks,
     )?;
     let o = b.transpose(o, vec![0, 2, 1, 3])?;
     let o = b.reshape(o, [rows, tokens, n_heads * p.head_dim])?;

@@ -7,9 +7,10 @@ use poot_graph_ir::ops::RopeStyle;
 use poot_graph_ir::{Builder, Graph};
 
 use super::{
-    Activation, AttentionParams, GateUp, KvSource, LayerParams, Norm, NormPlacement, QkNormSpan,
-    RopeConfig, RopeUse, RouterParams, RouterScore, SharedExpert, StackParams, Step, attention,
-    gated_ffn, routed_experts, shared_expert, standard_layer, standard_stack,
+    Activation, AttentionParams, ExpertParams, GateUp, GluClamp, KvSource, LayerParams, Norm,
+    NormPlacement, QkNormSpan, RopeConfig, RopeUse, RouterParams, RouterScore, SharedExpert,
+    StackParams, Step, attention, gated_ffn, routed_experts, shared_expert, standard_layer,
+    standard_stack,
 };
 use crate::config::{ConfigReader, Key, SourceKind, key};
 use crate::error::{ModelError, TraceError};
@@ -42,6 +43,12 @@ pub struct MoeSpec {
     pub gate_up: GateUp,
     /// An expert every token runs beside the routed ones, added to their sum.
     pub shared: Option<SharedExpert>,
+    /// A router bias and per-expert biases (gpt-oss).
+    pub biases: bool,
+    /// Expert stacks stored `[experts, in, out]` (transformers' gpt-oss).
+    pub transposed: bool,
+    /// gpt-oss's clamped SwiGLU in place of the decoder's activation.
+    pub clamp: Option<GluClamp>,
 }
 
 impl MoeSpec {
@@ -75,6 +82,9 @@ impl MoeSpec {
             experts_key: cfg.key_name(experts_key),
             gate_up: GateUp::Separate,
             shared: None,
+            biases: false,
+            transposed: false,
+            clamp: None,
         })
     }
 }
@@ -143,6 +153,8 @@ pub struct DenseDecoderSpec {
     /// Gate and up stored as one projection, gate rows first (Phi-3's `gate_up_proj`), bound
     /// as its two halves; the name table spells both roles as that tensor.
     pub fused_gate_up: bool,
+    /// A learned sink logit per query head in every layer's attention (gpt-oss).
+    pub attn_sinks: bool,
 }
 
 /// A dense decoder: the spec, its schema and its weight map.
@@ -238,6 +250,9 @@ impl DenseDecoder {
                 req(&mut w, Role::QNorm, &[q])?;
                 req(&mut w, Role::KNorm, &[k])?;
             }
+            if spec.attn_sinks {
+                req(&mut w, Role::AttnSinks, &[spec.n_heads as u64])?;
+            }
             for (r, n) in [
                 (Role::AttnQBias, q_out),
                 (Role::AttnKBias, kv_out),
@@ -255,15 +270,26 @@ impl DenseDecoder {
                         (Role::ExpertUp, [ef, d]),
                         (Role::ExpertDown, [d, ef]),
                     ],
-                    GateUp::Fused => &[
+                    GateUp::Fused | GateUp::Interleaved => &[
                         (Role::ExpertGateUp, [2 * ef, d]),
                         (Role::ExpertDown, [d, ef]),
                     ],
                 };
-                for &(r, shape) in stacks {
+                for &(r, [out, inp]) in stacks {
+                    let shape = if moe.transposed {
+                        [inp, out]
+                    } else {
+                        [out, inp]
+                    };
                     w.bind_experts(index, names, kind, role(r), e, shape, &moe.experts_key)?;
                 }
                 w.bind_named(index, names, kind, role(Role::Router), Some(&[e as u64, d]))?;
+                if moe.biases {
+                    let e = e as u64;
+                    req(&mut w, Role::ExpertGateUpBias, &[e, 2 * ef])?;
+                    req(&mut w, Role::ExpertDownBias, &[e, d])?;
+                    req(&mut w, Role::RouterBias, &[e])?;
+                }
                 if let Some(shared) = &moe.shared {
                     let sf = shared.intermediate as u64;
                     let mut req =
@@ -417,6 +443,7 @@ impl Model for DenseDecoder {
                 qk_norm: if s.qk_norm { Some(s.norm) } else { None },
                 qk_norm_span: s.qk_norm_span,
                 kv: KvSource::Cache,
+                sinks: s.attn_sinks,
             };
             standard_layer(
                 b,
@@ -430,8 +457,14 @@ impl Model for DenseDecoder {
                         None => gated_ffn(b, &step, l, h, s.activation),
                         Some(moe) => {
                             let act = s.activation;
-                            let routed =
-                                routed_experts(b, &step, l, h, &moe.router, moe.gate_up, act)?;
+                            let experts = ExpertParams {
+                                gate_up: moe.gate_up,
+                                act,
+                                biases: moe.biases,
+                                transposed: moe.transposed,
+                                clamp: moe.clamp,
+                            };
+                            let routed = routed_experts(b, &step, l, h, &moe.router, &experts)?;
                             match &moe.shared {
                                 None => Ok(routed),
                                 Some(shared) => {
@@ -753,6 +786,7 @@ impl DenseDecoderSpec {
             moe: None,
             fused_qkv: false,
             fused_gate_up: false,
+            attn_sinks: false,
         }
     }
 }

@@ -17,7 +17,8 @@ pub use dense::{DenseDecoder, DenseDecoderSpec, LayerAttention, MoeSpec};
 pub use ffn::{Activation, gated_ffn, gated_ffn_of, plain_ffn};
 pub use lora::adapted;
 pub use moe::{
-    GateUp, RouterParams, RouterScore, SharedExpert, route, routed_experts, shared_expert,
+    ExpertParams, GateUp, GluClamp, RouterParams, RouterScore, SharedExpert, route, routed_experts,
+    shared_expert,
 };
 pub use norm::{Norm, apply_norm};
 pub use rotary::{RopeConfig, RopeScaling};

@@ -31,6 +31,32 @@ pub enum GateUp {
     /// One stack `[experts, 2 * out, in]`, each expert's gate rows before its up rows: one
     /// contraction, whose halves are sliced apart.
     Fused,
+    /// One stack `[experts, 2 * out, in]` whose gate and up rows alternate, gate first
+    /// (gpt-oss's `gate_up_proj[..., ::2]` and `[..., 1::2]`): one contraction, whose pairs of
+    /// columns are split apart.
+    Interleaved,
+}
+
+/// gpt-oss's clamped SwiGLU: `(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)` with
+/// `g = min(gate, limit)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GluClamp {
+    pub alpha: f32,
+    pub limit: f32,
+}
+
+/// How each selected expert computes, beyond its router.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExpertParams {
+    pub gate_up: GateUp,
+    pub act: Activation,
+    /// Per-expert biases: `Role::ExpertGateUpBias` `[experts, 2 * out]` on the fused gate/up
+    /// rows and `Role::ExpertDownBias` `[experts, hidden]` on the down projection (gpt-oss).
+    pub biases: bool,
+    /// The stacks are stored `[experts, in, out]` (transformers' gpt-oss) and read transposed.
+    pub transposed: bool,
+    /// The clamped SwiGLU in place of `act(gate) * up`.
+    pub clamp: Option<GluClamp>,
 }
 
 /// A routed layer's choices.
@@ -86,7 +112,8 @@ pub fn route(
     params: &RouterParams,
 ) -> Result<(Traced, Traced), TraceError> {
     let router = step.weight(b, WeightRole::layer(layer, Role::Router))?;
-    let logits = ops::linear(b, x, router, None)?;
+    let bias = step.weight_opt(b, WeightRole::layer(layer, Role::RouterBias))?;
+    let logits = ops::linear(b, x, router, bias)?;
     let scores = match params.score {
         RouterScore::Softmax => softmax(b, logits, 1)?,
         RouterScore::Sigmoid => sigmoid(b, logits)?,
@@ -108,38 +135,76 @@ pub fn routed_experts(
     layer: usize,
     x: Traced,
     params: &RouterParams,
-    gate_up: GateUp,
-    act: Activation,
+    experts: &ExpertParams,
 ) -> Result<Traced, TraceError> {
     let dims = b.dims(x)?;
     let hidden = *dims.last().unwrap_or(&0);
     let tokens: usize = dims.iter().rev().skip(1).product();
     let k = params.top_k;
+    let n = tokens * k;
     let flat = b.reshape(x, [tokens, hidden])?;
     let (ids, weights) = b.scope("router", |b| route(b, step, layer, flat, params))?;
     // One row per (token, slot), slot-minor, so row `t * k + j` is token `t`'s `j`-th choice.
     let repeated = b.broadcast(b.reshape(flat, [tokens, 1, hidden])?, [tokens, k, hidden])?;
-    let rows = b.reshape(repeated, [tokens * k, hidden])?;
-    let row_ids = b.reshape(ids, [tokens * k])?;
-    let w = |r| step.weight(b, WeightRole::layer(layer, r));
-    let (gate, up) = match gate_up {
-        GateUp::Separate => (
-            b.indexed_matmul(rows, w(Role::ExpertGate)?, row_ids)?,
-            b.indexed_matmul(rows, w(Role::ExpertUp)?, row_ids)?,
-        ),
-        GateUp::Fused => {
-            let both = b.indexed_matmul(rows, w(Role::ExpertGateUp)?, row_ids)?;
+    let rows = b.reshape(repeated, [n, hidden])?;
+    let row_ids = b.reshape(ids, [n])?;
+    let w = |r| -> Result<Traced, TraceError> {
+        let stack = step.weight(b, WeightRole::layer(layer, r))?;
+        Ok(match experts.transposed {
+            true => b.transpose(stack, vec![0, 2, 1])?,
+            false => stack,
+        })
+    };
+    // Each row's expert's bias row, when the experts have biases.
+    let bias = |y: Traced, r| -> Result<Traced, TraceError> {
+        if !experts.biases {
+            return Ok(y);
+        }
+        let stack = step.weight(b, WeightRole::layer(layer, r))?;
+        Ok(b.add(y, b.gather(stack, row_ids, 0)?)?)
+    };
+    let contract =
+        |r| -> Result<Traced, TraceError> { Ok(b.indexed_matmul(rows, w(r)?, row_ids)?) };
+    let (gate, up) = match experts.gate_up {
+        GateUp::Separate => (contract(Role::ExpertGate)?, contract(Role::ExpertUp)?),
+        GateUp::Fused | GateUp::Interleaved => {
+            let both = bias(contract(Role::ExpertGateUp)?, Role::ExpertGateUpBias)?;
             let out = *b.dims(both)?.last().unwrap_or(&0) / 2;
-            let n = tokens * k;
-            (
-                b.slice(both, vec![0, 0], vec![n, out])?,
-                b.slice(both, vec![0, out], vec![n, 2 * out])?,
-            )
+            match experts.gate_up {
+                GateUp::Interleaved => {
+                    let pairs = b.reshape(both, [n, out, 2])?;
+                    let half = |i| -> Result<Traced, TraceError> {
+                        let s = b.slice(pairs, vec![0, 0, i], vec![n, out, i + 1])?;
+                        Ok(b.reshape(s, [n, out])?)
+                    };
+                    (half(0)?, half(1)?)
+                }
+                _ => (
+                    b.slice(both, vec![0, 0], vec![n, out])?,
+                    b.slice(both, vec![0, out], vec![n, 2 * out])?,
+                ),
+            }
         }
     };
-    let h = b.mul(activate(b, gate, act)?, up)?;
-    let down = b.indexed_matmul(h, w(Role::ExpertDown)?, row_ids)?;
-    let weighted = binary_bcast(b, BinaryOp::Mul, down, b.reshape(weights, [tokens * k, 1])?)?;
+    let h = match experts.clamp {
+        None => b.mul(activate(b, gate, experts.act)?, up)?,
+        Some(c) => clamped_glu(b, gate, up, c)?,
+    };
+    let down = bias(
+        b.indexed_matmul(h, w(Role::ExpertDown)?, row_ids)?,
+        Role::ExpertDownBias,
+    )?;
+    let weighted = binary_bcast(b, BinaryOp::Mul, down, b.reshape(weights, [n, 1])?)?;
     let summed = b.reduce_sum(b.reshape(weighted, [tokens, k, hidden])?, 1)?;
     Ok(b.reshape(summed, dims)?)
+}
+
+/// [`GluClamp`]'s SwiGLU of `gate` and `up`.
+fn clamped_glu(b: &Builder, gate: Traced, up: Traced, c: GluClamp) -> Result<Traced, TraceError> {
+    let limit = ops::scalar_like(b, c.limit, gate)?;
+    let gate = b.binary(BinaryOp::Min, gate, limit)?;
+    let up = b.max(b.binary(BinaryOp::Min, up, limit)?, b.neg(limit)?)?;
+    let alpha = ops::scalar_like(b, c.alpha, gate)?;
+    let glu = b.mul(gate, sigmoid(b, b.mul(gate, alpha)?)?)?;
+    Ok(b.mul(b.add(up, ops::scalar_like(b, 1.0, up)?)?, glu)?)
 }

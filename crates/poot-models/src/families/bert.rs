@@ -343,6 +343,7 @@ impl Model for Bert {
             qk_norm: None,
             qk_norm_span: QkNormSpan::Head,
             kv: KvSource::SelfOnly,
+            sinks: false,
         };
         let out = standard_stack(&b, &step, &stack, self.config.n_layers, |b, l, x| {
             standard_layer(

@@ -4,6 +4,7 @@
 pub mod bert;
 pub mod gemma2;
 pub mod gemma3;
+pub mod gpt_oss;
 pub mod granite;
 pub mod granitemoe;
 pub mod llama;

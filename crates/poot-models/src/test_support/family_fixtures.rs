@@ -78,6 +78,10 @@ pub const FIXTURES: &[FamilyFixture] = &[
         family: "phi3",
         dir: "tests/fixtures/random/phi3",
     },
+    FamilyFixture {
+        family: "gpt_oss",
+        dir: "tests/fixtures/random/gpt_oss",
+    },
 ];
 
 impl FamilyFixture {
