@@ -412,6 +412,30 @@ def check_chat_tools(client, model, ref):
     done("chat tools: ok (answers with tools are well-formed; a forced call is parsed)")
 
 
+def check_json_schema(client, model):
+    """A strict JSON-schema answer (compact JSON, so the random model cannot wander in blanks)
+    parses and holds the schema's fields."""
+    schema = {
+        "type": "object",
+        "properties": {"city": {"enum": ["Paris", "Rome"]}, "sunny": {"type": "boolean"}},
+        "required": ["city", "sunny"],
+        "additionalProperties": False,
+        "x-guidance": {"whitespace_flexible": False},
+    }
+    m = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Weather?"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "weather", "schema": schema, "strict": True}},
+        max_tokens=120,
+        temperature=0,
+    ).choices[0]
+    assert m.finish_reason == "stop", m
+    answer = json.loads(m.message.content)
+    assert set(answer) == {"city", "sunny"} and answer["city"] in ("Paris", "Rome"), answer
+    assert isinstance(answer["sunny"], bool), answer
+    done(f"json_schema: ok ({m.message.content})")
+
+
 def cosine(a, b):
     dot = sum(x * y for x, y in zip(a, b))
     return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
@@ -508,6 +532,7 @@ def main():
     check_sampling(client, a.model)
     check_driver_features(client, a.model)
     check_chat_tools(client, a.model, ref)
+    check_json_schema(client, a.model)
     check_responses(client, a.model, case)
     check_responses_stream(client, a.model, case)
     check_responses_tools(client, a.model)

@@ -1,8 +1,8 @@
 //! The official `openai` Python client against the server over loopback (wgpu backend;
 //! lavapipe in CI): completions, chat (with tools), streaming with usage, stop strings, seeded
-//! sampling, the Responses API, models, embeddings (with all-MiniLM-L6-v2 when
-//! scripts/fetch-models.sh fetched it), reranking and scores (the tiny reranker) and the error
-//! cases (see tests/openai_client.py); then
+//! sampling, a JSON-schema answer, the Responses API, models, embeddings (with
+//! all-MiniLM-L6-v2 when scripts/fetch-models.sh fetched it), reranking and scores (the tiny
+//! reranker) and the error cases (see tests/openai_client.py); then
 //! the official `anthropic` client against the same server's Messages API
 //! (tests/anthropic_client.py).
 //!
