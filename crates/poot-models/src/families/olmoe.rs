@@ -4,13 +4,16 @@
 //! `norm_topk_prob` says so. llama.cpp's converter writes it as arch `olmoe`, halves rotated
 //! as stored.
 
-use crate::components::dense::{STANDARD_DECODER_NAMES, build_standard_named};
+use crate::components::dense::build_standard_named;
 use crate::components::{MoeSpec, QkNormSpan};
 use crate::config::{RawConfig, SourceKind, key};
 use crate::error::ModelError;
 use crate::model::ModelParts;
 use crate::registry::FamilyEntry;
-use crate::weights::{NameTable, Role, TensorIndex, spell};
+use crate::weights::TensorIndex;
+
+// OLMoE names its tensors as Qwen3-MoE does.
+use super::qwen3moe::NAMES;
 
 pub const ENTRY: FamilyEntry = FamilyEntry {
     family: "olmoe",
@@ -20,32 +23,6 @@ pub const ENTRY: FamilyEntry = FamilyEntry {
     ],
     build,
 };
-
-const NAMES: NameTable = NameTable::extending(
-    &STANDARD_DECODER_NAMES,
-    &[
-        spell(
-            Role::Router,
-            "model.layers.{l}.mlp.gate.weight",
-            "blk.{l}.ffn_gate_inp.weight",
-        ),
-        spell(
-            Role::ExpertGate,
-            "model.layers.{l}.mlp.experts.{e}.gate_proj.weight",
-            "blk.{l}.ffn_gate_exps.weight",
-        ),
-        spell(
-            Role::ExpertUp,
-            "model.layers.{l}.mlp.experts.{e}.up_proj.weight",
-            "blk.{l}.ffn_up_exps.weight",
-        ),
-        spell(
-            Role::ExpertDown,
-            "model.layers.{l}.mlp.experts.{e}.down_proj.weight",
-            "blk.{l}.ffn_down_exps.weight",
-        ),
-    ],
-);
 
 fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelError> {
     build_standard_named(raw, index, "olmoe", &NAMES, |cfg, spec| {

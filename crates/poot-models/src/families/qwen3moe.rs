@@ -20,7 +20,9 @@ pub const ENTRY: FamilyEntry = FamilyEntry {
     build,
 };
 
-const NAMES: NameTable = NameTable::extending(
+/// The standard decoder with routed experts under `mlp` (`mlp.gate`, `mlp.experts.{e}`), as
+/// Qwen3-MoE and OLMoE store them.
+pub(crate) const NAMES: NameTable = NameTable::extending(
     &STANDARD_DECODER_NAMES,
     &[
         spell(
