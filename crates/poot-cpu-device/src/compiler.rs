@@ -22,10 +22,23 @@ pub(crate) struct Compiler {
 
 /// Flags every kernel is compiled with: optimized for this CPU, with products and sums
 /// rounded one by one as the oracle rounds them (no contraction into fused multiply-adds).
-const FLAGS: &[&str] = &[
+pub(crate) const KERNEL_FLAGS: &[&str] = &[
     "-O2",
     "-march=native",
     "-ffp-contract=off",
+    "-fno-math-errno",
+    "-fPIC",
+    "-shared",
+    "-std=gnu11",
+    "-w",
+];
+
+/// Flags of the contraction library (`contract.c`): its sums are reassociated anyway, so they
+/// may use fused multiply-adds (its decoders opt out where ggml rounds each step).
+pub(crate) const LIBRARY_FLAGS: &[&str] = &[
+    "-O3",
+    "-march=native",
+    "-ffp-contract=fast",
     "-fno-math-errno",
     "-fPIC",
     "-shared",
@@ -77,15 +90,15 @@ impl Compiler {
         format!("{} ({})", self.program, self.version)
     }
 
-    /// The content key of `source` compiled here.
-    pub(crate) fn key(&self, source: &str) -> String {
+    /// The content key of `source` compiled here with `flags`.
+    pub(crate) fn key(&self, source: &str, flags: &[&str]) -> String {
         let mut h = Sha256::new();
         h.update(source.as_bytes());
         h.update(b"\0");
         h.update(self.program.as_bytes());
         h.update(b"\0");
         h.update(self.version.as_bytes());
-        for f in FLAGS {
+        for f in flags {
             h.update(b"\0");
             h.update(f.as_bytes());
         }
@@ -101,9 +114,14 @@ impl Compiler {
             .is_some_and(|d| d.join(format!("{key}.so")).is_file())
     }
 
-    /// The shared object of `source` (keyed `key`): from the disk cache when present, else
-    /// compiled into it (or into a temporary directory without a cache).
-    pub(crate) fn shared_object(&self, key: &str, source: &str) -> Result<PathBuf, CompileFailure> {
+    /// The shared object of `source` (keyed `key`, compiled with `flags`): from the disk cache
+    /// when present, else compiled into it (or into a temporary directory without a cache).
+    pub(crate) fn shared_object(
+        &self,
+        key: &str,
+        source: &str,
+        flags: &[&str],
+    ) -> Result<PathBuf, CompileFailure> {
         let dir = match &self.cache_dir {
             Some(d) => d.clone(),
             None => std::env::temp_dir().join(format!("poot-cpu-{}", std::process::id())),
@@ -122,7 +140,7 @@ impl Compiler {
             CompileFailure::Missing(format!("cannot write {}: {e}", c_file.display()))
         })?;
         let out = Command::new(&self.program)
-            .args(FLAGS)
+            .args(flags)
             .arg("-o")
             .arg(&tmp_so)
             .arg(&c_file)

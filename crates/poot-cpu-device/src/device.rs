@@ -9,16 +9,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use poot_executor::{Device, DeviceError, DeviceLimits, Launch};
+use poot_executor::{Command, Device, DeviceError, DeviceLimits, Launch};
 use poot_graph_plan::kernel::Kernel;
 use poot_graph_plan::kernel::render::{
     FAULT_CODE_WORD, FAULT_FLAG_WORD, FAULT_WORDS, entry_name, render_host_c,
 };
 use rayon::prelude::*;
 
-use crate::compiler::{CompileFailure, Compiler};
+use crate::compiler::{CompileFailure, Compiler, KERNEL_FLAGS};
+use crate::library::{ContractLibrary, RecordedContraction};
 
-const BACKEND: &str = "CPU";
+pub(crate) const BACKEND: &str = "CPU";
 /// Buffers start at a cache line, so the C compiler's wide loads never straddle one needlessly.
 const ALIGN: usize = 64;
 /// Stack of each pool thread: a workgroup's shared arrays and per-thread variables live there.
@@ -40,8 +41,8 @@ pub struct CpuOptions {
 }
 
 /// One host allocation, freed when its last holder drops.
-struct Memory {
-    ptr: NonNull<u8>,
+pub(crate) struct Memory {
+    pub(crate) ptr: NonNull<u8>,
     bytes: usize,
 }
 
@@ -90,7 +91,7 @@ impl Drop for Memory {
 
 /// A buffer of a [`CpuDevice`]: host memory at a fixed address.
 pub struct CpuBuffer {
-    mem: Arc<Memory>,
+    pub(crate) mem: Arc<Memory>,
 }
 
 impl CpuBuffer {
@@ -138,9 +139,15 @@ unsafe impl Send for Recorded {}
 // SAFETY: as above.
 unsafe impl Sync for Recorded {}
 
+/// One step of a recording.
+enum Step {
+    Launch(Recorded),
+    Contract(RecordedContraction),
+}
+
 /// A recorded step, replayed launch by launch.
 pub struct CpuRecording {
-    launches: Vec<Recorded>,
+    steps: Vec<Step>,
 }
 
 /// The host CPU as a poot [`Device`].
@@ -150,6 +157,8 @@ pub struct CpuDevice {
     pool: rayon::ThreadPool,
     threads: usize,
     libraries: HashMap<String, Arc<libloading::Library>>,
+    /// The contraction library, loaded at the first recording that needs it.
+    contract: Option<Arc<ContractLibrary>>,
     /// The fault words every kernel reports a failed check through.
     fault: Box<[AtomicU32]>,
 }
@@ -203,6 +212,7 @@ impl CpuDevice {
             max_loop_iterations: None,
             matrix_tf32: false,
             library_gemm: false,
+            library_exact: true,
         };
         Ok(CpuDevice {
             limits,
@@ -210,6 +220,7 @@ impl CpuDevice {
             pool,
             threads,
             libraries: HashMap::new(),
+            contract: None,
             fault: (0..FAULT_WORDS).map(|_| AtomicU32::new(0)).collect(),
         })
     }
@@ -217,6 +228,25 @@ impl CpuDevice {
     /// Pool threads.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    fn contract_library(&mut self) -> Result<Arc<ContractLibrary>, DeviceError> {
+        if let Some(l) = &self.contract {
+            return Ok(Arc::clone(l));
+        }
+        let l = Arc::new(ContractLibrary::load(&self.compiler)?);
+        self.contract = Some(Arc::clone(&l));
+        Ok(l)
+    }
+
+    fn run_step(&self, s: &Step) -> Result<(), DeviceError> {
+        match s {
+            Step::Launch(r) => self.run(r),
+            Step::Contract(c) => {
+                c.run(&self.pool, self.threads, CHUNKS_PER_THREAD);
+                Ok(())
+            }
+        }
     }
 
     /// Kernel `kernel` from its rendered `source` (keyed `key`): its shared object loaded once
@@ -231,7 +261,7 @@ impl CpuDevice {
             None => {
                 let path = self
                     .compiler
-                    .shared_object(key, source)
+                    .shared_object(key, source, KERNEL_FLAGS)
                     .map_err(|f| match f {
                         CompileFailure::Missing(reason) => DeviceError::Unavailable {
                             backend: BACKEND,
@@ -392,7 +422,7 @@ impl Device for CpuDevice {
             .iter()
             .map(|k| {
                 let source = render(k)?;
-                Ok((self.compiler.key(&source), source))
+                Ok((self.compiler.key(&source, KERNEL_FLAGS), source))
             })
             .collect::<Result<_, DeviceError>>()?;
         let mut missing: Vec<(&str, &str, &str)> = Vec::new();
@@ -414,7 +444,7 @@ impl Device for CpuDevice {
                         let Some((key, source, name)) = missing.get(i) else {
                             break;
                         };
-                        if let Err(f) = self.compiler.shared_object(key, source) {
+                        if let Err(f) = self.compiler.shared_object(key, source, KERNEL_FLAGS) {
                             failures
                                 .lock()
                                 .unwrap_or_else(|p| p.into_inner())
@@ -447,7 +477,7 @@ impl Device for CpuDevice {
 
     fn compile(&mut self, kernel: &Kernel) -> Result<CpuKernel, DeviceError> {
         let source = render(kernel)?;
-        let key = self.compiler.key(&source);
+        let key = self.compiler.key(&source, KERNEL_FLAGS);
         self.load(kernel, &key, &source)
     }
 
@@ -457,18 +487,45 @@ impl Device for CpuDevice {
     }
 
     fn record(&mut self, launches: &[Launch<'_, Self>]) -> Result<CpuRecording, DeviceError> {
-        let launches = launches
+        let steps = launches
             .iter()
-            .map(|l| self.recorded(l))
+            .map(|l| self.recorded(l).map(Step::Launch))
             .collect::<Result<_, _>>()?;
-        Ok(CpuRecording { launches })
+        Ok(CpuRecording { steps })
     }
 
-    fn replay(&mut self, recording: &CpuRecording) -> Result<(), DeviceError> {
-        for r in &recording.launches {
-            self.run(r)?;
+    /// Launches and library contractions; collectives are refused (a CPU device is alone).
+    fn record_commands(
+        &mut self,
+        commands: &[Command<'_, Self>],
+    ) -> Result<CpuRecording, DeviceError> {
+        let mut steps = Vec::with_capacity(commands.len());
+        for c in commands {
+            steps.push(match c {
+                Command::Launch(l) => Step::Launch(self.recorded(l)?),
+                Command::Contract(c) => {
+                    Step::Contract(RecordedContraction::new(self.contract_library()?, c)?)
+                }
+                Command::AllReduceSum { .. } | Command::Broadcast { .. } => {
+                    return Err(DeviceError::NoCollectives {
+                        device: self.limits.name.clone(),
+                    });
+                }
+            });
         }
-        Ok(())
+        Ok(CpuRecording { steps })
+    }
+
+    /// Runs the whole recording on a pool thread: its launches' chunks are then shared out
+    /// within the pool, and the calling thread waits once per replay, not once per launch.
+    fn replay(&mut self, recording: &CpuRecording) -> Result<(), DeviceError> {
+        let this = &*self;
+        this.pool.install(|| {
+            for s in &recording.steps {
+                this.run_step(s)?;
+            }
+            Ok(())
+        })
     }
 
     fn synchronize(&mut self) -> Result<(), DeviceError> {

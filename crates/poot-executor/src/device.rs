@@ -2,8 +2,8 @@
 //! Everything else (planning, buffer binding, slot writes, state, faults bookkeeping) lives once
 //! in the generic engine.
 
+use poot_graph_plan::LibraryOperands;
 use poot_graph_plan::kernel::Kernel;
-use poot_graph_plan::{HalfType, WeightWords};
 
 use crate::error::DeviceError;
 use crate::limits::DeviceLimits;
@@ -17,15 +17,14 @@ pub struct Launch<'a, D: Device + ?Sized> {
     pub args: &'a [&'a D::Buffer],
 }
 
-/// A half-precision contraction for the device's library: `out[m, n] = sum_k lhs[m, k] *
-/// w[n, k]` (`w[k, n]` when not `transpose_weights`) with f32 sums, where `lhs` holds
-/// `rows x depth` f32 words exactly representable in `half` and `weights` the stored `half`
-/// elements, or f32 words exactly representable in it ([`WeightWords::F32`]).
+/// A contraction for the device's library: `out[m, n] = sum_k lhs[m, k] * w[n, k]` (`w[k, n]`
+/// when not `transpose_weights`) with f32 sums, where `lhs` holds `rows x depth` f32 words and
+/// the weights are as [`LibraryOperands`] says (half-precision operands for cuBLASLt, weights
+/// as stored for an exact library).
 pub struct Contraction<'a, D: Device + ?Sized> {
-    pub half: HalfType,
+    pub operands: LibraryOperands,
     pub lhs: &'a D::Buffer,
     pub weights: &'a D::Buffer,
-    pub weight_words: WeightWords,
     pub transpose_weights: bool,
     pub out: &'a D::Buffer,
     pub rows: u32,

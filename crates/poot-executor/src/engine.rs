@@ -1050,10 +1050,9 @@ fn call_commands<'a, D: Device>(
     }
     for c in &plan.contractions {
         let command = Command::Contract(crate::Contraction {
-            half: c.half,
+            operands: c.operands,
             lhs: resolve(homes, own, exe, c.lhs.0 as usize)?,
             weights: resolve(homes, own, exe, c.weights.0 as usize)?,
-            weight_words: c.weight_words,
             transpose_weights: c.transpose_weights,
             out: resolve(homes, own, exe, c.out.0 as usize)?,
             rows: c.rows,

@@ -32,6 +32,9 @@ pub struct DeviceLimits {
     /// Whether the device multiplies half-precision contractions in a vendor library
     /// ([`Command::Contract`](crate::Command::Contract)).
     pub library_gemm: bool,
+    /// Whether the device multiplies contractions against stored weights exactly in a library
+    /// of its own ([`TargetLimits::library_exact`]).
+    pub library_exact: bool,
 }
 
 impl DeviceLimits {
@@ -52,6 +55,7 @@ impl DeviceLimits {
                 group_ranks: self.group_ranks,
                 matrix_tf32: self.matrix_tf32,
                 library_gemm: self.library_gemm,
+                library_exact: self.library_exact,
             },
             tuning: Tuning::default(),
         }

@@ -20,8 +20,9 @@ pub mod target;
 use poot_graph_ir::Graph;
 
 pub use plan::{
-    BufferDecl, BufferId, BufferRole, Collective, CollectiveOp, DeviceWords, Dispatch, HalfType,
-    HostValue, LibraryContraction, MemoryUse, Plan, WeightWords,
+    BufferDecl, BufferId, BufferRole, Collective, CollectiveOp, DeviceWords, Dispatch,
+    EXACT_LIBRARY_BLOCKS, HalfType, HostValue, LibraryContraction, LibraryOperands, MemoryUse,
+    Plan, StoredWeights, WeightWords,
 };
 pub use refusal::PlanError;
 pub use target::{Backend, LaunchOverlap, MatrixUnits, Target, TargetLimits, Tuning, TuningError};

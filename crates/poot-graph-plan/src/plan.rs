@@ -85,11 +85,50 @@ pub enum WeightWords {
     F32,
 }
 
-/// A contraction the step gives to the device's library (cuBLASLt on PTX) instead of a kernel:
-/// `out[m, n] = sum_k lhs[m, k] * w[n, k]` (or `w[k, n]` when the weights are not transposed),
-/// f32 sums. `lhs` holds f32 words the graph already rounded to `half`
-/// ([`crate::precision`]), so the device's conversion of them to `half` is exact; the weights
-/// are a stored `half` constant or f32 words rounded to it ([`WeightWords`]).
+/// Weights as stored, for a library that decodes them itself (the CPU device's): each element
+/// decoded exactly as the graph's oracle decodes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StoredWeights {
+    F32,
+    F16,
+    BF16,
+    /// GGUF blocks, rows of whole blocks back to back.
+    Blocks(poot_formats::BlockFormat),
+}
+
+/// The block formats a library taking [`LibraryOperands::Exact`] decodes (the CPU device's
+/// `contract.c` implements exactly these).
+pub const EXACT_LIBRARY_BLOCKS: [poot_formats::BlockFormat; 8] = {
+    use poot_formats::BlockFormat as B;
+    [
+        B::Q4_0,
+        B::Q4_1,
+        B::Q5_0,
+        B::Q5_1,
+        B::Q8_0,
+        B::Q4_K,
+        B::Q5_K,
+        B::Q6_K,
+    ]
+};
+
+/// What a library contraction multiplies, and in which precision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LibraryOperands {
+    /// Half-precision products with f32 sums (cuBLASLt on PTX): the left side holds f32 words
+    /// the graph already rounded to `half` ([`crate::precision`]), so the device's conversion of
+    /// them is exact; the weights are a stored `half` constant or f32 words rounded to it.
+    Half { half: HalfType, words: WeightWords },
+    /// f32 products with f32 sums of the left side as computed against the weights decoded
+    /// exactly from how they are stored (the CPU device's library): the graph's contraction up
+    /// to the order of its sums, at any row count.
+    Exact(StoredWeights),
+}
+
+/// A contraction the step gives to the device's library (cuBLASLt on PTX, the contraction
+/// library on the CPU) instead of a kernel: `out[m, n] = sum_k lhs[m, k] * w[n, k]` (or
+/// `w[k, n]` when the weights are not transposed), f32 sums, the operands as
+/// [`LibraryOperands`] says.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LibraryContraction {
     /// Runs after the first `before` dispatches and before the rest.
@@ -97,12 +136,11 @@ pub struct LibraryContraction {
     /// Runs after this many of the plan's collectives (those with the same `before` are
     /// ordered by it).
     pub collectives_before: usize,
-    pub half: HalfType,
+    pub operands: LibraryOperands,
     /// The left side, `rows x depth` f32 words, row-major.
     pub lhs: BufferId,
     /// The weights as stored: `cols x depth` when `transpose_weights`, else `depth x cols`.
     pub weights: BufferId,
-    pub weight_words: WeightWords,
     pub transpose_weights: bool,
     /// The result, `rows x cols` f32 words, row-major (another buffer than `lhs`).
     pub out: BufferId,

@@ -61,6 +61,11 @@ pub struct TargetLimits {
     /// f32 sums (cuBLASLt on CUDA): a contraction the planner gives it becomes a library step
     /// between kernels ([`crate::plan::LibraryContraction`]).
     pub library_gemm: bool,
+    /// Whether the device has a library that multiplies f32 left sides of any row count against
+    /// weights as stored (f32, f16, bf16 and [`crate::plan::EXACT_LIBRARY_BLOCKS`]), decoding
+    /// them exactly, with f32 sums (the CPU device's `contract.c`): every such contraction then
+    /// goes to it ([`crate::plan::LibraryOperands::Exact`]), with no rounding of its operands.
+    pub library_exact: bool,
 }
 
 /// Choices of the kernel shapes that trade one cost for another on a device, with defaults
@@ -331,6 +336,7 @@ impl Target {
                 group_ranks: 1,
                 matrix_tf32: true,
                 library_gemm: true,
+                library_exact: false,
             },
             tuning: Tuning::default(),
         }
@@ -354,6 +360,7 @@ impl Target {
                 group_ranks: 1,
                 matrix_tf32: false,
                 library_gemm: false,
+                library_exact: false,
             },
             tuning: Tuning::default(),
         }
@@ -377,6 +384,7 @@ impl Target {
                 group_ranks: 1,
                 matrix_tf32: false,
                 library_gemm: false,
+                library_exact: true,
             },
             tuning: Tuning::default(),
         }
@@ -413,6 +421,12 @@ impl Target {
     /// library (where it has one and the tuning allows).
     pub fn library_contractions(&self) -> bool {
         self.limits.library_gemm && self.tuning.library_gemm
+    }
+
+    /// Whether contractions against stored weights go to the device's exact library (where it
+    /// has one and the tuning allows).
+    pub fn exact_library(&self) -> bool {
+        self.limits.library_exact && self.tuning.library_gemm
     }
 
     /// Whether tiled contractions against f16 or bf16 weights multiply in that precision (on

@@ -3,13 +3,18 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::borrow::Cow;
+
 use poot_graph_ir::ops::{self, AttentionOptions};
 use poot_graph_ir::{
     Builder, DType, GgmlType, Graph, Outputs, Slot, TensorType, TraceLimits, Traced,
 };
 use poot_graph_plan::kernel::{Expr, Half, Stmt};
 use poot_graph_plan::precision::round_half_operands;
-use poot_graph_plan::{HalfType, MatrixUnits, Plan, Target, Tuning, WeightWords, compile};
+use poot_graph_plan::{
+    HalfType, LibraryOperands, MatrixUnits, Plan, StoredWeights, Target, Tuning, WeightWords,
+    compile,
+};
 
 fn input(b: &Builder, name: &str, dims: &[usize]) -> Traced {
     b.constant(name, TensorType::new(DType::F32, dims.to_vec()))
@@ -478,7 +483,13 @@ fn half_weights_go_to_the_library_where_the_device_has_one() {
             ]
         );
         for c in &p.contractions {
-            assert_eq!(c.half, half);
+            assert_eq!(
+                c.operands,
+                LibraryOperands::Half {
+                    half,
+                    words: WeightWords::Stored
+                }
+            );
             assert!(c.transpose_weights);
             assert_ne!(c.lhs, c.out);
             assert_eq!(c.collectives_before, 0);
@@ -520,17 +531,65 @@ fn half_weights_go_to_the_library_where_the_device_has_one() {
 }
 
 #[test]
+fn every_stored_weight_contraction_goes_to_the_cpus_exact_library() {
+    let cpu = Target::cpu_preset();
+    for (dtype, stored) in [
+        (DType::F32, StoredWeights::F32),
+        (DType::F16, StoredWeights::F16),
+        (DType::BF16, StoredWeights::BF16),
+        (
+            DType::Packed(GgmlType::Q4_0),
+            StoredWeights::Blocks(poot_formats::BlockFormat::Q4_0),
+        ),
+    ] {
+        // A decode step's single row and a prefill chunk's many alike, nothing rounded.
+        for rows in [1, 64] {
+            let g = half_layer(rows, dtype);
+            assert!(matches!(
+                round_half_operands(&g, &cpu).unwrap(),
+                Cow::Borrowed(_)
+            ));
+            let p = compile(&g, &cpu).unwrap();
+            assert_eq!(p.contractions.len(), 5, "{dtype} x {rows}: {:?}", kinds(&p));
+            for c in &p.contractions {
+                assert_eq!(c.operands, LibraryOperands::Exact(stored));
+                assert_eq!(c.rows as usize, rows);
+                assert!(c.transpose_weights);
+            }
+            assert!(
+                kinds(&p)
+                    .iter()
+                    .all(|k| !k.starts_with("gemm") && !k.starts_with("gemv")),
+                "{:?}",
+                kinds(&p)
+            );
+        }
+    }
+    // A format the library does not decode keeps its kernels, as does the library tuned off.
+    let g = half_layer(1, DType::Packed(GgmlType::IQ4_NL));
+    assert!(compile(&g, &cpu).unwrap().contractions.is_empty());
+    let mut off = Target::cpu_preset();
+    off.tuning.library_gemm = false;
+    assert!(
+        compile(&half_layer(1, DType::F16), &off)
+            .unwrap()
+            .contractions
+            .is_empty()
+    );
+}
+
+#[test]
 fn block_weights_are_decoded_for_the_library_over_many_rows() {
     let q8 = DType::Packed(GgmlType::Q8_0);
     let g = half_layer(128, q8);
     let p = compile(&g, &with_library()).unwrap();
     // Each weight decoded and rounded to f16 by a kernel, multiplied in the library.
     assert_eq!(p.contractions.len(), 5);
-    assert!(
-        p.contractions
-            .iter()
-            .all(|c| c.weight_words == WeightWords::F32 && c.half == HalfType::F16)
-    );
+    assert!(p.contractions.iter().all(|c| c.operands
+        == LibraryOperands::Half {
+            half: HalfType::F16,
+            words: WeightWords::F32
+        }));
     assert!(
         kinds(&p).iter().all(|k| !k.starts_with("gemm")),
         "{:?}",

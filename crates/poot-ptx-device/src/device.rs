@@ -375,6 +375,7 @@ impl PtxDevice {
             // `mma.sync` over tf32 needs compute capability 8.0 (and PTX for it).
             matrix_tf32: arch >= 80,
             library_gemm: library.is_some(),
+            library_exact: false,
         };
         Ok(PtxDevice {
             group: None,

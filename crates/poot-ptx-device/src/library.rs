@@ -18,7 +18,7 @@ use std::sync::Arc;
 use cudarc::cublaslt::sys as lt;
 use cudarc::driver::sys::{self, CUdeviceptr};
 use poot_executor::{Command, Contraction, DeviceError};
-use poot_graph_plan::{HalfType, WeightWords};
+use poot_graph_plan::{HalfType, LibraryOperands, WeightWords};
 
 use crate::buffer::Allocation;
 use crate::context::cu;
@@ -68,15 +68,22 @@ struct Shape {
 }
 
 impl Shape {
-    fn of(c: &Contraction<'_, PtxDevice>) -> Shape {
-        Shape {
-            half: c.half,
-            weight_words: c.weight_words,
+    /// The shape of a half-precision contraction; an exact one (a plan made for a device with
+    /// an exact library) is refused as this device having no such library.
+    fn of(c: &Contraction<'_, PtxDevice>, device: &str) -> Result<Shape, DeviceError> {
+        let LibraryOperands::Half { half, words } = c.operands else {
+            return Err(DeviceError::NoLibrary {
+                device: device.to_string(),
+            });
+        };
+        Ok(Shape {
+            half,
+            weight_words: words,
             transpose_weights: c.transpose_weights,
             rows: c.rows,
             cols: c.cols,
             depth: c.depth,
-        }
+        })
     }
 
     fn elems(self, n: u32, m: u32) -> u64 {
@@ -272,10 +279,10 @@ impl PtxDevice {
         let shapes: Vec<Shape> = commands
             .iter()
             .filter_map(|c| match c {
-                Command::Contract(c) => Some(Shape::of(c)),
+                Command::Contract(c) => Some(Shape::of(c, &self.limits.name)),
                 _ => None,
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         if shapes.is_empty() {
             return Ok(Vec::new());
         }
@@ -383,7 +390,7 @@ impl PtxDevice {
     /// Submits one prepared contraction to the stream (eagerly, or into a capture): the left
     /// side's conversion, then the product.
     pub(crate) fn submit_contraction(&self, c: &Contraction<'_, Self>) -> Result<(), DeviceError> {
-        let s = Shape::of(c);
+        let s = Shape::of(c, &self.limits.name)?;
         let lib = self
             .library
             .as_ref()

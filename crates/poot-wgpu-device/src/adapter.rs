@@ -134,5 +134,6 @@ pub(crate) fn device_limits(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> 
         group_ranks: 1,
         matrix_tf32: false,
         library_gemm: false,
+        library_exact: false,
     }
 }

@@ -15,13 +15,21 @@
 //!
 //! The device computes the rewritten graph up to the order of its f32 sums (the library's, not
 //! the oracle's), the tolerance every tiled contraction is held to.
+//!
+//! A device with an exact library ([`Target::exact_library`], the CPU's) takes every
+//! contraction against a stored rank-2 weight instead, at any row count and with nothing
+//! rounded: the weights as stored (f32, f16, bf16, the block formats it decodes), the left side
+//! in f32. On the CPU the contraction is where a step's time goes, and its speed comes from a
+//! register-tiled loop over the host's vector width that the kernel IR does not express.
 
 use std::collections::HashSet;
 
 use poot_graph_ir::{DType, Graph, OpKind, Storage};
 
+use poot_formats::PackedFormat;
+
 use super::{Lowering, PlanError, PlannedContraction};
-use crate::plan::{HalfType, WeightWords};
+use crate::plan::{EXACT_LIBRARY_BLOCKS, HalfType, LibraryOperands, StoredWeights, WeightWords};
 use crate::precision::half_operand;
 use crate::target::Target;
 
@@ -31,12 +39,59 @@ const ALIGN: usize = 8;
 
 /// The equations of `g` that `target` gives to its library.
 pub(super) fn chosen(g: &Graph, target: &Target) -> HashSet<usize> {
+    if target.exact_library() {
+        return (0..g.eqns().len())
+            .filter(|&i| exact_operands(g, i).is_some())
+            .collect();
+    }
     if !target.library_contractions() {
         return HashSet::new();
     }
     (0..g.eqns().len())
         .filter(|&i| library_operands(g, i, target.tiled_min_rows()).is_some())
         .collect()
+}
+
+/// How eqn `i`'s contraction reaches an exact library, when it can: an f32 left side against a
+/// stored rank-2 constant, transposed (`[columns, depth]`, as checkpoints store projections),
+/// in a format the library decodes, with sizes that fit its 32-bit dimensions.
+fn exact_operands(g: &Graph, i: usize) -> Option<StoredWeights> {
+    let e = &g.eqns()[i];
+    if e.op
+        != (OpKind::MatMul {
+            transpose_rhs: true,
+        })
+        || e.inputs.len() != 2
+    {
+        return None;
+    }
+    let (lhs, rhs) = (e.inputs[0], e.inputs[1]);
+    if g.values()[lhs.index()].ty.dtype != DType::F32 {
+        return None;
+    }
+    let w = &g.values()[rhs.index()];
+    if !matches!(w.storage, Storage::Const(_)) {
+        return None;
+    }
+    let [cols, depth] = *w.ty.dims() else {
+        return None;
+    };
+    let stored = match w.ty.dtype {
+        DType::F32 => StoredWeights::F32,
+        DType::F16 => StoredWeights::F16,
+        DType::BF16 => StoredWeights::BF16,
+        DType::Packed(p) => match p.packed_format() {
+            Ok(Some(PackedFormat::Block(b))) if EXACT_LIBRARY_BLOCKS.contains(&b) => {
+                StoredWeights::Blocks(b)
+            }
+            _ => return None,
+        },
+        _ => return None,
+    };
+    let out = g.values()[e.out.index()].ty.dims();
+    let rows: usize = out[..out.len().checked_sub(1)?].iter().product();
+    let fits = |n: usize| u32::try_from(n).is_ok_and(|n| n > 0);
+    (fits(rows) && fits(depth) && fits(cols)).then_some(stored)
 }
 
 /// How eqn `i`'s contraction reaches the library, when it can: a tiled `MatMul` of a rounded
@@ -90,29 +145,36 @@ impl Lowering<'_> {
                 label: self.label(e.out),
             });
         };
-        let (half, weight_words) = library_operands(self.g, i, self.target.tiled_min_rows())
-            .ok_or_else(|| PlanError::Unplaced {
-                label: self.label(e.out),
-            })?;
+        let operands = if self.target.exact_library() {
+            exact_operands(self.g, i).map(LibraryOperands::Exact)
+        } else {
+            library_operands(self.g, i, self.target.tiled_min_rows())
+                .map(|(half, words)| LibraryOperands::Half { half, words })
+        }
+        .ok_or_else(|| PlanError::Unplaced {
+            label: self.label(e.out),
+        })?;
         let (lhs, rhs, v) = (e.inputs[0], e.inputs[1], e.out);
         let out_dims = self.g.values()[v.index()].ty.dims().to_vec();
         let depth = *self.g.values()[lhs.index()].ty.dims().last().unwrap_or(&1);
         let cols = *out_dims.last().unwrap_or(&1);
         let rows: usize = out_dims[..out_dims.len() - 1].iter().product();
         let lhs_buf = self.materialized(lhs)?;
-        let weights = match weight_words {
-            WeightWords::Stored => self.buffer_of(rhs)?,
-            WeightWords::F32 => self.materialized(rhs)?,
+        let weights = match operands {
+            LibraryOperands::Half {
+                words: WeightWords::F32,
+                ..
+            } => self.materialized(rhs)?,
+            _ => self.buffer_of(rhs)?,
         };
         let out = self.scratch_for(v)?;
         self.contractions.push((
             self.dispatches.len(),
             self.collectives.len(),
             PlannedContraction {
-                half,
+                operands,
                 lhs: lhs_buf,
                 weights,
-                weight_words,
                 transpose_weights: transpose_rhs,
                 out,
                 rows: rows as u32,

@@ -34,7 +34,7 @@ use self::classify::{Classification, Placement, classify};
 use self::context::{KernelCtx, LBuf};
 use self::dequant::FormatTable;
 use crate::kernel::Kernel;
-use crate::plan::{BufferRole, CollectiveOp, DeviceWords, HalfType, HostValue, Plan, WeightWords};
+use crate::plan::{BufferRole, CollectiveOp, DeviceWords, HostValue, LibraryOperands, Plan};
 use crate::refusal::PlanError;
 use crate::target::Target;
 
@@ -124,10 +124,9 @@ pub(crate) struct PlannedCollective {
 
 /// A library contraction before physical buffer assignment.
 pub(crate) struct PlannedContraction {
-    half: HalfType,
+    operands: LibraryOperands,
     lhs: LBuf,
     weights: LBuf,
-    weight_words: WeightWords,
     transpose_weights: bool,
     out: LBuf,
     rows: u32,
@@ -618,10 +617,9 @@ impl<'g> Lowering<'g> {
                 |(before, collectives_before, c)| crate::plan::LibraryContraction {
                     before: *before,
                     collectives_before: *collectives_before,
-                    half: c.half,
+                    operands: c.operands,
                     lhs: assignment.map[c.lhs.0 as usize],
                     weights: assignment.map[c.weights.0 as usize],
-                    weight_words: c.weight_words,
                     transpose_weights: c.transpose_weights,
                     out: assignment.map[c.out.0 as usize],
                     rows: c.rows,

@@ -1,0 +1,502 @@
+// The CPU device's contraction library: out[m, n] = sum_k lhs[m, k] * w[n, k], f32 sums, for
+// weights stored as f32, f16, bf16 or GGUF blocks (decoded exactly, as ggml decodes them).
+//
+// A register tile of RM left-side rows by RN weight rows keeps RM x RN vector sums over k (the
+// dot-product form: both operands are read along k, as stored, so no operand is transposed);
+// each sum is reduced across its lanes once per chunk of KC elements. Block-quantized and
+// half weights are first decoded, RN rows by one chunk, into a panel of f32 that every
+// left-side row then reads. Vector widths follow the compiler's target (-march=native):
+// 16 lanes with AVX-512, 8 with AVX, 4 otherwise (SSE, NEON).
+//
+// The decoders compute ggml's values with the same f32 operations in the same order (the
+// function attribute keeps GCC from fusing them); the sums use fused multiply-adds in an order
+// of their own, which the contraction tolerance (reassociated f32 sums) covers.
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__AVX512F__)
+#define VW 16
+#define RM 4
+#define RN 6
+#elif defined(__AVX__)
+#define VW 8
+#define RM 3
+#define RN 4
+#elif defined(__aarch64__)
+#define VW 4
+#define RM 4
+#define RN 6
+#else
+#define VW 4
+#define RM 3
+#define RN 4
+#endif
+
+// Elements of k one panel holds: a multiple of every block size (256), small enough that RN
+// decoded rows stay in the first-level cache.
+#define KC 1024
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define EXACT __attribute__((optimize("fp-contract=off")))
+#else
+#define EXACT
+#endif
+
+typedef float vf __attribute__((vector_size(VW * 4)));
+
+// Sixteen-lane vectors the decoders work in, whatever the host's width (the compiler splits
+// them where registers are narrower).
+typedef uint8_t u8x16 __attribute__((vector_size(16)));
+typedef int8_t i8x16 __attribute__((vector_size(16)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+typedef float f32x16 __attribute__((vector_size(64)));
+
+#if defined(__AVX512F__) || defined(__F16C__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+// Codes shared with the Rust side (library.rs, `WeightCode`).
+enum {
+    W_F32 = 0,
+    W_F16 = 1,
+    W_BF16 = 2,
+    W_Q4_0 = 3,
+    W_Q4_1 = 4,
+    W_Q5_0 = 5,
+    W_Q5_1 = 6,
+    W_Q8_0 = 7,
+    W_Q4_K = 8,
+    W_Q5_K = 9,
+    W_Q6_K = 10,
+};
+
+struct contraction {
+    const float *lhs;
+    const uint8_t *weights;
+    float *out;
+    uint32_t format;
+    uint32_t rows;
+    uint32_t cols;
+    uint32_t depth;
+};
+
+static inline vf vload(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// The sum of v's lanes, by halving.
+static inline float hsum(vf v) {
+#if VW == 16
+    typedef float h8 __attribute__((vector_size(32)));
+    h8 lo, hi;
+    memcpy(&lo, &v, 32);
+    memcpy(&hi, (char *)&v + 32, 32);
+    h8 s8 = lo + hi;
+#else
+    typedef float h8 __attribute__((vector_size(VW * 4)));
+    h8 s8 = v;
+#endif
+#if VW >= 8
+    typedef float h4 __attribute__((vector_size(16)));
+    h4 a, b;
+    memcpy(&a, &s8, 16);
+    memcpy(&b, (char *)&s8 + 16, 16);
+    h4 s4 = a + b;
+#else
+    typedef float h4 __attribute__((vector_size(16)));
+    h4 s4;
+    memcpy(&s4, &s8, 16);
+#endif
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+static inline f32x16 load16(const float *p) {
+    f32x16 v;
+    memcpy(&v, p, 64);
+    return v;
+}
+
+static inline void store16(float *p, f32x16 v) { memcpy(p, &v, 64); }
+
+static inline u8x16 bytes16(const uint8_t *p) {
+    u8x16 v;
+    memcpy(&v, p, 16);
+    return v;
+}
+
+// Sixteen bytes widened to i32 lanes (zero- or sign-extended). GCC widens a generic vector
+// lane by lane, so the x86 extensions are named where the host has them.
+static inline i32x16 widen(u8x16 b) {
+    i32x16 r;
+#if defined(__AVX512F__)
+    __m128i x;
+    memcpy(&x, &b, 16);
+    __m512i w = _mm512_cvtepu8_epi32(x);
+    memcpy(&r, &w, 64);
+#elif defined(__AVX2__)
+    __m128i x;
+    memcpy(&x, &b, 16);
+    __m256i lo = _mm256_cvtepu8_epi32(x), hi = _mm256_cvtepu8_epi32(_mm_srli_si128(x, 8));
+    memcpy(&r, &lo, 32);
+    memcpy((char *)&r + 32, &hi, 32);
+#else
+    r = __builtin_convertvector(b, i32x16);
+#endif
+    return r;
+}
+
+static inline i32x16 widen_signed(i8x16 b) {
+    i32x16 r;
+#if defined(__AVX512F__)
+    __m128i x;
+    memcpy(&x, &b, 16);
+    __m512i w = _mm512_cvtepi8_epi32(x);
+    memcpy(&r, &w, 64);
+#elif defined(__AVX2__)
+    __m128i x;
+    memcpy(&x, &b, 16);
+    __m256i lo = _mm256_cvtepi8_epi32(x), hi = _mm256_cvtepi8_epi32(_mm_srli_si128(x, 8));
+    memcpy(&r, &lo, 32);
+    memcpy((char *)&r + 32, &hi, 32);
+#else
+    r = __builtin_convertvector(b, i32x16);
+#endif
+    return r;
+}
+
+static inline f32x16 to_f32(i32x16 v) { return __builtin_convertvector(v, f32x16); }
+
+static inline f32x16 splat(float x) {
+    return (f32x16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+}
+
+static inline float half_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else {
+        // Subnormal: normalize the mantissa.
+        int e = -1;
+        do {
+            man <<= 1;
+            e++;
+        } while ((man & 0x400u) == 0);
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline float f16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
+    return half_to_f32(h);
+#endif
+}
+
+// Block sizes (elements, bytes) of the block formats.
+static inline uint32_t block_elems(uint32_t f) {
+    return f >= W_Q4_K ? 256 : 32;
+}
+
+static inline uint32_t block_bytes(uint32_t f) {
+    switch (f) {
+        case W_Q4_0: return 18;
+        case W_Q4_1: return 20;
+        case W_Q5_0: return 22;
+        case W_Q5_1: return 24;
+        case W_Q8_0: return 34;
+        case W_Q4_K: return 144;
+        case W_Q5_K: return 176;
+        case W_Q6_K: return 210;
+        default: return 0;
+    }
+}
+
+static size_t row_bytes(uint32_t f, uint32_t depth) {
+    switch (f) {
+        case W_F32: return (size_t)depth * 4;
+        case W_F16:
+        case W_BF16: return (size_t)depth * 2;
+        default: return (size_t)depth / block_elems(f) * block_bytes(f);
+    }
+}
+
+static void dec_f16(const uint8_t *row, uint32_t k0, uint32_t n, float *y) {
+    const uint8_t *h = row + 2 * (size_t)k0;
+    uint32_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(h + 2 * i));
+        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(x));
+    }
+#elif defined(__F16C__)
+    for (; i + 8 <= n; i += 8) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(h + 2 * i));
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(x));
+    }
+#endif
+    for (; i < n; i++) y[i] = f16_at(h + 2 * i);
+}
+
+EXACT static void dec_bf16(const uint8_t *row, uint32_t k0, uint32_t n, float *y) {
+    const uint16_t *h = (const uint16_t *)(row) + k0;
+    uint32_t *out = (uint32_t *)y;
+    for (uint32_t i = 0; i < n; i++) out[i] = (uint32_t)h[i] << 16;
+}
+
+static const i32x16 LANE = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+EXACT static void dec_q4_0(const uint8_t *b, float *y) {
+    f32x16 d = splat(f16_at(b));
+    i32x16 q = widen(bytes16(b + 2));
+    store16(y, to_f32((q & 0x0f) - 8) * d);
+    store16(y + 16, to_f32((q >> 4) - 8) * d);
+}
+
+EXACT static void dec_q4_1(const uint8_t *b, float *y) {
+    f32x16 d = splat(f16_at(b)), m = splat(f16_at(b + 2));
+    i32x16 q = widen(bytes16(b + 4));
+    store16(y, to_f32(q & 0x0f) * d + m);
+    store16(y + 16, to_f32(q >> 4) * d + m);
+}
+
+// Q5's fifth bits of elements j and j + 16, at bit 4.
+static inline void q5_high(const uint8_t *p, i32x16 *h0, i32x16 *h1) {
+    uint32_t qh;
+    memcpy(&qh, p, 4);
+    u32x16 v = (u32x16){0} + qh;
+    *h0 = (i32x16)(((v >> (u32x16)LANE) << 4) & 0x10);
+    *h1 = (i32x16)((v >> ((u32x16)LANE + 12)) & 0x10);
+}
+
+EXACT static void dec_q5_0(const uint8_t *b, float *y) {
+    f32x16 d = splat(f16_at(b));
+    i32x16 h0, h1;
+    q5_high(b + 2, &h0, &h1);
+    i32x16 q = widen(bytes16(b + 6));
+    store16(y, to_f32(((q & 0x0f) | h0) - 16) * d);
+    store16(y + 16, to_f32(((q >> 4) | h1) - 16) * d);
+}
+
+EXACT static void dec_q5_1(const uint8_t *b, float *y) {
+    f32x16 d = splat(f16_at(b)), m = splat(f16_at(b + 2));
+    i32x16 h0, h1;
+    q5_high(b + 4, &h0, &h1);
+    i32x16 q = widen(bytes16(b + 8));
+    store16(y, to_f32((q & 0x0f) | h0) * d + m);
+    store16(y + 16, to_f32((q >> 4) | h1) * d + m);
+}
+
+EXACT static void dec_q8_0(const uint8_t *b, float *y) {
+    f32x16 d = splat(f16_at(b));
+    for (int j = 0; j < 32; j += 16) {
+        i8x16 q;
+        memcpy(&q, b + 2 + j, 16);
+        store16(y + j, to_f32(widen_signed(q)) * d);
+    }
+}
+
+// ggml's get_scale_min_k4.
+static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+EXACT static void dec_q4_k(const uint8_t *b, float *y) {
+    float d = f16_at(b), min = f16_at(b + 2);
+    const uint8_t *scales = b + 4;
+    for (int c = 0; c < 4; c++) {
+        uint8_t sc, m;
+        scale_min_k4(2 * c, scales, &sc, &m);
+        float d1 = d * (float)sc, m1 = min * (float)m;
+        scale_min_k4(2 * c + 1, scales, &sc, &m);
+        float d2 = d * (float)sc, m2 = min * (float)m;
+        const uint8_t *q = b + 16 + 32 * c;
+        for (int l = 0; l < 32; l += 16) {
+            i32x16 v = widen(bytes16(q + l));
+            store16(y + 64 * c + l, splat(d1) * to_f32(v & 0x0f) - splat(m1));
+            store16(y + 64 * c + 32 + l, splat(d2) * to_f32(v >> 4) - splat(m2));
+        }
+    }
+}
+
+EXACT static void dec_q5_k(const uint8_t *b, float *y) {
+    float d = f16_at(b), min = f16_at(b + 2);
+    const uint8_t *scales = b + 4, *qh = b + 16;
+    for (int c = 0; c < 4; c++) {
+        uint8_t sc, m;
+        scale_min_k4(2 * c, scales, &sc, &m);
+        float d1 = d * (float)sc, m1 = min * (float)m;
+        scale_min_k4(2 * c + 1, scales, &sc, &m);
+        float d2 = d * (float)sc, m2 = min * (float)m;
+        const uint8_t *ql = b + 48 + 32 * c;
+        for (int l = 0; l < 32; l += 16) {
+            i32x16 h = widen(bytes16(qh + l)), v = widen(bytes16(ql + l));
+            i32x16 h1 = ((h >> (2 * c)) & 1) << 4, h2 = ((h >> (2 * c + 1)) & 1) << 4;
+            store16(y + 64 * c + l, splat(d1) * to_f32((v & 0x0f) + h1) - splat(m1));
+            store16(y + 64 * c + 32 + l, splat(d2) * to_f32((v >> 4) + h2) - splat(m2));
+        }
+    }
+}
+
+EXACT static void dec_q6_k(const uint8_t *b, float *y) {
+    float d = f16_at(b + 208);
+    for (int n = 0; n < 2; n++) {
+        const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+        const int8_t *sc = (const int8_t *)(b + 192 + 8 * n);
+        float *o = y + 128 * n;
+        for (int l = 0; l < 32; l += 16) {
+            int is = l / 16;
+            i32x16 h = widen(bytes16(qh + l));
+            i32x16 a = widen(bytes16(ql + l)), c = widen(bytes16(ql + l + 32));
+            i32x16 q1 = ((a & 0x0f) | ((h & 3) << 4)) - 32;
+            i32x16 q2 = ((c & 0x0f) | (((h >> 2) & 3) << 4)) - 32;
+            i32x16 q3 = ((a >> 4) | (((h >> 4) & 3) << 4)) - 32;
+            i32x16 q4 = ((c >> 4) | (((h >> 6) & 3) << 4)) - 32;
+            store16(o + l, splat(d * (float)sc[is]) * to_f32(q1));
+            store16(o + l + 32, splat(d * (float)sc[is + 2]) * to_f32(q2));
+            store16(o + l + 64, splat(d * (float)sc[is + 4]) * to_f32(q3));
+            store16(o + l + 96, splat(d * (float)sc[is + 6]) * to_f32(q4));
+        }
+    }
+}
+
+// Elements [k0, k0 + n) of a weight row into y; k0 and n are whole blocks.
+static void decode(uint32_t f, const uint8_t *row, uint32_t k0, uint32_t n, float *y) {
+    if (f == W_F16) {
+        dec_f16(row, k0, n, y);
+        return;
+    }
+    if (f == W_BF16) {
+        dec_bf16(row, k0, n, y);
+        return;
+    }
+    uint32_t be = block_elems(f), bb = block_bytes(f);
+    const uint8_t *b = row + (size_t)(k0 / be) * bb;
+    for (uint32_t i = 0; i < n; i += be, b += bb, y += be) {
+        switch (f) {
+            case W_Q4_0: dec_q4_0(b, y); break;
+            case W_Q4_1: dec_q4_1(b, y); break;
+            case W_Q5_0: dec_q5_0(b, y); break;
+            case W_Q5_1: dec_q5_1(b, y); break;
+            case W_Q8_0: dec_q8_0(b, y); break;
+            case W_Q4_K: dec_q4_k(b, y); break;
+            case W_Q5_K: dec_q5_k(b, y); break;
+            case W_Q6_K: dec_q6_k(b, y); break;
+            default: break;
+        }
+    }
+}
+
+// The tile: rm left-side rows (stride lda) by rn weight rows (w[c], each kc elements) into out
+// (stride ldo); `add` accumulates onto what out holds.
+static inline __attribute__((always_inline)) void tile(int rm, int rn, const float *a,
+                                                       size_t lda, const float *const *w,
+                                                       uint32_t kc, float *out, size_t ldo,
+                                                       int add) {
+    vf acc[RM][RN];
+#pragma GCC unroll 8
+    for (int r = 0; r < RM; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < RN; c++) acc[r][c] = (vf){0};
+    uint32_t kv = kc - kc % VW;
+    for (uint32_t k = 0; k < kv; k += VW) {
+        vf wv[RN];
+#pragma GCC unroll 8
+        for (int c = 0; c < RN; c++)
+            if (c < rn) wv[c] = vload(w[c] + k);
+#pragma GCC unroll 8
+        for (int r = 0; r < RM; r++) {
+            if (r >= rm) break;
+            vf av = vload(a + r * lda + k);
+#pragma GCC unroll 8
+            for (int c = 0; c < RN; c++)
+                if (c < rn) acc[r][c] += av * wv[c];
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < RM; r++) {
+        if (r >= rm) break;
+#pragma GCC unroll 8
+        for (int c = 0; c < RN; c++) {
+            if (c >= rn) break;
+            float s = hsum(acc[r][c]);
+            for (uint32_t k = kv; k < kc; k++) s += a[r * lda + k] * w[c][k];
+            float *o = out + r * ldo + c;
+            *o = add ? *o + s : s;
+        }
+    }
+}
+
+#define TILE_CASE(M, N)                                   \
+    case (M) * 16 + (N):                                  \
+        tile((M), (N), a, lda, w, kc, out, ldo, add); \
+        break;
+
+#define TILE_ROW(M)                                                                      \
+    TILE_CASE(M, 1) TILE_CASE(M, 2) TILE_CASE(M, 3) TILE_CASE(M, 4) TILE_CASE(M, 5) \
+    TILE_CASE(M, 6)
+
+static void any_tile(int rm, int rn, const float *a, size_t lda, const float *const *w,
+                     uint32_t kc, float *out, size_t ldo, int add) {
+    switch (rm * 16 + rn) {
+        TILE_ROW(1)
+        TILE_ROW(2)
+        TILE_ROW(3)
+        TILE_ROW(4)
+        default: break;
+    }
+}
+
+// Columns [col0, col1) of the contraction, for every row.
+void poot_contract(const struct contraction *j, uint32_t col0, uint32_t col1) {
+    static __thread float panel[RN * KC] __attribute__((aligned(64)));
+    const size_t rb = row_bytes(j->format, j->depth);
+    const size_t lda = j->depth, ldo = j->cols;
+    for (uint32_t n = col0; n < col1; n += RN) {
+        int rn = (int)(col1 - n < RN ? col1 - n : RN);
+        for (uint32_t k0 = 0; k0 < j->depth; k0 += KC) {
+            uint32_t kc = j->depth - k0 < KC ? j->depth - k0 : KC;
+            const float *w[RN];
+            for (int c = 0; c < rn; c++) {
+                const uint8_t *row = j->weights + (size_t)(n + c) * rb;
+                if (j->format == W_F32) {
+                    w[c] = (const float *)row + k0;
+                } else {
+                    decode(j->format, row, k0, kc, panel + (size_t)c * KC);
+                    w[c] = panel + (size_t)c * KC;
+                }
+            }
+            for (uint32_t m = 0; m < j->rows; m += RM) {
+                int rm = (int)(j->rows - m < RM ? j->rows - m : RM);
+                any_tile(rm, rn, j->lhs + (size_t)m * lda + k0, lda, w, kc,
+                         j->out + (size_t)m * ldo + n, ldo, k0 != 0);
+            }
+        }
+    }
+}
+
+// The tile's shape, for the caller's column chunks.
+uint32_t poot_contract_columns_per_tile(void) { return RN; }

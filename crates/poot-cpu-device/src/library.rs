@@ -1,0 +1,214 @@
+//! The contraction library (`contract.c`): the plan's exact library contractions
+//! ([`LibraryOperands::Exact`]), compiled once per machine by the system C compiler like the
+//! kernels, and run over the pool by column chunks.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use poot_executor::{Contraction, DeviceError};
+use poot_formats::BlockFormat;
+use poot_graph_plan::{LibraryOperands, StoredWeights};
+
+use crate::compiler::{CompileFailure, Compiler, LIBRARY_FLAGS};
+use crate::device::{CpuBuffer, Memory};
+
+const SOURCE: &str = include_str!("contract.c");
+
+/// `struct contraction` of `contract.c`.
+#[repr(C)]
+struct Job {
+    lhs: *const f32,
+    weights: *const u8,
+    out: *mut f32,
+    format: u32,
+    rows: u32,
+    cols: u32,
+    depth: u32,
+}
+
+type ContractEntry = unsafe extern "C" fn(*const Job, u32, u32);
+type ColumnsEntry = unsafe extern "C" fn() -> u32;
+
+/// The loaded library.
+pub(crate) struct ContractLibrary {
+    contract: ContractEntry,
+    /// Weight rows one register tile covers: column chunks are whole tiles.
+    tile_columns: u32,
+    _library: libloading::Library,
+}
+
+/// `contract.c`'s code for a stored format, where it decodes it.
+fn format_code(w: StoredWeights) -> Option<u32> {
+    Some(match w {
+        StoredWeights::F32 => 0,
+        StoredWeights::F16 => 1,
+        StoredWeights::BF16 => 2,
+        StoredWeights::Blocks(b) => match b {
+            BlockFormat::Q4_0 => 3,
+            BlockFormat::Q4_1 => 4,
+            BlockFormat::Q5_0 => 5,
+            BlockFormat::Q5_1 => 6,
+            BlockFormat::Q8_0 => 7,
+            BlockFormat::Q4_K => 8,
+            BlockFormat::Q5_K => 9,
+            BlockFormat::Q6_K => 10,
+            _ => return None,
+        },
+    })
+}
+
+/// Bytes of a weight row of `depth` elements in `w`.
+fn row_bytes(w: StoredWeights, depth: u64) -> Option<u64> {
+    match w {
+        StoredWeights::F32 => depth.checked_mul(4),
+        StoredWeights::F16 | StoredWeights::BF16 => depth.checked_mul(2),
+        StoredWeights::Blocks(b) => {
+            let elems = b.block_elems() as u64;
+            depth
+                .is_multiple_of(elems)
+                .then(|| depth / elems * b.block_bytes() as u64)
+        }
+    }
+}
+
+impl ContractLibrary {
+    /// Compiles (or finds in the disk cache) and loads the library.
+    pub(crate) fn load(compiler: &Compiler) -> Result<ContractLibrary, DeviceError> {
+        let key = compiler.key(SOURCE, LIBRARY_FLAGS);
+        let path = compiler
+            .shared_object(&key, SOURCE, LIBRARY_FLAGS)
+            .map_err(|f| match f {
+                CompileFailure::Missing(reason) => DeviceError::Unavailable {
+                    backend: crate::device::BACKEND,
+                    reason,
+                },
+                CompileFailure::Refused(log) => DeviceError::Compile {
+                    kernel: "contract.c".to_string(),
+                    log,
+                },
+            })?;
+        let failed = |e: libloading::Error| DeviceError::Compile {
+            kernel: "contract.c".to_string(),
+            log: format!("loading {}: {e}", path.display()),
+        };
+        // SAFETY: a shared object we compiled from our own C, with no initializers.
+        let library = unsafe { libloading::Library::new(&path) }.map_err(failed)?;
+        // SAFETY: both entries are defined in contract.c with exactly these signatures.
+        let (contract, columns) = unsafe {
+            (
+                *library
+                    .get::<ContractEntry>(b"poot_contract")
+                    .map_err(failed)?,
+                *library
+                    .get::<ColumnsEntry>(b"poot_contract_columns_per_tile")
+                    .map_err(failed)?,
+            )
+        };
+        // SAFETY: takes no arguments and reads nothing.
+        let tile_columns = unsafe { columns() }.max(1);
+        Ok(ContractLibrary {
+            contract,
+            tile_columns,
+            _library: library,
+        })
+    }
+}
+
+/// One recorded contraction: the library, its job and the buffers it keeps alive.
+pub(crate) struct RecordedContraction {
+    library: Arc<ContractLibrary>,
+    job: Job,
+    _buffers: [Arc<Memory>; 3],
+}
+
+// SAFETY: the job's addresses point into allocations the recording keeps alive; the entry into
+// a library it keeps loaded.
+unsafe impl Send for RecordedContraction {}
+// SAFETY: as above; the job is only read.
+unsafe impl Sync for RecordedContraction {}
+
+impl RecordedContraction {
+    /// Checks `c` against its buffers and the library's formats.
+    pub(crate) fn new(
+        library: Arc<ContractLibrary>,
+        c: &Contraction<'_, crate::CpuDevice>,
+    ) -> Result<RecordedContraction, DeviceError> {
+        let bad = |reason: String| DeviceError::BadLaunch {
+            kernel: "library contraction".to_string(),
+            reason,
+        };
+        let LibraryOperands::Exact(stored) = c.operands else {
+            return Err(bad(
+                "a half-precision contraction (planned for another device)".to_string(),
+            ));
+        };
+        let format = format_code(stored)
+            .ok_or_else(|| bad(format!("weights in {stored:?}, which it does not decode")))?;
+        if !c.transpose_weights {
+            return Err(bad("weights not stored as [columns, depth]".to_string()));
+        }
+        let (rows, cols, depth) = (u64::from(c.rows), u64::from(c.cols), u64::from(c.depth));
+        let weight_bytes = row_bytes(stored, depth)
+            .and_then(|r| r.checked_mul(cols))
+            .ok_or_else(|| bad(format!("{depth} elements are not whole {stored:?} blocks")))?;
+        for (b, need, what) in [
+            (c.lhs, rows * depth * 4, "left side"),
+            (c.weights, weight_bytes, "weights"),
+            (c.out, rows * cols * 4, "result"),
+        ] {
+            if b.bytes() < need {
+                return Err(bad(format!(
+                    "its {what} needs {need} B, the buffer has {} B",
+                    b.bytes()
+                )));
+            }
+        }
+        if Arc::ptr_eq(&c.out.mem, &c.lhs.mem) || Arc::ptr_eq(&c.out.mem, &c.weights.mem) {
+            return Err(bad("its result overlaps an operand".to_string()));
+        }
+        let ptr = |b: &CpuBuffer| b.mem.ptr.as_ptr().cast::<c_void>();
+        Ok(RecordedContraction {
+            job: Job {
+                lhs: ptr(c.lhs).cast(),
+                weights: ptr(c.weights).cast(),
+                out: ptr(c.out).cast(),
+                format,
+                rows: c.rows,
+                cols: c.cols,
+                depth: c.depth,
+            },
+            library,
+            _buffers: [
+                Arc::clone(&c.lhs.mem),
+                Arc::clone(&c.weights.mem),
+                Arc::clone(&c.out.mem),
+            ],
+        })
+    }
+
+    /// Runs the contraction over `pool`: column chunks of whole tiles, `chunks_per_thread`
+    /// for each thread so uneven chunks balance.
+    pub(crate) fn run(&self, pool: &rayon::ThreadPool, threads: usize, chunks_per_thread: u32) {
+        use rayon::prelude::*;
+        let cols = self.job.cols;
+        let tile = self.library.tile_columns;
+        let tiles = cols.div_ceil(tile);
+        let want = (threads as u32).saturating_mul(chunks_per_thread).max(1);
+        let per_chunk = tiles.div_ceil(want.min(tiles)) * tile;
+        let chunks = cols.div_ceil(per_chunk);
+        let job = &self.job as *const Job as usize;
+        let contract = self.library.contract;
+        let run_chunk = |c: u32| {
+            let c0 = c * per_chunk;
+            let c1 = (c0 + per_chunk).min(cols);
+            // SAFETY: the job was checked against its buffers when recorded, and each chunk
+            // writes its own columns of the result.
+            unsafe { contract(job as *const Job, c0, c1) };
+        };
+        if chunks == 1 {
+            run_chunk(0);
+        } else {
+            pool.install(|| (0..chunks).into_par_iter().for_each(run_chunk));
+        }
+    }
+}
