@@ -470,8 +470,9 @@ static void any_tile(int rm, int rn, const float *a, size_t lda, const float *co
     }
 }
 
-// Columns [col0, col1) of the contraction, for every row.
-void poot_contract(const struct contraction *j, uint32_t col0, uint32_t col1) {
+// Few rows (a decode step): columns [col0, col1) in the dot-product form above, the weights
+// read once.
+static void contract_few(const struct contraction *j, uint32_t col0, uint32_t col1) {
     static __thread float panel[RN * KC] __attribute__((aligned(64)));
     const size_t rb = row_bytes(j->format, j->depth);
     const size_t lda = j->depth, ldo = j->cols;
@@ -498,5 +499,134 @@ void poot_contract(const struct contraction *j, uint32_t col0, uint32_t col1) {
     }
 }
 
-// The tile's shape, for the caller's column chunks.
-uint32_t poot_contract_columns_per_tile(void) { return RN; }
+// Many rows (a prefill chunk): the textbook blocked product. A chunk of GK elements of k of
+// GN weight rows is decoded and packed k-major in micro-panels of GR columns; GM left-side
+// rows are packed k-major in micro-panels of GQ rows; a GQ x GR tile of sums stays in
+// registers while each step of k broadcasts GQ left-side values against two vectors of
+// weights.
+#define GQ 8
+#define GR (2 * VW)
+#define GK 256
+#define GM 96
+#define GN 192
+#define GEMM_MIN_ROWS 16
+
+// x in every lane (an initializer, which GCC turns into one broadcast).
+static inline vf vsplat(float x) {
+#if VW == 16
+    return (vf){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+#elif VW == 8
+    return (vf){x, x, x, x, x, x, x, x};
+#else
+    return (vf){x, x, x, x};
+#endif
+}
+
+// The GQ x GR tile at c (stride ldc) += (or =, when `first`) ap . bp over kc steps; only
+// rows < mr and columns < nr are written.
+static inline void gemm_tile(uint32_t kc, const float *ap, const float *bp, float *c,
+                             size_t ldc, int first, int mr, int nr) {
+    vf acc[GQ][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < GQ; r++) acc[r][0] = acc[r][1] = (vf){0};
+    for (uint32_t k = 0; k < kc; k++) {
+        vf b0 = vload(bp + (size_t)k * GR), b1 = vload(bp + (size_t)k * GR + VW);
+#pragma GCC unroll 8
+        for (int r = 0; r < GQ; r++) {
+            vf a = vsplat(ap[(size_t)k * GQ + r]);
+            acc[r][0] += a * b0;
+            acc[r][1] += a * b1;
+        }
+    }
+    if (mr == GQ && nr == GR) {
+#pragma GCC unroll 8
+        for (int r = 0; r < GQ; r++) {
+            float *row = c + (size_t)r * ldc;
+            if (!first) {
+                acc[r][0] += vload(row);
+                acc[r][1] += vload(row + VW);
+            }
+            memcpy(row, &acc[r][0], sizeof(vf));
+            memcpy(row + VW, &acc[r][1], sizeof(vf));
+        }
+        return;
+    }
+    float t[GQ][GR];
+    memcpy(t, acc, sizeof t);
+    for (int r = 0; r < mr; r++)
+        for (int q = 0; q < nr; q++) {
+            float *o = c + (size_t)r * ldc + q;
+            *o = first ? t[r][q] : *o + t[r][q];
+        }
+}
+
+static void contract_many(const struct contraction *j, uint32_t col0, uint32_t col1) {
+    static __thread float bpack[GN * GK] __attribute__((aligned(64)));
+    static __thread float apack[GM * GK] __attribute__((aligned(64)));
+    static __thread float rows[GR * GK] __attribute__((aligned(64)));
+    const size_t rb = row_bytes(j->format, j->depth);
+    const size_t lda = j->depth, ldc = j->cols;
+    for (uint32_t jc = col0; jc < col1; jc += GN) {
+        uint32_t nc = col1 - jc < GN ? col1 - jc : GN;
+        for (uint32_t pc = 0; pc < j->depth; pc += GK) {
+            uint32_t kc = j->depth - pc < GK ? j->depth - pc : GK;
+            // The weights, decoded and packed: micro-panel p holds columns jc + p*GR ..,
+            // element (k, c) at k*GR + c, zeros past the last column.
+            for (uint32_t p = 0; p * GR < nc; p++) {
+                float *dst = bpack + (size_t)p * GR * GK;
+                for (uint32_t c = 0; c < GR; c++) {
+                    uint32_t n = jc + p * GR + c;
+                    float *src = rows + (size_t)c * GK;
+                    if (n >= jc + nc) {
+                        memset(src, 0, kc * sizeof(float));
+                    } else if (j->format == W_F32) {
+                        memcpy(src, (const float *)(j->weights + (size_t)n * rb) + pc,
+                               kc * sizeof(float));
+                    } else {
+                        decode(j->format, j->weights + (size_t)n * rb, pc, kc, src);
+                    }
+                }
+                for (uint32_t k = 0; k < kc; k++)
+                    for (uint32_t c = 0; c < GR; c++)
+                        dst[(size_t)k * GR + c] = rows[(size_t)c * GK + k];
+            }
+            for (uint32_t ic = 0; ic < j->rows; ic += GM) {
+                uint32_t mc = j->rows - ic < GM ? j->rows - ic : GM;
+                // The left side, packed: micro-panel q holds rows ic + q*GQ .., element (k, r)
+                // at k*GQ + r, zeros past the last row.
+                for (uint32_t q = 0; q * GQ < mc; q++) {
+                    float *dst = apack + (size_t)q * GQ * GK;
+                    for (uint32_t r = 0; r < GQ; r++) {
+                        uint32_t m = ic + q * GQ + r;
+                        if (m >= ic + mc) {
+                            for (uint32_t k = 0; k < kc; k++) dst[(size_t)k * GQ + r] = 0.0f;
+                        } else {
+                            const float *src = j->lhs + (size_t)m * lda + pc;
+                            for (uint32_t k = 0; k < kc; k++) dst[(size_t)k * GQ + r] = src[k];
+                        }
+                    }
+                }
+                for (uint32_t p = 0; p * GR < nc; p++) {
+                    int nr = (int)(nc - p * GR < GR ? nc - p * GR : GR);
+                    for (uint32_t q = 0; q * GQ < mc; q++) {
+                        int mr = (int)(mc - q * GQ < GQ ? mc - q * GQ : GQ);
+                        gemm_tile(kc, apack + (size_t)q * GQ * GK, bpack + (size_t)p * GR * GK,
+                                  j->out + (size_t)(ic + q * GQ) * ldc + jc + p * GR, ldc,
+                                  pc == 0, mr, nr);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Columns [col0, col1) of the contraction, for every row.
+void poot_contract(const struct contraction *j, uint32_t col0, uint32_t col1) {
+    if (j->rows >= GEMM_MIN_ROWS)
+        contract_many(j, col0, col1);
+    else
+        contract_few(j, col0, col1);
+}
+
+// Columns a chunk of the caller's should be a multiple of.
+uint32_t poot_contract_columns_per_tile(void) { return GR; }
