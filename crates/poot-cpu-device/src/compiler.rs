@@ -24,6 +24,7 @@ pub(crate) struct Compiler {
 /// rounded one by one as the oracle rounds them (no contraction into fused multiply-adds).
 pub(crate) const KERNEL_FLAGS: &[&str] = &[
     "-O2",
+    "-fvect-cost-model=dynamic",
     "-march=native",
     "-ffp-contract=off",
     "-fno-math-errno",

@@ -407,6 +407,12 @@ impl Target {
         self.backend == Backend::Ptx && self.limits.subgroup_size == 32
     }
 
+    /// Whether a workgroup's threads run as loops on one core (the CPU): kernels shaped for
+    /// one thread with loops over features vectorise there, GPU-shaped teams do not.
+    pub fn threads_are_loops(&self) -> bool {
+        self.backend == Backend::Cpu
+    }
+
     /// How tiled contractions multiply on this target's matrix units (warp-wide `mma.sync`):
     /// as tuned where the device has them, [`MatrixUnits::Off`] elsewhere.
     pub fn matrix_units(&self) -> MatrixUnits {

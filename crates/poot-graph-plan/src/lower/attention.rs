@@ -330,6 +330,9 @@ impl Lowering<'_> {
         let s_len = self.g.values()[a.scores.index()].ty.dims()[3];
         let dqk = self.g.values()[a.q.index()].ty.dims()[3];
         let rows = bsz * heads * tokens;
+        if self.target.threads_are_loops() {
+            return self.emit_attention_rows(a);
+        }
         // The decode kernel's teams share each position's dot product across lanes; where a
         // subgroup is one thread (the CPU), every lane's loop would repeat the team's sums and
         // exponentials, so the kernel below, one position per thread, serves (measured on
