@@ -2,6 +2,8 @@
 //! sides of its few-rows/many-rows split, ragged tiles and chunked depths, the weights decoded
 //! by `poot_formats` (ggml's values) and summed in f64.
 
+#![allow(clippy::unwrap_used)]
+
 use poot_cpu_device::{CpuDevice, CpuOptions};
 use poot_executor::{Command, Contraction, Device};
 use poot_formats::{FieldKind, decode_blocks};
