@@ -470,6 +470,126 @@ static void any_tile(int rm, int rn, const float *a, size_t lda, const float *co
     }
 }
 
+// One 32-element block's values as two vectors of sixteen, for the formats a decode step reads
+// most (the same operations as their decoders above, kept in registers).
+static inline void block32(uint32_t f, const uint8_t *b, f32x16 *lo, f32x16 *hi) {
+    if (f == W_Q4_0) {
+        f32x16 d = splat(f16_at(b));
+        i32x16 q = widen(bytes16(b + 2));
+        *lo = to_f32((q & 0x0f) - 8) * d;
+        *hi = to_f32((q >> 4) - 8) * d;
+    } else if (f == W_Q4_1) {
+        f32x16 d = splat(f16_at(b)), m = splat(f16_at(b + 2));
+        i32x16 q = widen(bytes16(b + 4));
+        *lo = to_f32(q & 0x0f) * d + m;
+        *hi = to_f32(q >> 4) * d + m;
+    } else {
+        f32x16 d = splat(f16_at(b));
+        i8x16 q0, q1;
+        memcpy(&q0, b + 2, 16);
+        memcpy(&q1, b + 18, 16);
+        *lo = to_f32(widen_signed(q0)) * d;
+        *hi = to_f32(widen_signed(q1)) * d;
+    }
+}
+
+static inline float hsum16(f32x16 v) {
+    float s = 0.0f;
+    vf part;
+    for (int i = 0; i < 16; i += VW) {
+        memcpy(&part, (char *)&v + 4 * i, sizeof part);
+        s += hsum(part);
+    }
+    return s;
+}
+
+// A decode step's rows (at most FUSED_ROWS) against Q4_0, Q4_1 or Q8_0 weights: each block
+// decoded into registers and multiplied there, no panel.
+#define FUSED_ROWS 4
+#define FUSED_COLS 4
+// Bytes ahead of each row's block requested from memory.
+#define FUSED_AHEAD 256
+
+static int fused_format(uint32_t f) {
+    return f == W_Q4_0 || f == W_Q4_1 || f == W_Q8_0 || f == W_F16 || f == W_BF16;
+}
+
+// Sixteen f16 or bf16 weights as f32.
+static inline f32x16 halves16(uint32_t f, const uint8_t *p) {
+    f32x16 r;
+    if (f == W_BF16) {
+        typedef uint16_t u16x16 __attribute__((vector_size(32)));
+        u16x16 h;
+        memcpy(&h, p, 32);
+        u32x16 w = __builtin_convertvector(h, u32x16) << 16;
+        memcpy(&r, &w, 64);
+        return r;
+    }
+#if defined(__AVX512F__)
+    __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    memcpy(&r, &v, 64);
+#elif defined(__F16C__)
+    __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
+    memcpy(&r, &a, 32);
+    memcpy((char *)&r + 32, &b, 32);
+#else
+    for (int i = 0; i < 16; i++) r[i] = f16_at(p + 2 * i);
+#endif
+    return r;
+}
+
+static void contract_fused(const struct contraction *j, uint32_t col0, uint32_t col1) {
+    const int half = j->format == W_F16 || j->format == W_BF16;
+    // Halves go 32 elements (64 bytes) a step like a block; a tail of fewer is summed alone.
+    const uint32_t bb = half ? 64 : block_bytes(j->format), blocks = j->depth / 32;
+    const size_t rb = row_bytes(j->format, j->depth);
+    // FUSED_COLS weight rows walked together: as many streams of weights in flight, where one
+    // row at a time waits on each block's load.
+    for (uint32_t n = col0; n < col1; n += FUSED_COLS) {
+        uint32_t nc = col1 - n < FUSED_COLS ? col1 - n : FUSED_COLS;
+        const uint8_t *rows[FUSED_COLS];
+        for (uint32_t c = 0; c < FUSED_COLS; c++)
+            rows[c] = j->weights + (size_t)(n + (c < nc ? c : 0)) * rb;
+        f32x16 acc[FUSED_ROWS][FUSED_COLS];
+        for (uint32_t m = 0; m < FUSED_ROWS; m++)
+            for (uint32_t c = 0; c < FUSED_COLS; c++) acc[m][c] = (f32x16){0};
+        for (uint32_t i = 0; i < blocks; i++) {
+            for (uint32_t c = 0; c < FUSED_COLS; c++) {
+                f32x16 lo, hi;
+                const uint8_t *at = rows[c] + (size_t)i * bb;
+                __builtin_prefetch(at + FUSED_AHEAD, 0, 3);
+                if (half) {
+                    lo = halves16(j->format, at);
+                    hi = halves16(j->format, at + 32);
+                } else {
+                    block32(j->format, at, &lo, &hi);
+                }
+                for (uint32_t m = 0; m < j->rows; m++) {
+                    const float *x = j->lhs + (size_t)m * j->depth + 32 * (size_t)i;
+                    acc[m][c] += lo * load16(x) + hi * load16(x + 16);
+                }
+            }
+        }
+        for (uint32_t m = 0; m < j->rows; m++)
+            for (uint32_t c = 0; c < nc; c++) {
+                float sum = hsum16(acc[m][c]);
+                // A half row's last depth % 32 elements.
+                for (uint32_t k = 32 * blocks; k < j->depth; k++) {
+                    const uint8_t *w = rows[c] + 2 * (size_t)k;
+                    uint16_t h;
+                    memcpy(&h, w, 2);
+                    uint32_t bits = (uint32_t)h << 16;
+                    float wf;
+                    memcpy(&wf, &bits, 4);
+                    float v = j->format == W_F16 ? f16_at(w) : wf;
+                    sum += j->lhs[(size_t)m * j->depth + k] * v;
+                }
+                j->out[(size_t)m * j->cols + n + c] = sum;
+            }
+    }
+}
+
 // Few rows (a decode step): columns [col0, col1) in the dot-product form above, the weights
 // read once.
 static void contract_few(const struct contraction *j, uint32_t col0, uint32_t col1) {
@@ -624,6 +744,8 @@ static void contract_many(const struct contraction *j, uint32_t col0, uint32_t c
 void poot_contract(const struct contraction *j, uint32_t col0, uint32_t col1) {
     if (j->rows >= GEMM_MIN_ROWS)
         contract_many(j, col0, col1);
+    else if (j->rows <= FUSED_ROWS && fused_format(j->format))
+        contract_fused(j, col0, col1);
     else
         contract_few(j, col0, col1);
 }
