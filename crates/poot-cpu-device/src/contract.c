@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__AVX512F__)
@@ -593,7 +594,7 @@ static void contract_fused(const struct contraction *j, uint32_t col0, uint32_t 
 // Few rows (a decode step): columns [col0, col1) in the dot-product form above, the weights
 // read once.
 static void contract_few(const struct contraction *j, uint32_t col0, uint32_t col1) {
-    static __thread float panel[RN * KC] __attribute__((aligned(64)));
+    float panel[RN * KC] __attribute__((aligned(64)));
     const size_t rb = row_bytes(j->format, j->depth);
     const size_t lda = j->depth, ldo = j->cols;
     for (uint32_t n = col0; n < col1; n += RN) {
@@ -620,15 +621,14 @@ static void contract_few(const struct contraction *j, uint32_t col0, uint32_t co
 }
 
 // Many rows (a prefill chunk): the textbook blocked product. A chunk of GK elements of k of
-// GN weight rows is decoded and packed k-major in micro-panels of GR columns; GM left-side
-// rows are packed k-major in micro-panels of GQ rows; a GQ x GR tile of sums stays in
-// registers while each step of k broadcasts GQ left-side values against two vectors of
-// weights.
+// GN weight rows is decoded and packed k-major in micro-panels of GR columns; a GQ x GR tile
+// of sums stays in registers while each step of k broadcasts GQ left-side values (read from
+// their rows in place) against two vectors of weights.
 #define GQ 8
 #define GR (2 * VW)
 #define GK 256
 #define GM 96
-#define GN 192
+#define GN 1024
 #define GEMM_MIN_ROWS 16
 
 // x in every lane (an initializer, which GCC turns into one broadcast).
@@ -642,9 +642,10 @@ static inline vf vsplat(float x) {
 #endif
 }
 
-// The GQ x GR tile at c (stride ldc) += (or =, when `first`) ap . bp over kc steps; only
-// rows < mr and columns < nr are written.
-static inline void gemm_tile(uint32_t kc, const float *ap, const float *bp, float *c,
+// The GQ x GR tile at c (stride ldc) += (or =, when `first`) a . bp over kc steps, a[r] the
+// left-side rows (read in place: eight sequential streams); only rows < mr and columns < nr
+// are written.
+static inline void gemm_tile(uint32_t kc, const float *const *a, const float *bp, float *c,
                              size_t ldc, int first, int mr, int nr) {
     vf acc[GQ][2];
 #pragma GCC unroll 8
@@ -653,9 +654,9 @@ static inline void gemm_tile(uint32_t kc, const float *ap, const float *bp, floa
         vf b0 = vload(bp + (size_t)k * GR), b1 = vload(bp + (size_t)k * GR + VW);
 #pragma GCC unroll 8
         for (int r = 0; r < GQ; r++) {
-            vf a = vsplat(ap[(size_t)k * GQ + r]);
-            acc[r][0] += a * b0;
-            acc[r][1] += a * b1;
+            vf x = vsplat(a[r][k]);
+            acc[r][0] += x * b0;
+            acc[r][1] += x * b1;
         }
     }
     if (mr == GQ && nr == GR) {
@@ -681,9 +682,14 @@ static inline void gemm_tile(uint32_t kc, const float *ap, const float *bp, floa
 }
 
 static void contract_many(const struct contraction *j, uint32_t col0, uint32_t col1) {
-    static __thread float bpack[GN * GK] __attribute__((aligned(64)));
-    static __thread float apack[GM * GK] __attribute__((aligned(64)));
-    static __thread float rows[GR * GK] __attribute__((aligned(64)));
+    float rows[GR * GK] __attribute__((aligned(64)));
+    // A megabyte, once per call (a call is a chunk of a prefill's product); without it the
+    // few-rows form computes the same sums, slower.
+    float *bpack = aligned_alloc(64, sizeof(float) * GN * GK);
+    if (!bpack) {
+        contract_few(j, col0, col1);
+        return;
+    }
     const size_t rb = row_bytes(j->format, j->depth);
     const size_t lda = j->depth, ldc = j->cols;
     for (uint32_t jc = col0; jc < col1; jc += GN) {
@@ -712,25 +718,15 @@ static void contract_many(const struct contraction *j, uint32_t col0, uint32_t c
             }
             for (uint32_t ic = 0; ic < j->rows; ic += GM) {
                 uint32_t mc = j->rows - ic < GM ? j->rows - ic : GM;
-                // The left side, packed: micro-panel q holds rows ic + q*GQ .., element (k, r)
-                // at k*GQ + r, zeros past the last row.
-                for (uint32_t q = 0; q * GQ < mc; q++) {
-                    float *dst = apack + (size_t)q * GQ * GK;
-                    for (uint32_t r = 0; r < GQ; r++) {
-                        uint32_t m = ic + q * GQ + r;
-                        if (m >= ic + mc) {
-                            for (uint32_t k = 0; k < kc; k++) dst[(size_t)k * GQ + r] = 0.0f;
-                        } else {
-                            const float *src = j->lhs + (size_t)m * lda + pc;
-                            for (uint32_t k = 0; k < kc; k++) dst[(size_t)k * GQ + r] = src[k];
-                        }
-                    }
-                }
                 for (uint32_t p = 0; p * GR < nc; p++) {
                     int nr = (int)(nc - p * GR < GR ? nc - p * GR : GR);
                     for (uint32_t q = 0; q * GQ < mc; q++) {
                         int mr = (int)(mc - q * GQ < GQ ? mc - q * GQ : GQ);
-                        gemm_tile(kc, apack + (size_t)q * GQ * GK, bpack + (size_t)p * GR * GK,
+                        // Rows past the last repeat it; their sums are not written.
+                        const float *a[GQ];
+                        for (int r = 0; r < GQ; r++)
+                            a[r] = j->lhs + (size_t)(ic + q * GQ + (r < mr ? r : mr - 1)) * lda + pc;
+                        gemm_tile(kc, a, bpack + (size_t)p * GR * GK,
                                   j->out + (size_t)(ic + q * GQ) * ldc + jc + p * GR, ldc,
                                   pc == 0, mr, nr);
                     }
@@ -738,6 +734,7 @@ static void contract_many(const struct contraction *j, uint32_t col0, uint32_t c
             }
         }
     }
+    free(bpack);
 }
 
 // Columns [col0, col1) of the contraction, for every row.
