@@ -540,7 +540,10 @@ static inline f32x16 halves16(uint32_t f, const uint8_t *p) {
     return r;
 }
 
-static void contract_fused(const struct contraction *j, uint32_t col0, uint32_t col1) {
+// `nrows` is a constant where this is inlined, so the sums stay in registers.
+static inline __attribute__((always_inline)) void fused_rows(const struct contraction *j,
+                                                             uint32_t col0, uint32_t col1,
+                                                             const uint32_t nrows) {
     const int half = j->format == W_F16 || j->format == W_BF16;
     // Halves go 32 elements (64 bytes) a step like a block; a tail of fewer is summed alone.
     const uint32_t bb = half ? 64 : block_bytes(j->format), blocks = j->depth / 32;
@@ -553,7 +556,7 @@ static void contract_fused(const struct contraction *j, uint32_t col0, uint32_t 
         for (uint32_t c = 0; c < FUSED_COLS; c++)
             rows[c] = j->weights + (size_t)(n + (c < nc ? c : 0)) * rb;
         f32x16 acc[FUSED_ROWS][FUSED_COLS];
-        for (uint32_t m = 0; m < FUSED_ROWS; m++)
+        for (uint32_t m = 0; m < nrows; m++)
             for (uint32_t c = 0; c < FUSED_COLS; c++) acc[m][c] = (f32x16){0};
         for (uint32_t i = 0; i < blocks; i++) {
             for (uint32_t c = 0; c < FUSED_COLS; c++) {
@@ -566,13 +569,13 @@ static void contract_fused(const struct contraction *j, uint32_t col0, uint32_t 
                 } else {
                     block32(j->format, at, &lo, &hi);
                 }
-                for (uint32_t m = 0; m < j->rows; m++) {
+                for (uint32_t m = 0; m < nrows; m++) {
                     const float *x = j->lhs + (size_t)m * j->depth + 32 * (size_t)i;
                     acc[m][c] += lo * load16(x) + hi * load16(x + 16);
                 }
             }
         }
-        for (uint32_t m = 0; m < j->rows; m++)
+        for (uint32_t m = 0; m < nrows; m++)
             for (uint32_t c = 0; c < nc; c++) {
                 float sum = hsum16(acc[m][c]);
                 // A half row's last depth % 32 elements.
@@ -588,6 +591,15 @@ static void contract_fused(const struct contraction *j, uint32_t col0, uint32_t 
                 }
                 j->out[(size_t)m * j->cols + n + c] = sum;
             }
+    }
+}
+
+static void contract_fused(const struct contraction *j, uint32_t col0, uint32_t col1) {
+    switch (j->rows) {
+        case 1: fused_rows(j, col0, col1, 1); break;
+        case 2: fused_rows(j, col0, col1, 2); break;
+        case 3: fused_rows(j, col0, col1, 3); break;
+        default: fused_rows(j, col0, col1, 4); break;
     }
 }
 

@@ -345,29 +345,35 @@ impl CpuDevice {
         let args = r.args.as_ptr() as usize;
         let entry = r.entry;
         let total = u64::from(chunks) * u64::from(gy) * u64::from(gz);
-        self.pool.install(|| {
-            (0..total).into_par_iter().for_each(|i| {
-                let c = (i % u64::from(chunks)) as u32;
-                let rest = i / u64::from(chunks);
-                let (y, z) = ((rest % u64::from(gy)) as u32, (rest / u64::from(gy)) as u32);
-                let x0 = c * chunk;
-                let x1 = (x0 + chunk).min(gx);
-                // SAFETY: the entry was compiled from this kernel's description, which takes
-                // exactly these buffers (checked at record); each address is a live allocation
-                // the recording holds; the fault words outlive the launch.
-                unsafe {
-                    entry(
-                        args as *const *mut c_void,
-                        x0,
-                        x1,
-                        y,
-                        z,
-                        gx,
-                        fault as *mut u32,
-                    )
-                };
-            });
-        });
+        let run_item = |i: u64| {
+            let c = (i % u64::from(chunks)) as u32;
+            let rest = i / u64::from(chunks);
+            let (y, z) = ((rest % u64::from(gy)) as u32, (rest / u64::from(gy)) as u32);
+            let x0 = c * chunk;
+            let x1 = (x0 + chunk).min(gx);
+            // SAFETY: the entry was compiled from this kernel's description, which takes
+            // exactly these buffers (checked at record); each address is a live allocation
+            // the recording holds; the fault words outlive the launch.
+            unsafe {
+                entry(
+                    args as *const *mut c_void,
+                    x0,
+                    x1,
+                    y,
+                    z,
+                    gx,
+                    fault as *mut u32,
+                )
+            };
+        };
+        // One item (a norm's row, a small update) runs where the replay runs: handing it to
+        // the pool costs more than it does.
+        if total == 1 {
+            run_item(0);
+        } else {
+            self.pool
+                .install(|| (0..total).into_par_iter().for_each(run_item));
+        }
         if self.fault[FAULT_FLAG_WORD as usize].load(Ordering::Acquire) != 0 {
             let code = self.fault[FAULT_CODE_WORD as usize].swap(0, Ordering::AcqRel);
             self.fault[FAULT_FLAG_WORD as usize].store(0, Ordering::Release);
