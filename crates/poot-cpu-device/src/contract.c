@@ -637,11 +637,13 @@ static void contract_few(const struct contraction *j, uint32_t col0, uint32_t co
 // of sums stays in registers while each step of k broadcasts GQ left-side values (read from
 // their rows in place) against two vectors of weights.
 #define GQ 8
-#define GR (2 * VW)
+#define GV 2
+#define GR (GV * VW)
 #define GK 256
 #define GM 96
 #define GN 1024
 #define GEMM_MIN_ROWS 16
+_Static_assert(GN % GR == 0, "a block of weight rows is whole micro-panels");
 
 // x in every lane (an initializer, which GCC turns into one broadcast).
 static inline vf vsplat(float x) {
@@ -659,28 +661,31 @@ static inline vf vsplat(float x) {
 // are written.
 static inline void gemm_tile(uint32_t kc, const float *const *a, const float *bp, float *c,
                              size_t ldc, int first, int mr, int nr) {
-    vf acc[GQ][2];
+    vf acc[GQ][GV];
 #pragma GCC unroll 8
-    for (int r = 0; r < GQ; r++) acc[r][0] = acc[r][1] = (vf){0};
+    for (int r = 0; r < GQ; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < GV; v++) acc[r][v] = (vf){0};
     for (uint32_t k = 0; k < kc; k++) {
-        vf b0 = vload(bp + (size_t)k * GR), b1 = vload(bp + (size_t)k * GR + VW);
+        vf b[GV];
+#pragma GCC unroll 4
+        for (int v = 0; v < GV; v++) b[v] = vload(bp + (size_t)k * GR + v * VW);
 #pragma GCC unroll 8
         for (int r = 0; r < GQ; r++) {
             vf x = vsplat(a[r][k]);
-            acc[r][0] += x * b0;
-            acc[r][1] += x * b1;
+#pragma GCC unroll 4
+            for (int v = 0; v < GV; v++) acc[r][v] += x * b[v];
         }
     }
     if (mr == GQ && nr == GR) {
 #pragma GCC unroll 8
         for (int r = 0; r < GQ; r++) {
             float *row = c + (size_t)r * ldc;
-            if (!first) {
-                acc[r][0] += vload(row);
-                acc[r][1] += vload(row + VW);
+#pragma GCC unroll 4
+            for (int v = 0; v < GV; v++) {
+                if (!first) acc[r][v] += vload(row + v * VW);
+                memcpy(row + v * VW, &acc[r][v], sizeof(vf));
             }
-            memcpy(row, &acc[r][0], sizeof(vf));
-            memcpy(row + VW, &acc[r][1], sizeof(vf));
         }
         return;
     }
