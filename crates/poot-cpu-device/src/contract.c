@@ -666,6 +666,7 @@ static inline void gemm_tile(uint32_t kc, const float *const *a, const float *bp
     for (int r = 0; r < GQ; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < GV; v++) acc[r][v] = (vf){0};
+#pragma GCC unroll 4
     for (uint32_t k = 0; k < kc; k++) {
         vf b[GV];
 #pragma GCC unroll 4
