@@ -411,8 +411,10 @@ static void decode(uint32_t f, const uint8_t *row, uint32_t k0, uint32_t n, floa
     }
 }
 
-// The tile: rm left-side rows (stride lda) by rn weight rows (w[c], each kc elements) into out
-// (stride ldo); `add` accumulates onto what out holds.
+// The tile: rm left-side rows (stride lda) by RN weight rows (w[c], each kc elements) into out
+// (stride ldo), of which the first rn are written; `add` accumulates onto what out holds. Only
+// rm is a constant where it is inlined (a missing weight row repeats another, its sums not
+// written), which keeps the library quick to compile.
 static inline __attribute__((always_inline)) void tile(int rm, int rn, const float *a,
                                                        size_t lda, const float *const *w,
                                                        uint32_t kc, float *out, size_t ldo,
@@ -426,15 +428,13 @@ static inline __attribute__((always_inline)) void tile(int rm, int rn, const flo
     for (uint32_t k = 0; k < kv; k += VW) {
         vf wv[RN];
 #pragma GCC unroll 8
-        for (int c = 0; c < RN; c++)
-            if (c < rn) wv[c] = vload(w[c] + k);
+        for (int c = 0; c < RN; c++) wv[c] = vload(w[c] + k);
 #pragma GCC unroll 8
         for (int r = 0; r < RM; r++) {
             if (r >= rm) break;
             vf av = vload(a + r * lda + k);
 #pragma GCC unroll 8
-            for (int c = 0; c < RN; c++)
-                if (c < rn) acc[r][c] += av * wv[c];
+            for (int c = 0; c < RN; c++) acc[r][c] += av * wv[c];
         }
     }
 #pragma GCC unroll 8
@@ -451,28 +451,15 @@ static inline __attribute__((always_inline)) void tile(int rm, int rn, const flo
     }
 }
 
-#define TILE_CASE(M, N)                                   \
-    case (M) * 16 + (N):                                  \
-        tile((M), (N), a, lda, w, kc, out, ldo, add); \
-        break;
-
-#define TILE_ROW(M)                                                                      \
-    TILE_CASE(M, 1) TILE_CASE(M, 2) TILE_CASE(M, 3) TILE_CASE(M, 4) TILE_CASE(M, 5) \
-    TILE_CASE(M, 6)
-
 static void any_tile(int rm, int rn, const float *a, size_t lda, const float *const *w,
                      uint32_t kc, float *out, size_t ldo, int add) {
-    switch (rm * 16 + rn) {
-        TILE_ROW(1)
-        TILE_ROW(2)
-        TILE_ROW(3)
-        TILE_ROW(4)
-        default: break;
+    switch (rm) {
+        case 1: tile(1, rn, a, lda, w, kc, out, ldo, add); break;
+        case 2: tile(2, rn, a, lda, w, kc, out, ldo, add); break;
+        case 3: tile(3, rn, a, lda, w, kc, out, ldo, add); break;
+        default: tile(RM, rn, a, lda, w, kc, out, ldo, add); break;
     }
 }
-
-// One 32-element block's values as two vectors of sixteen, for the formats a decode step reads
-// most (the same operations as their decoders above, kept in registers).
 static inline void block32(uint32_t f, const uint8_t *b, f32x16 *lo, f32x16 *hi) {
     if (f == W_Q4_0) {
         f32x16 d = splat(f16_at(b));
@@ -614,8 +601,9 @@ static void contract_few(const struct contraction *j, uint32_t col0, uint32_t co
         for (uint32_t k0 = 0; k0 < j->depth; k0 += KC) {
             uint32_t kc = j->depth - k0 < KC ? j->depth - k0 : KC;
             const float *w[RN];
-            for (int c = 0; c < rn; c++) {
-                const uint8_t *row = j->weights + (size_t)(n + c) * rb;
+            for (int c = 0; c < RN; c++) {
+                // A column past the last repeats the last; its sums are not written.
+                const uint8_t *row = j->weights + (size_t)(n + (c < rn ? c : rn - 1)) * rb;
                 if (j->format == W_F32) {
                     w[c] = (const float *)row + k0;
                 } else {

@@ -157,8 +157,11 @@ pub struct CpuDevice {
     pool: rayon::ThreadPool,
     threads: usize,
     libraries: HashMap<String, Arc<libloading::Library>>,
-    /// The contraction library, loaded at the first recording that needs it.
+    /// The contraction library, once a recording has needed it.
     contract: Option<Arc<ContractLibrary>>,
+    /// Its compilation, started when the device opens so that on a cold cache it overlaps
+    /// the model's loading and the kernels' planning.
+    contract_build: Option<std::thread::JoinHandle<Result<ContractLibrary, DeviceError>>>,
     /// The fault words every kernel reports a failed check through.
     fault: Box<[AtomicU32]>,
 }
@@ -214,6 +217,13 @@ impl CpuDevice {
             library_gemm: false,
             library_exact: true,
         };
+        let contract_build = {
+            let compiler = compiler.clone();
+            std::thread::Builder::new()
+                .name("poot-cpu-contract".to_string())
+                .spawn(move || ContractLibrary::load(&compiler))
+                .ok()
+        };
         Ok(CpuDevice {
             limits,
             compiler,
@@ -221,6 +231,7 @@ impl CpuDevice {
             threads,
             libraries: HashMap::new(),
             contract: None,
+            contract_build,
             fault: (0..FAULT_WORDS).map(|_| AtomicU32::new(0)).collect(),
         })
     }
@@ -234,7 +245,12 @@ impl CpuDevice {
         if let Some(l) = &self.contract {
             return Ok(Arc::clone(l));
         }
-        let l = Arc::new(ContractLibrary::load(&self.compiler)?);
+        let built = match self.contract_build.take().map(|h| h.join()) {
+            Some(Ok(built)) => built,
+            // Not started, or the thread died: build it here.
+            _ => ContractLibrary::load(&self.compiler),
+        };
+        let l = Arc::new(built?);
         self.contract = Some(Arc::clone(&l));
         Ok(l)
     }
