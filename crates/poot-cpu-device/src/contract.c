@@ -1,16 +1,22 @@
 // The CPU device's contraction library: out[m, n] = sum_k lhs[m, k] * w[n, k], f32 sums, for
-// weights stored as f32, f16, bf16 or GGUF blocks (decoded exactly, as ggml decodes them).
+// weights stored as f32, f16, bf16 or GGUF blocks (decoded as ggml decodes them). Three forms,
+// by the left side's rows:
 //
-// A register tile of RM left-side rows by RN weight rows keeps RM x RN vector sums over k (the
-// dot-product form: both operands are read along k, as stored, so no operand is transposed);
-// each sum is reduced across its lanes once per chunk of KC elements. Block-quantized and
-// half weights are first decoded, RN rows by one chunk, into a panel of f32 that every
-// left-side row then reads. Vector widths follow the compiler's target (-march=native):
-// 16 lanes with AVX-512, 8 with AVX, 4 otherwise (SSE, NEON).
+// - A decode step's few rows (up to four) against Q4_0, Q4_1, Q8_0, f16 or bf16 weights
+//   (`contract_fused`): each block decoded into registers and multiplied there, four weight rows
+//   walked together with their bytes a little ahead requested from memory.
+// - Other few-row products (`contract_few`): RN weight rows decoded a chunk of KC elements at a
+//   time into an f32 panel, and a register tile of RM left-side rows by RN weight rows keeping
+//   vector sums over k (both operands read along k, as stored), reduced once a chunk.
+// - A prefill chunk's many rows (`contract_many`): the textbook blocked product, weights decoded
+//   and packed k-major, a GQ x GR tile of sums in registers.
 //
-// The decoders compute ggml's values with the same f32 operations in the same order (the
-// function attribute keeps GCC from fusing them); the sums use fused multiply-adds in an order
-// of their own, which the contraction tolerance (reassociated f32 sums) covers.
+// Vector widths follow the compiler's target (-march=native): 16 lanes with AVX-512, 8 with AVX,
+// 4 otherwise (SSE, NEON). The panel decoders compute ggml's values with the same f32
+// operations in the same order (the function attribute keeps GCC from fusing them); the fused
+// form may fuse a decode's multiply-add (within an ulp of ggml's value), and every form sums
+// with fused multiply-adds in an order of its own: both within the contraction tolerance
+// (reassociated f32 sums).
 
 #include <stddef.h>
 #include <stdint.h>
