@@ -2,7 +2,7 @@
 // weights stored as f32, f16, bf16 or GGUF blocks (decoded as ggml decodes them). Three forms,
 // by the left side's rows:
 //
-// - A decode step's few rows (up to four) against Q4_0, Q4_1, Q8_0, f16 or bf16 weights
+// - A decode step's few rows (up to four) against any format but f32
 //   (`contract_fused`): each block decoded into registers and multiplied there, four weight rows
 //   walked together with their bytes a little ahead requested from memory.
 // - Other few-row products (`contract_few`): RN weight rows decoded a chunk of KC elements at a
@@ -466,6 +466,9 @@ static void any_tile(int rm, int rn, const float *a, size_t lda, const float *co
         default: tile(RM, rn, a, lda, w, kc, out, ldo, add); break;
     }
 }
+
+// One 32-element block of a Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 row as two vectors of sixteen (the
+// same operations as the decoders above, kept in registers).
 static inline void block32(uint32_t f, const uint8_t *b, f32x16 *lo, f32x16 *hi) {
     if (f == W_Q4_0) {
         f32x16 d = splat(f16_at(b));
@@ -477,6 +480,20 @@ static inline void block32(uint32_t f, const uint8_t *b, f32x16 *lo, f32x16 *hi)
         i32x16 q = widen(bytes16(b + 4));
         *lo = to_f32(q & 0x0f) * d + m;
         *hi = to_f32(q >> 4) * d + m;
+    } else if (f == W_Q5_0) {
+        f32x16 d = splat(f16_at(b));
+        i32x16 h0, h1;
+        q5_high(b + 2, &h0, &h1);
+        i32x16 q = widen(bytes16(b + 6));
+        *lo = to_f32(((q & 0x0f) | h0) - 16) * d;
+        *hi = to_f32(((q >> 4) | h1) - 16) * d;
+    } else if (f == W_Q5_1) {
+        f32x16 d = splat(f16_at(b)), m = splat(f16_at(b + 2));
+        i32x16 h0, h1;
+        q5_high(b + 4, &h0, &h1);
+        i32x16 q = widen(bytes16(b + 8));
+        *lo = to_f32((q & 0x0f) | h0) * d + m;
+        *hi = to_f32((q >> 4) | h1) * d + m;
     } else {
         f32x16 d = splat(f16_at(b));
         i8x16 q0, q1;
@@ -497,15 +514,16 @@ static inline float hsum16(f32x16 v) {
     return s;
 }
 
-// A decode step's rows (at most FUSED_ROWS) against Q4_0, Q4_1 or Q8_0 weights: each block
-// decoded into registers and multiplied there, no panel.
+// A decode step's rows (at most FUSED_ROWS) against any stored format but f32 (read in place
+// by the panel form): each block decoded into registers (a K-quant superblock into the stack)
+// and multiplied there.
 #define FUSED_ROWS 4
 #define FUSED_COLS 4
 // Bytes ahead of each row's block requested from memory.
 #define FUSED_AHEAD 256
 
 static int fused_format(uint32_t f) {
-    return f == W_Q4_0 || f == W_Q4_1 || f == W_Q8_0 || f == W_F16 || f == W_BF16;
+    return f != W_F32;
 }
 
 // Sixteen f16 or bf16 weights as f32.
@@ -533,14 +551,20 @@ static inline f32x16 halves16(uint32_t f, const uint8_t *p) {
     return r;
 }
 
-// `nrows` is a constant where this is inlined, so the sums stay in registers.
+// `nrows` and `format` are constants where this is inlined, so the sums stay in registers and
+// the decode is one straight path.
 static inline __attribute__((always_inline)) void fused_rows(const struct contraction *j,
                                                              uint32_t col0, uint32_t col1,
-                                                             const uint32_t nrows) {
-    const int half = j->format == W_F16 || j->format == W_BF16;
-    // Halves go 32 elements (64 bytes) a step like a block; a tail of fewer is summed alone.
-    const uint32_t bb = half ? 64 : block_bytes(j->format), blocks = j->depth / 32;
-    const size_t rb = row_bytes(j->format, j->depth);
+                                                             const uint32_t nrows,
+                                                             const uint32_t format) {
+    const int half = format == W_F16 || format == W_BF16;
+    // K-quant superblocks (256 elements) are decoded a whole block at a time into the stack
+    // (their scales are per sub-block); the others go 32 elements a step, halves 64 bytes of
+    // them (a tail of fewer is summed alone).
+    const int super = format >= W_Q4_K;
+    const uint32_t step = super ? 256 : 32;
+    const uint32_t bb = half ? 64 : block_bytes(format), blocks = j->depth / step;
+    const size_t rb = row_bytes(format, j->depth);
     // FUSED_COLS weight rows walked together: as many streams of weights in flight, where one
     // row at a time waits on each block's load.
     for (uint32_t n = col0; n < col1; n += FUSED_COLS) {
@@ -556,11 +580,24 @@ static inline __attribute__((always_inline)) void fused_rows(const struct contra
                 f32x16 lo, hi;
                 const uint8_t *at = rows[c] + (size_t)i * bb;
                 __builtin_prefetch(at + FUSED_AHEAD, 0, 3);
+                if (super) {
+                    float y[256] __attribute__((aligned(64)));
+                    decode(format, at, 0, 256, y);
+                    for (uint32_t m = 0; m < nrows; m++) {
+                        const float *x = j->lhs + (size_t)m * j->depth + 256 * (size_t)i;
+                        f32x16 s = acc[m][c];
+                        for (int e = 0; e < 256; e += 32)
+                            s += load16(y + e) * load16(x + e) +
+                                 load16(y + e + 16) * load16(x + e + 16);
+                        acc[m][c] = s;
+                    }
+                    continue;
+                }
                 if (half) {
-                    lo = halves16(j->format, at);
-                    hi = halves16(j->format, at + 32);
+                    lo = halves16(format, at);
+                    hi = halves16(format, at + 32);
                 } else {
-                    block32(j->format, at, &lo, &hi);
+                    block32(format, at, &lo, &hi);
                 }
                 for (uint32_t m = 0; m < nrows; m++) {
                     const float *x = j->lhs + (size_t)m * j->depth + 32 * (size_t)i;
@@ -572,14 +609,14 @@ static inline __attribute__((always_inline)) void fused_rows(const struct contra
             for (uint32_t c = 0; c < nc; c++) {
                 float sum = hsum16(acc[m][c]);
                 // A half row's last depth % 32 elements.
-                for (uint32_t k = 32 * blocks; k < j->depth; k++) {
+                for (uint32_t k = step * blocks; k < j->depth; k++) {
                     const uint8_t *w = rows[c] + 2 * (size_t)k;
                     uint16_t h;
                     memcpy(&h, w, 2);
                     uint32_t bits = (uint32_t)h << 16;
                     float wf;
                     memcpy(&wf, &bits, 4);
-                    float v = j->format == W_F16 ? f16_at(w) : wf;
+                    float v = format == W_F16 ? f16_at(w) : wf;
                     sum += j->lhs[(size_t)m * j->depth + k] * v;
                 }
                 j->out[(size_t)m * j->cols + n + c] = sum;
@@ -587,12 +624,30 @@ static inline __attribute__((always_inline)) void fused_rows(const struct contra
     }
 }
 
+static void contract_few(const struct contraction *j, uint32_t col0, uint32_t col1);
+
+// One row (a decode step) with the format a constant; two to four rows share a path.
+#define FUSED_CASE(F)                                        \
+    case F:                                                  \
+        if (j->rows == 1)                                    \
+            fused_rows(j, col0, col1, 1, F);                 \
+        else                                                 \
+            fused_rows(j, col0, col1, j->rows, F);           \
+        break;
+
 static void contract_fused(const struct contraction *j, uint32_t col0, uint32_t col1) {
-    switch (j->rows) {
-        case 1: fused_rows(j, col0, col1, 1); break;
-        case 2: fused_rows(j, col0, col1, 2); break;
-        case 3: fused_rows(j, col0, col1, 3); break;
-        default: fused_rows(j, col0, col1, 4); break;
+    switch (j->format) {
+        FUSED_CASE(W_Q4_0)
+        FUSED_CASE(W_Q4_1)
+        FUSED_CASE(W_Q5_0)
+        FUSED_CASE(W_Q5_1)
+        FUSED_CASE(W_Q8_0)
+        FUSED_CASE(W_F16)
+        FUSED_CASE(W_BF16)
+        FUSED_CASE(W_Q4_K)
+        FUSED_CASE(W_Q5_K)
+        FUSED_CASE(W_Q6_K)
+        default: contract_few(j, col0, col1); break;
     }
 }
 
