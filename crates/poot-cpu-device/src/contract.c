@@ -12,10 +12,10 @@
 //   and packed k-major, a GQ x GR tile of sums in registers.
 //
 // Vector widths follow the compiler's target (-march=native): 16 lanes with AVX-512, 8 with AVX,
-// 4 otherwise (SSE, NEON). The panel decoders compute ggml's values with the same f32
-// operations in the same order (the function attribute keeps GCC from fusing them); the fused
-// form may fuse a decode's multiply-add (within an ulp of ggml's value), and every form sums
-// with fused multiply-adds in an order of its own: both within the contraction tolerance
+// 4 otherwise (SSE, NEON). The decoders compute ggml's values with the same f32 operations in
+// the same order (for the K-quants the function attribute keeps GCC from fusing them; a
+// 32-element block's multiply-add may be fused, within an ulp of ggml's value), and every form
+// sums with fused multiply-adds in an order of its own: both within the contraction tolerance
 // (reassociated f32 sums).
 
 #include <stddef.h>
@@ -136,7 +136,7 @@ static inline u8x16 bytes16(const uint8_t *p) {
     return v;
 }
 
-// Sixteen bytes widened to i32 lanes (zero- or sign-extended). GCC widens a generic vector
+// Sixteen bytes widened to i32 lanes. GCC widens a generic vector
 // lane by lane, so the x86 extensions are named where the host has them.
 static inline i32x16 widen(u8x16 b) {
     i32x16 r;
@@ -157,24 +157,8 @@ static inline i32x16 widen(u8x16 b) {
     return r;
 }
 
-static inline i32x16 widen_signed(i8x16 b) {
-    i32x16 r;
-#if defined(__AVX512F__)
-    __m128i x;
-    memcpy(&x, &b, 16);
-    __m512i w = _mm512_cvtepi8_epi32(x);
-    memcpy(&r, &w, 64);
-#elif defined(__AVX2__)
-    __m128i x;
-    memcpy(&x, &b, 16);
-    __m256i lo = _mm256_cvtepi8_epi32(x), hi = _mm256_cvtepi8_epi32(_mm_srli_si128(x, 8));
-    memcpy(&r, &lo, 32);
-    memcpy((char *)&r + 32, &hi, 32);
-#else
-    r = __builtin_convertvector(b, i32x16);
-#endif
-    return r;
-}
+// Signed bytes through the unsigned widening: b + 128 fits a byte unsigned.
+static inline i32x16 widen_signed(i8x16 b) { return widen((u8x16)b ^ 0x80) - 128; }
 
 static inline f32x16 to_f32(i32x16 v) { return __builtin_convertvector(v, f32x16); }
 
@@ -270,20 +254,6 @@ EXACT static void dec_bf16(const uint8_t *row, uint32_t k0, uint32_t n, float *y
 
 static const i32x16 LANE = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
-EXACT static void dec_q4_0(const uint8_t *b, float *y) {
-    f32x16 d = splat(f16_at(b));
-    i32x16 q = widen(bytes16(b + 2));
-    store16(y, to_f32((q & 0x0f) - 8) * d);
-    store16(y + 16, to_f32((q >> 4) - 8) * d);
-}
-
-EXACT static void dec_q4_1(const uint8_t *b, float *y) {
-    f32x16 d = splat(f16_at(b)), m = splat(f16_at(b + 2));
-    i32x16 q = widen(bytes16(b + 4));
-    store16(y, to_f32(q & 0x0f) * d + m);
-    store16(y + 16, to_f32(q >> 4) * d + m);
-}
-
 // Q5's fifth bits of elements j and j + 16, at bit 4.
 static inline void q5_high(const uint8_t *p, i32x16 *h0, i32x16 *h1) {
     uint32_t qh;
@@ -293,32 +263,43 @@ static inline void q5_high(const uint8_t *p, i32x16 *h0, i32x16 *h1) {
     *h1 = (i32x16)((v >> ((u32x16)LANE + 12)) & 0x10);
 }
 
-EXACT static void dec_q5_0(const uint8_t *b, float *y) {
-    f32x16 d = splat(f16_at(b));
-    i32x16 h0, h1;
-    q5_high(b + 2, &h0, &h1);
-    i32x16 q = widen(bytes16(b + 6));
-    store16(y, to_f32(((q & 0x0f) | h0) - 16) * d);
-    store16(y + 16, to_f32(((q >> 4) | h1) - 16) * d);
-}
-
-EXACT static void dec_q5_1(const uint8_t *b, float *y) {
-    f32x16 d = splat(f16_at(b)), m = splat(f16_at(b + 2));
-    i32x16 h0, h1;
-    q5_high(b + 4, &h0, &h1);
-    i32x16 q = widen(bytes16(b + 8));
-    store16(y, to_f32((q & 0x0f) | h0) * d + m);
-    store16(y + 16, to_f32((q >> 4) | h1) * d + m);
-}
-
-EXACT static void dec_q8_0(const uint8_t *b, float *y) {
-    f32x16 d = splat(f16_at(b));
-    for (int j = 0; j < 32; j += 16) {
-        i8x16 q;
-        memcpy(&q, b + 2 + j, 16);
-        store16(y + j, to_f32(widen_signed(q)) * d);
+// One 32-element block of a Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 row as two vectors of sixteen (ggml's
+// operations; a multiply-add may be fused, within an ulp of its value).
+static inline void block32(uint32_t f, const uint8_t *b, f32x16 *lo, f32x16 *hi) {
+    if (f == W_Q4_0) {
+        f32x16 d = splat(f16_at(b));
+        i32x16 q = widen(bytes16(b + 2));
+        *lo = to_f32((q & 0x0f) - 8) * d;
+        *hi = to_f32((q >> 4) - 8) * d;
+    } else if (f == W_Q4_1) {
+        f32x16 d = splat(f16_at(b)), m = splat(f16_at(b + 2));
+        i32x16 q = widen(bytes16(b + 4));
+        *lo = to_f32(q & 0x0f) * d + m;
+        *hi = to_f32(q >> 4) * d + m;
+    } else if (f == W_Q5_0) {
+        f32x16 d = splat(f16_at(b));
+        i32x16 h0, h1;
+        q5_high(b + 2, &h0, &h1);
+        i32x16 q = widen(bytes16(b + 6));
+        *lo = to_f32(((q & 0x0f) | h0) - 16) * d;
+        *hi = to_f32(((q >> 4) | h1) - 16) * d;
+    } else if (f == W_Q5_1) {
+        f32x16 d = splat(f16_at(b)), m = splat(f16_at(b + 2));
+        i32x16 h0, h1;
+        q5_high(b + 4, &h0, &h1);
+        i32x16 q = widen(bytes16(b + 8));
+        *lo = to_f32((q & 0x0f) | h0) * d + m;
+        *hi = to_f32((q >> 4) | h1) * d + m;
+    } else {
+        f32x16 d = splat(f16_at(b));
+        i8x16 q0, q1;
+        memcpy(&q0, b + 2, 16);
+        memcpy(&q1, b + 18, 16);
+        *lo = to_f32(widen_signed(q0)) * d;
+        *hi = to_f32(widen_signed(q1)) * d;
     }
 }
+
 
 // ggml's get_scale_min_k4.
 static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
@@ -404,11 +385,17 @@ static void decode(uint32_t f, const uint8_t *row, uint32_t k0, uint32_t n, floa
     const uint8_t *b = row + (size_t)(k0 / be) * bb;
     for (uint32_t i = 0; i < n; i += be, b += bb, y += be) {
         switch (f) {
-            case W_Q4_0: dec_q4_0(b, y); break;
-            case W_Q4_1: dec_q4_1(b, y); break;
-            case W_Q5_0: dec_q5_0(b, y); break;
-            case W_Q5_1: dec_q5_1(b, y); break;
-            case W_Q8_0: dec_q8_0(b, y); break;
+            case W_Q4_0:
+            case W_Q4_1:
+            case W_Q5_0:
+            case W_Q5_1:
+            case W_Q8_0: {
+                f32x16 lo, hi;
+                block32(f, b, &lo, &hi);
+                store16(y, lo);
+                store16(y + 16, hi);
+                break;
+            }
             case W_Q4_K: dec_q4_k(b, y); break;
             case W_Q5_K: dec_q5_k(b, y); break;
             case W_Q6_K: dec_q6_k(b, y); break;
@@ -464,43 +451,6 @@ static void any_tile(int rm, int rn, const float *a, size_t lda, const float *co
         case 2: tile(2, rn, a, lda, w, kc, out, ldo, add); break;
         case 3: tile(3, rn, a, lda, w, kc, out, ldo, add); break;
         default: tile(RM, rn, a, lda, w, kc, out, ldo, add); break;
-    }
-}
-
-// One 32-element block of a Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 row as two vectors of sixteen (the
-// same operations as the decoders above, kept in registers).
-static inline void block32(uint32_t f, const uint8_t *b, f32x16 *lo, f32x16 *hi) {
-    if (f == W_Q4_0) {
-        f32x16 d = splat(f16_at(b));
-        i32x16 q = widen(bytes16(b + 2));
-        *lo = to_f32((q & 0x0f) - 8) * d;
-        *hi = to_f32((q >> 4) - 8) * d;
-    } else if (f == W_Q4_1) {
-        f32x16 d = splat(f16_at(b)), m = splat(f16_at(b + 2));
-        i32x16 q = widen(bytes16(b + 4));
-        *lo = to_f32(q & 0x0f) * d + m;
-        *hi = to_f32(q >> 4) * d + m;
-    } else if (f == W_Q5_0) {
-        f32x16 d = splat(f16_at(b));
-        i32x16 h0, h1;
-        q5_high(b + 2, &h0, &h1);
-        i32x16 q = widen(bytes16(b + 6));
-        *lo = to_f32(((q & 0x0f) | h0) - 16) * d;
-        *hi = to_f32(((q >> 4) | h1) - 16) * d;
-    } else if (f == W_Q5_1) {
-        f32x16 d = splat(f16_at(b)), m = splat(f16_at(b + 2));
-        i32x16 h0, h1;
-        q5_high(b + 4, &h0, &h1);
-        i32x16 q = widen(bytes16(b + 8));
-        *lo = to_f32((q & 0x0f) | h0) * d + m;
-        *hi = to_f32((q >> 4) | h1) * d + m;
-    } else {
-        f32x16 d = splat(f16_at(b));
-        i8x16 q0, q1;
-        memcpy(&q0, b + 2, 16);
-        memcpy(&q1, b + 18, 16);
-        *lo = to_f32(widen_signed(q0)) * d;
-        *hi = to_f32(widen_signed(q1)) * d;
     }
 }
 

@@ -62,12 +62,7 @@ fn row_bytes(w: StoredWeights, depth: u64) -> Option<u64> {
     match w {
         StoredWeights::F32 => depth.checked_mul(4),
         StoredWeights::F16 | StoredWeights::BF16 => depth.checked_mul(2),
-        StoredWeights::Blocks(b) => {
-            let elems = b.block_elems() as u64;
-            depth
-                .is_multiple_of(elems)
-                .then(|| depth / elems * b.block_bytes() as u64)
-        }
+        StoredWeights::Blocks(b) => b.row_bytes(usize::try_from(depth).ok()?).map(|n| n as u64),
     }
 }
 

@@ -43,7 +43,7 @@ use super::{Lowering, PlanError};
 use crate::kernel::build::{
     cmp, eq, load, load_shared, local_id, lt, max, min, mul_add, select, u32c, un,
 };
-use crate::kernel::{BinOp, CmpOp, Expr, SharedId, Ty, UnOp, Var, Word};
+use crate::kernel::{BinOp, CmpOp, Expr, ParamId, SharedId, Ty, UnOp, Var, Word};
 use crate::plan::BufferRole;
 
 /// Cache positions one partition walks when the rows alone do not fill the device.
@@ -299,9 +299,11 @@ pub(super) fn exp(x: Expr) -> Expr {
     un(UnOp::Exp, x)
 }
 
-/// An online softmax's step from running maximum `m` to `m_new`: whether anything is visible
-/// yet, and the factor that rescales what was summed so far. While the maximum stays -inf the
-/// factor is 1 (the guard keeps -inf - -inf out).
+/// An online softmax's step from running maximum `m` to `m_new` (`max(m, ..)`): whether anything
+/// is visible yet, and the factor that rescales what was summed so far. The factor is computed
+/// only when the maximum grows (else it is exactly 1, as `exp(0)` is), which also keeps
+/// -inf - -inf out while nothing is visible, and spares an exponential where the C renderer's
+/// conditional is lazy.
 pub(super) fn rescale(cx: &mut KernelCtx, m: Var, m_new: &Expr) -> (Expr, Expr) {
     let live = cx
         .kb
@@ -309,7 +311,7 @@ pub(super) fn rescale(cx: &mut KernelCtx, m: Var, m_new: &Expr) -> (Expr, Expr) 
     let alpha = cx.kb.let_(
         Ty::F32,
         select(
-            live.clone(),
+            cmp(CmpOp::Gt, m_new.clone(), Expr::Var(m)),
             exp(Expr::Var(m) - m_new.clone()),
             Expr::F32(1.0),
         ),
@@ -586,6 +588,37 @@ impl Lowering<'_> {
             None => inside,
         };
         Ok(cx.kb.let_(Ty::Bool, vis))
+    }
+
+    /// Feature `dj` of an item's result: `weighted / l` into the output row `row` (the values'
+    /// mean where nothing was `seen`), or with a partition's `record` the unnormalised
+    /// `weighted` into it, for the combine.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn store_item_feature(
+        &mut self,
+        cx: &mut KernelCtx,
+        a: &Attention,
+        outp: ParamId,
+        record: Option<&Expr>,
+        (row, bht): (&Expr, &[Expr]),
+        dj: Expr,
+        (weighted, l, seen): (Expr, Expr, Expr),
+    ) -> Result<(), PlanError> {
+        let dv = self.g.values()[a.out.index()].ty.dims()[3] as u32;
+        let s_len = self.g.values()[a.scores.index()].ty.dims()[3];
+        match record {
+            None => {
+                let o = row.clone() * u32c(dv) + dj.clone();
+                cx.kb.begin_if(seen);
+                cx.kb.store(outp, o.clone(), weighted / l);
+                cx.kb.otherwise();
+                let mean = self.mean_of_values(cx, a, bht, dj, s_len)?;
+                cx.kb.store(outp, o, mean);
+                cx.kb.end();
+            }
+            Some(record) => cx.kb.store(outp, record.clone() + u32c(2) + dj, weighted),
+        }
+        Ok(())
     }
 
     /// The mean of the values over every position for output feature `dj` of row `bht`: the

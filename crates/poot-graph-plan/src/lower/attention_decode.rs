@@ -388,18 +388,15 @@ impl Lowering<'_> {
             .reduce(|a, b| a + b)
             .unwrap_or(Expr::F32(0.0));
         let weighted = cx.kb.let_(Ty::F32, weighted);
-        match &record {
-            None => {
-                let o = row.clone() * u32c(dv as u32) + dj.clone();
-                cx.kb.begin_if(seen);
-                cx.kb.store(outp, o.clone(), weighted / big_l.clone());
-                cx.kb.otherwise();
-                let mean = self.mean_of_values(&mut cx, a, bht, dj, s_len)?;
-                cx.kb.store(outp, o, mean);
-                cx.kb.end();
-            }
-            Some(record) => cx.kb.store(outp, record.clone() + u32c(2) + dj, weighted),
-        }
+        self.store_item_feature(
+            &mut cx,
+            a,
+            outp,
+            record.as_ref(),
+            (&row, bht),
+            dj,
+            (weighted, big_l.clone(), seen),
+        )?;
         cx.kb.end();
         if let Some(record) = record {
             cx.kb.begin_if(eq(local_id(), u32c(0)));

@@ -15,7 +15,7 @@
 //! order), the softmax sum and weighted values formed with running rescaling in position order
 //! per partition, then across partitions, divided once at the end.
 
-use super::attention::{Attention, MAX_PARTITIONS, at_s, exp, neg_inf};
+use super::attention::{Attention, MAX_PARTITIONS, at_s, exp, neg_inf, rescale};
 use super::context::KernelCtx;
 use super::{Lowering, PlanError};
 use crate::kernel::build::{cmp, load_shared, lt, max, mul_add, select, u32c};
@@ -80,18 +80,7 @@ impl Lowering<'_> {
         let logit = self.compute(&mut cx, a.logits, &sidx)?;
         let logit = cx.kb.let_(Ty::F32, logit);
         let m_new = cx.kb.let_(Ty::F32, max(Expr::Var(m), logit.clone()));
-        let live = cx
-            .kb
-            .let_(Ty::Bool, cmp(CmpOp::Ne, m_new.clone(), neg_inf()));
-        // Rescaled only when the maximum grows (one exponential a position, not two).
-        let alpha = cx.kb.let_(
-            Ty::F32,
-            select(
-                cmp(CmpOp::Gt, m_new.clone(), Expr::Var(m)),
-                exp(Expr::Var(m) - m_new.clone()),
-                Expr::F32(1.0),
-            ),
-        );
+        let (live, alpha) = rescale(&mut cx, m, &m_new);
         let p = cx.kb.let_(
             Ty::F32,
             select(live, exp(logit - m_new.clone()), Expr::F32(0.0)),
@@ -114,18 +103,15 @@ impl Lowering<'_> {
             .let_(Ty::Bool, cmp(CmpOp::Ne, Expr::Var(m), neg_inf()));
         let dj = cx.kb.begin_for(u32c(0), u32c(dv as u32), u32c(1));
         let weighted = load_shared(acc_sh, dj.clone());
-        match &record {
-            None => {
-                let o = row * u32c(dv as u32) + dj.clone();
-                cx.kb.begin_if(seen);
-                cx.kb.store(outp, o.clone(), weighted / Expr::Var(l));
-                cx.kb.otherwise();
-                let mean = self.mean_of_values(&mut cx, a, bht, dj, s_len)?;
-                cx.kb.store(outp, o, mean);
-                cx.kb.end();
-            }
-            Some(record) => cx.kb.store(outp, record.clone() + u32c(2) + dj, weighted),
-        }
+        self.store_item_feature(
+            &mut cx,
+            a,
+            outp,
+            record.as_ref(),
+            (&row, bht),
+            dj,
+            (weighted, Expr::Var(l), seen),
+        )?;
         cx.kb.end();
         if let Some(record) = record {
             cx.kb.store(outp, record.clone(), Expr::Var(m));
