@@ -7,8 +7,8 @@
 //! this CPU, cached on disk by content hash and loaded. A launch runs its workgroups in chunks
 //! over a thread pool; a recording is the list of launches, replayed in order. Contractions
 //! against stored weights are the plan's library steps, run by `contract.c` (compiled and
-//! cached the same way): register tiles over the host's vector width, weights decoded exactly. A failed kernel
-//! check stops the step with [`DeviceError::KernelFault`](poot_executor::DeviceError). Where no
+//! cached the same way): register tiles over the host's vector width, weights decoded with ggml's
+//! operations. A failed kernel check stops the step with [`DeviceError::KernelFault`](poot_executor::DeviceError). Where no
 //! C compiler runs, [`CpuDevice::open`] is
 //! [`DeviceError::Unavailable`](poot_executor::DeviceError) and says what to install.
 

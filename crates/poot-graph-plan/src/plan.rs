@@ -86,7 +86,7 @@ pub enum WeightWords {
 }
 
 /// Weights as stored, for a library that decodes them itself (the CPU device's): each element
-/// decoded exactly as the graph's oracle decodes it.
+/// decoded as the graph's oracle decodes it, up to an ulp where a multiply-add is fused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StoredWeights {
     F32,

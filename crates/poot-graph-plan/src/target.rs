@@ -63,8 +63,9 @@ pub struct TargetLimits {
     pub library_gemm: bool,
     /// Whether the device has a library that multiplies f32 left sides of any row count against
     /// weights as stored (f32, f16, bf16 and [`crate::plan::EXACT_LIBRARY_BLOCKS`]), decoding
-    /// them exactly, with f32 sums (the CPU device's `contract.c`): every such contraction then
-    /// goes to it ([`crate::plan::LibraryOperands::Exact`]), with no rounding of its operands.
+    /// them as the oracle does (to within an ulp), with f32 sums (the CPU device's `contract.c`):
+    /// every such contraction then goes to it ([`crate::plan::LibraryOperands::Exact`]), with no
+    /// rounding of its operands.
     pub library_exact: bool,
 }
 
