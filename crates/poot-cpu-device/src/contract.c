@@ -80,6 +80,14 @@ enum {
     W_Q6_K = 10,
 };
 
+// The left side rounded to 8-bit blocks of 32: per row `depth` integers, a scale per 32 and the
+// integers' sum per 16.
+struct rounded_rows {
+    int8_t *q;
+    float *scale;
+    int32_t *sum16;
+};
+
 struct contraction {
     const float *lhs;
     const uint8_t *weights;
@@ -88,6 +96,9 @@ struct contraction {
     uint32_t rows;
     uint32_t cols;
     uint32_t depth;
+    // Set for integer products (`contract_integer`): the left side rounded to 8-bit blocks,
+    // written by `poot_contract_round` before any chunk runs. Null otherwise.
+    const struct rounded_rows *rounded;
 };
 
 static inline vf vload(const float *p) {
@@ -754,9 +765,296 @@ static void contract_many(const struct contraction *j, uint32_t col0, uint32_t c
     free(bpack);
 }
 
+// Integer products (a prefill chunk's rows against block-quantized weights, where the graph
+// rounds the left side to 8-bit blocks: poot-graph-plan's `activation_blocks`). Every format's
+// block is read as unsigned integers u, a scale and an offset per sub-block of SB elements (32,
+// 16 for Q6_K): w = scale * u + offset, the offset folding ggml's centring (Q4_0's -8 d) and
+// minimum. The left side's block of 32 is d * q, so a sub-block's share of a sum is
+// d * (scale * sum(u q) + offset * sum(q)), the integer sums exact.
+
+// Rounds rows [row0, row1) of the left side as the graph does: d = max |x| / 127, q = round(x *
+// (1 / d)) to nearest even (0 where d is 0), each an f32 operation.
+void poot_contract_round(const struct contraction *j, uint32_t row0, uint32_t row1) {
+    const struct rounded_rows *r = j->rounded;
+    const uint32_t blocks = j->depth / 32;
+    for (uint32_t m = row0; m < row1; m++) {
+        for (uint32_t b = 0; b < blocks; b++) {
+            size_t at = (size_t)m * j->depth + 32 * (size_t)b;
+            const float *x = j->lhs + at;
+            float amax = 0.0f;
+            for (int i = 0; i < 32; i++) {
+                float a = x[i] < 0 ? -x[i] : x[i];
+                amax = a > amax ? a : amax;
+            }
+            float d = amax / 127.0f;
+            float id = d > 0.0f ? 1.0f / d : 0.0f;
+            int8_t *q = r->q + at;
+#if defined(__AVX512F__)
+            __m512 v = _mm512_set1_ps(id);
+            for (int h = 0; h < 2; h++) {
+                __m512i n = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * h), v));
+                _mm_storeu_si128((__m128i *)(q + 16 * h), _mm512_cvtepi32_epi8(n));
+            }
+#else
+            for (int i = 0; i < 32; i++) q[i] = (int8_t)__builtin_rintf(x[i] * id);
+#endif
+            int32_t s0 = 0, s1 = 0;
+            for (int i = 0; i < 16; i++) {
+                s0 += q[i];
+                s1 += q[16 + i];
+            }
+            size_t blk = (size_t)m * blocks + b;
+            r->scale[blk] = d;
+            r->sum16[2 * blk] = s0;
+            r->sum16[2 * blk + 1] = s1;
+        }
+    }
+}
+
+// Elements of a sub-block: one scale and offset.
+static inline uint32_t sub_elems(uint32_t f) { return f == W_Q6_K ? 16 : 32; }
+
+// One block of format f at b as unsigned integers u (block_elems(f) of them) with a scale and
+// offset per sub-block.
+EXACT static void unpack_block(uint32_t f, const uint8_t *b, uint8_t *u, float *scale,
+                               float *offset) {
+    switch (f) {
+        case W_Q4_0:
+        case W_Q4_1:
+        case W_Q5_0:
+        case W_Q5_1: {
+            int one = f == W_Q4_1 || f == W_Q5_1, five = f == W_Q5_0 || f == W_Q5_1;
+            float d = f16_at(b);
+            uint32_t qh = 0;
+            if (five) memcpy(&qh, b + 2 + 2 * one, 4);
+            const uint8_t *qs = b + 2 + 2 * one + 4 * five;
+            for (int i = 0; i < 16; i++) {
+                u[i] = (qs[i] & 15) | (((qh >> i) & 1) << 4);
+                u[i + 16] = (qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4);
+            }
+            scale[0] = d;
+            offset[0] = one ? f16_at(b + 2) : (five ? -16.0f : -8.0f) * d;
+            break;
+        }
+        case W_Q8_0: {
+            float d = f16_at(b);
+            for (int i = 0; i < 32; i++) u[i] = b[2 + i] ^ 0x80;
+            scale[0] = d;
+            offset[0] = -128.0f * d;
+            break;
+        }
+        case W_Q4_K:
+        case W_Q5_K: {
+            int five = f == W_Q5_K;
+            float d = f16_at(b), min = f16_at(b + 2);
+            const uint8_t *qh = b + 16, *ql = b + 16 + 32 * five;
+            for (int c = 0; c < 4; c++) {
+                for (int h = 0; h < 2; h++) {
+                    uint8_t sc, m;
+                    scale_min_k4(2 * c + h, b + 4, &sc, &m);
+                    scale[2 * c + h] = d * (float)sc;
+                    offset[2 * c + h] = -(min * (float)m);
+                }
+                for (int l = 0; l < 32; l++) {
+                    uint8_t q = ql[32 * c + l];
+                    uint8_t h0 = five ? ((qh[l] >> (2 * c)) & 1) << 4 : 0;
+                    uint8_t h1 = five ? ((qh[l] >> (2 * c + 1)) & 1) << 4 : 0;
+                    u[64 * c + l] = (q & 15) + h0;
+                    u[64 * c + 32 + l] = (q >> 4) + h1;
+                }
+            }
+            break;
+        }
+        case W_Q6_K: {
+            float d = f16_at(b + 208);
+            const int8_t *sc = (const int8_t *)(b + 192);
+            for (int n = 0; n < 2; n++) {
+                const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+                uint8_t *o = u + 128 * n;
+                for (int l = 0; l < 32; l++) {
+                    o[l] = (ql[l] & 15) | ((qh[l] & 3) << 4);
+                    o[l + 32] = (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4);
+                    o[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                    o[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+                }
+            }
+            for (int t = 0; t < 16; t++) {
+                scale[t] = d * (float)sc[t];
+                offset[t] = -32.0f * scale[t];
+            }
+            break;
+        }
+        default: break;
+    }
+}
+
+// A panel holds IR weight rows packed for the tile, sub-block by sub-block: its integers in
+// groups of four along k (group g of column c at (g * IR + c) * 4), then IR scales, IR offsets.
+#define IR 32
+#define IQ 6
+#define IGK 256
+// Weight rows packed at a time: the panels (at most 96 kB) live on the stack.
+#define IGN 256
+#define PANELS_BYTES ((IGN / IR) * (IGK / 16) * (16 * IR + 8 * IR))
+
+static inline size_t panel_stride(uint32_t sb) { return (size_t)sb * IR + 8 * IR; }
+
+// Columns jc.. (nc of them) over k in [pc, pc + kc) into panels.
+static void pack_integer(const struct contraction *j, uint32_t jc, uint32_t nc, uint32_t pc,
+                         uint32_t kc, uint8_t *panels) {
+    const uint32_t f = j->format, be = block_elems(f), bb = block_bytes(f), sb = sub_elems(f);
+    const size_t rb = row_bytes(f, j->depth), stride = panel_stride(sb);
+    const uint32_t subs = kc / sb;
+    uint8_t u[256];
+    float scale[16], offset[16];
+    for (uint32_t p = 0; p * IR < nc; p++) {
+        uint8_t *panel = panels + (size_t)p * subs * stride;
+        for (uint32_t c = 0; c < IR; c++) {
+            uint32_t n = jc + p * IR + c;
+            if (p * IR + c >= nc) {
+                for (uint32_t s = 0; s < subs; s++) {
+                    uint8_t *at = panel + s * stride;
+                    for (uint32_t g = 0; g < sb / 4; g++) memset(at + (g * IR + c) * 4, 0, 4);
+                    float zero = 0.0f;
+                    memcpy(at + sb * IR + 4 * c, &zero, 4);
+                    memcpy(at + sb * IR + 4 * IR + 4 * c, &zero, 4);
+                }
+                continue;
+            }
+            const uint8_t *row = j->weights + (size_t)n * rb;
+            for (uint32_t k = pc; k < pc + kc; k += be) {
+                unpack_block(f, row + (size_t)(k / be) * bb, u, scale, offset);
+                for (uint32_t t = 0; t < be / sb; t++) {
+                    uint8_t *at = panel + ((k - pc) / sb + t) * stride;
+                    for (uint32_t g = 0; g < sb / 4; g++)
+                        memcpy(at + (g * IR + c) * 4, u + t * sb + 4 * g, 4);
+                    memcpy(at + sb * IR + 4 * c, &scale[t], 4);
+                    memcpy(at + sb * IR + 4 * IR + 4 * c, &offset[t], 4);
+                }
+            }
+        }
+    }
+}
+
+// The IQ x IR tile at c (stride ldc) += (or =, when `first`) the rows' share over `subs`
+// sub-blocks of sb elements: q[r] the rows' integers, d[r] their scales per 32, s[r] their
+// sums per 16 (all from the chunk's first element). Only rows < mr and columns < nr are
+// written.
+static inline __attribute__((always_inline)) void integer_tile(
+    const uint32_t sb, uint32_t subs, const int8_t *const *q, const float *const *d,
+    const int32_t *const *s, const uint8_t *panel, float *c, size_t ldc, int first, int mr,
+    int nr) {
+    const size_t stride = panel_stride(sb);
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    __m512 acc[IQ][2];
+    for (int r = 0; r < IQ; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (uint32_t t = 0; t < subs; t++) {
+        const uint8_t *p = panel + t * stride;
+        __m512i ip[IQ][2];
+#pragma GCC unroll 8
+        for (int r = 0; r < IQ; r++) ip[r][0] = ip[r][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (uint32_t g = 0; g < sb / 4; g++) {
+            __m512i b0 = _mm512_load_si512(p + g * 128), b1 = _mm512_load_si512(p + g * 128 + 64);
+#pragma GCC unroll 8
+            for (int r = 0; r < IQ; r++) {
+                int32_t four;
+                memcpy(&four, q[r] + t * sb + 4 * g, 4);
+                __m512i a = _mm512_set1_epi32(four);
+                ip[r][0] = _mm512_dpbusd_epi32(ip[r][0], b0, a);
+                ip[r][1] = _mm512_dpbusd_epi32(ip[r][1], b1, a);
+            }
+        }
+        const float *sc = (const float *)(p + sb * IR), *of = sc + IR;
+        __m512 sc0 = _mm512_load_ps(sc), sc1 = _mm512_load_ps(sc + 16);
+        __m512 of0 = _mm512_load_ps(of), of1 = _mm512_load_ps(of + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < IQ; r++) {
+            float dr = d[r][t * sb / 32];
+            int32_t sum = sb == 32 ? s[r][2 * t] + s[r][2 * t + 1] : s[r][t];
+            __m512 dv = _mm512_set1_ps(dr), mv = _mm512_set1_ps(dr * (float)sum);
+            acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip[r][0]), _mm512_mul_ps(dv, sc0),
+                                        _mm512_fmadd_ps(mv, of0, acc[r][0]));
+            acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip[r][1]), _mm512_mul_ps(dv, sc1),
+                                        _mm512_fmadd_ps(mv, of1, acc[r][1]));
+        }
+    }
+    float t[IQ][IR];
+    for (int r = 0; r < IQ; r++) {
+        _mm512_storeu_ps(t[r], acc[r][0]);
+        _mm512_storeu_ps(t[r] + 16, acc[r][1]);
+    }
+#else
+    float t[IQ][IR];
+    memset(t, 0, sizeof t);
+    for (uint32_t k = 0; k < subs; k++) {
+        const uint8_t *p = panel + k * stride;
+        const float *sc = (const float *)(p + sb * IR), *of = sc + IR;
+        for (int r = 0; r < IQ; r++) {
+            float dr = d[r][k * sb / 32];
+            int32_t sum = sb == 32 ? s[r][2 * k] + s[r][2 * k + 1] : s[r][k];
+            for (int n = 0; n < IR; n++) {
+                int32_t ip = 0;
+                for (uint32_t e = 0; e < sb; e++)
+                    ip += (int32_t)p[((e / 4) * IR + n) * 4 + e % 4] * q[r][k * sb + e];
+                t[r][n] += dr * (sc[n] * (float)ip + of[n] * (float)sum);
+            }
+        }
+    }
+#endif
+    for (int r = 0; r < mr; r++)
+        for (int n = 0; n < nr; n++) {
+            float *o = c + (size_t)r * ldc + n;
+            *o = first ? t[r][n] : *o + t[r][n];
+        }
+}
+
+static void contract_integer(const struct contraction *j, uint32_t col0, uint32_t col1) {
+    const uint32_t sb = sub_elems(j->format);
+    const size_t stride = panel_stride(sb);
+    uint8_t panels[PANELS_BYTES] __attribute__((aligned(64)));
+    const struct rounded_rows *rr = j->rounded;
+    const size_t ldc = j->cols;
+    for (uint32_t jc = col0; jc < col1; jc += IGN) {
+        uint32_t nc = col1 - jc < IGN ? col1 - jc : IGN;
+        for (uint32_t pc = 0; pc < j->depth; pc += IGK) {
+            uint32_t kc = j->depth - pc < IGK ? j->depth - pc : IGK;
+            uint32_t subs = kc / sb;
+            pack_integer(j, jc, nc, pc, kc, panels);
+            for (uint32_t ic = 0; ic < j->rows; ic += GM) {
+                uint32_t mc = j->rows - ic < GM ? j->rows - ic : GM;
+                for (uint32_t p = 0; p * IR < nc; p++) {
+                    int nr = (int)(nc - p * IR < IR ? nc - p * IR : IR);
+                    for (uint32_t t = 0; t * IQ < mc; t++) {
+                        int mr = (int)(mc - t * IQ < IQ ? mc - t * IQ : IQ);
+                        // Rows past the last repeat it; their sums are not written.
+                        const int8_t *q[IQ];
+                        const float *d[IQ];
+                        const int32_t *s[IQ];
+                        for (int r = 0; r < IQ; r++) {
+                            size_t m = ic + t * IQ + (r < mr ? r : mr - 1);
+                            q[r] = rr->q + m * j->depth + pc;
+                            d[r] = rr->scale + (m * j->depth + pc) / 32;
+                            s[r] = rr->sum16 + (m * j->depth + pc) / 16;
+                        }
+                        const uint8_t *panel = panels + (size_t)p * subs * stride;
+                        float *c = j->out + (size_t)(ic + t * IQ) * ldc + jc + p * IR;
+                        if (sb == 32)
+                            integer_tile(32, subs, q, d, s, panel, c, ldc, pc == 0, mr, nr);
+                        else
+                            integer_tile(16, subs, q, d, s, panel, c, ldc, pc == 0, mr, nr);
+                    }
+                }
+            }
+        }
+    }
+}
+
 // Columns [col0, col1) of the contraction, for every row.
 void poot_contract(const struct contraction *j, uint32_t col0, uint32_t col1) {
-    if (j->rows >= GEMM_MIN_ROWS)
+    if (j->rounded)
+        contract_integer(j, col0, col1);
+    else if (j->rows >= GEMM_MIN_ROWS)
         contract_many(j, col0, col1);
     else if (j->rows <= FUSED_ROWS && fused_format(j->format))
         contract_fused(j, col0, col1);

@@ -17,7 +17,7 @@ use poot_graph_plan::kernel::render::{
 use rayon::prelude::*;
 
 use crate::compiler::{CompileFailure, Compiler, KERNEL_FLAGS};
-use crate::library::{ContractLibrary, RecordedContraction};
+use crate::library::{ContractLibrary, RecordedContraction, Rounding};
 
 pub(crate) const BACKEND: &str = "CPU";
 /// Buffers start at a cache line, so the C compiler's wide loads never straddle one needlessly.
@@ -216,6 +216,7 @@ impl CpuDevice {
             matrix_tf32: false,
             library_gemm: false,
             library_exact: true,
+            library_integer_rows: integer_rows(),
         };
         let contract_build = {
             let compiler = compiler.clone();
@@ -402,6 +403,19 @@ impl CpuDevice {
     }
 }
 
+/// Rows from which the contraction library multiplies block-quantized weights in 8-bit
+/// integers: where the host has AVX-512's byte dot products (VNNI), which its integer tile is
+/// written for; elsewhere its portable integer loop would be slower than the f32 products.
+fn integer_rows() -> Option<u32> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512vnni")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+    {
+        return Some(poot_graph_plan::target::CPU_INTEGER_ROWS);
+    }
+    None
+}
+
 impl Device for CpuDevice {
     type Buffer = CpuBuffer;
     type Kernel = CpuKernel;
@@ -522,12 +536,15 @@ impl Device for CpuDevice {
         commands: &[Command<'_, Self>],
     ) -> Result<CpuRecording, DeviceError> {
         let mut steps = Vec::with_capacity(commands.len());
+        let rounding = Rounding::for_commands(commands)?;
         for c in commands {
             steps.push(match c {
                 Command::Launch(l) => Step::Launch(self.recorded(l)?),
-                Command::Contract(c) => {
-                    Step::Contract(RecordedContraction::new(self.contract_library()?, c)?)
-                }
+                Command::Contract(c) => Step::Contract(RecordedContraction::new(
+                    self.contract_library()?,
+                    c,
+                    rounding.as_ref(),
+                )?),
                 Command::AllReduceSum { .. } | Command::Broadcast { .. } => {
                     return Err(DeviceError::NoCollectives {
                         device: self.limits.name.clone(),

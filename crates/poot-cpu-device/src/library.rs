@@ -5,7 +5,7 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use poot_executor::{Contraction, DeviceError};
+use poot_executor::{Command, Contraction, DeviceError};
 use poot_formats::BlockFormat;
 use poot_graph_plan::{LibraryOperands, StoredWeights};
 
@@ -24,14 +24,89 @@ struct Job {
     rows: u32,
     cols: u32,
     depth: u32,
+    /// Null unless the products are in integers.
+    rounded: *const RoundedRows,
+}
+
+/// `struct rounded_rows` of `contract.c`: where the library writes the left side rounded to
+/// 8-bit blocks (into the recording's [`Rounding`]).
+#[repr(C)]
+struct RoundedRows {
+    q: *mut i8,
+    scale: *mut f32,
+    sum16: *mut i32,
+}
+
+/// The storage of a left side rounded to 8-bit blocks: one per recording, shared by its
+/// integer contractions, which run one after another.
+pub(crate) struct Rounding {
+    rows: Box<RoundedRows>,
+    elems: usize,
+    _q: Box<[i8]>,
+    _scale: Box<[f32]>,
+    _sum16: Box<[i32]>,
+}
+
+// SAFETY: the pointers point into the boxed slices it owns; the library writes through them only
+// while the one contraction running uses it.
+unsafe impl Send for Rounding {}
+// SAFETY: as above.
+unsafe impl Sync for Rounding {}
+
+impl Rounding {
+    /// Room for the left side of the largest integer contraction of `commands`, if there is one.
+    pub(crate) fn for_commands(
+        commands: &[Command<'_, crate::CpuDevice>],
+    ) -> Result<Option<Arc<Rounding>>, DeviceError> {
+        let most = commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::Contract(c) if matches!(c.operands, LibraryOperands::Integer(_)) => {
+                    Some(u64::from(c.rows) * u64::from(c.depth))
+                }
+                _ => None,
+            })
+            .max();
+        let Some(most) = most else {
+            return Ok(None);
+        };
+        let elems = usize::try_from(most)
+            .ok()
+            .filter(|e| *e <= isize::MAX as usize / 4)
+            .ok_or_else(|| DeviceError::BadLaunch {
+                kernel: "library contraction".to_string(),
+                reason: format!("{most} rounded left-side elements do not fit memory"),
+            })?;
+        Ok(Some(Arc::new(Rounding::new(elems))))
+    }
+
+    /// Room for `elems` elements (a multiple of 32).
+    fn new(elems: usize) -> Rounding {
+        let mut q = vec![0i8; elems].into_boxed_slice();
+        let mut scale = vec![0f32; elems / 32].into_boxed_slice();
+        let mut sum16 = vec![0i32; elems / 16].into_boxed_slice();
+        Rounding {
+            rows: Box::new(RoundedRows {
+                q: q.as_mut_ptr(),
+                scale: scale.as_mut_ptr(),
+                sum16: sum16.as_mut_ptr(),
+            }),
+            elems,
+            _q: q,
+            _scale: scale,
+            _sum16: sum16,
+        }
+    }
 }
 
 type ContractEntry = unsafe extern "C" fn(*const Job, u32, u32);
+type RoundEntry = unsafe extern "C" fn(*const Job, u32, u32);
 type ColumnsEntry = unsafe extern "C" fn() -> u32;
 
 /// The loaded library.
 pub(crate) struct ContractLibrary {
     contract: ContractEntry,
+    round: RoundEntry,
     /// Weight rows one register tile covers: column chunks are whole tiles.
     tile_columns: u32,
     _library: libloading::Library,
@@ -89,10 +164,13 @@ impl ContractLibrary {
         // SAFETY: a shared object we compiled from our own C, with no initializers.
         let library = unsafe { libloading::Library::new(&path) }.map_err(failed)?;
         // SAFETY: both entries are defined in contract.c with exactly these signatures.
-        let (contract, columns) = unsafe {
+        let (contract, round, columns) = unsafe {
             (
                 *library
                     .get::<ContractEntry>(b"poot_contract")
+                    .map_err(failed)?,
+                *library
+                    .get::<RoundEntry>(b"poot_contract_round")
                     .map_err(failed)?,
                 *library
                     .get::<ColumnsEntry>(b"poot_contract_columns_per_tile")
@@ -103,6 +181,7 @@ impl ContractLibrary {
         let tile_columns = unsafe { columns() }.max(1);
         Ok(ContractLibrary {
             contract,
+            round,
             tile_columns,
             _library: library,
         })
@@ -113,6 +192,8 @@ impl ContractLibrary {
 pub(crate) struct RecordedContraction {
     library: Arc<ContractLibrary>,
     job: Job,
+    /// Where integer products keep their rounded left side.
+    rounding: Option<Arc<Rounding>>,
     _buffers: [Arc<Memory>; 3],
 }
 
@@ -127,16 +208,27 @@ impl RecordedContraction {
     pub(crate) fn new(
         library: Arc<ContractLibrary>,
         c: &Contraction<'_, crate::CpuDevice>,
+        rounding: Option<&Arc<Rounding>>,
     ) -> Result<RecordedContraction, DeviceError> {
         let bad = |reason: String| DeviceError::BadLaunch {
             kernel: "library contraction".to_string(),
             reason,
         };
-        let LibraryOperands::Exact(stored) = c.operands else {
-            return Err(bad(
-                "a half-precision contraction (planned for another device)".to_string(),
-            ));
+        let (stored, integer) = match c.operands {
+            LibraryOperands::Exact(stored) => (stored, false),
+            LibraryOperands::Integer(b) => (StoredWeights::Blocks(b), true),
+            LibraryOperands::Half { .. } => {
+                return Err(bad(
+                    "a half-precision contraction (planned for another device)".to_string(),
+                ));
+            }
         };
+        if integer && !c.depth.is_multiple_of(32) {
+            return Err(bad(format!(
+                "integer products of {} elements against {stored:?}",
+                c.depth
+            )));
+        }
         let format = format_code(stored)
             .ok_or_else(|| bad(format!("weights in {stored:?}, which it does not decode")))?;
         if !c.transpose_weights {
@@ -162,6 +254,14 @@ impl RecordedContraction {
             return Err(bad("its result overlaps an operand".to_string()));
         }
         let ptr = |b: &CpuBuffer| b.mem.ptr.as_ptr().cast::<c_void>();
+        let rounding = if integer {
+            let r = rounding
+                .filter(|r| r.elems as u64 >= rows * depth)
+                .ok_or_else(|| bad(format!("no room for {rows} x {depth} rounded elements")))?;
+            Some(Arc::clone(r))
+        } else {
+            None
+        };
         Ok(RecordedContraction {
             job: Job {
                 lhs: ptr(c.lhs).cast(),
@@ -171,7 +271,11 @@ impl RecordedContraction {
                 rows: c.rows,
                 cols: c.cols,
                 depth: c.depth,
+                rounded: rounding
+                    .as_ref()
+                    .map_or(std::ptr::null(), |r| &*r.rows as *const RoundedRows),
             },
+            rounding,
             library,
             _buffers: [
                 Arc::clone(&c.lhs.mem),
@@ -179,6 +283,28 @@ impl RecordedContraction {
                 Arc::clone(&c.out.mem),
             ],
         })
+    }
+
+    /// Rounds the left side to 8-bit blocks over `pool`, a share of the rows for each thread.
+    fn round_rows(&self, pool: &rayon::ThreadPool, threads: usize) {
+        use rayon::prelude::*;
+        let rows = self.job.rows;
+        let parts = (threads as u32).clamp(1, rows.max(1));
+        let per_part = rows.div_ceil(parts);
+        let job = &self.job as *const Job as usize;
+        let round = self.library.round;
+        let run_part = |p: u32| {
+            let r0 = p * per_part;
+            let r1 = (r0 + per_part).min(rows);
+            // SAFETY: the job and its rounding storage were sized for these rows when recorded,
+            // and each part writes its own rows of it.
+            unsafe { round(job as *const Job, r0, r1) };
+        };
+        if parts == 1 {
+            run_part(0);
+        } else {
+            pool.install(|| (0..parts).into_par_iter().for_each(run_part));
+        }
     }
 
     /// Runs the contraction over `pool`: column chunks of whole tiles, `chunks_per_thread`
@@ -192,6 +318,9 @@ impl RecordedContraction {
         let per_chunk = tiles.div_ceil(want.min(tiles)) * tile;
         let chunks = cols.div_ceil(per_chunk);
         let job = &self.job as *const Job as usize;
+        if self.rounding.is_some() {
+            self.round_rows(pool, threads);
+        }
         let contract = self.library.contract;
         let run_chunk = |c: u32| {
             let c0 = c * per_chunk;

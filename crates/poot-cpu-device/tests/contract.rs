@@ -74,10 +74,55 @@ fn bytemuck_f32(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn run_case(device: &mut CpuDevice, w: StoredWeights, rows: usize, cols: usize, depth: usize) {
+/// `x` rounded to 8-bit blocks of 32 with the graph's f32 operations (poot-graph-plan's
+/// `activation_blocks`).
+fn rounded_to_blocks(x: &[f32]) -> Vec<f32> {
+    x.chunks(32)
+        .flat_map(|b| {
+            let d = b.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
+            let inverse = if d > 0.0 { 1.0 / d } else { 0.0 };
+            b.iter().map(move |v| (v * inverse).round_ties_even() * d)
+        })
+        .collect()
+}
+
+/// How the library is asked to multiply.
+#[derive(Clone, Copy, PartialEq)]
+enum Products {
+    Exact,
+    /// The left side rounded to 8-bit blocks, integer products.
+    Integer,
+}
+
+fn run_case(
+    device: &mut CpuDevice,
+    w: StoredWeights,
+    products: Products,
+    rows: usize,
+    cols: usize,
+    depth: usize,
+) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (rows * 131 + cols * 7 + depth) as u64);
     let (stored, values) = weights(w, cols, depth, &mut rng);
-    let lhs: Vec<f32> = (0..rows * depth).map(|_| rng.unit()).collect();
+    // Some elements exactly between two integers of their block once scaled, and a block of
+    // zeros, which the rounding must take as the graph does.
+    let mut lhs: Vec<f32> = (0..rows * depth).map(|_| rng.unit()).collect();
+    if products == Products::Integer {
+        for b in lhs.chunks_mut(32) {
+            b[0] = 127.0 / 64.0;
+            b[1] = 2.5 / 64.0;
+            b[2] = -3.5 / 64.0;
+        }
+        lhs[depth - 32..depth].fill(0.0);
+    }
+    let operands = match (products, w) {
+        (Products::Integer, StoredWeights::Blocks(b)) => LibraryOperands::Integer(b),
+        _ => LibraryOperands::Exact(w),
+    };
+    let summed = match products {
+        Products::Exact => lhs.clone(),
+        Products::Integer => rounded_to_blocks(&lhs),
+    };
     let buffer = |d: &mut CpuDevice, bytes: &[u8]| {
         let b = d.alloc(bytes.len().max(4) as u64).unwrap();
         d.write(&b, 0, bytes).unwrap();
@@ -88,7 +133,7 @@ fn run_case(device: &mut CpuDevice, w: StoredWeights, rows: usize, cols: usize, 
     let out = device.alloc((rows * cols * 4) as u64).unwrap();
     let recording = device
         .record_commands(&[Command::Contract(Contraction {
-            operands: LibraryOperands::Exact(w),
+            operands,
             lhs: &lhs_buf,
             weights: &w_buf,
             transpose_weights: true,
@@ -105,7 +150,7 @@ fn run_case(device: &mut CpuDevice, w: StoredWeights, rows: usize, cols: usize, 
         for n in 0..cols {
             let (mut want, mut scale) = (0.0f64, 0.0f64);
             for k in 0..depth {
-                let p = f64::from(lhs[m * depth + k]) * f64::from(values[n * depth + k]);
+                let p = f64::from(summed[m * depth + k]) * f64::from(values[n * depth + k]);
                 want += p;
                 scale += p.abs();
             }
@@ -150,7 +195,39 @@ fn every_format_matches_a_direct_sum_at_every_shape() {
         for depth in depths {
             // Rows below and above the many-rows threshold (16), tiles cut at either edge.
             for (rows, cols) in [(1, 1), (1, 70), (3, 7), (16, 33), (37, 70), (9, 200)] {
-                run_case(&mut device, w, rows, cols, depth);
+                run_case(&mut device, w, Products::Exact, rows, cols, depth);
+            }
+        }
+    }
+}
+
+#[test]
+fn integer_products_match_a_direct_sum_of_the_rounded_left_side() {
+    let mut device = match CpuDevice::open(CpuOptions::default()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("SKIP: no C compiler ({e})");
+            return;
+        }
+    };
+    for &b in &poot_graph_plan::activation_blocks::INTEGER_BLOCKS {
+        let unit = b.block_elems();
+        for depth in [
+            unit,
+            5 * unit,
+            1280_usize.next_multiple_of(unit),
+            576_usize.next_multiple_of(unit),
+        ] {
+            // Whole and ragged tiles of six rows by 32 columns, one chunk of 256 columns and more.
+            for (rows, cols) in [(1, 1), (3, 7), (16, 33), (37, 70), (7, 300), (25, 1536)] {
+                run_case(
+                    &mut device,
+                    StoredWeights::Blocks(b),
+                    Products::Integer,
+                    rows,
+                    cols,
+                    depth,
+                );
             }
         }
     }

@@ -102,6 +102,7 @@ fn rows() -> Vec<Row> {
         (UnaryOp::Abs, u(-4.0, 4.0), Tol::Exact),
         (UnaryOp::Floor, u(-4.0, 4.0), Tol::Exact),
         (UnaryOp::Ceil, u(-4.0, 4.0), Tol::Exact),
+        (UnaryOp::Round, u(-4.0, 4.0), Tol::Exact),
         (UnaryOp::Sqrt, u(0.0, 100.0), Tol::Exact),
         (UnaryOp::Recip, u(-100.0, 100.0), Tol::Exact),
         (UnaryOp::Rsqrt, u(1e-3, 1e3), Tol::Ulps(2)),

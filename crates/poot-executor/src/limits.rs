@@ -35,6 +35,9 @@ pub struct DeviceLimits {
     /// Whether the device multiplies contractions against stored weights exactly in a library
     /// of its own ([`TargetLimits::library_exact`]).
     pub library_exact: bool,
+    /// Left-side rows from which that library multiplies block-quantized weights in 8-bit
+    /// integers ([`TargetLimits::library_integer_rows`]).
+    pub library_integer_rows: Option<u32>,
 }
 
 impl DeviceLimits {
@@ -56,6 +59,7 @@ impl DeviceLimits {
                 matrix_tf32: self.matrix_tf32,
                 library_gemm: self.library_gemm,
                 library_exact: self.library_exact,
+                library_integer_rows: self.library_integer_rows,
             },
             tuning: Tuning::default(),
         }

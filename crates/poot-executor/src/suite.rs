@@ -7,9 +7,10 @@
 //! finite fails at any tolerance.
 //!
 //! The oracle evaluates each case's graph as the executor's target rewrites it for precision
-//! ([`poot_graph_plan::precision::round_half_operands`]: on a target multiplying in half
-//! precision, the left sides of tiled contractions against f16 or bf16 weights rounded to
-//! them), so the tolerances stay those of reassociation: the rounding is in both.
+//! ([`poot_graph_plan::rounded_for_target`]: on a target multiplying in half precision, the
+//! left sides of tiled contractions against f16 or bf16 weights rounded to them; on one
+//! multiplying block-quantized weights in 8-bit integers, the left sides rounded to 8-bit
+//! blocks), so the tolerances stay those of reassociation: the rounding is in both.
 
 use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
 use poot_formats::{
@@ -23,7 +24,7 @@ use poot_graph_ir::{
 };
 
 use poot_formats::BlockFormat;
-use poot_graph_plan::precision::round_half_operands;
+use poot_graph_plan::rounded_for_target;
 
 use crate::executor::{ConstBytes, ConstSource, Executor, StepInputs, StepOutputs};
 
@@ -193,7 +194,7 @@ fn run_case_with(exec: &mut dyn Executor, case: &Case, late: Option<&Slot>) -> O
             return outcome(false, format!("add_entry: {e}"));
         }
     };
-    let graph = match round_half_operands(&case.graph, exec.target()) {
+    let graph = match rounded_for_target(&case.graph, exec.target()) {
         Ok(g) => g,
         Err(e) => {
             exec.remove_entry(entry);
@@ -600,7 +601,12 @@ fn unary_case(op: UnaryOp) -> Case {
     let y = c.b.unary(op, x).expect("typed");
     let exact = matches!(
         op,
-        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Not
+        UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round
+            | UnaryOp::Not
     );
     c.finish(
         &format!("unary {}", op.name()),
@@ -889,6 +895,68 @@ fn contraction_cases() -> Vec<Case> {
             SUMS,
         ));
     }
+    // A prefill chunk's rows: where the target multiplies block weights in 8-bit integers, the
+    // left side is rounded to 8-bit blocks in the graph too.
+    for (i, format) in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = CaseBuilder::new(70 + i as u64);
+        let k = if format.block_elems() == 256 {
+            512
+        } else {
+            160
+        };
+        let x = c.f32("x", &[20, k]);
+        let w = c.packed("w", format, 40, k);
+        let y = ops::linear(&c.b, x, w, None).expect("linear");
+        cases.push(c.finish(
+            &format!("{} weights: linear over a prefill's rows", format.name()),
+            Outputs::new(y),
+            SUMS,
+        ));
+    }
+    // Sibling projections of one normalized left side (rounded once) and a residual sum.
+    let mut c = CaseBuilder::new(80);
+    let (rows, d) = (24, 128);
+    let x = c.f32("x", &[rows, d]);
+    let scale = c.f32("scale", &[d]);
+    let projections = [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1]
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| c.packed(&format!("w{i}"), f, d, d))
+        .collect::<Vec<_>>();
+    let b = &c.b;
+    let h = ops::rmsnorm_with(
+        b,
+        x,
+        scale,
+        RmsNormOptions {
+            eps: 1e-6,
+            weight_offset: 0.0,
+        },
+    )
+    .expect("rmsnorm");
+    let mut sum = x;
+    for w in projections {
+        sum = b
+            .add(sum, ops::linear(b, h, w, None).expect("linear"))
+            .expect("add");
+    }
+    cases.push(c.finish(
+        "three block-weight projections of one normalized prefill chunk, summed",
+        Outputs::new(sum),
+        SUMS,
+    ));
     let mut c = CaseBuilder::new(60);
     let x = c.f32("x", &[5, 32]);
     let experts = c.f32("experts", &[4, 6, 32]);
@@ -2096,6 +2164,25 @@ fn tiled_cases() -> Vec<Case> {
         },
         3,
     ));
+    // A prefill chunk the CPU's library multiplies in 8-bit integers.
+    cases.push(decoder_layer_case(
+        "decoder layer prefill chunks of 20 (GQA, Q4_1 projections, integer products on the CPU)",
+        245,
+        LayerShape {
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 16,
+            capacity: 60,
+            tokens: 20,
+            window: None,
+            softcap: None,
+            qk_norm: false,
+            sandwich: false,
+            packed: Some(GgmlType::Q4_1),
+        },
+        2,
+    ));
     cases
 }
 
@@ -2185,6 +2272,7 @@ pub fn cases() -> Vec<Case> {
         UnaryOp::Erf,
         UnaryOp::Floor,
         UnaryOp::Ceil,
+        UnaryOp::Round,
         UnaryOp::Sin,
         UnaryOp::Cos,
         UnaryOp::Not,

@@ -49,6 +49,9 @@ pub enum UnaryOp {
     Erf,
     Floor,
     Ceil,
+    /// To the nearest integer, ties to even (IEEE roundTiesToEven, as `rintf` in the default
+    /// rounding mode).
+    Round,
     Sin,
     Cos,
     /// Logical not on bool, bitwise not on integers.
@@ -69,6 +72,7 @@ impl UnaryOp {
             UnaryOp::Erf => "erf",
             UnaryOp::Floor => "floor",
             UnaryOp::Ceil => "ceil",
+            UnaryOp::Round => "round",
             UnaryOp::Sin => "sin",
             UnaryOp::Cos => "cos",
             UnaryOp::Not => "not",
@@ -88,6 +92,7 @@ impl UnaryOp {
             | UnaryOp::Erf
             | UnaryOp::Floor
             | UnaryOp::Ceil
+            | UnaryOp::Round
             | UnaryOp::Sin
             | UnaryOp::Cos => d == DType::F32,
         }

@@ -9,6 +9,7 @@
 //! packed into reused scratch buffers at fixed addresses), and the dispatch list one step
 //! replays.
 
+pub mod activation_blocks;
 pub mod kernel;
 pub mod legalize;
 pub mod lower;
@@ -28,17 +29,35 @@ pub use refusal::PlanError;
 pub use target::{Backend, LaunchOverlap, MatrixUnits, Target, TargetLimits, Tuning, TuningError};
 
 /// Plans `graph` for `target`: rounds the left sides of contractions the target multiplies in
-/// half precision ([`precision::round_half_operands`]: the plan computes that graph, which is
-/// what a device is compared with), splits constants too large for one buffer into row
+/// half precision ([`precision::round_half_operands`]) or in 8-bit integers
+/// ([`activation_blocks::round_activation_blocks`]): the plan computes that graph, which is
+/// what a device is compared with; splits constants too large for one buffer into row
 /// chunks, lowers, and refuses a plan whose buffers exceed the device's memory.
 pub fn compile(graph: &Graph, target: &Target) -> Result<Plan, PlanError> {
     graph.validate()?;
-    let rounded = precision::round_half_operands(graph, target)?;
+    let rounded = rounded_for_target(graph, target)?;
     let legal = legalize::split_large_constants(&rounded, target)?;
     let mut plan = lower::lower(&legal.graph, target)?;
     legalize::bind_chunks(&mut plan, &legal.chunks);
     check_memory(&plan, target)?;
     Ok(plan)
+}
+
+/// `graph` with the roundings `target`'s products make written in
+/// ([`precision::round_half_operands`], [`activation_blocks::round_activation_blocks`]): the
+/// graph a plan for `target` computes, and so what the oracle evaluates to compare a device
+/// with.
+pub fn rounded_for_target<'g>(
+    graph: &'g Graph,
+    target: &Target,
+) -> Result<std::borrow::Cow<'g, Graph>, PlanError> {
+    let half = precision::round_half_operands(graph, target)?;
+    Ok(
+        match activation_blocks::round_activation_blocks(&half, target)? {
+            std::borrow::Cow::Owned(g) => std::borrow::Cow::Owned(g),
+            std::borrow::Cow::Borrowed(_) => half,
+        },
+    )
 }
 
 /// [`compile`] for one entry of an executor: a refusal names the entry (`entry` says which step

@@ -123,6 +123,11 @@ pub enum LibraryOperands {
     /// exactly from how they are stored (the CPU device's library): the graph's contraction up
     /// to the order of its sums, at any row count.
     Exact(StoredWeights),
+    /// Integer products of the weights' block integers (in this block format) by the left side
+    /// rounded to 8-bit blocks of [`crate::activation_blocks::BLOCK`] (the CPU device's library,
+    /// over a prefill's rows): the left-side buffer holds the values before the rounding, which
+    /// the library computes as the graph writes it ([`crate::activation_blocks`]).
+    Integer(poot_formats::BlockFormat),
 }
 
 /// A contraction the step gives to the device's library (cuBLASLt on PTX, the contraction

@@ -67,6 +67,10 @@ pub struct TargetLimits {
     /// every such contraction then goes to it ([`crate::plan::LibraryOperands::Exact`]), with no
     /// rounding of its operands.
     pub library_exact: bool,
+    /// Left-side rows from which that library multiplies block-quantized weights by the left
+    /// side rounded to 8-bit blocks, in integers ([`crate::activation_blocks`]); `None` where
+    /// it never does.
+    pub library_integer_rows: Option<u32>,
 }
 
 /// Choices of the kernel shapes that trade one cost for another on a device, with defaults
@@ -144,6 +148,9 @@ pub struct Tuning {
     /// library (`lib_rows=N`): its weights are then decoded to f16 in full for every step,
     /// which pays only over many rows (a prefill chunk), not for a small batched decode step.
     pub library_packed_rows: usize,
+    /// Whether the exact library multiplies block-quantized weights in 8-bit integers where it
+    /// can ([`TargetLimits::library_integer_rows`]; `int8=0|1`, on by default).
+    pub library_integer: bool,
 }
 
 /// How tiled contractions (a prefill's, a batched step's) use a target's matrix units.
@@ -201,16 +208,21 @@ impl Default for Tuning {
             library_gemm: true,
             gemv_rows: 8,
             library_packed_rows: 128,
+            library_integer: true,
         }
     }
 }
+
+/// Left-side rows from which the CPU's contraction library multiplies block-quantized weights
+/// in 8-bit integers (`contract.c`'s packed product); a decode step's few rows stay exact f32.
+pub const CPU_INTEGER_ROWS: u32 = 16;
 
 /// A `POOT_TUNING` setting that does not parse.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, mma=0|1|half, lib=0|1, lib_rows=N (9 or more), gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, mma=0|1|half, lib=0|1, int8=0|1, lib_rows=N (9 or more), gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -262,6 +274,7 @@ impl Tuning {
                 "whole" => t.gemv_whole_blocks = flag()?,
                 "attn_tiles" => t.attention_tiles = flag()?,
                 "lib" => t.library_gemm = flag()?,
+                "int8" => t.library_integer = flag()?,
                 "lib_rows" => {
                     t.library_packed_rows =
                         value.parse().ok().filter(|&r| r >= 9).ok_or_else(bad)?
@@ -338,6 +351,7 @@ impl Target {
                 matrix_tf32: true,
                 library_gemm: true,
                 library_exact: false,
+                library_integer_rows: None,
             },
             tuning: Tuning::default(),
         }
@@ -362,6 +376,7 @@ impl Target {
                 matrix_tf32: false,
                 library_gemm: false,
                 library_exact: false,
+                library_integer_rows: None,
             },
             tuning: Tuning::default(),
         }
@@ -386,6 +401,7 @@ impl Target {
                 matrix_tf32: false,
                 library_gemm: false,
                 library_exact: true,
+                library_integer_rows: Some(CPU_INTEGER_ROWS),
             },
             tuning: Tuning::default(),
         }
@@ -436,6 +452,13 @@ impl Target {
         self.limits.library_exact && self.tuning.library_gemm
     }
 
+    /// Left-side rows from which the exact library multiplies block-quantized weights in 8-bit
+    /// integers (where it does and the tuning allows).
+    pub fn integer_library_rows(&self) -> Option<usize> {
+        let rows = self.limits.library_integer_rows?;
+        (self.exact_library() && self.tuning.library_integer).then_some(rows as usize)
+    }
+
     /// Whether tiled contractions against f16 or bf16 weights multiply in that precision (on
     /// the matrix units or in the library), so the planner rounds their left side first
     /// ([`crate::precision`]).
@@ -465,7 +488,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=64,waves=4,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,mma=0,lib=1,gemv_rows=16,lib_rows=64",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,mma=0,lib=1,int8=0,gemv_rows=16,lib_rows=64",
         )
         .unwrap();
         assert_eq!(
@@ -491,6 +514,7 @@ mod tests {
                 library_gemm: true,
                 gemv_rows: 16,
                 library_packed_rows: 64,
+                library_integer: false,
             }
         );
         for (spec, units) in [

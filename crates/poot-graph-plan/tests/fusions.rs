@@ -9,6 +9,8 @@ use poot_graph_ir::ops::{self, AttentionOptions};
 use poot_graph_ir::{
     Builder, DType, GgmlType, Graph, Outputs, Slot, TensorType, TraceLimits, Traced,
 };
+use poot_graph_ir::{OpKind, UnaryOp};
+use poot_graph_plan::activation_blocks::round_activation_blocks;
 use poot_graph_plan::kernel::{Expr, Half, Stmt};
 use poot_graph_plan::precision::round_half_operands;
 use poot_graph_plan::{
@@ -551,8 +553,13 @@ fn every_stored_weight_contraction_goes_to_the_cpus_exact_library() {
             ));
             let p = compile(&g, &cpu).unwrap();
             assert_eq!(p.contractions.len(), 5, "{dtype} x {rows}: {:?}", kinds(&p));
+            // A prefill chunk's block products are in 8-bit integers (see below).
+            let want = match stored {
+                StoredWeights::Blocks(b) if rows >= 16 => LibraryOperands::Integer(b),
+                _ => LibraryOperands::Exact(stored),
+            };
             for c in &p.contractions {
-                assert_eq!(c.operands, LibraryOperands::Exact(stored));
+                assert_eq!(c.operands, want);
                 assert_eq!(c.rows as usize, rows);
                 assert!(c.transpose_weights);
             }
@@ -576,6 +583,58 @@ fn every_stored_weight_contraction_goes_to_the_cpus_exact_library() {
             .contractions
             .is_empty()
     );
+}
+
+#[test]
+fn a_prefill_chunks_block_products_round_the_left_side_to_8_bit_blocks_on_the_cpu() {
+    let cpu = Target::cpu_preset();
+    let mut exact = Target::cpu_preset();
+    exact.tuning.library_integer = false;
+    let q4 = DType::Packed(GgmlType::Q4_0);
+    let g = half_layer(64, q4);
+    // The graph says what the library computes: each distinct left side (the norm's output,
+    // the gated product) rounded once, shared by its sibling contractions.
+    let rounded = round_activation_blocks(&g, &cpu).unwrap();
+    let Cow::Owned(r) = &rounded else {
+        panic!("nothing rounded");
+    };
+    let count = |g: &Graph, op: UnaryOp| {
+        g.eqns()
+            .iter()
+            .filter(|e| e.op == OpKind::Unary(op))
+            .count()
+    };
+    assert_eq!(count(r, UnaryOp::Round), 2);
+    assert_eq!(count(&g, UnaryOp::Round), 0);
+    assert!(matches!(
+        round_activation_blocks(r, &cpu).unwrap(),
+        Cow::Borrowed(_)
+    ));
+    // Nothing is rounded for a decode step, with the integer products tuned off, or on a GPU.
+    for (graph, target) in [
+        (half_layer(8, q4), &cpu),
+        (g.clone(), &exact),
+        (g.clone(), &Target::ptx_preset()),
+    ] {
+        assert!(matches!(
+            round_activation_blocks(&graph, target).unwrap(),
+            Cow::Borrowed(_)
+        ));
+    }
+    // No kernel computes the rounding: the library does, from the unrounded left side, so the
+    // plan launches exactly the kernels of the exact plan.
+    let integer = compile(&g, &cpu).unwrap();
+    let plain = compile(&g, &exact).unwrap();
+    assert_eq!(kinds(&integer), kinds(&plain));
+    assert!(
+        integer
+            .contractions
+            .iter()
+            .all(|c| c.operands == LibraryOperands::Integer(poot_formats::BlockFormat::Q4_0))
+    );
+    for (a, b) in integer.contractions.iter().zip(&plain.contractions) {
+        assert_eq!((a.rows, a.cols, a.depth), (b.rows, b.cols, b.depth));
+    }
 }
 
 #[test]

@@ -27,7 +27,7 @@ use poot_graph_plan::kernel::{Access, BinOp, CmpOp, Expr, Half, Kernel, Stmt, Ty
 
 const TYS: [Ty; 4] = [Ty::F32, Ty::I32, Ty::U32, Ty::Bool];
 
-const UNOPS: [UnOp; 19] = [
+const UNOPS: [UnOp; 20] = [
     UnOp::Neg,
     UnOp::Abs,
     UnOp::Exp,
@@ -39,6 +39,7 @@ const UNOPS: [UnOp; 19] = [
     UnOp::Erf,
     UnOp::Floor,
     UnOp::Ceil,
+    UnOp::Round,
     UnOp::Sin,
     UnOp::Cos,
     UnOp::Not,
@@ -89,6 +90,7 @@ fn listed(u: UnOp, b: BinOp, c: CmpOp, t: Ty, h: Half) {
         | UnOp::Erf
         | UnOp::Floor
         | UnOp::Ceil
+        | UnOp::Round
         | UnOp::Sin
         | UnOp::Cos
         | UnOp::Not

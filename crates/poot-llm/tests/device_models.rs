@@ -16,7 +16,7 @@ use common::oracle::{Oracle, argmax, rel_err};
 
 use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
 use poot_executor::{EntryId, ExecutableId, Executor, StepInputs, StepOutputs};
-use poot_graph_ir::{Slot, TraceLimits};
+use poot_graph_ir::{Graph, Slot, TraceLimits};
 use poot_llm::{
     BackendChoice, Driver, DriverOptions, GenerateRequest, HandleWeights, Layout, LoadOptions,
     ModelHandle, Sampler, entry_label, open_executor,
@@ -28,6 +28,9 @@ use poot_models::{ModelKind, Registry, StepShape, StepSpec};
 const CAPACITY: usize = 32;
 /// Largest |device - oracle| over the largest |oracle| logit: the device sums in another order.
 const TOLERANCE: f32 = 1e-4;
+/// Against the oracle after a prefill whose left sides were rounded to 8-bit blocks (see
+/// `check_greedy`).
+const ROUNDED_TOLERANCE: f32 = 8e-2;
 
 /// An executor on each backend these tests cover that opens here (PTX on a GPU machine, where
 /// this test's binary is carried).
@@ -79,22 +82,55 @@ fn check_greedy(
         .add_entry(exe, &decode_graph, &entry_label(&spec(1), None))
         .unwrap();
     exec.reset_state(step).unwrap();
+    // The oracle evaluates what the device's plans compute: the graphs with the roundings of
+    // its products written in (8-bit blocks over a prefill's rows on the CPU). Rounding to 8-bit
+    // blocks is a step function, so an element the device computes an ulp away from the oracle
+    // (its sums reassociated) may round to the neighbouring integer, moving by 1/127 of its
+    // block's largest value; over a deep model such steps leave the logits within about 3% of
+    // the oracle's, not 1e-4 (SmolLM2 on a 25-token prompt: 3.2% with the library's integer
+    // products, 3.2% and 3.5% with the rounding computed by the CPU's and lavapipe's generated
+    // kernels; the CPU library's tests and the device suite check the rounding itself exactly,
+    // on inputs both sides share). A greedy choice may then fall either way of a near-tie: the
+    // device's token must be within that tolerance of the oracle's best, and both go on with it.
+    let rounded = |g: &Graph| {
+        poot_graph_plan::rounded_for_target(g, exec.target())
+            .unwrap()
+            .into_owned()
+    };
+    let (prefill_rounded, decode_rounded) = (rounded(&prefill_graph), rounded(&decode_graph));
+    let tolerance = if prefill_rounded == prefill_graph {
+        TOLERANCE
+    } else {
+        ROUNDED_TOLERANCE
+    };
+    let (prefill_graph, decode_graph) = (prefill_rounded, decode_rounded);
     let mut oracle = Oracle::new(handle);
     let mut got = device_step(exec, prefill, prompt, 0);
     let mut want = oracle.step(&prefill_graph, prompt, 0);
+
     let mut tokens = Vec::new();
     for i in 0..=decode {
         let err = rel_err(&got, &want);
-        assert!(err <= TOLERANCE, "{name}: step {i}: relative error {err}");
+        assert!(err <= tolerance, "{name}: step {i}: relative error {err}");
         let (tg, tw) = (argmax(&got), argmax(&want));
-        assert_eq!(tg, tw, "{name}: step {i}: greedy token");
+        if tolerance == TOLERANCE {
+            assert_eq!(tg, tw, "{name}: step {i}: greedy token");
+        } else {
+            let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            assert!(
+                want[tg] >= want[tw] - tolerance * scale,
+                "{name}: step {i}: the device's token {tg} scores {} on the oracle, its best {tw} {}",
+                want[tg],
+                want[tw]
+            );
+        }
         tokens.push(tg as i32);
         if i == decode {
             break;
         }
         let pos = prompt.len() + i;
         got = device_step(exec, step, &[tg as i32], pos);
-        want = oracle.step(&decode_graph, &[tw as i32], pos);
+        want = oracle.step(&decode_graph, &[tg as i32], pos);
     }
     exec.remove_entry(prefill);
     exec.remove_entry(step);

@@ -376,6 +376,7 @@ impl PtxDevice {
             matrix_tf32: arch >= 80,
             library_gemm: library.is_some(),
             library_exact: false,
+            library_integer_rows: None,
         };
         Ok(PtxDevice {
             group: None,

@@ -135,5 +135,6 @@ pub(crate) fn device_limits(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> 
         matrix_tf32: false,
         library_gemm: false,
         library_exact: false,
+        library_integer_rows: None,
     }
 }

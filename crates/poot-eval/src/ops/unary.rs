@@ -28,6 +28,7 @@ pub(crate) fn f32_fn(op: UnaryOp) -> Option<fn(f32) -> f32> {
         UnaryOp::Erf => |x| libm::erf(f64::from(x)) as f32,
         UnaryOp::Floor => f32::floor,
         UnaryOp::Ceil => f32::ceil,
+        UnaryOp::Round => f32::round_ties_even,
         UnaryOp::Sin => |x| libm::sin(f64::from(x)) as f32,
         UnaryOp::Cos => |x| libm::cos(f64::from(x)) as f32,
         UnaryOp::Not => return None,

@@ -129,6 +129,7 @@ pub fn unary(op: UnaryOp, dtype: DType, x: &Ref) -> Ref {
             UnaryOp::Erf => erf(a),
             UnaryOp::Floor => a.floor(),
             UnaryOp::Ceil => a.ceil(),
+            UnaryOp::Round => a.round_ties_even(),
             UnaryOp::Sin => a.sin(),
             UnaryOp::Cos => a.cos(),
             UnaryOp::Not => panic!("not on f32"),

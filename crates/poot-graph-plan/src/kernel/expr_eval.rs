@@ -314,6 +314,7 @@ fn unary(op: UnOp, x: Value) -> Result<Value, EvalError> {
         (UnOp::Erf, Value::F32(v)) => Value::F32(via_f64(v, erf)),
         (UnOp::Floor, Value::F32(v)) => Value::F32(v.floor()),
         (UnOp::Ceil, Value::F32(v)) => Value::F32(v.ceil()),
+        (UnOp::Round, Value::F32(v)) => Value::F32(v.round_ties_even()),
         (UnOp::Sin, Value::F32(v)) => Value::F32(via_f64(v, f64::sin)),
         (UnOp::Cos, Value::F32(v)) => Value::F32(via_f64(v, f64::cos)),
         (UnOp::RoundF16, Value::F32(v)) => Value::F32(round_f16(v)),
@@ -332,6 +333,7 @@ fn unary(op: UnOp, x: Value) -> Result<Value, EvalError> {
             | UnOp::Erf
             | UnOp::Floor
             | UnOp::Ceil
+            | UnOp::Round
             | UnOp::Sin
             | UnOp::Cos
             | UnOp::RoundF16

@@ -106,6 +106,8 @@ pub enum UnOp {
     Erf,
     Floor,
     Ceil,
+    /// To the nearest integer, ties to even.
+    Round,
     Sin,
     Cos,
     /// Logical not (bool) or bitwise not (integers).

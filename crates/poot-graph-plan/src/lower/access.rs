@@ -463,6 +463,7 @@ fn unary(u: UnaryOp) -> UnOp {
         UnaryOp::Erf => UnOp::Erf,
         UnaryOp::Floor => UnOp::Floor,
         UnaryOp::Ceil => UnOp::Ceil,
+        UnaryOp::Round => UnOp::Round,
         UnaryOp::Sin => UnOp::Sin,
         UnaryOp::Cos => UnOp::Cos,
         UnaryOp::Not => UnOp::Not,

@@ -24,11 +24,13 @@
 
 use std::collections::HashSet;
 
-use poot_graph_ir::{DType, Graph, OpKind, Storage};
+use poot_graph_ir::{DType, Graph, OpKind, Storage, ValueId};
 
-use poot_formats::PackedFormat;
+use poot_formats::{BlockFormat, PackedFormat};
 
+use super::classify::{Classification, Placement};
 use super::{Lowering, PlanError, PlannedContraction};
+use crate::activation_blocks::{activation_blocks_source, integer_blocks};
 use crate::plan::{EXACT_LIBRARY_BLOCKS, HalfType, LibraryOperands, StoredWeights, WeightWords};
 use crate::precision::half_operand;
 use crate::target::Target;
@@ -55,7 +57,7 @@ pub(super) fn chosen(g: &Graph, target: &Target) -> HashSet<usize> {
 /// How eqn `i`'s contraction reaches an exact library, when it can: an f32 left side against a
 /// stored rank-2 constant, transposed (`[columns, depth]`, as checkpoints store projections),
 /// in a format the library decodes, with sizes that fit its 32-bit dimensions.
-fn exact_operands(g: &Graph, i: usize) -> Option<StoredWeights> {
+pub(crate) fn exact_operands(g: &Graph, i: usize) -> Option<StoredWeights> {
     let e = &g.eqns()[i];
     if e.op
         != (OpKind::MatMul {
@@ -135,6 +137,63 @@ fn library_operands(g: &Graph, i: usize, min_rows: usize) -> Option<(HalfType, W
     .then_some((half, words))
 }
 
+/// The unrounded left side and the weights' block format of eqn `i` when the library multiplies
+/// it in 8-bit integers: its left side is the graph's rounding to 8-bit blocks
+/// ([`crate::activation_blocks`]) and the target's library takes its weights that way.
+fn integer_operands(
+    g: &Graph,
+    producers: &[Option<usize>],
+    i: usize,
+    target: &Target,
+) -> Option<(ValueId, BlockFormat)> {
+    let b = integer_blocks(g, i, target)?;
+    let (source, _) = activation_blocks_source(g, producers, g.eqns()[i].inputs[0])?;
+    Some((source, b))
+}
+
+/// Marks the values of each 8-bit rounding that only library contractions taking it in
+/// integers read as absorbed: the library computes the rounding, no kernel does.
+pub(super) fn absorb_roundings(
+    g: &Graph,
+    target: &Target,
+    library: &HashSet<usize>,
+    cls: &mut Classification,
+) {
+    let integer: HashSet<usize> = library
+        .iter()
+        .copied()
+        .filter(|&i| integer_operands(g, &cls.producer, i, target).is_some())
+        .collect();
+    let mut done = HashSet::new();
+    for &i in &integer {
+        let rounded = g.eqns()[i].inputs[0];
+        if !done.insert(rounded) {
+            continue;
+        }
+        let Some((_, internal)) = activation_blocks_source(g, &cls.producer, rounded) else {
+            continue;
+        };
+        let chain: HashSet<usize> = internal
+            .iter()
+            .filter_map(|v| cls.producer[v.index()])
+            .collect();
+        let private = internal.iter().all(|v| {
+            cls.readers[v.index()].iter().all(|&(r, _)| {
+                if *v == rounded {
+                    integer.contains(&r)
+                } else {
+                    chain.contains(&r)
+                }
+            })
+        });
+        if private {
+            for v in internal {
+                cls.placement[v.index()] = Placement::Absorbed;
+            }
+        }
+    }
+}
+
 impl Lowering<'_> {
     /// Contraction eqn `i` as a library step: its left side materialized, its result stored in
     /// a buffer of its own.
@@ -145,7 +204,10 @@ impl Lowering<'_> {
                 label: self.label(e.out),
             });
         };
-        let operands = if self.target.exact_library() {
+        let integer = integer_operands(self.g, &self.cls.producer, i, self.target);
+        let operands = if let Some((_, b)) = integer {
+            Some(LibraryOperands::Integer(b))
+        } else if self.target.exact_library() {
             exact_operands(self.g, i).map(LibraryOperands::Exact)
         } else {
             library_operands(self.g, i, self.target.tiled_min_rows())
@@ -159,7 +221,8 @@ impl Lowering<'_> {
         let depth = *self.g.values()[lhs.index()].ty.dims().last().unwrap_or(&1);
         let cols = *out_dims.last().unwrap_or(&1);
         let rows: usize = out_dims[..out_dims.len() - 1].iter().product();
-        let lhs_buf = self.materialized(lhs)?;
+        // The library rounds the left side to 8-bit blocks itself, from the values before.
+        let lhs_buf = self.materialized(integer.map_or(lhs, |(source, _)| source))?;
         let weights = match operands {
             LibraryOperands::Half {
                 words: WeightWords::F32,

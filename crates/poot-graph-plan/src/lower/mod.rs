@@ -23,6 +23,7 @@ mod rows;
 mod split;
 
 pub(crate) use gemm::tiled as tiled_contraction;
+pub(crate) use library::exact_operands as exact_library_weights;
 
 use std::collections::{HashMap, HashSet};
 
@@ -148,6 +149,7 @@ pub fn lower(g: &Graph, target: &Target) -> Result<Plan, PlanError> {
 fn lower_with(g: &Graph, target: &Target, rewrite_attention: bool) -> Result<Plan, PlanError> {
     let library = library::chosen(g, target);
     let mut cls = classify(g, rewrite_attention, &library, target.tiled_min_rows());
+    library::absorb_roundings(g, target, &library, &mut cls);
     fan_in::limit(g, &mut cls, target.limits.max_bindings);
     let mut l = Lowering {
         g,

@@ -615,6 +615,8 @@ impl Cuda<'_> {
             UnOp::Erf => math("erff"),
             UnOp::Floor => math("floorf"),
             UnOp::Ceil => math("ceilf"),
+            // Ties to even in the default rounding mode, on the device and the host.
+            UnOp::Round => math("rintf"),
             UnOp::Sin => math("sinf"),
             UnOp::Cos => math("cosf"),
             UnOp::Not => match t {

@@ -453,6 +453,8 @@ impl Wgsl<'_> {
             UnOp::Erf => self.call(WgslLib::Erf, &[x]),
             UnOp::Floor => math("floor"),
             UnOp::Ceil => math("ceil"),
+            // WGSL's round() takes ties to even.
+            UnOp::Round => math("round"),
             UnOp::Sin => math("sin"),
             UnOp::Cos => math("cos"),
             UnOp::Not => match t {
