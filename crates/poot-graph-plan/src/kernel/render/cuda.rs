@@ -3,7 +3,7 @@
 //! The source is self-contained for NVRTC: no `#include`, only what NVRTC declares by itself
 //! (`threadIdx`, `blockIdx`, `gridDim`, `__syncthreads`, `__trap`, `__threadfence_system`,
 //! atomics, `__float_as_uint`/`__uint_as_float` and the libdevice math functions `expf`,
-//! `logf`, `sqrtf`, `tanhf`, `erff`, `floorf`, `ceilf`, `sinf`, `cosf`, `powf`, `fabsf`,
+//! `logf`, `sqrtf`, `tanhf`, `erff`, `floorf`, `ceilf`, `rintf`, `sinf`, `cosf`, `powf`, `fabsf`,
 //! `fmaf`). The entry point is `extern "C"`, named [`entry_name`](super::entry_name), with
 //! `__launch_bounds__(workgroup)`; buffer parameters are `T* __restrict__`, `const` when
 //! read-only, in order, followed by `unsigned int* __restrict__ poot_fault` when the kernel can
