@@ -168,8 +168,27 @@ static inline i32x16 widen(u8x16 b) {
     return r;
 }
 
-// Signed bytes through the unsigned widening: b + 128 fits a byte unsigned.
-static inline i32x16 widen_signed(i8x16 b) { return widen((u8x16)b ^ 0x80) - 128; }
+// Sixteen signed bytes widened to i32 lanes: one sign-extending instruction where the host has
+// it (through the unsigned widening, a flip and a subtraction more, Q8_0's decode ran 25%
+// slower).
+static inline i32x16 widen_signed(i8x16 b) {
+    i32x16 r;
+#if defined(__AVX512F__)
+    __m128i x;
+    memcpy(&x, &b, 16);
+    __m512i w = _mm512_cvtepi8_epi32(x);
+    memcpy(&r, &w, 64);
+#elif defined(__AVX2__)
+    __m128i x;
+    memcpy(&x, &b, 16);
+    __m256i lo = _mm256_cvtepi8_epi32(x), hi = _mm256_cvtepi8_epi32(_mm_srli_si128(x, 8));
+    memcpy(&r, &lo, 32);
+    memcpy((char *)&r + 32, &hi, 32);
+#else
+    r = __builtin_convertvector(b, i32x16);
+#endif
+    return r;
+}
 
 static inline f32x16 to_f32(i32x16 v) { return __builtin_convertvector(v, f32x16); }
 
