@@ -18,6 +18,7 @@ use rayon::prelude::*;
 
 use crate::compiler::{CompileFailure, Compiler, KERNEL_FLAGS};
 use crate::library::{ContractLibrary, RecordedContraction, Rounding};
+use crate::team;
 
 pub(crate) const BACKEND: &str = "CPU";
 /// Buffers start at a cache line, so the C compiler's wide loads never straddle one needlessly.
@@ -256,16 +257,6 @@ impl CpuDevice {
         Ok(l)
     }
 
-    fn run_step(&self, s: &Step) -> Result<(), DeviceError> {
-        match s {
-            Step::Launch(r) => self.run(r),
-            Step::Contract(c) => {
-                c.run(&self.pool, self.threads, CHUNKS_PER_THREAD);
-                Ok(())
-            }
-        }
-    }
-
     /// Kernel `kernel` from its rendered `source` (keyed `key`): its shared object loaded once
     /// per process, compiled first where the disk cache lacks it.
     fn load(&mut self, kernel: &Kernel, key: &str, source: &str) -> Result<CpuKernel, DeviceError> {
@@ -346,60 +337,155 @@ impl CpuDevice {
         })
     }
 
-    /// Runs one launch over the pool: its workgroups along x in chunks, for each y and z; a
-    /// failed check is reported once every chunk has stopped.
-    fn run(&self, r: &Recorded) -> Result<(), DeviceError> {
+    /// How a launch's grid is shared out: its workgroups along x in chunks, for each y and z.
+    fn split(&self, r: &Recorded) -> LaunchSplit {
         let [gx, gy, gz] = r.grid;
         if gx == 0 || gy == 0 || gz == 0 {
-            return Ok(());
+            return LaunchSplit {
+                chunk: 1,
+                chunks: 0,
+            };
         }
         let want = (self.threads as u32)
             .saturating_mul(CHUNKS_PER_THREAD)
             .max(1);
         let chunk = gx.div_ceil(want.min(gx));
-        let chunks = gx.div_ceil(chunk);
-        let fault = self.fault.as_ptr() as usize;
-        let args = r.args.as_ptr() as usize;
-        let entry = r.entry;
-        let total = u64::from(chunks) * u64::from(gy) * u64::from(gz);
-        let run_item = |i: u64| {
-            let c = (i % u64::from(chunks)) as u32;
-            let rest = i / u64::from(chunks);
-            let (y, z) = ((rest % u64::from(gy)) as u32, (rest / u64::from(gy)) as u32);
-            let x0 = c * chunk;
-            let x1 = (x0 + chunk).min(gx);
-            // SAFETY: the entry was compiled from this kernel's description, which takes
-            // exactly these buffers (checked at record); each address is a live allocation
-            // the recording holds; the fault words outlive the launch.
-            unsafe {
-                entry(
-                    args as *const *mut c_void,
-                    x0,
-                    x1,
-                    y,
-                    z,
-                    gx,
-                    fault as *mut u32,
-                )
-            };
-        };
-        // One item (a norm's row, a small update) runs where the replay runs: handing it to
-        // the pool costs more than it does.
-        if total == 1 {
-            run_item(0);
-        } else {
-            self.pool
-                .install(|| (0..total).into_par_iter().for_each(run_item));
+        LaunchSplit {
+            chunk,
+            chunks: gx.div_ceil(chunk),
         }
-        if self.fault[FAULT_FLAG_WORD as usize].load(Ordering::Acquire) != 0 {
-            let code = self.fault[FAULT_CODE_WORD as usize].swap(0, Ordering::AcqRel);
-            self.fault[FAULT_FLAG_WORD as usize].store(0, Ordering::Release);
-            return Err(DeviceError::KernelFault {
-                kernel: r.name.to_string(),
-                code,
+    }
+
+    /// Item `i` of launch `r` split as `s`: one chunk of workgroups of one (y, z).
+    fn run_item(&self, r: &Recorded, s: LaunchSplit, i: u64) {
+        let [gx, gy, _] = r.grid;
+        let chunks = u64::from(s.chunks);
+        let c = (i % chunks) as u32;
+        let rest = i / chunks;
+        let (y, z) = ((rest % u64::from(gy)) as u32, (rest / u64::from(gy)) as u32);
+        let x0 = c * s.chunk;
+        let x1 = (x0 + s.chunk).min(gx);
+        // SAFETY: the entry was compiled from this kernel's description, which takes exactly
+        // these buffers (checked at record); each address is a live allocation the recording
+        // holds; the fault words outlive the launch.
+        unsafe {
+            (r.entry)(
+                r.args.as_ptr(),
+                x0,
+                x1,
+                y,
+                z,
+                gx,
+                self.fault.as_ptr() as *mut u32,
+            )
+        };
+    }
+
+    /// Whether a kernel's check failed in the last launch.
+    fn faulted(&self) -> bool {
+        self.fault[FAULT_FLAG_WORD as usize].load(Ordering::Acquire) != 0
+    }
+
+    /// The failed check of `kernel` as an error, the fault words cleared.
+    fn fault_of(&self, kernel: &str) -> DeviceError {
+        let code = self.fault[FAULT_CODE_WORD as usize].swap(0, Ordering::AcqRel);
+        self.fault[FAULT_FLAG_WORD as usize].store(0, Ordering::Release);
+        DeviceError::KernelFault {
+            kernel: kernel.to_string(),
+            code,
+        }
+    }
+
+    /// Runs one launch over the pool; a failed check is reported once every chunk has stopped.
+    fn run(&self, r: &Recorded) -> Result<(), DeviceError> {
+        let s = self.split(r);
+        let [_, gy, gz] = r.grid;
+        let total = u64::from(s.chunks) * u64::from(gy) * u64::from(gz);
+        // One item (a norm's row, a small update) runs here: handing it to the pool costs more
+        // than it does.
+        if total == 1 {
+            self.run_item(r, s, 0);
+        } else {
+            self.pool.install(|| {
+                (0..total)
+                    .into_par_iter()
+                    .for_each(|i| self.run_item(r, s, i))
             });
         }
+        if self.faulted() {
+            return Err(self.fault_of(&r.name));
+        }
         Ok(())
+    }
+}
+
+/// How a launch's workgroups along x are chunked.
+#[derive(Clone, Copy)]
+struct LaunchSplit {
+    chunk: u32,
+    chunks: u32,
+}
+
+/// One phase of a replay ([`team`]).
+enum Phase<'a> {
+    Launch(&'a Recorded, LaunchSplit),
+    /// A contraction's left side rounded to 8-bit blocks, in parts of its rows.
+    Round(&'a RecordedContraction, u32),
+    /// A contraction's columns, in chunks of this many.
+    Columns(&'a RecordedContraction, u32, u32),
+}
+
+/// A recording as phases for the team.
+struct Replay<'a> {
+    device: &'a CpuDevice,
+    phases: Vec<Phase<'a>>,
+}
+
+impl<'a> Replay<'a> {
+    fn new(device: &'a CpuDevice, recording: &'a CpuRecording) -> Replay<'a> {
+        let mut phases = Vec::with_capacity(recording.steps.len() + 8);
+        for s in &recording.steps {
+            match s {
+                Step::Launch(r) => phases.push(Phase::Launch(r, device.split(r))),
+                Step::Contract(c) => {
+                    let parts = c.round_parts(device.threads);
+                    if parts > 0 {
+                        phases.push(Phase::Round(c, parts));
+                    }
+                    let (per_chunk, chunks) = c.column_chunks(device.threads, CHUNKS_PER_THREAD);
+                    phases.push(Phase::Columns(c, per_chunk, chunks));
+                }
+            }
+        }
+        Replay { device, phases }
+    }
+}
+
+impl team::Phases for Replay<'_> {
+    fn phases(&self) -> usize {
+        self.phases.len()
+    }
+
+    fn items(&self, phase: usize) -> u64 {
+        match &self.phases[phase] {
+            Phase::Launch(r, s) => {
+                u64::from(s.chunks) * u64::from(r.grid[1]) * u64::from(r.grid[2])
+            }
+            Phase::Round(_, parts) => u64::from(*parts),
+            Phase::Columns(_, _, chunks) => u64::from(*chunks),
+        }
+    }
+
+    fn run(&self, phase: usize, item: u64) {
+        match &self.phases[phase] {
+            Phase::Launch(r, s) => self.device.run_item(r, *s, item),
+            Phase::Round(c, parts) => c.round_part(item as u32, *parts),
+            Phase::Columns(c, per_chunk, _) => c.run_columns(item as u32, *per_chunk),
+        }
+    }
+
+    fn stop(&self, phase: usize) -> bool {
+        matches!(self.phases[phase], Phase::Launch(..)) && self.device.faulted()
     }
 }
 
@@ -555,16 +641,17 @@ impl Device for CpuDevice {
         Ok(CpuRecording { steps })
     }
 
-    /// Runs the whole recording on a pool thread: its launches' chunks are then shared out
-    /// within the pool, and the calling thread waits once per replay, not once per launch.
+    /// Replays the recording with a team of the pool's threads ([`team`]): they wake once per
+    /// replay and wait for each other between launches by spinning, not once per launch.
     fn replay(&mut self, recording: &CpuRecording) -> Result<(), DeviceError> {
-        let this = &*self;
-        this.pool.install(|| {
-            for s in &recording.steps {
-                this.run_step(s)?;
-            }
-            Ok(())
-        })
+        let work = Replay::new(self, recording);
+        match team::replay(&self.pool, self.threads, &work) {
+            Some(p) => match &work.phases[p] {
+                Phase::Launch(r, _) => Err(self.fault_of(&r.name)),
+                Phase::Round(..) | Phase::Columns(..) => Ok(()),
+            },
+            None => Ok(()),
+        }
     }
 
     fn synchronize(&mut self) -> Result<(), DeviceError> {

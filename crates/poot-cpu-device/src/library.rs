@@ -285,54 +285,44 @@ impl RecordedContraction {
         })
     }
 
-    /// Rounds the left side to 8-bit blocks over `pool`, a share of the rows for each thread.
-    fn round_rows(&self, pool: &rayon::ThreadPool, threads: usize) {
-        use rayon::prelude::*;
-        let rows = self.job.rows;
-        let parts = (threads as u32).clamp(1, rows.max(1));
-        let per_part = rows.div_ceil(parts);
-        let job = &self.job as *const Job as usize;
-        let round = self.library.round;
-        let run_part = |p: u32| {
-            let r0 = p * per_part;
-            let r1 = (r0 + per_part).min(rows);
-            // SAFETY: the job and its rounding storage were sized for these rows when recorded,
-            // and each part writes its own rows of it.
-            unsafe { round(job as *const Job, r0, r1) };
-        };
-        if parts == 1 {
-            run_part(0);
-        } else {
-            pool.install(|| (0..parts).into_par_iter().for_each(run_part));
+    /// Parts of the rows the rounding of the left side to 8-bit blocks is split into (one per
+    /// thread), none where the products are not in integers.
+    pub(crate) fn round_parts(&self, threads: usize) -> u32 {
+        if self.rounding.is_none() {
+            return 0;
         }
+        (threads as u32).clamp(1, self.job.rows.max(1))
     }
 
-    /// Runs the contraction over `pool`: column chunks of whole tiles, `chunks_per_thread`
-    /// for each thread so uneven chunks balance.
-    pub(crate) fn run(&self, pool: &rayon::ThreadPool, threads: usize, chunks_per_thread: u32) {
-        use rayon::prelude::*;
+    /// Rounds part `part` of `parts` of the rows.
+    pub(crate) fn round_part(&self, part: u32, parts: u32) {
+        let rows = self.job.rows;
+        let per_part = rows.div_ceil(parts.max(1));
+        let r0 = (part * per_part).min(rows);
+        let r1 = (r0 + per_part).min(rows);
+        // SAFETY: the job and its rounding storage were sized for these rows when recorded,
+        // and each part writes its own rows of it.
+        unsafe { (self.library.round)(&self.job, r0, r1) };
+    }
+
+    /// Columns per chunk of the product for `threads` threads, `chunks_per_thread` for each
+    /// thread so uneven chunks balance (whole register tiles), and the number of chunks.
+    pub(crate) fn column_chunks(&self, threads: usize, chunks_per_thread: u32) -> (u32, u32) {
         let cols = self.job.cols;
         let tile = self.library.tile_columns;
         let tiles = cols.div_ceil(tile);
         let want = (threads as u32).saturating_mul(chunks_per_thread).max(1);
-        let per_chunk = tiles.div_ceil(want.min(tiles)) * tile;
-        let chunks = cols.div_ceil(per_chunk);
-        let job = &self.job as *const Job as usize;
-        if self.rounding.is_some() {
-            self.round_rows(pool, threads);
-        }
-        let contract = self.library.contract;
-        let run_chunk = |c: u32| {
-            let c0 = c * per_chunk;
-            let c1 = (c0 + per_chunk).min(cols);
-            // SAFETY: the job was checked against its buffers when recorded, and each chunk
-            // writes its own columns of the result.
-            unsafe { contract(job as *const Job, c0, c1) };
-        };
-        if chunks == 1 {
-            run_chunk(0);
-        } else {
-            pool.install(|| (0..chunks).into_par_iter().for_each(run_chunk));
-        }
+        let per_chunk = tiles.div_ceil(want.min(tiles).max(1)) * tile;
+        (per_chunk, cols.div_ceil(per_chunk))
+    }
+
+    /// Chunk `chunk` of the product's columns, `per_chunk` a chunk.
+    pub(crate) fn run_columns(&self, chunk: u32, per_chunk: u32) {
+        let c0 = (chunk * per_chunk).min(self.job.cols);
+        let c1 = (c0 + per_chunk).min(self.job.cols);
+        // SAFETY: the job was checked against its buffers when recorded (its left side
+        // rounded first where the products are in integers), and each chunk writes its own
+        // columns of the result.
+        unsafe { (self.library.contract)(&self.job, c0, c1) };
     }
 }
