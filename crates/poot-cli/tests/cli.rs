@@ -1174,3 +1174,61 @@ fn a_regex_guides_smollm2s_answer() {
     );
     assert!(stderr(&o).contains("guided decoding: "), "{}", stderr(&o));
 }
+
+/// `poot run` with `CC` naming a compiler that does not run (`missing`) or fails (`/bin/false`).
+fn run_without_compiler(model: &std::path::Path, backend: &str, compiler: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_poot"))
+        .args(["run", &model.to_string_lossy(), "Hi", "--max-new", "1"])
+        .args(["--backend", backend])
+        .env("XDG_RUNTIME_DIR", "/tmp")
+        .env("CC", compiler)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_missing_or_broken_c_compiler_is_one_error_saying_what_to_install() {
+    let Some(path) = smollm2() else { return };
+    for compiler in ["/nonexistent/bin/cc", "/bin/false"] {
+        let o = run_without_compiler(&path, "cpu", compiler);
+        assert_one_error(&o, compiler);
+        assert!(stderr(&o).contains("apt install gcc"), "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn auto_falls_back_past_a_missing_c_compiler_with_one_line_saying_so() {
+    let Some(path) = smollm2() else { return };
+    let o = run_without_compiler(&path, "auto", "/nonexistent/bin/cc");
+    let err = stderr(&o);
+    if open_executor(BackendChoice::Ptx).is_ok() {
+        // The GPU comes first: no compiler is needed.
+        assert!(o.status.success(), "{err}");
+        return;
+    }
+    let adapter = open_executor(BackendChoice::Wgpu).map(|e| e.device_name);
+    if let Ok(name) = &adapter
+        && !name.contains("llvmpipe")
+    {
+        // A hardware Vulkan GPU comes before the CPU: no compiler is needed.
+        assert!(o.status.success(), "{err}");
+        return;
+    }
+    if adapter.is_ok() {
+        // The software adapter (lavapipe) is what remains: taken with one line.
+        assert!(o.status.success(), "{err}");
+        let lines: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("the CPU backend is unavailable"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(
+            lines[0].contains("/nonexistent/bin/cc") && lines[0].contains("instead"),
+            "{err}"
+        );
+        assert!(!stdout(&o).trim().is_empty(), "no token generated");
+    } else {
+        // Nothing usable: one error naming each backend's reason.
+        assert_one_error(&o, "apt install gcc");
+    }
+}
