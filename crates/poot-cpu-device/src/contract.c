@@ -1,6 +1,8 @@
 // The CPU device's contraction library: out[m, n] = sum_k lhs[m, k] * w[n, k], f32 sums, for
-// weights stored as f32, f16, bf16 or GGUF blocks (decoded as ggml decodes them). Three forms,
-// by the left side's rows:
+// weights stored as f32, f16, bf16 or GGUF blocks (decoded as ggml decodes them). Three exact
+// forms, by the left side's rows, and integer products over a left side rounded to 8-bit blocks
+// (`contract_integer`, below `contract_many`, where the plan says so: a prefill chunk's rows
+// against block weights on hosts with AVX-512 VNNI):
 //
 // - A decode step's few rows (up to four) against any format but f32
 //   (`contract_fused`): each block decoded into registers and multiplied there, four weight rows

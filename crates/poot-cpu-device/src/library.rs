@@ -1,6 +1,8 @@
-//! The contraction library (`contract.c`): the plan's exact library contractions
-//! ([`LibraryOperands::Exact`]), compiled once per machine by the system C compiler like the
-//! kernels, and run over the pool by column chunks.
+//! The contraction library (`contract.c`): the plan's library contractions, exact
+//! ([`LibraryOperands::Exact`]) or in 8-bit integers over a left side it first rounds to 8-bit
+//! blocks as the graph does ([`LibraryOperands::Integer`]), compiled once per machine by the
+//! system C compiler like the kernels, and run by the replay team in column chunks (the rounding
+//! first, in parts of the rows).
 
 use std::ffi::c_void;
 use std::sync::Arc;
