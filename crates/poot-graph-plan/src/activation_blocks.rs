@@ -20,32 +20,21 @@ use std::collections::HashMap;
 
 use poot_formats::BlockFormat;
 use poot_graph_ir::{
-    BinaryOp, CompareOp, DType, Eqn, Graph, OpKind, ReduceOp, Scalar, Shape, Storage, TensorType,
-    UnaryOp, ValueId, ValueInfo,
+    BinaryOp, CompareOp, DType, Eqn, Graph, OpKind, ReduceOp, Scalar, Shape, TensorType, UnaryOp,
+    ValueId, ValueInfo,
 };
 
 use crate::lower::exact_library_weights;
-use crate::plan::StoredWeights;
+use crate::plan::{EXACT_LIBRARY_BLOCKS, StoredWeights};
+use crate::precision::{append, value_label};
 use crate::refusal::PlanError;
 use crate::target::Target;
 
 /// Elements of the left side sharing one scale.
 pub const BLOCK: usize = 32;
 
-/// The block formats whose products the library takes in 8-bit integers.
-pub const INTEGER_BLOCKS: [BlockFormat; 8] = {
-    use poot_formats::BlockFormat as B;
-    [
-        B::Q4_0,
-        B::Q4_1,
-        B::Q5_0,
-        B::Q5_1,
-        B::Q8_0,
-        B::Q4_K,
-        B::Q5_K,
-        B::Q6_K,
-    ]
-};
+/// The block formats whose products the library takes in 8-bit integers: every one it decodes.
+pub const INTEGER_BLOCKS: [BlockFormat; 8] = EXACT_LIBRARY_BLOCKS;
 
 /// `graph` with the left side of every contraction the target's library multiplies in 8-bit
 /// integers rounded to 8-bit blocks ([`integer_blocks`]); `graph` itself where there is none.
@@ -187,14 +176,7 @@ struct Rewrite {
 
 impl Rewrite {
     fn push(&mut self, op: OpKind, inputs: Vec<ValueId>, ty: TensorType, label: String) -> ValueId {
-        self.values.push(ValueInfo {
-            ty,
-            storage: Storage::Device,
-            label,
-        });
-        let out = ValueId(self.values.len() as u32 - 1);
-        self.eqns.push(Eqn { op, inputs, out });
-        out
+        append(&mut self.values, &mut self.eqns, op, inputs, ty, label)
     }
 
     /// A rank-0 f32 `x` broadcast to `dims`.
@@ -223,13 +205,8 @@ impl Rewrite {
         if let Some(&r) = self.rounded.get(&x) {
             return r;
         }
-        let info = &self.values[x.index()];
-        let label = if info.label.is_empty() {
-            format!("v{}", x.index())
-        } else {
-            info.label.clone()
-        };
-        let dims = info.ty.dims().to_vec();
+        let label = value_label(&self.values, x);
+        let dims = self.values[x.index()].ty.dims().to_vec();
         let (&depth, lead) = dims
             .split_last()
             .expect("a contraction's left side has an axis");

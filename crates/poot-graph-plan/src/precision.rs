@@ -103,24 +103,12 @@ struct Rewrite {
 
 impl Rewrite {
     fn label(&self, v: ValueId) -> String {
-        let info = &self.values[v.index()];
-        if info.label.is_empty() {
-            format!("v{}", v.index())
-        } else {
-            info.label.clone()
-        }
+        value_label(&self.values, v)
     }
 
     /// A new value of `ty` computed by `op` over `inputs`.
     fn push(&mut self, op: OpKind, inputs: Vec<ValueId>, ty: TensorType, label: String) -> ValueId {
-        self.values.push(ValueInfo {
-            ty,
-            storage: Storage::Device,
-            label,
-        });
-        let out = ValueId(self.values.len() as u32 - 1);
-        self.eqns.push(Eqn { op, inputs, out });
-        out
+        append(&mut self.values, &mut self.eqns, op, inputs, ty, label)
     }
 
     /// `v` (f32) rounded to `half` and widened back: `Cast { to: F32 }(Cast { to: half }(v))`.
@@ -179,6 +167,35 @@ impl Rewrite {
         self.decoded.insert(w, d);
         d
     }
+}
+
+/// How a rewrite names a value it derives from `v`: its label, or its id where it has none.
+pub(crate) fn value_label(values: &[ValueInfo], v: ValueId) -> String {
+    let info = &values[v.index()];
+    if info.label.is_empty() {
+        format!("v{}", v.index())
+    } else {
+        info.label.clone()
+    }
+}
+
+/// Appends a new device value of `ty` computed by `op` over `inputs` to a graph being rewritten.
+pub(crate) fn append(
+    values: &mut Vec<ValueInfo>,
+    eqns: &mut Vec<Eqn>,
+    op: OpKind,
+    inputs: Vec<ValueId>,
+    ty: TensorType,
+    label: String,
+) -> ValueId {
+    values.push(ValueInfo {
+        ty,
+        storage: Storage::Device,
+        label,
+    });
+    let out = ValueId(values.len() as u32 - 1);
+    eqns.push(Eqn { op, inputs, out });
+    out
 }
 
 /// Whether contraction `eqn` is one whose block-quantized weights a device library multiplies
