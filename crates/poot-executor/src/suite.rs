@@ -2070,6 +2070,34 @@ fn tiled_cases() -> Vec<Case> {
         ));
     }
 
+    // Every other block format the library may take as stored blocks and decode to f16 itself
+    // (Q2_K it does not: a kernel decodes that one), over a prefill chunk's rows.
+    for (i, format) in [
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::Q2_K,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = CaseBuilder::new(290 + i as u64);
+        let k = 256;
+        let x = c.f32("x", &[128, k]);
+        let w = c.packed("w", format, 56, k);
+        let y = ops::linear(&c.b, x, w, None).expect("linear");
+        cases.push(c.finish(
+            &format!(
+                "{} weights decoded for the library, 128 rows, K {k}",
+                format.name()
+            ),
+            Outputs::new(y),
+            reassociated(k),
+        ));
+    }
+
     // A norm into three sibling projections of 100 rows over two leading axes; over 320
     // elements the contraction is split (its tiles are few) and a second kernel adds up.
     for (i, k_len) in [96, 320].into_iter().enumerate() {

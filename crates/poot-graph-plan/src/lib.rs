@@ -22,8 +22,8 @@ use poot_graph_ir::Graph;
 
 pub use plan::{
     BufferDecl, BufferId, BufferRole, Collective, CollectiveOp, DeviceWords, Dispatch,
-    EXACT_LIBRARY_BLOCKS, HalfType, HostValue, LibraryContraction, LibraryOperands, MemoryUse,
-    Plan, StoredWeights, WeightWords,
+    EXACT_LIBRARY_BLOCKS, HalfType, HostValue, LIBRARY_DECODED_BLOCKS, LibraryContraction,
+    LibraryOperands, MemoryUse, Plan, StoredWeights, WeightWords,
 };
 pub use refusal::PlanError;
 pub use target::{Backend, LaunchOverlap, MatrixUnits, Target, TargetLimits, Tuning, TuningError};

@@ -83,7 +83,16 @@ pub enum WeightWords {
     /// f32 words the graph rounded to the half type (block-quantized weights decoded for the
     /// library), `cols x depth`; the device converts them exactly, as it does the left side.
     F32,
+    /// GGUF blocks as stored (`cols` rows of whole blocks) that the graph decodes and rounds to
+    /// f16: the device decodes each element as the oracle does and rounds it to f16 itself,
+    /// in one pass, instead of a kernel writing the decoded f32 words first. Only the formats
+    /// of [`LIBRARY_DECODED_BLOCKS`].
+    Blocks(poot_formats::BlockFormat),
 }
+
+/// The block formats a half-precision library decodes to f16 itself
+/// ([`WeightWords::Blocks`]; the PTX device's decoders implement exactly these).
+pub const LIBRARY_DECODED_BLOCKS: [poot_formats::BlockFormat; 8] = EXACT_LIBRARY_BLOCKS;
 
 /// Weights as stored, for a library that decodes them itself (the CPU device's): each element
 /// decoded as the graph's oracle decodes it, up to an ulp where a multiply-add is fused.

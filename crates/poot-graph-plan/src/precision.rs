@@ -169,6 +169,56 @@ impl Rewrite {
     }
 }
 
+/// Block-quantized weights as [`round_half_operands`] decodes them for a library: the stored
+/// constant, its format, and the values of the decoding (the row indices, the decoded f32
+/// words, their f16 rounding and its widening, which is the contraction's operand).
+pub(crate) struct DecodedBlocks {
+    pub weights: ValueId,
+    pub format: poot_formats::BlockFormat,
+    pub chain: [ValueId; 4],
+}
+
+/// The decoding `v` is the end of, when it is one: `Cast { to: F32 }(Cast { to: F16 }(
+/// Gather { axis: 0 }(w, Iota over w's rows)))` of a stored rank-2 block constant `w`.
+pub(crate) fn decoded_blocks(g: &Graph, v: ValueId) -> Option<DecodedBlocks> {
+    let producer = |v: ValueId| g.eqns().iter().find(|e| e.out == v);
+    if half_operand(g, v) != Some(DType::F16) {
+        return None;
+    }
+    let narrow = producer(v)?.inputs[0];
+    let decoded = producer(narrow)?.inputs[0];
+    let gather = producer(decoded)?;
+    let [w, rows] = gather.inputs[..] else {
+        return None;
+    };
+    let info = &g.values()[w.index()];
+    let dims = info.ty.dims();
+    if dims.len() != 2 {
+        return None;
+    }
+    let format = match info.ty.dtype {
+        DType::Packed(t) => match t.packed_format() {
+            Ok(Some(poot_formats::PackedFormat::Block(b))) => b,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    let iota = producer(rows)?;
+    let whole_rows = matches!(
+        iota.op,
+        OpKind::Iota { axis: 0, dtype: DType::I32, ref shape } if shape.dims() == [dims[0]]
+    );
+    (gather.op == OpKind::Gather { axis: 0 }
+        && matches!(info.storage, Storage::Const(_))
+        && whole_rows
+        && g.values()[decoded.index()].ty.dims() == dims)
+        .then_some(DecodedBlocks {
+            weights: w,
+            format,
+            chain: [rows, decoded, narrow, v],
+        })
+}
+
 /// How a rewrite names a value it derives from `v`: its label, or its id where it has none.
 pub(crate) fn value_label(values: &[ValueInfo], v: ValueId) -> String {
     let info = &values[v.index()];

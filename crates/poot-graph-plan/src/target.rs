@@ -59,7 +59,9 @@ pub struct TargetLimits {
     pub matrix_tf32: bool,
     /// Whether the device has a vendor library that multiplies half-precision operands with
     /// f32 sums (cuBLASLt on CUDA): a contraction the planner gives it becomes a library step
-    /// between kernels ([`crate::plan::LibraryContraction`]).
+    /// between kernels ([`crate::plan::LibraryContraction`]). Such a device also decodes the
+    /// block formats of [`crate::plan::LIBRARY_DECODED_BLOCKS`] to f16 for it
+    /// ([`crate::plan::WeightWords::Blocks`]).
     pub library_gemm: bool,
     /// Whether the device has a library that multiplies f32 left sides of any row count against
     /// weights as stored (f32, f16, bf16 and [`crate::plan::EXACT_LIBRARY_BLOCKS`]), decoding
@@ -148,6 +150,10 @@ pub struct Tuning {
     /// library (`lib_rows=N`): its weights are then decoded to f16 in full for every step,
     /// which pays only over many rows (a prefill chunk), not for a small batched decode step.
     pub library_packed_rows: usize,
+    /// Whether the library's device decodes block-quantized weights to f16 itself, in one pass
+    /// ([`crate::plan::WeightWords::Blocks`]), instead of a kernel writing their f32 words
+    /// which the device then converts (`lib_decode=0|1`, on by default).
+    pub library_decode: bool,
     /// Whether the exact library multiplies block-quantized weights in 8-bit integers where it
     /// can ([`TargetLimits::library_integer_rows`]; `int8=0|1`, on by default).
     pub library_integer: bool,
@@ -208,6 +214,7 @@ impl Default for Tuning {
             library_gemm: true,
             gemv_rows: 8,
             library_packed_rows: 128,
+            library_decode: true,
             library_integer: true,
         }
     }
@@ -222,7 +229,7 @@ pub const CPU_INTEGER_ROWS: u32 = 16;
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, mma=0|1|half, lib=0|1, int8=0|1, lib_rows=N (9 or more), gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -275,6 +282,7 @@ impl Tuning {
                 "attn_tiles" => t.attention_tiles = flag()?,
                 "lib" => t.library_gemm = flag()?,
                 "int8" => t.library_integer = flag()?,
+                "lib_decode" => t.library_decode = flag()?,
                 "lib_rows" => {
                     t.library_packed_rows =
                         value.parse().ok().filter(|&r| r >= 9).ok_or_else(bad)?
@@ -446,6 +454,14 @@ impl Target {
         self.limits.library_gemm && self.tuning.library_gemm
     }
 
+    /// Whether the device's half-precision library takes weights stored in block format `b` as
+    /// they are and decodes them to f16 itself (where the tuning allows).
+    pub fn library_decodes(&self, b: poot_formats::BlockFormat) -> bool {
+        self.library_contractions()
+            && self.tuning.library_decode
+            && crate::plan::LIBRARY_DECODED_BLOCKS.contains(&b)
+    }
+
     /// Whether contractions against stored weights go to the device's exact library (where it
     /// has one and the tuning allows).
     pub fn exact_library(&self) -> bool {
@@ -488,7 +504,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=64,waves=4,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,mma=0,lib=1,int8=0,gemv_rows=16,lib_rows=64",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64",
         )
         .unwrap();
         assert_eq!(
@@ -514,6 +530,7 @@ mod tests {
                 library_gemm: true,
                 gemv_rows: 16,
                 library_packed_rows: 64,
+                library_decode: false,
                 library_integer: false,
             }
         );

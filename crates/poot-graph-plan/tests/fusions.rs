@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 
+use poot_formats::BlockFormat;
 use poot_graph_ir::ops::{self, AttentionOptions};
 use poot_graph_ir::{
     Builder, DType, GgmlType, Graph, Outputs, Slot, TensorType, TraceLimits, Traced,
@@ -14,8 +15,8 @@ use poot_graph_plan::activation_blocks::round_activation_blocks;
 use poot_graph_plan::kernel::{Expr, Half, Stmt};
 use poot_graph_plan::precision::round_half_operands;
 use poot_graph_plan::{
-    HalfType, LibraryOperands, MatrixUnits, Plan, StoredWeights, Target, Tuning, WeightWords,
-    compile,
+    BufferRole, HalfType, LibraryOperands, MatrixUnits, Plan, StoredWeights, Target, Tuning,
+    WeightWords, compile,
 };
 
 fn input(b: &Builder, name: &str, dims: &[usize]) -> Traced {
@@ -361,19 +362,24 @@ fn with_units(units: MatrixUnits) -> Target {
 /// A norm into sibling projections against `dtype` weights and a gated feed-forward, over
 /// `rows` rows.
 fn half_layer(rows: usize, dtype: DType) -> Graph {
+    half_layer_of(rows, dtype, 96, 128)
+}
+
+/// [`half_layer`] with `hidden` features and a feed-forward of `ffn`.
+fn half_layer_of(rows: usize, dtype: DType, hidden: usize, ffn: usize) -> Graph {
     let b = Builder::new(TraceLimits::standard(64));
     let weight = |name: &str, dims: &[usize]| {
         b.constant(name, TensorType::new(dtype, dims.to_vec()))
             .unwrap()
     };
-    let x = input(&b, "x", &[rows, 96]);
-    let h = ops::rmsnorm(&b, x, input(&b, "n", &[96]), 1e-6).unwrap();
-    let q = ops::linear(&b, h, weight("wq", &[64, 96]), None).unwrap();
-    let k = ops::linear(&b, h, weight("wk", &[32, 96]), None).unwrap();
-    let g = ops::linear(&b, h, weight("wg", &[128, 96]), None).unwrap();
-    let u = ops::linear(&b, h, weight("wu", &[128, 96]), None).unwrap();
+    let x = input(&b, "x", &[rows, hidden]);
+    let h = ops::rmsnorm(&b, x, input(&b, "n", &[hidden]), 1e-6).unwrap();
+    let q = ops::linear(&b, h, weight("wq", &[64, hidden]), None).unwrap();
+    let k = ops::linear(&b, h, weight("wk", &[32, hidden]), None).unwrap();
+    let g = ops::linear(&b, h, weight("wg", &[ffn, hidden]), None).unwrap();
+    let u = ops::linear(&b, h, weight("wu", &[ffn, hidden]), None).unwrap();
     let f = ops::swiglu(&b, g, u).unwrap();
-    let d = ops::linear(&b, f, weight("wd", &[96, 128]), None).unwrap();
+    let d = ops::linear(&b, f, weight("wd", &[hidden, ffn]), None).unwrap();
     let y = b.add(x, d).unwrap();
     b.finish(Outputs::new(q).and(k).and(y)).unwrap()
 }
@@ -541,7 +547,7 @@ fn every_stored_weight_contraction_goes_to_the_cpus_exact_library() {
         (DType::BF16, StoredWeights::BF16),
         (
             DType::Packed(GgmlType::Q4_0),
-            StoredWeights::Blocks(poot_formats::BlockFormat::Q4_0),
+            StoredWeights::Blocks(BlockFormat::Q4_0),
         ),
     ] {
         // A decode step's single row and a prefill chunk's many alike, nothing rounded.
@@ -630,7 +636,7 @@ fn a_prefill_chunks_block_products_round_the_left_side_to_8_bit_blocks_on_the_cp
         integer
             .contractions
             .iter()
-            .all(|c| c.operands == LibraryOperands::Integer(poot_formats::BlockFormat::Q4_0))
+            .all(|c| c.operands == LibraryOperands::Integer(BlockFormat::Q4_0))
     );
     for (a, b) in integer.contractions.iter().zip(&plain.contractions) {
         assert_eq!((a.rows, a.cols, a.depth), (b.rows, b.cols, b.depth));
@@ -642,18 +648,48 @@ fn block_weights_are_decoded_for_the_library_over_many_rows() {
     let q8 = DType::Packed(GgmlType::Q8_0);
     let g = half_layer(128, q8);
     let p = compile(&g, &with_library()).unwrap();
-    // Each weight decoded and rounded to f16 by a kernel, multiplied in the library.
+    // The library takes each weight's stored blocks and decodes them to f16 itself: no kernel
+    // decodes them.
     assert_eq!(p.contractions.len(), 5);
     assert!(p.contractions.iter().all(|c| c.operands
         == LibraryOperands::Half {
             half: HalfType::F16,
-            words: WeightWords::F32
+            words: WeightWords::Blocks(BlockFormat::Q8_0)
         }));
     assert!(
         kinds(&p).iter().all(|k| !k.starts_with("gemm")),
         "{:?}",
         kinds(&p)
     );
+    // Tuned off, or in a format the device does not decode, a kernel decodes each weight and
+    // rounds it to f16 into f32 words, which the library converts: five more kernels.
+    let mut kernel_decoded = with_library();
+    kernel_decoded.tuning.library_decode = false;
+    let q2 = DType::Packed(GgmlType::Q2_K);
+    let layer_q2 = half_layer_of(128, q2, 256, 256);
+    for (g, target, format) in [
+        (&g, &kernel_decoded, BlockFormat::Q8_0),
+        (&layer_q2, &with_library(), BlockFormat::Q2_K),
+    ] {
+        let decoded = compile(g, target).unwrap();
+        assert!(decoded.contractions.iter().all(|c| c.operands
+            == LibraryOperands::Half {
+                half: HalfType::F16,
+                words: WeightWords::F32
+            }));
+        assert_eq!(decoded.contractions.len(), 5, "{format:?}");
+        if format == BlockFormat::Q8_0 {
+            assert_eq!(decoded.dispatches.len(), p.dispatches.len() + 5);
+        }
+    }
+    // Every weight the library decodes is bound as its stored constant.
+    for c in &p.contractions {
+        assert!(
+            p.buffers[c.weights.0 as usize].role != BufferRole::Scratch,
+            "{:?}",
+            p.buffers[c.weights.0 as usize].role
+        );
+    }
     // The decoding and both roundings are in the graph: per weight an iota, a gather and two
     // casts; per left side two casts.
     let rounded = round_half_operands(&g, &with_library()).unwrap();

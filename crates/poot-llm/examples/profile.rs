@@ -1,9 +1,11 @@
-//! Where a decode step's time goes: every kernel of the greedy single-token step timed on the
-//! device (captured back to back, so launch gaps are not counted), grouped by kernel and by the
-//! value it computes with layer numbers folded, next to the measured time of whole steps.
+//! Where a step's time goes: every kernel of the greedy step timed on the device (captured back
+//! to back, so launch gaps are not counted), grouped by kernel and by the value it computes
+//! with layer numbers folded, next to the measured time of whole steps. The step is a decode
+//! step of `--rows` rows (1 by default), or with `--prefill T` a prompt chunk of T tokens; the
+//! library's contractions are not timed (the whole step less the kernels' sum is theirs).
 //!
 //!   profile <checkpoint> [--capacity N] [--position P] [--reps R] [--top K] [--tokens T]
-//!           [--backend ptx|wgpu|cpu] [--paged] [--adjusted]
+//!           [--rows R] [--prefill T] [--backend ptx|wgpu|cpu] [--paged] [--adjusted]
 
 #![allow(clippy::unwrap_used)]
 
@@ -87,7 +89,9 @@ fn main() {
     );
     let opened = open_executor(backend).unwrap();
     println!("device: {} ({})", opened.device_name, opened.backend);
-    let options = DriverOptions::new(capacity, 16.min(capacity));
+    let rows = flag(&args, "--rows", 1);
+    let prefill = flag(&args, "--prefill", 0);
+    let options = DriverOptions::new(capacity, prefill.max(16).min(capacity)).with_rows(rows);
     // --paged: the serving layout (blocks of 16 positions through a block table).
     let layout = if args.iter().any(|a| a == "--paged") {
         Layout::Paged {
@@ -104,7 +108,7 @@ fn main() {
         .map_err(|r| r.1)
         .unwrap();
     // Whole steps, for comparison: greedy decode, twice (the first run warms up).
-    let prompt: Vec<u32> = (0..8).map(|i| 100 + i).collect();
+    let prompt: Vec<u32> = (0..prefill.max(8) as u32).map(|i| 100 + i % 1000).collect();
     for run in 0..2 {
         let req = GenerateRequest {
             ignore_eos: true,
@@ -115,10 +119,14 @@ fn main() {
             .unwrap();
         let per = g.decode_seconds / (g.tokens.len().max(2) - 1) as f64;
         println!(
-            "whole decode steps (run {run}, chained {}): {:.1} us per token, {:.0} tok/s",
+            "whole decode steps (run {run}, chained {}): {:.1} us per token, {:.0} tok/s; \
+             prompt of {} tokens in {:.1} us ({:.0} tok/s)",
             options.chain,
             per * 1e6,
-            1.0 / per
+            1.0 / per,
+            prompt.len(),
+            g.prefill_seconds * 1e6,
+            prompt.len() as f64 / g.prefill_seconds
         );
     }
     // --adjusted: the head penalties, biases and guided masks use.
@@ -127,7 +135,10 @@ fn main() {
     } else {
         Head::Greedy
     };
-    let times = driver.profile_decode(position, reps, head).unwrap();
+    let step_tokens = prefill.max(1);
+    let times = driver
+        .profile_step(position, step_tokens, reps, head)
+        .unwrap();
     let Some(times) = times else {
         println!("this backend cannot time kernels");
         return;

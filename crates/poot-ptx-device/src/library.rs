@@ -2,8 +2,11 @@
 //!
 //! A contraction's left side arrives as f32 words the graph already rounded to the half type,
 //! so a small kernel of ours converts it exactly into a staging buffer of halves; cuBLASLt then
-//! multiplies it with the stored half weights into f32 (`CUBLAS_COMPUTE_32F`). Both run on the
-//! device's stream and are captured into the step's CUDA graph with the kernels around them.
+//! multiplies it with the stored half weights into f32 (`CUBLAS_COMPUTE_32F`). Block-quantized
+//! weights are decoded to halves into the staging buffer first, in one pass from the stored
+//! blocks ([`WeightWords::Blocks`]), or converted from f32 words a kernel of the plan decoded.
+//! All of it runs on the device's stream and is captured into the step's CUDA graph with the
+//! kernels around it.
 //!
 //! Everything a capture must not do is done before it: the staging buffer and cuBLASLt's
 //! workspace are allocated (grown, never shrunk: an older recording keeps the allocations it
@@ -18,6 +21,7 @@ use std::sync::Arc;
 use cudarc::cublaslt::sys as lt;
 use cudarc::driver::sys::{self, CUdeviceptr};
 use poot_executor::{Command, Contraction, DeviceError};
+use poot_formats::BlockFormat;
 use poot_graph_plan::{HalfType, LibraryOperands, WeightWords};
 
 use crate::buffer::Allocation;
@@ -55,6 +59,198 @@ extern "C" __global__ void poot_to_bf16(const float4* __restrict__ src, uint2* _
     dst[i] = make_uint2(lo, hi);
 }
 "#;
+
+/// The decoders of block-quantized weights to f16, one thread per 32 elements (a block of the
+/// 32-element formats, an eighth of a 256-element one), written as [`poot_formats`] decodes:
+/// the same f32 operations in the same order, never fused (`__fmul_rn`, `__fadd_rn`), then
+/// rounded to f16 to nearest, so each half is the graph's `Cast { to: F16 }` of its decoding.
+const DECODE_SOURCE: &str = r#"
+__device__ __forceinline__ float half_at(const unsigned char* p) {
+    unsigned short u = (unsigned short)p[0] | ((unsigned short)p[1] << 8);
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(u));
+    return f;
+}
+
+__device__ __forceinline__ void store32(uint4* __restrict__ dst, unsigned int chunk,
+                                        const float* y) {
+    uint4* out = dst + 4 * (unsigned long long)chunk;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        unsigned int w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            asm("cvt.rn.f16x2.f32 %0, %1, %2;"
+                : "=r"(w[k]) : "f"(y[8 * q + 2 * k + 1]), "f"(y[8 * q + 2 * k]));
+        }
+        out[q] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
+__device__ __forceinline__ unsigned int word_at(const unsigned char* p) {
+    return (unsigned int)p[0] | ((unsigned int)p[1] << 8) | ((unsigned int)p[2] << 16) |
+           ((unsigned int)p[3] << 24);
+}
+
+#define POOT_CHUNK(bytes)                                           \
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;         \
+    if (i >= n) return;                                             \
+    const unsigned char* b = src + (unsigned long long)i * (bytes); \
+    float y[32];
+
+#define POOT_SUB_CHUNK(bytes)                                             \
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;               \
+    if (i >= n) return;                                                   \
+    const unsigned char* b = src + (unsigned long long)(i / 8) * (bytes); \
+    const unsigned int s = i % 8;                                         \
+    float y[32];
+
+extern "C" __global__ void poot_decode_q4_0(const unsigned char* __restrict__ src,
+                                            uint4* __restrict__ dst, unsigned int n) {
+    POOT_CHUNK(18)
+    float d = half_at(b);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        unsigned int q = b[2 + j];
+        y[j] = __fmul_rn((float)((int)(q & 15) - 8), d);
+        y[j + 16] = __fmul_rn((float)((int)(q >> 4) - 8), d);
+    }
+    store32(dst, i, y);
+}
+
+extern "C" __global__ void poot_decode_q4_1(const unsigned char* __restrict__ src,
+                                            uint4* __restrict__ dst, unsigned int n) {
+    POOT_CHUNK(20)
+    float d = half_at(b), m = half_at(b + 2);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        unsigned int q = b[4 + j];
+        y[j] = __fadd_rn(__fmul_rn((float)(q & 15), d), m);
+        y[j + 16] = __fadd_rn(__fmul_rn((float)(q >> 4), d), m);
+    }
+    store32(dst, i, y);
+}
+
+extern "C" __global__ void poot_decode_q5_0(const unsigned char* __restrict__ src,
+                                            uint4* __restrict__ dst, unsigned int n) {
+    POOT_CHUNK(22)
+    float d = half_at(b);
+    unsigned int qh = word_at(b + 2);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        unsigned int q = b[6 + j];
+        unsigned int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
+        y[j] = __fmul_rn((float)((int)((q & 15) | h0) - 16), d);
+        y[j + 16] = __fmul_rn((float)((int)((q >> 4) | h1) - 16), d);
+    }
+    store32(dst, i, y);
+}
+
+extern "C" __global__ void poot_decode_q5_1(const unsigned char* __restrict__ src,
+                                            uint4* __restrict__ dst, unsigned int n) {
+    POOT_CHUNK(24)
+    float d = half_at(b), m = half_at(b + 2);
+    unsigned int qh = word_at(b + 4);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        unsigned int q = b[8 + j];
+        unsigned int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
+        y[j] = __fadd_rn(__fmul_rn((float)((q & 15) | h0), d), m);
+        y[j + 16] = __fadd_rn(__fmul_rn((float)((q >> 4) | h1), d), m);
+    }
+    store32(dst, i, y);
+}
+
+extern "C" __global__ void poot_decode_q8_0(const unsigned char* __restrict__ src,
+                                            uint4* __restrict__ dst, unsigned int n) {
+    POOT_CHUNK(34)
+    float d = half_at(b);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+        y[j] = __fmul_rn((float)(signed char)b[2 + j], d);
+    }
+    store32(dst, i, y);
+}
+
+// The scale and min of sub-block `s` of a Q4_K or Q5_K block's 12 packed scale bytes.
+__device__ __forceinline__ void scale_min_k4(unsigned int s, const unsigned char* q,
+                                             unsigned int* sc, unsigned int* m) {
+    if (s < 4) {
+        *sc = q[s] & 63;
+        *m = q[s + 4] & 63;
+    } else {
+        *sc = (q[s + 4] & 15) | ((q[s - 4] >> 6) << 4);
+        *m = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+    }
+}
+
+extern "C" __global__ void poot_decode_q4_k(const unsigned char* __restrict__ src,
+                                            uint4* __restrict__ dst, unsigned int n) {
+    POOT_SUB_CHUNK(144)
+    unsigned int sc, m;
+    scale_min_k4(s, b + 4, &sc, &m);
+    float d = __fmul_rn(half_at(b), (float)sc), dm = __fmul_rn(half_at(b + 2), (float)m);
+    const unsigned char* q = b + 16 + 32 * (s / 2);
+    unsigned int shift = 4 * (s % 2);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+        y[l] = __fsub_rn(__fmul_rn(d, (float)((q[l] >> shift) & 15)), dm);
+    }
+    store32(dst, i, y);
+}
+
+extern "C" __global__ void poot_decode_q5_k(const unsigned char* __restrict__ src,
+                                            uint4* __restrict__ dst, unsigned int n) {
+    POOT_SUB_CHUNK(176)
+    unsigned int sc, m;
+    scale_min_k4(s, b + 4, &sc, &m);
+    float d = __fmul_rn(half_at(b), (float)sc), dm = __fmul_rn(half_at(b + 2), (float)m);
+    const unsigned char* qh = b + 16;
+    const unsigned char* q = b + 48 + 32 * (s / 2);
+    unsigned int shift = 4 * (s % 2);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+        unsigned int v = ((q[l] >> shift) & 15) + (((qh[l] >> s) & 1) << 4);
+        y[l] = __fsub_rn(__fmul_rn(d, (float)v), dm);
+    }
+    store32(dst, i, y);
+}
+
+extern "C" __global__ void poot_decode_q6_k(const unsigned char* __restrict__ src,
+                                            uint4* __restrict__ dst, unsigned int n) {
+    POOT_SUB_CHUNK(210)
+    float d = half_at(b + 208);
+    unsigned int half = s / 4, k = s % 4;
+    const unsigned char* ql = b + 64 * half + 32 * (k % 2);
+    const unsigned char* qh = b + 128 + 32 * half;
+    const signed char* scales = (const signed char*)(b + 192 + 8 * half + 2 * k);
+    unsigned int shift = 4 * (k / 2);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+        int q = (int)(((ql[l] >> shift) & 15) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+        y[l] = __fmul_rn(__fmul_rn(d, (float)scales[l / 16]), (float)q);
+    }
+    store32(dst, i, y);
+}
+"#;
+
+/// The entry of [`DECODE_SOURCE`] that decodes format `b`, for the formats it has.
+fn decoder_entry(b: BlockFormat) -> Option<&'static str> {
+    Some(match b {
+        BlockFormat::Q4_0 => "poot_decode_q4_0",
+        BlockFormat::Q4_1 => "poot_decode_q4_1",
+        BlockFormat::Q5_0 => "poot_decode_q5_0",
+        BlockFormat::Q5_1 => "poot_decode_q5_1",
+        BlockFormat::Q8_0 => "poot_decode_q8_0",
+        BlockFormat::Q4_K => "poot_decode_q4_k",
+        BlockFormat::Q5_K => "poot_decode_q5_k",
+        BlockFormat::Q6_K => "poot_decode_q6_k",
+        _ => return None,
+    })
+}
+
+/// Elements each thread of a decoder writes.
+const DECODE_CHUNK: u64 = 32;
 
 /// A contraction's shape, the key of its chosen algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -109,7 +305,21 @@ impl Shape {
     fn staging_bytes(self) -> u64 {
         match self.weight_words {
             WeightWords::Stored => 2 * self.lhs_elems(),
-            WeightWords::F32 => self.staged_weights_offset() + 2 * self.weight_elems(),
+            WeightWords::F32 | WeightWords::Blocks(_) => {
+                self.staged_weights_offset() + 2 * self.weight_elems()
+            }
+        }
+    }
+
+    /// Bytes the weights' buffer must hold: stored halves, f32 words, or whole blocks.
+    fn weight_bytes(self) -> Option<u64> {
+        match self.weight_words {
+            WeightWords::Stored => Some(2 * self.weight_elems()),
+            WeightWords::F32 => Some(4 * self.weight_elems()),
+            WeightWords::Blocks(b) => {
+                let row = b.row_bytes(usize::try_from(self.depth).ok()?)?;
+                u64::try_from(row).ok()?.checked_mul(u64::from(self.cols))
+            }
         }
     }
 }
@@ -122,6 +332,8 @@ pub(crate) struct Library {
     workspace: Option<Arc<Allocation>>,
     to_f16: Option<PtxKernel>,
     to_bf16: Option<PtxKernel>,
+    /// The block decoders compiled so far.
+    decoders: HashMap<BlockFormat, PtxKernel>,
 }
 
 // SAFETY: the handle is a plain library handle used only with the device's context current,
@@ -149,6 +361,7 @@ impl Library {
             workspace: None,
             to_f16: None,
             to_bf16: None,
+            decoders: HashMap::new(),
         })
     }
 }
@@ -309,6 +522,36 @@ impl PtxDevice {
             lib.to_f16 = Some(f16);
             lib.to_bf16 = Some(bf16);
         }
+        for s in &shapes {
+            let WeightWords::Blocks(b) = s.weight_words else {
+                continue;
+            };
+            if self
+                .library
+                .as_ref()
+                .is_some_and(|l| l.decoders.contains_key(&b))
+            {
+                continue;
+            }
+            let entry = decoder_entry(b).ok_or_else(|| DeviceError::BadLaunch {
+                kernel: "library contraction".to_string(),
+                reason: format!("no decoder of {} weights to f16", b.name()),
+            })?;
+            let k = self.compile_source(&SourceKernel {
+                name: entry,
+                entry,
+                source: DECODE_SOURCE,
+                workgroup: CONVERT_THREADS,
+                n_params: 3,
+                takes_fault_buffer: false,
+                waits_for_predecessors: false,
+            })?;
+            self.library
+                .as_mut()
+                .expect("checked above")
+                .decoders
+                .insert(b, k);
+        }
         let staging_bytes = shapes.iter().map(|s| s.staging_bytes()).max().unwrap_or(0);
         let have =
             |a: &Option<Arc<Allocation>>, bytes: u64| a.as_ref().is_some_and(|a| a.bytes >= bytes);
@@ -406,10 +649,10 @@ impl PtxDevice {
             });
         };
         let lhs_bytes = 4 * s.lhs_elems();
-        let weight_bytes = match s.weight_words {
-            WeightWords::Stored => 2 * s.weight_elems(),
-            WeightWords::F32 => 4 * s.weight_elems(),
-        };
+        let weight_bytes = s.weight_bytes().ok_or_else(|| DeviceError::BadLaunch {
+            kernel: "library contraction".to_string(),
+            reason: format!("{s:?}: weights over 2^64 bytes"),
+        })?;
         let out_bytes = 4 * s.elems(s.rows, s.cols);
         for (b, need, what) in [
             (c.lhs, lhs_bytes, "left side"),
@@ -464,6 +707,21 @@ impl PtxDevice {
                 )?;
                 at
             }
+            WeightWords::Blocks(b) => {
+                let at = staging.ptr + s.staged_weights_offset();
+                let decoder = lib.decoders.get(&b).ok_or_else(|| DeviceError::BadLaunch {
+                    kernel: "library contraction".to_string(),
+                    reason: format!("{} weights submitted before their decoder", b.name()),
+                })?;
+                let chunks = u32::try_from(s.weight_elems() / DECODE_CHUNK).map_err(|_| {
+                    DeviceError::BadLaunch {
+                        kernel: "library contraction".to_string(),
+                        reason: format!("{s:?}: weights over 2^37 elements"),
+                    }
+                })?;
+                self.launch_convert(decoder, c.weights.alloc.ptr, at, chunks)?;
+                at
+            }
         };
         let d = Descriptors::new(s)?;
         let (alpha, beta) = (1.0f32, 0.0f32);
@@ -493,7 +751,8 @@ impl PtxDevice {
         check("cublasLtMatmul", status)
     }
 
-    /// One launch of a conversion kernel over `n4` groups of four elements.
+    /// One launch of a conversion kernel over `n4` groups of four elements (or of a decoder
+    /// over its chunks of 32).
     fn launch_convert(
         &self,
         k: &PtxKernel,

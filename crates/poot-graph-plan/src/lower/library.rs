@@ -10,8 +10,10 @@
 //! the stored result.
 //!
 //! Block-quantized weights reach it decoded: over many rows (a prefill chunk) the graph decodes
-//! them in full and rounds them to f16 ([`crate::precision`]), a kernel of ours computes that
-//! into a buffer, and the library multiplies it like a stored f16 weight.
+//! them in full and rounds them to f16 ([`crate::precision`]). In the formats the device
+//! decodes itself ([`Target::library_decodes`]) the library takes the stored blocks and writes
+//! the rounded halves in one pass, no kernel of ours computing the decoding; otherwise a kernel
+//! computes it into a buffer of f32 words, which the device converts to halves.
 //!
 //! The device computes the rewritten graph up to the order of its f32 sums (the library's, not
 //! the oracle's), the tolerance every tiled contraction is held to.
@@ -32,7 +34,7 @@ use super::classify::{Classification, Placement};
 use super::{Lowering, PlanError, PlannedContraction};
 use crate::activation_blocks::{activation_blocks_source, integer_blocks};
 use crate::plan::{EXACT_LIBRARY_BLOCKS, HalfType, LibraryOperands, StoredWeights, WeightWords};
-use crate::precision::half_operand;
+use crate::precision::{decoded_blocks, half_operand};
 use crate::target::Target;
 
 /// Contraction lengths and output columns the library takes: a multiple of 8 elements keeps
@@ -50,7 +52,7 @@ pub(super) fn chosen(g: &Graph, target: &Target) -> HashSet<usize> {
         return HashSet::new();
     }
     (0..g.eqns().len())
-        .filter(|&i| library_operands(g, i, target.tiled_min_rows()).is_some())
+        .filter(|&i| library_operands(g, i, target).is_some())
         .collect()
 }
 
@@ -100,20 +102,27 @@ pub(crate) fn exact_operands(g: &Graph, i: usize) -> Option<StoredWeights> {
 /// left side against weights of that half type, either a whole stored rank-2 constant or f32
 /// words rounded to it (block-quantized weights decoded for the library, see
 /// [`crate::precision`]), with aligned sizes that fit the library's 32-bit dimensions.
-fn library_operands(g: &Graph, i: usize, min_rows: usize) -> Option<(HalfType, WeightWords)> {
+fn library_operands(g: &Graph, i: usize, target: &Target) -> Option<(HalfType, WeightWords)> {
     let e = &g.eqns()[i];
     let OpKind::MatMul { transpose_rhs } = e.op else {
         return None;
     };
-    if !super::gemm::tiled(g, i, min_rows) {
+    if !super::gemm::tiled(g, i, target.tiled_min_rows()) {
         return None;
     }
     let (lhs, rhs) = (e.inputs[0], e.inputs[1]);
     let w = &g.values()[rhs.index()];
     let (dtype, words) = match (&w.storage, w.ty.dtype) {
         (Storage::Const(_), d @ (DType::F16 | DType::BF16)) => (d, WeightWords::Stored),
-        // Rounded weights are computed in full into a buffer of f32 words, `[columns, depth]`.
-        (Storage::Device, DType::F32) if transpose_rhs => (half_operand(g, rhs)?, WeightWords::F32),
+        // Rounded weights are decoded by the device from the stored blocks, or computed in full
+        // into a buffer of f32 words, `[columns, depth]`.
+        (Storage::Device, DType::F32) if transpose_rhs => {
+            let words = match decoded_blocks(g, rhs) {
+                Some(d) if target.library_decodes(d.format) => WeightWords::Blocks(d.format),
+                _ => WeightWords::F32,
+            };
+            (half_operand(g, rhs)?, words)
+        }
         _ => return None,
     };
     let half = match dtype {
@@ -151,14 +160,16 @@ fn integer_operands(
     Some((source, b))
 }
 
-/// Marks the values of each 8-bit rounding that only library contractions taking it in
-/// integers read as absorbed: the library computes the rounding, no kernel does.
+/// Marks the values the library computes itself as absorbed, so no kernel computes them: each
+/// 8-bit rounding only library contractions taking it in integers read, and each decoding of
+/// block weights only library contractions taking the stored blocks read.
 pub(super) fn absorb_roundings(
     g: &Graph,
     target: &Target,
     library: &HashSet<usize>,
     cls: &mut Classification,
 ) {
+    absorb_decodings(g, target, library, cls);
     let integer: HashSet<usize> = library
         .iter()
         .copied()
@@ -194,6 +205,51 @@ pub(super) fn absorb_roundings(
     }
 }
 
+/// Marks each decoding of block weights (its row indices, decoded words and roundings) that only
+/// library contractions taking the stored blocks read as absorbed.
+fn absorb_decodings(
+    g: &Graph,
+    target: &Target,
+    library: &HashSet<usize>,
+    cls: &mut Classification,
+) {
+    let decoding: HashSet<usize> = library
+        .iter()
+        .copied()
+        .filter(|&i| {
+            matches!(
+                library_operands(g, i, target),
+                Some((_, WeightWords::Blocks(_)))
+            )
+        })
+        .collect();
+    let mut done = HashSet::new();
+    for &i in &decoding {
+        let operand = g.eqns()[i].inputs[1];
+        if !done.insert(operand) {
+            continue;
+        }
+        let Some(d) = decoded_blocks(g, operand) else {
+            continue;
+        };
+        // Each value of the chain is read only by the next one, the last only by these
+        // contractions.
+        let private = d.chain.iter().enumerate().all(|(k, v)| {
+            cls.readers[v.index()]
+                .iter()
+                .all(|&(r, _)| match d.chain.get(k + 1) {
+                    Some(next) => cls.producer[next.index()] == Some(r),
+                    None => decoding.contains(&r),
+                })
+        });
+        if private {
+            for v in d.chain {
+                cls.placement[v.index()] = Placement::Absorbed;
+            }
+        }
+    }
+}
+
 impl Lowering<'_> {
     /// Contraction eqn `i` as a library step: its left side materialized, its result stored in
     /// a buffer of its own.
@@ -210,7 +266,7 @@ impl Lowering<'_> {
         } else if self.target.exact_library() {
             exact_operands(self.g, i).map(LibraryOperands::Exact)
         } else {
-            library_operands(self.g, i, self.target.tiled_min_rows())
+            library_operands(self.g, i, self.target)
                 .map(|(half, words)| LibraryOperands::Half { half, words })
         }
         .ok_or_else(|| PlanError::Unplaced {
@@ -228,6 +284,15 @@ impl Lowering<'_> {
                 words: WeightWords::F32,
                 ..
             } => self.materialized(rhs)?,
+            LibraryOperands::Half {
+                words: WeightWords::Blocks(_),
+                ..
+            } => {
+                let d = decoded_blocks(self.g, rhs).ok_or_else(|| PlanError::Unplaced {
+                    label: self.label(rhs),
+                })?;
+                self.buffer_of(d.weights)?
+            }
             _ => self.buffer_of(rhs)?,
         };
         let out = self.scratch_for(v)?;

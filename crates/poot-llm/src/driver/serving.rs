@@ -816,12 +816,15 @@ impl Driver<Serving> {
         inputs
     }
 
-    /// Times every kernel of the single-token step with `head` over all rows, each row at
-    /// `position` (`reps` runs per kernel), then clears the carried state. `None` when the
-    /// backend cannot time kernels. Refused while sequences are open.
-    pub fn profile_decode(
+    /// Times every kernel of the step of `tokens` new positions per row (1: a decode step; a
+    /// prefill chunk's length: a prompt chunk) with `head` over all rows, each row's positions
+    /// starting at `position` (`reps` runs per kernel), then clears the carried state. Library
+    /// contractions are not timed (the whole step's time less the kernels' is theirs). `None`
+    /// when the backend cannot time kernels. Refused while sequences are open.
+    pub fn profile_step(
         &mut self,
         position: usize,
+        tokens: usize,
         reps: u32,
         head: Head,
     ) -> Result<Option<Vec<KernelTime>>, DriverError> {
@@ -831,20 +834,18 @@ impl Driver<Serving> {
             });
         }
         let rows = self.options.rows;
-        let key = EntryKey {
-            rows,
-            tokens: 1,
-            head,
-        };
-        let entry = self.ensure(key).ok_or(DriverError::Unprepared {
-            rows,
-            tokens: 1,
-            head,
-        })?;
+        let key = EntryKey { rows, tokens, head };
+        let entry = self
+            .ensure(key)
+            .ok_or(DriverError::Unprepared { rows, tokens, head })?;
         let feeds: Vec<Option<RowFeed>> = (0..rows).map(|_| None).collect();
-        let mut inputs = self.inputs(1, head, &feeds);
-        let at = position.min(self.options.capacity.saturating_sub(1)) as i32;
-        inputs.set_i32(Slot::Pos, &vec![at; rows]);
+        let mut inputs = self.inputs(tokens, head, &feeds);
+        let last = self.options.capacity.saturating_sub(tokens);
+        let at = position.min(last);
+        let positions: Vec<i32> = (0..rows)
+            .flat_map(|_| (at..at + tokens).map(|p| p as i32))
+            .collect();
+        inputs.set_i32(Slot::Pos, &positions);
         let times = self.exec.profile(entry, &inputs, reps)?;
         self.exec.reset_state(entry)?;
         Ok(times)
