@@ -34,6 +34,7 @@ pub const SHIPPED: &[FamilyEntry] = &[
     families::smollm3::ENTRY,
     families::phi3::ENTRY,
     families::gpt_oss::ENTRY,
+    families::mpt::ENTRY,
 ];
 
 /// An index of families by config key.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the dense-decoder fixtures of issue #24: tiny random-weight checkpoints, their
-transformers references and GGUF conversions, for gemma2, olmo2, qwen2_moe, smollm3, phi3 and gpt_oss (more families are
+transformers references and GGUF conversions, for gemma2, olmo2, qwen2_moe, smollm3, phi3, gpt_oss and mpt (more families are
 appended here).
 
 For each NAME, under crates/poot-models/tests/fixtures/random/:
@@ -535,6 +535,122 @@ def gpt_oss_checks(d, long_case):
     )
 
 
+def write_gguf_keys(name, arch, cfg, named, meta):
+    """A GGUF whose every hyperparameter `meta` writes (for configs that do not spell the
+    Llama keys write_gguf reads), with the stand-in tokenizer and the F32 tensors."""
+    out = RANDOM / f"{name}_gguf"
+    out.mkdir(parents=True, exist_ok=True)
+    w = GGUFWriter(out / "model.gguf", arch=arch)
+    meta(w)
+    stand_in_tokenizer(w, cfg)
+    for n, data in named.items():
+        w.add_tensor(n, np.ascontiguousarray(data, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def mpt_config():
+    # Six heads (not a power of two: the slopes interleave, see build_mpt_alibi_tensor), a
+    # clip_qkv that binds on this model's projections and a softmax_scale of its own; tied head,
+    # no biases, LayerNorms without bias. max_seq_len covers the long prompt and its decode.
+    return transformers.MptConfig(
+        d_model=96,
+        n_heads=6,
+        n_layers=2,
+        expansion_ratio=4,
+        max_seq_len=64,
+        vocab_size=256,
+        layer_norm_epsilon=1e-5,
+        no_bias=True,
+        tie_word_embeddings=True,
+        attn_config={
+            "alibi": True,
+            "alibi_bias_max": 8,
+            "clip_qkv": 1.5,
+            "softmax_scale": 0.2,
+            "qk_ln": False,
+            "attn_impl": "torch",
+        },
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+
+
+def mpt_init(model, seed):
+    """gen_random_checkpoints' rules; the token embedding (`wte`, which the rules would treat
+XX"""
+    ckpt.interesting_init(model, seed, gemma_norm=False)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        wte = model.transformer.wte.weight
+        wte.copy_(torch.randn(wte.shape, generator=g, dtype=torch.float32) * 0.15)
+
+
+def mpt_gguf(cfg, hf):
+    # llama.cpp's converter (MPTModel) keeps every tensor as stored, writes no output.weight for
+    # a tied head, a fixed layer_norm_epsilon of 1e-5, the clip as clamp_kqv and the slopes'
+    # bias as max_alibi_bias. It drops softmax_scale (llama.cpp scales by head_dim^-1/2); the
+    # standard attention.scale key states the checkpoint's scale instead, as for gemma2.
+    named = {
+        "token_embd.weight": hf["transformer.wte.weight"],
+        "output_norm.weight": hf["transformer.norm_f.weight"],
+    }
+    for l in range(cfg["n_layers"]):
+        p = f"transformer.blocks.{l}."
+        for g, h in [
+            ("attn_norm", "norm_1"),
+            ("attn_qkv", "attn.Wqkv"),
+            ("attn_output", "attn.out_proj"),
+            ("ffn_norm", "norm_2"),
+            ("ffn_up", "ffn.up_proj"),
+            ("ffn_down", "ffn.down_proj"),
+        ]:
+            named[f"blk.{l}.{g}.weight"] = hf[f"{p}{h}.weight"]
+    attn = cfg["attn_config"]
+
+    def meta(w):
+        w.add_context_length(cfg["max_seq_len"])
+        w.add_embedding_length(cfg["d_model"])
+        w.add_block_count(cfg["n_layers"])
+        w.add_feed_forward_length(4 * cfg["d_model"])
+        w.add_head_count(cfg["n_heads"])
+        w.add_layer_norm_eps(1e-5)
+        w.add_clamp_kqv(attn["clip_qkv"])
+        w.add_max_alibi_bias(attn["alibi_bias_max"])
+        w.add_attention_scale(attn["softmax_scale"])
+
+    write_gguf_keys("mpt", "mpt", cfg, named, meta)
+
+
+def mpt_checks(d, long_case):
+    """The slopes follow transformers' interleaving for six heads; ALiBi, the clip and the
+    softmax scale each move the long prompt's last logits."""
+    from transformers.models.mpt import modeling_mpt
+
+    got = modeling_mpt.build_mpt_alibi_tensor(6, 2)[:, 0, 0].neg().tolist()
+    want = [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
+    assert got == want, (got, want)
+    ids, want_logits = long_case["prompt_ids"], long_case["prefill_logits"][-1]
+    original = modeling_mpt.build_mpt_alibi_tensor
+    modeling_mpt.build_mpt_alibi_tensor = lambda h, s, b=8, device=None: torch.zeros(h, 1, s)
+    try:
+        alibi = changed_by(d, ids, want_logits)
+    finally:
+        modeling_mpt.build_mpt_alibi_tensor = original
+    attn = json.loads((d / "config.json").read_text())["attn_config"]
+    attn_config = transformers.models.mpt.configuration_mpt.MptAttentionConfig
+    clip = changed_by(d, ids, want_logits, attn_config=attn_config(**dict(attn, clip_qkv=None)))
+    scale = changed_by(d, ids, want_logits, attn_config=attn_config(**dict(attn, softmax_scale=None)))
+    assert min(alibi, clip, scale) > 1e-2, (alibi, clip, scale)
+    return (
+        f"slopes {got}; max |dlogit| without ALiBi {alibi:.3f}, without clip_qkv {clip:.3f}, "
+        f"with the default softmax scale {scale:.3f}"
+    )
+
+
 def cfg_attention(cfg):
     import math
 
@@ -609,6 +725,14 @@ FAMILIES = {
         None,
         gpt_oss_checks,
     ),
+    "mpt": (
+        transformers.MptForCausalLM,
+        mpt_config,
+        mpt_init,
+        {},
+        mpt_gguf,
+        mpt_checks,
+    ),
 }
 
 
@@ -633,7 +757,8 @@ def write_checkpoint(name, seed):
     cfg.pop("_name_or_path", None)
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     again = transformers.AutoConfig.from_pretrained(out)
-    assert again.rope_parameters == model.config.rope_parameters, name
+    rope = getattr(model.config, "rope_parameters", None)
+    assert getattr(again, "rope_parameters", None) == rope, name
 
 
 def write_reference(name, seed):

@@ -9,6 +9,7 @@ pub mod granite;
 pub mod granitemoe;
 pub mod llama;
 pub mod mixtral;
+pub mod mpt;
 pub mod olmo2;
 pub mod olmoe;
 pub mod phi3;

@@ -82,6 +82,10 @@ pub const FIXTURES: &[FamilyFixture] = &[
         family: "gpt_oss",
         dir: "tests/fixtures/random/gpt_oss",
     },
+    FamilyFixture {
+        family: "mpt",
+        dir: "tests/fixtures/random/mpt",
+    },
 ];
 
 impl FamilyFixture {
