@@ -35,6 +35,7 @@ pub const SHIPPED: &[FamilyEntry] = &[
     families::phi3::ENTRY,
     families::gpt_oss::ENTRY,
     families::mpt::ENTRY,
+    families::bloom::ENTRY,
 ];
 
 /// An index of families by config key.

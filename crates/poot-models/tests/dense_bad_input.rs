@@ -1,6 +1,6 @@
-//! Dense-decoder checkpoints of the families of issue #24 (gemma2, olmo2, smollm3, phi3, mpt) whose
-//! config or tensors disagree fail at load with a typed error naming the key or the tensor, never
-//! a panic; so do the MPT options this engine does not implement.
+//! Dense-decoder checkpoints of the families of issue #24 (gemma2, olmo2, smollm3, phi3, mpt,
+//! bloom) whose config or tensors disagree fail at load with a typed error naming the key or the
+//! tensor, never a panic; so do the MPT and BLOOM options this engine does not implement.
 
 #![allow(clippy::unwrap_used)]
 
@@ -16,7 +16,7 @@ use tiny_gguf::{Meta, TinyGguf};
 
 #[test]
 fn the_unchanged_checkpoints_build_as_their_families() {
-    for family in ["gemma2", "olmo2", "smollm3", "phi3", "mpt"] {
+    for family in ["gemma2", "olmo2", "smollm3", "phi3", "mpt", "bloom"] {
         assert_eq!(build_hf(family, |_| {}, |h| h).unwrap(), family);
     }
 }
@@ -326,6 +326,72 @@ fn mpt_tensors_that_disagree_with_the_config_are_named() {
     );
 }
 
+#[test]
+fn bloom_disagreements_and_refusals_are_named() {
+    let post_ln = "apply_residual_connection_post_layernorm";
+    let err = build_hf("bloom", |c| c[post_ln] = json!(true), |h| h);
+    assert_eq!(named(&err), Some(("Unsupported", post_ln.to_string())));
+    let err = build_hf("bloom", |c| c["n_head"] = json!(7), |h| h);
+    assert_eq!(named(&err), Some(("Unsupported", "n_head".to_string())));
+    let err = build_hf("bloom", |c| c["n_layer"] = json!(2), |h| h);
+    assert_eq!(
+        named(&err),
+        Some((
+            "LayerCount",
+            "transformer.h.2.input_layernorm.weight".to_string()
+        ))
+    );
+    // Every bias is required: a missing one is named, not read as zeros.
+    for gone in [
+        "transformer.h.1.self_attention.query_key_value.bias",
+        "transformer.h.2.mlp.dense_4h_to_h.bias",
+        "transformer.word_embeddings_layernorm.bias",
+        "transformer.ln_f.bias",
+    ] {
+        let renamed = format!("{}X\"", &gone[..gone.len() - 1]);
+        let err = build_hf(
+            "bloom",
+            |_| {},
+            |h| h.replace(&format!("{gone}\""), &renamed),
+        );
+        assert_eq!(named(&err), Some(("MissingTensor", gone.to_string())));
+    }
+    // The per-head fused projection stored transposed is named.
+    let err = build_hf(
+        "bloom",
+        |_| {},
+        |h| {
+            let name = "transformer.h.0.self_attention.query_key_value.weight";
+            let at = h.find(name).unwrap();
+            let shape = h[at..].find("[288,96]").unwrap() + at;
+            format!("{}[96,288]{}", &h[..shape], &h[shape + 8..])
+        },
+    );
+    assert_eq!(
+        named(&err),
+        Some((
+            "TensorShape",
+            "transformer.h.0.self_attention.query_key_value.weight".to_string()
+        ))
+    );
+}
+
+/// Released BLOOM checkpoints name their tensors without `transformer.` (they were saved from
+/// `BloomModel`): the same weights under those names build and bind the same tensors.
+#[test]
+fn bloom_reads_tensors_with_and_without_the_transformer_prefix() {
+    let err = build_hf(
+        "bloom",
+        |_| {},
+        |h| {
+            let stripped = h.replace("\"transformer.", "\"");
+            let pad = h.len() - stripped.len();
+            stripped + &" ".repeat(pad)
+        },
+    );
+    assert_eq!(err.unwrap(), "bloom");
+}
+
 /// A two-layer MPT GGUF as llama.cpp's converter writes one: hidden 8, two heads, feed-forward
 /// 32, 16 tokens, ALiBi's bias 8.
 fn gguf_mpt() -> TinyGguf {
@@ -409,5 +475,54 @@ fn mpt_ggufs_without_alibi_or_with_unread_tensors_are_refused() {
     assert_eq!(
         named(&build_gguf(&g)),
         Some(("TensorShape", "blk.0.ffn_up.weight".to_string()))
+    );
+}
+
+/// [`gguf_mpt`]'s shapes as a `bloom` GGUF: biases, the embeddings' norm and the head.
+fn gguf_bloom() -> TinyGguf {
+    let mut g = gguf_mpt();
+    g.set("general.architecture", Meta::Str("bloom".into()));
+    let meta = std::mem::take(&mut g.meta);
+    for (k, v) in meta {
+        match k.strip_prefix("mpt.") {
+            Some("attention.max_alibi_bias") => {}
+            Some(rest) => g.set(&format!("bloom.{rest}"), v),
+            None => g.set(&k, v),
+        }
+    }
+    g.set("bloom.attention.head_count_kv", Meta::U32(2));
+    let weights: Vec<(String, Vec<u64>)> = g.tensors.clone();
+    for (name, shape) in weights {
+        if let Some(stem) = name.strip_suffix(".weight")
+            && stem != "token_embd"
+        {
+            g.tensor(&format!("{stem}.bias"), &shape[..1]);
+        }
+    }
+    g.tensor("token_embd_norm.weight", &[8]);
+    g.tensor("token_embd_norm.bias", &[8]);
+    g.tensor("output.weight", &[16, 8]);
+    g
+}
+
+#[test]
+fn bloom_gguf_biases_that_disagree_are_named() {
+    assert_eq!(build_gguf(&gguf_bloom()).unwrap(), "bloom");
+    let qkv_bias = "blk.1.attn_qkv.bias";
+    let mut g = gguf_bloom();
+    for (name, shape) in &mut g.tensors {
+        if name == qkv_bias {
+            *shape = vec![16];
+        }
+    }
+    assert_eq!(
+        named(&build_gguf(&g)),
+        Some(("TensorShape", qkv_bias.to_string()))
+    );
+    let mut g = gguf_bloom();
+    g.tensors.retain(|(n, _)| n != "token_embd_norm.bias");
+    assert_eq!(
+        named(&build_gguf(&g)),
+        Some(("MissingTensor", "token_embd_norm.bias".to_string()))
     );
 }

@@ -466,3 +466,28 @@ fn gguf_mpt_matches_transformers() {
     assert_eq!(loaded.model.config().family, "mpt");
     check_decoder_at(&loaded, "mpt", "gguf mpt");
 }
+
+/// BLOOM: ALiBi over twelve heads (eight slopes of eight heads, then the odd slopes of sixteen:
+/// `2^-0.5`, `2^-1.5`, ...), the embeddings' LayerNorm, biases on every projection and norm,
+/// and `query_key_value` stored per head (`[heads, 3, head_dim]` rows), each part bound as its
+/// runs of rows (reading it as `[3, heads, head_dim]` would move the logits by 13.6,
+/// `gen_dense_fixtures.py`).
+#[test]
+fn bloom_alibi_and_per_head_qkv_match_transformers() {
+    let loaded = load(&fixture_dir("random").join("bloom"));
+    let k = loaded.model.weights().by_const("w.l2.attn.k").unwrap();
+    assert_eq!(k.ty.dims(), [96, 96]);
+    let slopes = loaded.model.weights().by_const("w.alibi.slopes").unwrap();
+    assert_eq!(slopes.ty.dims(), [12, 1]);
+    check_decoder_at(&loaded, "bloom", "bloom");
+}
+
+/// The BLOOM as a `bloom` GGUF (`gen_dense_fixtures.py`, as llama.cpp's converter writes it):
+/// `attn_qkv` and its bias re-ordered to `[3, heads, head_dim]` rows, the embedding copied as
+/// `output.weight`, the embeddings' norm as `token_embd_norm`.
+#[test]
+fn gguf_bloom_matches_transformers() {
+    let loaded = load(&fixture_dir("random").join("bloom_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "bloom");
+    check_decoder_at(&loaded, "bloom", "gguf bloom");
+}

@@ -139,8 +139,9 @@ fn qwen2_biases_and_gemma3_sandwich_norms_split_over_two() {
 #[test]
 fn alibi_slopes_and_per_head_qkv_split_with_their_heads() {
     // MPT: six slopes (one per query head) sliced with each rank's heads, a fused `Wqkv`'s row
-    // ranges narrowed to them.
-    for (name, ranks) in [("mpt", [2, 3])] {
+    // ranges narrowed to them. BLOOM: twelve slopes, and `query_key_value`'s per-head runs of
+    // rows narrowed to each rank's heads; biases, the embeddings' norm.
+    for (name, ranks) in [("mpt", [2, 3]), ("bloom", [2, 4])] {
         let loaded = fixture(name);
         for r in ranks {
             group_matches_whole(&loaded, r, PROMPT, 5);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the dense-decoder fixtures of issue #24: tiny random-weight checkpoints, their
-transformers references and GGUF conversions, for gemma2, olmo2, qwen2_moe, smollm3, phi3, gpt_oss and mpt (more families are
+transformers references and GGUF conversions, for gemma2, olmo2, qwen2_moe, smollm3, phi3, gpt_oss, mpt and bloom (more families are
 appended here).
 
 For each NAME, under crates/poot-models/tests/fixtures/random/:
@@ -651,6 +651,114 @@ def mpt_checks(d, long_case):
     )
 
 
+def bloom_config():
+    # Twelve heads: eight slopes from 2^-1, then four from the doubled count's odd powers
+    # (2^-0.5, 2^-1.5, ...), which are not exact in f32. Three layers, head dim 8.
+    return transformers.BloomConfig(
+        hidden_size=96,
+        n_layer=3,
+        n_head=12,
+        vocab_size=256,
+        layer_norm_epsilon=1e-5,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+
+
+def bloom_init(model, seed):
+    """gen_random_checkpoints' rules, with the final LayerNorm (`ln_f`, which they do not name
+    a norm) a norm: weight ~ N(1, 0.1), bias ~ N(0, 0.05)."""
+    params = {n: p for n, p in model.named_parameters() if not n.startswith("transformer.ln_f.")}
+
+    class View(torch.nn.Module):
+        def named_parameters(self):
+            return params.items()
+
+    ckpt.interesting_init(View(), seed, gemma_norm=False)
+    g = torch.Generator().manual_seed(seed + 1)
+    ln_f = model.transformer.ln_f
+    with torch.no_grad():
+        ln_f.weight.copy_(torch.randn(ln_f.weight.shape, generator=g) * 0.1 + 1.0)
+        ln_f.bias.copy_(torch.randn(ln_f.bias.shape, generator=g) * 0.05)
+
+
+def bloom_gguf(cfg, hf):
+    # llama.cpp's converter (BloomModel) re-orders query_key_value from per-head [heads, 3,
+    # head_dim] rows to [3, heads, head_dim] (and its bias alike), copies the embedding as
+    # output.weight for the tied head, and states the context as seq_length, else n_embed.
+    heads, d = cfg["n_head"], cfg["hidden_size"]
+    p0 = "transformer."
+    named = {
+        "token_embd.weight": hf[p0 + "word_embeddings.weight"],
+        "token_embd_norm.weight": hf[p0 + "word_embeddings_layernorm.weight"],
+        "token_embd_norm.bias": hf[p0 + "word_embeddings_layernorm.bias"],
+        "output_norm.weight": hf[p0 + "ln_f.weight"],
+        "output_norm.bias": hf[p0 + "ln_f.bias"],
+        "output.weight": hf[p0 + "word_embeddings.weight"],
+    }
+    for l in range(cfg["n_layer"]):
+        p = f"{p0}h.{l}."
+        for g, h in [
+            ("attn_norm", "input_layernorm"),
+            ("attn_output", "self_attention.dense"),
+            ("ffn_norm", "post_attention_layernorm"),
+            ("ffn_up", "mlp.dense_h_to_4h"),
+            ("ffn_down", "mlp.dense_4h_to_h"),
+        ]:
+            for s in ("weight", "bias"):
+                named[f"blk.{l}.{g}.{s}"] = hf[f"{p}{h}.{s}"]
+        qkv = hf[p + "self_attention.query_key_value.weight"].reshape(heads, 3, d // heads, d)
+        named[f"blk.{l}.attn_qkv.weight"] = np.concatenate([qkv[:, j].reshape(-1, d) for j in range(3)])
+        qkv_b = hf[p + "self_attention.query_key_value.bias"].reshape(heads, 3, d // heads)
+        named[f"blk.{l}.attn_qkv.bias"] = np.concatenate([qkv_b[:, j].reshape(-1) for j in range(3)])
+
+    def meta(w):
+        w.add_context_length(cfg.get("seq_length", d))
+        w.add_embedding_length(d)
+        w.add_feed_forward_length(4 * d)
+        w.add_block_count(cfg["n_layer"])
+        w.add_head_count(heads)
+        w.add_head_count_kv(heads)
+        w.add_layer_norm_eps(cfg["layer_norm_epsilon"])
+
+    write_gguf_keys("bloom", "bloom", cfg, named, meta)
+
+
+def bloom_checks(d, long_case):
+    """The slopes for twelve heads; ALiBi must move the long prompt's last logits, and so must
+    reading query_key_value as [3, heads, head_dim] instead of per head."""
+    from transformers.models.bloom import modeling_bloom
+
+    got = modeling_bloom._get_alibi_slopes(12, "cpu").tolist()
+    want = [2.0**-k for k in range(1, 9)] + [float(np.float32(2.0 ** -(k / 2))) for k in (1, 3, 5, 7)]
+    assert np.allclose(got, want, rtol=1e-7, atol=0), (got, want)
+    ids, want_logits = long_case["prompt_ids"], long_case["prefill_logits"][-1]
+    original = modeling_bloom._get_alibi_slopes
+    modeling_bloom._get_alibi_slopes = lambda n, device: torch.zeros(n)
+    try:
+        alibi = changed_by(d, ids, want_logits)
+    finally:
+        modeling_bloom._get_alibi_slopes = original
+    m = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+    heads, hd = 12, 8
+    with torch.no_grad():
+        for block in m.transformer.h:
+            lin = block.self_attention.query_key_value
+            w = lin.weight.view(3, heads, hd, -1).transpose(0, 1).reshape(lin.weight.shape).clone()
+            bias = lin.bias.view(3, heads, hd).transpose(0, 1).reshape(-1).clone()
+            lin.weight.copy_(w)
+            lin.bias.copy_(bias)
+        got_logits = m(input_ids=torch.tensor([ids])).logits[0, -1]
+    layout = float((got_logits - torch.tensor(want_logits)).abs().max())
+    assert min(alibi, layout) > 1e-2, (alibi, layout)
+    return (
+        f"slopes {[round(s, 6) for s in got]}; max |dlogit| without ALiBi {alibi:.3f}, "
+        f"with query_key_value read as [3, heads, head_dim] {layout:.3f}"
+    )
+
+
 def cfg_attention(cfg):
     import math
 
@@ -732,6 +840,14 @@ FAMILIES = {
         {},
         mpt_gguf,
         mpt_checks,
+    ),
+    "bloom": (
+        transformers.BloomForCausalLM,
+        bloom_config,
+        bloom_init,
+        {},
+        bloom_gguf,
+        bloom_checks,
     ),
 }
 

@@ -2,6 +2,7 @@
 //! are not of the standard shape) a tracer over the shared components.
 
 pub mod bert;
+pub mod bloom;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gpt_oss;

@@ -86,6 +86,10 @@ pub const FIXTURES: &[FamilyFixture] = &[
         family: "mpt",
         dir: "tests/fixtures/random/mpt",
     },
+    FamilyFixture {
+        family: "bloom",
+        dir: "tests/fixtures/random/bloom",
+    },
 ];
 
 impl FamilyFixture {
