@@ -249,6 +249,7 @@ fn mpt_options_it_does_not_implement_are_refused_by_their_keys() {
         (&["expansion_ratio"], json!(0.001), "OutOfRange"),
         // Five heads do not divide d_model 96.
         (&["n_heads"], json!(5), "Unsupported"),
+        (&["attn_config"], json!("alibi"), "KeyType"),
     ];
     for (path, value, kind) in cases {
         let err = build_hf(

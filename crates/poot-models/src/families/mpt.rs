@@ -192,15 +192,14 @@ impl AttnConfig {
     /// `attn_config`'s keys (absent keys take MPT's defaults), refusing what changes the
     /// attention's math in ways this family does not implement.
     fn read(cfg: &ConfigReader) -> Result<AttnConfig, ModelError> {
-        let a = AttnKeys(cfg.hf("attn_config"));
-        if let Some(v) = a.get("attn_config")
-            && !v.is_object()
-        {
+        let object = cfg.hf("attn_config");
+        if object.is_some_and(|v| !v.is_object()) {
             return Err(ModelError::KeyType {
                 key: "attn_config".into(),
                 expected: "an object",
             });
         }
+        let a = AttnKeys(object);
         if !a.bool("alibi")?.unwrap_or(true) {
             return Err(a.unsupported("alibi", false, "true (learned positions are not read)"));
         }
@@ -326,10 +325,7 @@ struct AttnKeys<'a>(Option<&'a Value>);
 
 impl<'a> AttnKeys<'a> {
     fn get(&self, k: &str) -> Option<&'a Value> {
-        match k {
-            "attn_config" => self.0,
-            _ => self.0?.get(k).filter(|v| !v.is_null()),
-        }
+        self.0?.get(k).filter(|v| !v.is_null())
     }
 
     fn name(k: &str) -> String {
