@@ -4,8 +4,8 @@
 //! reference). Inputs are drawn from a seeded generator; the cases include the edge shapes
 //! (size-1 axes, a single head, position or feature, batch 1), partial rotary, a rotary table
 //! longer than needed, GQA with `n_rep` 1 and 2 and MQA, positions continuing from a cache,
-//! sliding windows of 1 and wider than the cache, softcap, rows with one visible key, and
-//! f16/bf16 stored weights (the reference decodes them as stored).
+//! sliding windows of 1 and wider than the cache, softcap, ALiBi biases, rows with one visible
+//! key, and f16/bf16 stored weights (the reference decodes them as stored).
 //!
 //! Tolerances, relative to the largest reference magnitude of the output (see
 //! `composite_ref::assert_close`); a non-finite value where the reference is finite fails at
@@ -19,9 +19,9 @@
 //!   in f32, which cancels for x < -3: at x = -3.96 its result is 8.5e-5 off relative to itself,
 //!   3.2e-9 relative to `|x|`.)
 //! - [`TOL_ATTENTION`] (3e-5): attention, which chains a dot product, a softmax and a second
-//!   contraction; a softcap adds a tanh.
+//!   contraction; a softcap adds a tanh, an ALiBi bias one product and one sum.
 //! - Exact for the helpers that only move, select or compare values (embed, repeat_kv,
-//!   causal_mask, scalar_like, to_f32) and for binary_bcast of correctly rounded IEEE ops.
+//!   causal_mask, key_offsets, scalar_like, to_f32) and for binary_bcast of correctly rounded IEEE ops.
 
 #![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
 
@@ -668,6 +668,142 @@ fn a_row_with_one_visible_key_returns_that_keys_value() {
     for g in &tr.eval(out) {
         assert_close("one visible key", g, &[1, hq, t, d], &want, TOL_ATTENTION);
     }
+}
+
+/// `key_offsets` is `j - p` exactly, for positions continuing from a cache and past it.
+#[test]
+fn key_offsets_are_each_key_minus_the_position_exactly() {
+    let (bsz, t, cap) = (2, 3, 7);
+    let pos = [0, 1, 2, 4, 5, 9];
+    let mut tr = Trace::new();
+    let ps = tr.slot(Slot::Pos, HostTensor::i32([bsz, t], pos.to_vec()).unwrap());
+    let out = ops::key_offsets(&tr.b, ps, cap).unwrap();
+    let mut want = Vec::new();
+    for &p in &pos {
+        want.extend((0..cap).map(|j| j as f64 - f64::from(p)));
+    }
+    for g in &tr.eval(out) {
+        assert_exact("key_offsets", g, &[bsz, 1, t, cap], &want);
+    }
+}
+
+/// ALiBi through `alibi_bias` and `attention_masked_with`: each score gains `slope_h * (j - p)`
+/// (slopes of a non-power-of-two head count, one of them irrational in f32), with GQA, a cache
+/// continued from different positions per row, a window, a softcap (the bias comes after it),
+/// and the biases large enough to decide which keys a row attends to.
+#[test]
+fn alibi_attention_matches_the_reference() {
+    let mut rng = Rng(0x5EED_00A1);
+    let mut worst = 0.0f64;
+    let slopes: [f32; 6] = [
+        0.25,
+        0.0625,
+        0.015625,
+        0.003_906_25,
+        0.5,
+        std::f32::consts::FRAC_1_SQRT_2,
+    ];
+    for (name, qdims, hkv, s, pos, window, softcap) in [
+        (
+            "prefill from 0, MHA",
+            [1usize, 6, 5, 4],
+            6usize,
+            8usize,
+            vec![0, 1, 2, 3, 4],
+            None,
+            None,
+        ),
+        (
+            "two rows continuing, GQA 3, window 4, softcap 3",
+            [2, 6, 2, 4],
+            2,
+            12,
+            vec![6, 7, 9, 10],
+            Some(4),
+            Some(3.0f32),
+        ),
+        (
+            "decode at position 30",
+            [1, 6, 1, 8],
+            3,
+            32,
+            vec![30],
+            None,
+            None,
+        ),
+    ] {
+        let [bsz, hq, t, d] = qdims;
+        let kvd = [bsz, hkv, s, d];
+        let n_rep = hq / hkv;
+        let scale = 1.0 / (d as f32).sqrt();
+        let q = f32s(&mut rng, numel(&qdims), -1.5, 1.5);
+        let k = f32s(&mut rng, numel(&kvd), -1.5, 1.5);
+        let v = f32s(&mut rng, numel(&kvd), -1.0, 1.0);
+        let mut tr = Trace::new();
+        let qs = tr.constant("q", HostTensor::f32(qdims, q.clone()).unwrap());
+        let ks = tr.constant("k", HostTensor::f32(kvd, k.clone()).unwrap());
+        let vs = tr.constant("v", HostTensor::f32(kvd, v.clone()).unwrap());
+        let sl = tr.constant("slopes", HostTensor::f32([hq], slopes.to_vec()).unwrap());
+        let ps = tr.slot(Slot::Pos, HostTensor::i32([bsz, t], pos.clone()).unwrap());
+        let mask = ops::causal_mask(&tr.b, ps, s, window).unwrap();
+        let offsets = ops::key_offsets(&tr.b, ps, s).unwrap();
+        let bias = ops::alibi_bias(&tr.b, offsets, sl).unwrap();
+        let opts = AttentionOptions {
+            n_rep,
+            scale,
+            softcap,
+        };
+        let terms = ops::ScoreTerms {
+            bias: Some(bias),
+            sinks: None,
+        };
+        let out = ops::attention_masked_with(&tr.b, qs, ks, vs, mask, opts, terms).unwrap();
+        let at = |bi: usize, ti: usize| i64::from(pos[bi * t + ti]);
+        let want = composite_ref::attention_biased(
+            &wide(&q),
+            &wide(&k),
+            &wide(&v),
+            qdims,
+            s,
+            AttnRef {
+                n_rep,
+                scale: f64::from(scale),
+                softcap: softcap.map(f64::from),
+            },
+            |bi, _, ti, j| composite_ref::visible(at(bi, ti), j, window),
+            |bi, h, ti, j| f64::from(slopes[h]) * (j as f64 - at(bi, ti) as f64),
+        );
+        let plain = composite_ref::attention(
+            &wide(&q),
+            &wide(&k),
+            &wide(&v),
+            qdims,
+            s,
+            AttnRef {
+                n_rep,
+                scale: f64::from(scale),
+                softcap: softcap.map(f64::from),
+            },
+            |bi, _, ti, j| composite_ref::visible(at(bi, ti), j, window),
+        );
+        // The biases matter: without them the reference moves by more than the tolerance.
+        let moved = want
+            .iter()
+            .zip(&plain)
+            .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            moved > 100.0 * TOL_ATTENTION * max_abs(want.iter().copied()),
+            "{name}"
+        );
+        worst = worst.max(check_both(
+            name,
+            &tr.eval(out),
+            &qdims,
+            &want,
+            TOL_ATTENTION,
+        ));
+    }
+    report("attention_masked_with (ALiBi)", worst, TOL_ATTENTION);
 }
 
 // ---- Softmax and activations ----

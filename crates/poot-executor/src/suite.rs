@@ -1825,6 +1825,55 @@ fn fusion_cases() -> Vec<Case> {
         cases.push(attention_case(c, name, [q, k, v, mask], options, len));
     }
 
+    // ALiBi: `slope_h * (j - p)` added to each score inside the logits chain, which every
+    // fused kernel (decode rows, prefill rows, tiles of queries) computes from the slopes
+    // constant and the position slot. The slopes reach 0.5 a position, so a kernel that
+    // dropped the bias would be far outside the tolerance.
+    for (i, (name, hq, hkv, t, start, len, dh)) in [
+        (
+            "attention, ALiBi, decode rows, GQA 3",
+            6,
+            2,
+            1,
+            290,
+            300,
+            64,
+        ),
+        (
+            "attention, ALiBi, prefill rows (144), continuing",
+            12,
+            12,
+            12,
+            30,
+            48,
+            16,
+        ),
+        ("attention, ALiBi, tiles of queries", 6, 6, 37, 10, 64, 32),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = CaseBuilder::new(280 + i as u64);
+        let q = c.f32("q", &[1, hq, t, dh]);
+        let k = c.f32("k", &[1, hkv, len, dh]);
+        let v = c.positive("v", &[1, hkv, len, dh]);
+        let slopes = (0..hq)
+            .map(|h| 0.5f32.powf((h + 1) as f32 * 8.0 / hq as f32))
+            .collect();
+        let slopes = c.f32_values("slopes", &[hq], slopes);
+        let pos = c.slot_i32(Slot::Pos, (start..start + t as i32).collect(), &[1, t]);
+        let mask = ops::causal_mask(&c.b, pos, len, None).expect("mask");
+        let offsets = ops::key_offsets(&c.b, pos, len).expect("offsets");
+        let bias = ops::alibi_bias(&c.b, offsets, slopes).expect("bias");
+        let terms = ops::ScoreTerms {
+            bias: Some(bias),
+            sinks: None,
+        };
+        let options = attention_options(hq, hkv, dh, None);
+        let o = ops::attention_masked_with(&c.b, q, k, v, mask, options, terms).expect("attn");
+        cases.push(c.finish(name, Outputs::new(o), reassociated(len)));
+    }
+
     // The probabilities are an output too: not rewritten, planned unfused.
     let mut c = CaseBuilder::new(96);
     let q = c.f32("q", &[1, 2, 2, 8]);

@@ -316,6 +316,76 @@ fn attention_whose_probabilities_are_read_elsewhere_is_not_rewritten() {
     assert!(!kinds(&p).contains(&"attention"), "{:?}", kinds(&p));
 }
 
+/// `attention_masked_with` under an ALiBi bias (`slopes [4]` times the key offsets) over a cache
+/// of `len` positions for `tokens` new tokens.
+fn alibi_attention_graph(tokens: usize, len: usize) -> Graph {
+    let b = Builder::new(TraceLimits::standard(4096));
+    let q = input(&b, "q", &[1, 4, tokens, 16]);
+    let k = input(&b, "k", &[1, 2, len, 16]);
+    let v = input(&b, "v", &[1, 2, len, 16]);
+    let slopes = input(&b, "slopes", &[4]);
+    let pos = b
+        .slot(Slot::Pos, TensorType::new(DType::I32, vec![1, tokens]))
+        .unwrap();
+    let mask = ops::causal_mask(&b, pos, len, None).unwrap();
+    let offsets = ops::key_offsets(&b, pos, len).unwrap();
+    let bias = ops::alibi_bias(&b, offsets, slopes).unwrap();
+    let opts = AttentionOptions {
+        n_rep: 2,
+        scale: 0.25,
+        softcap: None,
+    };
+    let terms = ops::ScoreTerms {
+        bias: Some(bias),
+        sinks: None,
+    };
+    let o = ops::attention_masked_with(&b, q, k, v, mask, opts, terms).unwrap();
+    b.finish(Outputs::new(o)).unwrap()
+}
+
+/// An ALiBi bias is part of the logits chain the flash-attention rewrite computes, never
+/// dropped: on every target and for decode and prefill, the fused attention kernel is the one
+/// that reads the slopes (the device suite checks what it computes against the oracle).
+#[test]
+fn fused_attention_computes_an_alibi_bias_from_its_slopes() {
+    let mut untiled = Target::ptx_preset();
+    untiled.tuning.attention_tiles = false;
+    for (target, name) in [
+        (Target::ptx_preset(), "PTX"),
+        (untiled, "PTX untiled"),
+        (Target::wgpu_preset(), "wgpu"),
+        (Target::lavapipe_preset(), "lavapipe"),
+        (Target::cpu_preset(), "CPU"),
+    ] {
+        for (tokens, len) in [(1, 2048), (1, 64), (64, 512), (12, 512)] {
+            let p = compile(&alibi_attention_graph(tokens, len), &target).unwrap();
+            let reads_slopes = |d: &poot_graph_plan::Dispatch| {
+                d.args.iter().any(|a| {
+                    matches!(&p.buffers[a.0 as usize].role,
+                        poot_graph_plan::BufferRole::Const { name } if name == "slopes")
+                })
+            };
+            let fused: Vec<_> = p
+                .dispatches
+                .iter()
+                .filter(|d| {
+                    let kind = p.kernels[d.kernel].kind();
+                    kind.starts_with("attention") && kind != "attention_combine"
+                })
+                .collect();
+            let what = format!("{name}, {tokens} tokens over {len}: {:?}", kinds(&p));
+            assert_eq!(fused.len(), 1, "{what}");
+            assert!(reads_slopes(fused[0]), "{what}");
+            // Nothing else reads them: the bias is computed inside the attention kernel.
+            assert_eq!(
+                p.dispatches.iter().filter(|d| reads_slopes(d)).count(),
+                1,
+                "{what}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_prefill_chunks_norm_and_projections_are_one_tiled_kernel() {
     let b = Builder::new(TraceLimits::standard(64));

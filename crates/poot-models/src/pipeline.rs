@@ -53,7 +53,7 @@ pub fn held_by_stage(role: Role, first: bool, last: bool) -> bool {
         | Role::PoolerBias
         | Role::Classifier
         | Role::ClassifierBias => last,
-        Role::RopeCos(_) | Role::RopeSin(_) => true,
+        Role::RopeCos(_) | Role::RopeSin(_) | Role::AlibiSlopes => true,
         Role::AttnNorm
         | Role::AttnNormBias
         | Role::AttnQ

@@ -34,6 +34,8 @@ pub const SHIPPED: &[FamilyEntry] = &[
     families::smollm3::ENTRY,
     families::phi3::ENTRY,
     families::gpt_oss::ENTRY,
+    families::mpt::ENTRY,
+    families::bloom::ENTRY,
 ];
 
 /// An index of families by config key.

@@ -42,6 +42,9 @@ pub enum Parts {
     HeadGroups,
     /// Attention key/value heads (key and value projections).
     KvHeads,
+    /// One element per query head, in the groups that read each key/value head (ALiBi's
+    /// slopes).
+    QueryHeads,
     /// Feed-forward features, in blocks of the down projection's format.
     FfnBlocks,
 }
@@ -50,7 +53,7 @@ impl Parts {
     /// How refusals name these parts.
     pub fn name(self) -> &'static str {
         match self {
-            Parts::HeadGroups | Parts::KvHeads => "key/value heads",
+            Parts::HeadGroups | Parts::KvHeads | Parts::QueryHeads => "key/value heads",
             Parts::FfnBlocks => "feed-forward blocks",
         }
     }
@@ -105,6 +108,7 @@ pub fn split_of(role: Role) -> Split {
         Role::AttnO => Split::Cols(Parts::HeadGroups),
         Role::FfnGate | Role::FfnUp | Role::FfnUpBias => Split::Rows(Parts::FfnBlocks),
         Role::FfnDown => Split::Cols(Parts::FfnBlocks),
+        Role::AlibiSlopes => Split::Rows(Parts::QueryHeads),
         Role::TokenEmbed
         | Role::PositionEmbed
         | Role::TokenTypeEmbed
@@ -207,11 +211,12 @@ impl WeightMap {
         let unit = match parts {
             Parts::HeadGroups => heads.per_group()? * heads.head_dim,
             Parts::KvHeads => heads.head_dim,
+            Parts::QueryHeads => heads.per_group()?,
             Parts::FfnBlocks => self.ffn_block(e.role.layer),
         }
         .max(1);
         let count = match parts {
-            Parts::HeadGroups | Parts::KvHeads => heads.n_kv_heads,
+            Parts::HeadGroups | Parts::KvHeads | Parts::QueryHeads => heads.n_kv_heads,
             Parts::FfnBlocks => len / unit,
         };
         if dims.len() > 2 || dims.len() <= axis || count * unit != len {
@@ -264,8 +269,32 @@ impl WeightMap {
                 new_dims.iter().skip(1).product(),
                 slice_table(t.data(), dims, axis, range.clone()),
             )),
+            // A rank's rows of an interleaved part are whole runs (heads) of it, the runs from
+            // its first head's; its columns are never split (a query, key or value part is
+            // split by rows only).
+            WeightSource::Strided {
+                name: tensor,
+                start,
+                run,
+                period,
+                runs,
+            } if axis == 0
+                && *run > 0
+                && (range.start as u64).is_multiple_of(*run)
+                && (range.len() as u64).is_multiple_of(*run) =>
+            {
+                let first = range.start as u64 / run;
+                let taken = range.len() as u64 / run;
+                WeightSource::Strided {
+                    name: tensor.clone(),
+                    start: start + first * period,
+                    run: *run,
+                    period: *period,
+                    runs: taken,
+                }
+            }
             // Expert stacks are replicated (see `split_of`), never split.
-            WeightSource::Stacked { .. } => {
+            WeightSource::Strided { .. } | WeightSource::Stacked { .. } => {
                 return Err(TraceError::SplitShape {
                     name,
                     dims: dims.to_vec(),

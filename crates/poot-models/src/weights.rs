@@ -80,6 +80,8 @@ pub enum Role {
     /// Rotary cosine table number `n` (a model may use several thetas).
     RopeCos(u8),
     RopeSin(u8),
+    /// ALiBi's slope per query head, `[heads, 1]`, computed from the config (MPT, BLOOM).
+    AlibiSlopes,
 }
 
 impl Role {
@@ -135,6 +137,7 @@ impl Role {
             Role::ClassifierBias => "classifier.bias",
             Role::RopeCos(n) => return format!("rope{n}.cos"),
             Role::RopeSin(n) => return format!("rope{n}.sin"),
+            Role::AlibiSlopes => "alibi.slopes",
         };
         s.to_string()
     }
@@ -189,6 +192,18 @@ pub enum WeightSource {
     /// Per-expert checkpoint tensors (each `[out, in]`, one stored dtype) read as one
     /// `[experts, out, in]` stack: their stored bytes concatenated in expert order.
     Stacked { experts: Vec<String> },
+    /// `runs` runs of `run` consecutive rows of a checkpoint tensor, the first from row `start`
+    /// and each `period` rows after the one before: one part of a projection whose parts
+    /// interleave per head (BLOOM's `query_key_value` stores each head's query, key and value
+    /// rows together), read as that part's rows in order. Their stored bytes are copied
+    /// together when uploaded.
+    Strided {
+        name: String,
+        start: u64,
+        run: u64,
+        period: u64,
+        runs: u64,
+    },
     /// A component-format constant (a GPTQ, AWQ, FP8 or FP4 linear): each component's role
     /// and the checkpoint tensor that stores it (or a tensor-parallel rank's slice of it), in
     /// the format's order.
@@ -406,6 +421,26 @@ impl NameTable {
             None => name,
         })
     }
+}
+
+/// How a fused projection's parts sit in its stored rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FusedRows {
+    /// Each part's rows follow the part before (`[q; k; v]`).
+    Consecutive,
+    /// Each head's rows of every part follow the head before (`[heads, parts, head rows]`,
+    /// BLOOM's `query_key_value`): part `i` of head `h` starts at `h * (rows / heads)` plus the
+    /// rows per head of the parts before it.
+    PerHead { heads: u64 },
+}
+
+/// A fused projection to bind as its parts: each part's role and row count, the columns of
+/// each row (`None` for a fused bias), and how the parts' rows interleave.
+#[derive(Clone, Copy, Debug)]
+pub struct FusedParts<'a> {
+    pub parts: &'a [(Role, u64)],
+    pub cols: Option<u64>,
+    pub rows: FusedRows,
 }
 
 /// Every constant a model's graphs may name, by role.
@@ -719,12 +754,36 @@ impl WeightMap {
         parts: &[(Role, u64)],
         cols: u64,
     ) -> Result<(), ModelError> {
-        let Some(&(first, _)) = parts.first() else {
+        let fused = FusedParts {
+            parts,
+            cols: Some(cols),
+            rows: FusedRows::Consecutive,
+        };
+        self.bind_fused_parts(index, table, kind, layer, &fused)
+    }
+
+    /// Binds each of `fused.parts` to its rows of the one tensor the name table spells for the
+    /// first part's role in `layer`, laid out as `fused.rows` says, checking that tensor is
+    /// `[sum of the rows, cols]` (`[sum of the rows]` for a fused bias, `cols: None`). A fused
+    /// projection stored in a component format is refused.
+    pub fn bind_fused_parts(
+        &mut self,
+        index: &dyn TensorIndex,
+        table: &NameTable,
+        kind: SourceKind,
+        layer: usize,
+        fused: &FusedParts,
+    ) -> Result<(), ModelError> {
+        let Some(&(first, _)) = fused.parts.first() else {
             return Ok(());
         };
         let role = WeightRole::layer(layer, first);
-        let total: u64 = parts.iter().map(|&(_, n)| n).sum();
-        self.bind_named(index, table, kind, role, Some(&[total, cols]))?;
+        let total: u64 = fused.parts.iter().map(|&(_, n)| n).sum();
+        let shape: Vec<u64> = match fused.cols {
+            Some(cols) => vec![total, cols],
+            None => vec![total],
+        };
+        self.bind_named(index, table, kind, role, Some(&shape))?;
         let whole = self
             .entries
             .remove(&role)
@@ -735,27 +794,59 @@ impl WeightMap {
                 stored: "a component-format linear where a fused projection is split by rows",
             });
         };
-        let width = usize::try_from(cols).map_err(|_| ModelError::TensorShape {
+        let bad_shape = || ModelError::TensorShape {
             name: name.clone(),
-            expected: vec![total, cols],
+            expected: shape.clone(),
             found: whole.ty.dims().iter().map(|&d| d as u64).collect(),
-        })?;
+        };
+        let width = match fused.cols {
+            Some(cols) => Some(usize::try_from(cols).map_err(|_| bad_shape())?),
+            None => None,
+        };
+        let heads = match fused.rows {
+            FusedRows::Consecutive => None,
+            FusedRows::PerHead { heads } => {
+                // Every part must give each head the same whole number of rows.
+                if heads == 0 || fused.parts.iter().any(|&(_, n)| n % heads != 0) {
+                    return Err(bad_shape());
+                }
+                Some(heads)
+            }
+        };
         let mut start = 0;
-        for &(r, n) in parts {
+        for &(r, n) in fused.parts {
             let role = WeightRole::layer(layer, r);
+            let rows = usize::try_from(n).map_err(|_| bad_shape())?;
+            let dims = match width {
+                Some(w) => vec![rows, w],
+                None => vec![rows],
+            };
+            let source = match heads {
+                None => WeightSource::Tensor {
+                    name: name.clone(),
+                    rows: Some(start..start + n),
+                    cols: None,
+                },
+                Some(h) => WeightSource::Strided {
+                    name: name.clone(),
+                    start,
+                    run: n / h,
+                    period: total / h,
+                    runs: h,
+                },
+            };
             self.entries.insert(
                 role,
                 WeightEntry {
                     role,
-                    ty: TensorType::new(whole.ty.dtype, vec![n as usize, width]),
-                    source: WeightSource::Tensor {
-                        name: name.clone(),
-                        rows: Some(start..start + n),
-                        cols: None,
-                    },
+                    ty: TensorType::new(whole.ty.dtype, dims),
+                    source,
                 },
             );
-            start += n;
+            start += match heads {
+                None => n,
+                Some(h) => n / h,
+            };
         }
         Ok(())
     }
@@ -831,6 +922,21 @@ impl WeightMap {
                 }
                 Ok(ConstData::Gathered(bytes))
             }
+            WeightSource::Strided {
+                name,
+                start,
+                run,
+                period,
+                runs,
+            } => {
+                let view = store.tensor(name)?;
+                let mut bytes = Vec::new();
+                for i in 0..*runs {
+                    let first = start + i * period;
+                    bytes.extend_from_slice(view.rows(first..first + run)?.bytes());
+                }
+                Ok(ConstData::Gathered(bytes))
+            }
             WeightSource::Components(parts) => Ok(ConstData::Components(
                 parts
                     .iter()
@@ -852,7 +958,8 @@ impl WeightMap {
                 }
                 WeightSource::Tensor { .. }
                 | WeightSource::Table(_)
-                | WeightSource::Stacked { .. } => names.push(name),
+                | WeightSource::Stacked { .. }
+                | WeightSource::Strided { .. } => names.push(name),
             }
         }
         names

@@ -443,3 +443,51 @@ fn olmo2_is_refused_over_a_tensor_parallel_group() {
         Ok(_) => panic!("expected Unsharded, got a share"),
     }
 }
+
+/// MPT: ALiBi over six heads (not a power of two: four slopes of four heads, then the odd
+/// slopes of eight), Q, K and V stored as one `Wqkv` and clamped to `clip_qkv` 1.5, a
+/// `softmax_scale` of 0.2, LayerNorms without bias, a plain GeLU feed-forward and a tied head
+/// (`gen_dense_fixtures.py` checks that ALiBi, the clamp and the scale each move the logits).
+#[test]
+fn mpt_alibi_and_clamped_qkv_match_transformers() {
+    let loaded = load(&fixture_dir("random").join("mpt"));
+    let slopes = loaded.model.weights().by_const("w.alibi.slopes").unwrap();
+    assert_eq!(slopes.ty.dims(), [6, 1]);
+    assert!(loaded.model.weights().by_const("w.rope0.cos").is_none());
+    check_decoder_at(&loaded, "mpt", "mpt");
+}
+
+/// The MPT as an `mpt` GGUF (`gen_dense_fixtures.py`, as llama.cpp's converter writes it): the
+/// clamp as `mpt.attention.clamp_kqv`, the slopes' bias as `mpt.attention.max_alibi_bias`, and
+/// the `softmax_scale` (which llama.cpp's converter drops) as `mpt.attention.scale`.
+#[test]
+fn gguf_mpt_matches_transformers() {
+    let loaded = load(&fixture_dir("random").join("mpt_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "mpt");
+    check_decoder_at(&loaded, "mpt", "gguf mpt");
+}
+
+/// BLOOM: ALiBi over twelve heads (eight slopes of eight heads, then the odd slopes of sixteen:
+/// `2^-0.5`, `2^-1.5`, ...), the embeddings' LayerNorm, biases on every projection and norm,
+/// and `query_key_value` stored per head (`[heads, 3, head_dim]` rows), each part bound as its
+/// runs of rows (reading it as `[3, heads, head_dim]` would move the logits by 13.6,
+/// `gen_dense_fixtures.py`).
+#[test]
+fn bloom_alibi_and_per_head_qkv_match_transformers() {
+    let loaded = load(&fixture_dir("random").join("bloom"));
+    let k = loaded.model.weights().by_const("w.l2.attn.k").unwrap();
+    assert_eq!(k.ty.dims(), [96, 96]);
+    let slopes = loaded.model.weights().by_const("w.alibi.slopes").unwrap();
+    assert_eq!(slopes.ty.dims(), [12, 1]);
+    check_decoder_at(&loaded, "bloom", "bloom");
+}
+
+/// The BLOOM as a `bloom` GGUF (`gen_dense_fixtures.py`, as llama.cpp's converter writes it):
+/// `attn_qkv` and its bias re-ordered to `[3, heads, head_dim]` rows, the embedding copied as
+/// `output.weight`, the embeddings' norm as `token_embd_norm`.
+#[test]
+fn gguf_bloom_matches_transformers() {
+    let loaded = load(&fixture_dir("random").join("bloom_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "bloom");
+    check_decoder_at(&loaded, "bloom", "gguf bloom");
+}

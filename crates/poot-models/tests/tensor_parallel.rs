@@ -137,6 +137,19 @@ fn qwen2_biases_and_gemma3_sandwich_norms_split_over_two() {
 }
 
 #[test]
+fn alibi_slopes_and_per_head_qkv_split_with_their_heads() {
+    // MPT: six slopes (one per query head) sliced with each rank's heads, a fused `Wqkv`'s row
+    // ranges narrowed to them. BLOOM: twelve slopes, and `query_key_value`'s per-head runs of
+    // rows narrowed to each rank's heads; biases, the embeddings' norm.
+    for (name, ranks) in [("mpt", [2, 3]), ("bloom", [2, 4])] {
+        let loaded = fixture(name);
+        for r in ranks {
+            group_matches_whole(&loaded, r, PROMPT, 5);
+        }
+    }
+}
+
+#[test]
 fn the_serving_fixture_splits_over_two() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../poot-serve/tests/fixtures/tiny-chat");
     let loaded = load(&dir);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the dense-decoder fixtures of issue #24: tiny random-weight checkpoints, their
-transformers references and GGUF conversions, for gemma2, olmo2, qwen2_moe, smollm3, phi3 and gpt_oss (more families are
+transformers references and GGUF conversions, for gemma2, olmo2, qwen2_moe, smollm3, phi3, gpt_oss, mpt and bloom (more families are
 appended here).
 
 For each NAME, under crates/poot-models/tests/fixtures/random/:
@@ -535,6 +535,230 @@ def gpt_oss_checks(d, long_case):
     )
 
 
+def write_gguf_keys(name, arch, cfg, named, meta):
+    """A GGUF whose every hyperparameter `meta` writes (for configs that do not spell the
+    Llama keys write_gguf reads), with the stand-in tokenizer and the F32 tensors."""
+    out = RANDOM / f"{name}_gguf"
+    out.mkdir(parents=True, exist_ok=True)
+    w = GGUFWriter(out / "model.gguf", arch=arch)
+    meta(w)
+    stand_in_tokenizer(w, cfg)
+    for n, data in named.items():
+        w.add_tensor(n, np.ascontiguousarray(data, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def mpt_config():
+    # Six heads (not a power of two: the slopes interleave, see build_mpt_alibi_tensor), a
+    # clip_qkv that binds on this model's projections and a softmax_scale of its own; tied head,
+    # no biases, LayerNorms without bias. max_seq_len covers the long prompt and its decode.
+    return transformers.MptConfig(
+        d_model=96,
+        n_heads=6,
+        n_layers=2,
+        expansion_ratio=4,
+        max_seq_len=64,
+        vocab_size=256,
+        layer_norm_epsilon=1e-5,
+        no_bias=True,
+        tie_word_embeddings=True,
+        attn_config={
+            "alibi": True,
+            "alibi_bias_max": 8,
+            "clip_qkv": 1.5,
+            "softmax_scale": 0.2,
+            "qk_ln": False,
+            "attn_impl": "torch",
+        },
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+
+
+def mpt_init(model, seed):
+    """gen_random_checkpoints' rules; the token embedding (`wte`, which the rules would treat
+XX"""
+    ckpt.interesting_init(model, seed, gemma_norm=False)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        wte = model.transformer.wte.weight
+        wte.copy_(torch.randn(wte.shape, generator=g, dtype=torch.float32) * 0.15)
+
+
+def mpt_gguf(cfg, hf):
+    # llama.cpp's converter (MPTModel) keeps every tensor as stored, writes no output.weight for
+    # a tied head, a fixed layer_norm_epsilon of 1e-5, the clip as clamp_kqv and the slopes'
+    # bias as max_alibi_bias. It drops softmax_scale (llama.cpp scales by head_dim^-1/2); the
+    # standard attention.scale key states the checkpoint's scale instead, as for gemma2.
+    named = {
+        "token_embd.weight": hf["transformer.wte.weight"],
+        "output_norm.weight": hf["transformer.norm_f.weight"],
+    }
+    for l in range(cfg["n_layers"]):
+        p = f"transformer.blocks.{l}."
+        for g, h in [
+            ("attn_norm", "norm_1"),
+            ("attn_qkv", "attn.Wqkv"),
+            ("attn_output", "attn.out_proj"),
+            ("ffn_norm", "norm_2"),
+            ("ffn_up", "ffn.up_proj"),
+            ("ffn_down", "ffn.down_proj"),
+        ]:
+            named[f"blk.{l}.{g}.weight"] = hf[f"{p}{h}.weight"]
+    attn = cfg["attn_config"]
+
+    def meta(w):
+        w.add_context_length(cfg["max_seq_len"])
+        w.add_embedding_length(cfg["d_model"])
+        w.add_block_count(cfg["n_layers"])
+        w.add_feed_forward_length(4 * cfg["d_model"])
+        w.add_head_count(cfg["n_heads"])
+        w.add_layer_norm_eps(1e-5)
+        w.add_clamp_kqv(attn["clip_qkv"])
+        w.add_max_alibi_bias(attn["alibi_bias_max"])
+        w.add_attention_scale(attn["softmax_scale"])
+
+    write_gguf_keys("mpt", "mpt", cfg, named, meta)
+
+
+def mpt_checks(d, long_case):
+    """The slopes follow transformers' interleaving for six heads; ALiBi, the clip and the
+    softmax scale each move the long prompt's last logits."""
+    from transformers.models.mpt import modeling_mpt
+
+    got = modeling_mpt.build_mpt_alibi_tensor(6, 2)[:, 0, 0].neg().tolist()
+    want = [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
+    assert got == want, (got, want)
+    ids, want_logits = long_case["prompt_ids"], long_case["prefill_logits"][-1]
+    original = modeling_mpt.build_mpt_alibi_tensor
+    modeling_mpt.build_mpt_alibi_tensor = lambda h, s, b=8, device=None: torch.zeros(h, 1, s)
+    try:
+        alibi = changed_by(d, ids, want_logits)
+    finally:
+        modeling_mpt.build_mpt_alibi_tensor = original
+    attn = json.loads((d / "config.json").read_text())["attn_config"]
+    attn_config = transformers.models.mpt.configuration_mpt.MptAttentionConfig
+    clip = changed_by(d, ids, want_logits, attn_config=attn_config(**dict(attn, clip_qkv=None)))
+    scale = changed_by(d, ids, want_logits, attn_config=attn_config(**dict(attn, softmax_scale=None)))
+    assert min(alibi, clip, scale) > 1e-2, (alibi, clip, scale)
+    return (
+        f"slopes {got}; max |dlogit| without ALiBi {alibi:.3f}, without clip_qkv {clip:.3f}, "
+        f"with the default softmax scale {scale:.3f}"
+    )
+
+
+def bloom_config():
+    # Twelve heads: eight slopes from 2^-1, then four from the doubled count's odd powers
+    # (2^-0.5, 2^-1.5, ...), which are not exact in f32. Three layers, head dim 8.
+    return transformers.BloomConfig(
+        hidden_size=96,
+        n_layer=3,
+        n_head=12,
+        vocab_size=256,
+        layer_norm_epsilon=1e-5,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+
+
+def bloom_init(model, seed):
+    """gen_random_checkpoints' rules, with the final LayerNorm (`ln_f`, which they do not name
+    a norm) a norm: weight ~ N(1, 0.1), bias ~ N(0, 0.05)."""
+    params = {n: p for n, p in model.named_parameters() if not n.startswith("transformer.ln_f.")}
+
+    class View(torch.nn.Module):
+        def named_parameters(self):
+            return params.items()
+
+    ckpt.interesting_init(View(), seed, gemma_norm=False)
+    g = torch.Generator().manual_seed(seed + 1)
+    ln_f = model.transformer.ln_f
+    with torch.no_grad():
+        ln_f.weight.copy_(torch.randn(ln_f.weight.shape, generator=g) * 0.1 + 1.0)
+        ln_f.bias.copy_(torch.randn(ln_f.bias.shape, generator=g) * 0.05)
+
+
+def bloom_gguf(cfg, hf):
+    # llama.cpp's converter (BloomModel) re-orders query_key_value from per-head [heads, 3,
+    # head_dim] rows to [3, heads, head_dim] (and its bias alike), copies the embedding as
+    # output.weight for the tied head, and states the context as seq_length, else n_embed.
+    heads, d = cfg["n_head"], cfg["hidden_size"]
+    p0 = "transformer."
+    named = {
+        "token_embd.weight": hf[p0 + "word_embeddings.weight"],
+        "token_embd_norm.weight": hf[p0 + "word_embeddings_layernorm.weight"],
+        "token_embd_norm.bias": hf[p0 + "word_embeddings_layernorm.bias"],
+        "output_norm.weight": hf[p0 + "ln_f.weight"],
+        "output_norm.bias": hf[p0 + "ln_f.bias"],
+        "output.weight": hf[p0 + "word_embeddings.weight"],
+    }
+    for l in range(cfg["n_layer"]):
+        p = f"{p0}h.{l}."
+        for g, h in [
+            ("attn_norm", "input_layernorm"),
+            ("attn_output", "self_attention.dense"),
+            ("ffn_norm", "post_attention_layernorm"),
+            ("ffn_up", "mlp.dense_h_to_4h"),
+            ("ffn_down", "mlp.dense_4h_to_h"),
+        ]:
+            for s in ("weight", "bias"):
+                named[f"blk.{l}.{g}.{s}"] = hf[f"{p}{h}.{s}"]
+        qkv = hf[p + "self_attention.query_key_value.weight"].reshape(heads, 3, d // heads, d)
+        named[f"blk.{l}.attn_qkv.weight"] = np.concatenate([qkv[:, j].reshape(-1, d) for j in range(3)])
+        qkv_b = hf[p + "self_attention.query_key_value.bias"].reshape(heads, 3, d // heads)
+        named[f"blk.{l}.attn_qkv.bias"] = np.concatenate([qkv_b[:, j].reshape(-1) for j in range(3)])
+
+    def meta(w):
+        w.add_context_length(cfg.get("seq_length", d))
+        w.add_embedding_length(d)
+        w.add_feed_forward_length(4 * d)
+        w.add_block_count(cfg["n_layer"])
+        w.add_head_count(heads)
+        w.add_head_count_kv(heads)
+        w.add_layer_norm_eps(cfg["layer_norm_epsilon"])
+
+    write_gguf_keys("bloom", "bloom", cfg, named, meta)
+
+
+def bloom_checks(d, long_case):
+    """The slopes for twelve heads; ALiBi must move the long prompt's last logits, and so must
+    reading query_key_value as [3, heads, head_dim] instead of per head."""
+    from transformers.models.bloom import modeling_bloom
+
+    got = modeling_bloom._get_alibi_slopes(12, "cpu").tolist()
+    want = [2.0**-k for k in range(1, 9)] + [float(np.float32(2.0 ** -(k / 2))) for k in (1, 3, 5, 7)]
+    assert np.allclose(got, want, rtol=1e-7, atol=0), (got, want)
+    ids, want_logits = long_case["prompt_ids"], long_case["prefill_logits"][-1]
+    original = modeling_bloom._get_alibi_slopes
+    modeling_bloom._get_alibi_slopes = lambda n, device: torch.zeros(n)
+    try:
+        alibi = changed_by(d, ids, want_logits)
+    finally:
+        modeling_bloom._get_alibi_slopes = original
+    m = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+    heads, hd = 12, 8
+    with torch.no_grad():
+        for block in m.transformer.h:
+            lin = block.self_attention.query_key_value
+            w = lin.weight.view(3, heads, hd, -1).transpose(0, 1).reshape(lin.weight.shape).clone()
+            bias = lin.bias.view(3, heads, hd).transpose(0, 1).reshape(-1).clone()
+            lin.weight.copy_(w)
+            lin.bias.copy_(bias)
+        got_logits = m(input_ids=torch.tensor([ids])).logits[0, -1]
+    layout = float((got_logits - torch.tensor(want_logits)).abs().max())
+    assert min(alibi, layout) > 1e-2, (alibi, layout)
+    return (
+        f"slopes {[round(s, 6) for s in got]}; max |dlogit| without ALiBi {alibi:.3f}, "
+        f"with query_key_value read as [3, heads, head_dim] {layout:.3f}"
+    )
+
+
 def cfg_attention(cfg):
     import math
 
@@ -609,6 +833,22 @@ FAMILIES = {
         None,
         gpt_oss_checks,
     ),
+    "mpt": (
+        transformers.MptForCausalLM,
+        mpt_config,
+        mpt_init,
+        {},
+        mpt_gguf,
+        mpt_checks,
+    ),
+    "bloom": (
+        transformers.BloomForCausalLM,
+        bloom_config,
+        bloom_init,
+        {},
+        bloom_gguf,
+        bloom_checks,
+    ),
 }
 
 
@@ -633,7 +873,8 @@ def write_checkpoint(name, seed):
     cfg.pop("_name_or_path", None)
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     again = transformers.AutoConfig.from_pretrained(out)
-    assert again.rope_parameters == model.config.rope_parameters, name
+    rope = getattr(model.config, "rope_parameters", None)
+    assert getattr(again, "rope_parameters", None) == rope, name
 
 
 def write_reference(name, seed):

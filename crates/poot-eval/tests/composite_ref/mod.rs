@@ -287,6 +287,22 @@ pub fn attention(
     opts: AttnRef,
     visible: impl Fn(usize, usize, usize, usize) -> bool,
 ) -> Vec<f64> {
+    attention_biased(q, k, v, qdims, s, opts, visible, |_, _, _, _| 0.0)
+}
+
+/// [`attention`] with `bias(b, h, t, j)` added to each score after the scale and softcap
+/// (ALiBi's `slope_h * (j - p)`).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_biased(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    qdims: [usize; 4],
+    s: usize,
+    opts: AttnRef,
+    visible: impl Fn(usize, usize, usize, usize) -> bool,
+    bias: impl Fn(usize, usize, usize, usize) -> f64,
+) -> Vec<f64> {
     let [bsz, hq, t, d] = qdims;
     let hkv = hq / opts.n_rep;
     let mut out = vec![0.0; q.len()];
@@ -305,7 +321,7 @@ pub fn attention(
                     if let Some(c) = opts.softcap {
                         sc = c * (sc / c).tanh();
                     }
-                    scores.push((j, sc));
+                    scores.push((j, sc + bias(bi, h, ti, j)));
                 }
                 assert!(!scores.is_empty(), "a reference row with no visible key");
                 let m = scores.iter().fold(f64::NEG_INFINITY, |m, &(_, s)| m.max(s));

@@ -76,7 +76,7 @@ pub fn attention_masked(
     mask: Traced,
     opts: AttentionOptions,
 ) -> Result<Traced, BuilderError> {
-    attention_masked_sinks(b, q, k, v, mask, opts, None)
+    attention_masked_with(b, q, k, v, mask, opts, ScoreTerms::default())
 }
 
 /// [`attention_masked`] with an optional learned sink logit per query head, `sinks [Hq]`
@@ -92,6 +92,33 @@ pub fn attention_masked_sinks(
     opts: AttentionOptions,
     sinks: Option<Traced>,
 ) -> Result<Traced, BuilderError> {
+    let terms = ScoreTerms { bias: None, sinks };
+    attention_masked_with(b, q, k, v, mask, opts, terms)
+}
+
+/// What an attention adds to its scores beyond `q k^T * scale` (and the softcap).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ScoreTerms {
+    /// Added to every score after the scale and softcap, before masking: f32, broadcastable to
+    /// `[B, Hq, T, S]` (ALiBi's [`alibi_bias`](super::alibi_bias)).
+    pub bias: Option<Traced>,
+    /// A learned sink logit per query head `[Hq]` in each softmax denominator (see
+    /// [`attention_masked_sinks`]).
+    pub sinks: Option<Traced>,
+}
+
+/// [`attention_masked`] with the extra score terms of `terms`. A bias stays a same-shape
+/// element-wise step between the scores and the mask, so the flash-attention rewrite computes
+/// it with the rest of the logits; a sink changes the softmax, which the rewrite does not take.
+pub fn attention_masked_with(
+    b: &Builder,
+    q: Traced,
+    k: Traced,
+    v: Traced,
+    mask: Traced,
+    opts: AttentionOptions,
+    terms: ScoreTerms,
+) -> Result<Traced, BuilderError> {
     let (bsz, hq, t, _) = dims4(b, q, "attention")?;
     let k = repeat_kv(b, k, opts.n_rep)?;
     let v = repeat_kv(b, v, opts.n_rep)?;
@@ -103,6 +130,14 @@ pub fn attention_masked_sinks(
         scores = b.mul(inner, scalar_like(b, c, inner)?)?;
     }
     let shape = [bsz, hq, t, s_len];
+    if let Some(bias) = terms.bias {
+        let bias = if b.dims(bias)? == shape {
+            bias
+        } else {
+            b.broadcast(bias, shape)?
+        };
+        scores = b.add(scores, bias)?;
+    }
     let mask = if b.dims(mask)? == shape {
         mask
     } else {
@@ -110,9 +145,9 @@ pub fn attention_masked_sinks(
     };
     let floor = scalar_like(b, f32::MIN, scores)?;
     let scores = b.select(mask, scores, floor)?;
-    let p = match sinks {
+    let p = match terms.sinks {
         None => softmax(b, scores, 3)?,
-        Some(sinks) => softmax_with_sink(b, scores, sinks, [bsz, hq, t, s_len])?,
+        Some(sinks) => softmax_with_sink(b, scores, sinks, shape)?,
     };
     b.matmul(p, v, false)
 }

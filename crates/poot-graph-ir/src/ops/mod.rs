@@ -5,6 +5,7 @@
 //! `[B, H, T, D]` (batch, heads, positions, head dim); positions are absolute `i32` `[B, T]`.
 
 mod activation;
+mod alibi;
 mod attention;
 mod broadcast;
 mod linear;
@@ -13,8 +14,10 @@ mod rope;
 mod softmax;
 
 pub use activation::{geglu, gelu_erf, gelu_tanh, silu, swiglu};
+pub use alibi::{alibi_bias, key_offsets};
 pub use attention::{
-    AttentionOptions, attention_masked, attention_masked_sinks, causal_mask, repeat_kv,
+    AttentionOptions, ScoreTerms, attention_masked, attention_masked_sinks, attention_masked_with,
+    causal_mask, repeat_kv,
 };
 pub use broadcast::{binary_bcast, broadcast_shape, scalar_like, to_f32};
 pub use linear::{embed, linear, row_parallel_linear};

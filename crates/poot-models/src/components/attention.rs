@@ -1,8 +1,9 @@
-//! Multi-head attention (MHA, GQA, MQA) with optional biases, qk-norm, rotary embeddings,
-//! sliding window, logit softcap and learned sinks, over the step's KV cache or over the step's own tokens.
+//! Multi-head attention (MHA, GQA, MQA) with optional biases, clipped projections, qk-norm,
+//! rotary embeddings, ALiBi, sliding window, logit softcap and learned sinks, over the step's KV
+//! cache or over the step's own tokens.
 
-use poot_graph_ir::ops::{self, AttentionOptions, RopeStyle};
-use poot_graph_ir::{Builder, Traced};
+use poot_graph_ir::ops::{self, AttentionOptions, RopeStyle, ScoreTerms, scalar_like};
+use poot_graph_ir::{BinaryOp, Builder, Traced};
 
 use super::{Norm, Step, adapted, apply_norm};
 use crate::error::TraceError;
@@ -51,6 +52,11 @@ pub struct AttentionParams {
     /// A learned sink logit per query head (`Role::AttnSinks`, `[n_heads]`) in each softmax
     /// denominator (gpt-oss).
     pub sinks: bool,
+    /// ALiBi: each head's slope (`Role::AlibiSlopes`) times the key's offset from the query
+    /// added to the scores (MPT, BLOOM); with the KV cache only.
+    pub alibi: bool,
+    /// Clamps every query, key and value projection to `[-c, c]` (MPT's `clip_qkv`).
+    pub clip: Option<f32>,
 }
 
 /// Attention of `h` `[rows, tokens, hidden]` for layer `layer`, returning `[rows, tokens, hidden_out]`.
@@ -99,7 +105,14 @@ pub fn attention(
             step.weight(b, role(w))?,
             step.weight_opt(b, role(bias))?,
         )?;
-        adapted(b, step, layer, w, h, y)
+        let y = adapted(b, step, layer, w, h, y)?;
+        match p.clip {
+            Some(c) => {
+                let hi = scalar_like(b, c, y)?;
+                Ok(b.max(b.binary(BinaryOp::Min, y, hi)?, b.neg(hi)?)?)
+            }
+            None => Ok(y),
+        }
     };
     let mut q = heads(
         proj(Role::AttnQ, Role::AttnQBias)?,
@@ -126,6 +139,21 @@ pub fn attention(
         }
         KvSource::SelfOnly => (k, v, step.padding_mask(b)?),
     };
+    let bias = match (p.alibi, p.kv) {
+        (false, _) => None,
+        (true, KvSource::Cache) => {
+            let slopes = step.weight(b, WeightRole::global(Role::AlibiSlopes))?;
+            Some(ops::alibi_bias(b, step.key_offsets(b)?, slopes)?)
+        }
+        (true, KvSource::SelfOnly) => {
+            return Err(TraceError::Shape {
+                rows,
+                tokens,
+                capacity: step.shape.capacity,
+                why: "ALiBi biases keys by their cache position: attention over the KV cache only",
+            });
+        }
+    };
     let n_rep = n_heads / n_kv_heads.max(1);
     let sinks = match p.sinks {
         true => {
@@ -138,7 +166,7 @@ pub fn attention(
         }
         false => None,
     };
-    let o = ops::attention_masked_sinks(
+    let o = ops::attention_masked_with(
         b,
         q,
         k_all,
@@ -149,7 +177,7 @@ pub fn attention(
             scale: p.scale,
             softcap: p.softcap,
         },
-        sinks,
+        ScoreTerms { bias, sinks },
     )?;
     let o = b.transpose(o, vec![0, 2, 1, 3])?;
     let o = b.reshape(o, [rows, tokens, n_heads * p.head_dim])?;

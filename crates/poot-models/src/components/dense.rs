@@ -9,8 +9,8 @@ use poot_graph_ir::{Builder, Graph};
 use super::{
     Activation, AttentionParams, ExpertParams, GateUp, GluClamp, KvSource, LayerParams, Norm,
     NormPlacement, QkNormSpan, RopeConfig, RopeUse, RouterParams, RouterScore, SharedExpert,
-    StackParams, Step, attention, gated_ffn, routed_experts, shared_expert, standard_layer,
-    standard_stack,
+    StackParams, Step, attention, bind_alibi_slopes, gated_ffn, plain_ffn, routed_experts,
+    shared_expert, standard_layer, standard_stack,
 };
 use crate::config::{ConfigReader, Key, SourceKind, key};
 use crate::error::{ModelError, TraceError};
@@ -20,7 +20,7 @@ use crate::schema::ModelSchema;
 use crate::step::{Program, Shard, StepSpec};
 use crate::table::ComputedTable;
 use crate::tensor_parallel::Heads;
-use crate::weights::{NameTable, Role, TensorIndex, WeightMap, WeightRole};
+use crate::weights::{FusedParts, FusedRows, NameTable, Role, TensorIndex, WeightMap, WeightRole};
 
 /// Per-layer attention choices (which rotary table, which window).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -29,6 +29,21 @@ pub struct LayerAttention {
     /// rotary embeddings (SmolLM3's NoPE layers).
     pub rope_table: Option<u8>,
     pub window: Option<usize>,
+}
+
+/// How a checkpoint stores a layer's query, key and value projections (and their biases).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkvLayout {
+    /// Three tensors.
+    Separate,
+    /// One tensor, the query rows, then the key rows, then the value rows (Phi-3's `qkv_proj`,
+    /// MPT's `Wqkv`, llama.cpp's `attn_qkv`), bound as its row ranges; the name table spells
+    /// all three roles (and all three biases) as that tensor.
+    Fused,
+    /// One tensor holding each head's query, key and value rows in turn, `[heads, 3,
+    /// head_dim]` rows (BLOOM's `query_key_value`), each part bound as its runs of rows
+    /// (copied together at upload); multi-head attention only.
+    FusedPerHead,
 }
 
 /// A decoder whose every feed-forward is routed experts instead of one SwiGLU.
@@ -147,14 +162,25 @@ pub struct DenseDecoderSpec {
     pub qk_rows_interleaved: bool,
     /// Routed experts in place of every layer's SwiGLU.
     pub moe: Option<MoeSpec>,
-    /// Q, K and V stored as one projection (Phi-3's `qkv_proj`), bound as its row ranges; the
-    /// name table spells all three roles as that tensor.
-    pub fused_qkv: bool,
+    /// Q, K and V stored apart or as one projection.
+    pub qkv: QkvLayout,
     /// Gate and up stored as one projection, gate rows first (Phi-3's `gate_up_proj`), bound
     /// as its two halves; the name table spells both roles as that tensor.
     pub fused_gate_up: bool,
     /// A learned sink logit per query head in every layer's attention (gpt-oss).
     pub attn_sinks: bool,
+    /// ALiBi in every layer's attention with this largest bias (MPT, BLOOM); such a decoder has
+    /// no rotary tables (see [`DenseDecoderSpec::alibi`]).
+    pub alibi: Option<f32>,
+    /// Query, key and value projections clamped to `[-c, c]` (MPT's `clip_qkv`).
+    pub clip_qkv: Option<f32>,
+    /// `down(act(up(x)))` in place of the gated feed-forward (MPT, BLOOM).
+    pub plain_ffn: bool,
+    /// A norm on the token embeddings (BLOOM's `word_embeddings_layernorm`).
+    pub embed_norm: bool,
+    /// Every projection and every norm has a bias, which the checkpoint must hold (BLOOM).
+    /// Without it, attention biases are read where present.
+    pub biases: bool,
 }
 
 /// A dense decoder: the spec, its schema and its weight map.
@@ -189,13 +215,17 @@ impl DenseDecoder {
             WeightRole::global(Role::TokenEmbed),
             Some(&[v, d]),
         )?;
-        w.bind_named(
-            index,
-            names,
-            kind,
-            WeightRole::global(Role::FinalNorm),
-            Some(&[d]),
-        )?;
+        let g = WeightRole::global;
+        w.bind_named(index, names, kind, g(Role::FinalNorm), Some(&[d]))?;
+        if spec.biases {
+            w.bind_named(index, names, kind, g(Role::FinalNormBias), Some(&[d]))?;
+        }
+        if spec.embed_norm {
+            w.bind_named(index, names, kind, g(Role::EmbedNorm), Some(&[d]))?;
+            if spec.biases {
+                w.bind_named(index, names, kind, g(Role::EmbedNormBias), Some(&[d]))?;
+            }
+        }
         if !w.bind_named_opt(
             index,
             names,
@@ -214,21 +244,60 @@ impl DenseDecoder {
             if spec.pre_norms {
                 req(&mut w, Role::AttnNorm, &[d])?;
                 req(&mut w, Role::FfnNorm, &[d])?;
+                if spec.biases {
+                    req(&mut w, Role::AttnNormBias, &[d])?;
+                    req(&mut w, Role::FfnNormBias, &[d])?;
+                }
             }
-            if spec.fused_qkv {
-                let parts = [
-                    (Role::AttnQ, q_out),
-                    (Role::AttnK, kv_out),
-                    (Role::AttnV, kv_out),
-                ];
-                w.bind_fused(index, names, kind, l, &parts, d)?;
-            } else {
-                req(&mut w, Role::AttnQ, &[q_out, d])?;
-                req(&mut w, Role::AttnK, &[kv_out, d])?;
-                req(&mut w, Role::AttnV, &[kv_out, d])?;
+            let qkv_rows = match spec.qkv {
+                QkvLayout::Separate => None,
+                QkvLayout::Fused => Some(FusedRows::Consecutive),
+                QkvLayout::FusedPerHead => Some(FusedRows::PerHead {
+                    heads: spec.n_heads as u64,
+                }),
+            };
+            match qkv_rows {
+                None => {
+                    req(&mut w, Role::AttnQ, &[q_out, d])?;
+                    req(&mut w, Role::AttnK, &[kv_out, d])?;
+                    req(&mut w, Role::AttnV, &[kv_out, d])?;
+                }
+                Some(rows) => {
+                    let parts = [
+                        (Role::AttnQ, q_out),
+                        (Role::AttnK, kv_out),
+                        (Role::AttnV, kv_out),
+                    ];
+                    let fused = FusedParts {
+                        parts: &parts,
+                        cols: Some(d),
+                        rows,
+                    };
+                    w.bind_fused_parts(index, names, kind, l, &fused)?;
+                    if spec.biases {
+                        let parts = [
+                            (Role::AttnQBias, q_out),
+                            (Role::AttnKBias, kv_out),
+                            (Role::AttnVBias, kv_out),
+                        ];
+                        let fused = FusedParts {
+                            parts: &parts,
+                            cols: None,
+                            rows,
+                        };
+                        w.bind_fused_parts(index, names, kind, l, &fused)?;
+                    }
+                }
             }
             req(&mut w, Role::AttnO, &[d, q_out])?;
-            if spec.moe.is_none() {
+            if spec.plain_ffn {
+                req(&mut w, Role::FfnUp, &[ff, d])?;
+                req(&mut w, Role::FfnDown, &[d, ff])?;
+                if spec.biases {
+                    req(&mut w, Role::FfnUpBias, &[ff])?;
+                    req(&mut w, Role::FfnDownBias, &[d])?;
+                }
+            } else if spec.moe.is_none() {
                 if spec.fused_gate_up {
                     let parts = [(Role::FfnGate, ff), (Role::FfnUp, ff)];
                     w.bind_fused(index, names, kind, l, &parts, d)?;
@@ -253,13 +322,22 @@ impl DenseDecoder {
             if spec.attn_sinks {
                 req(&mut w, Role::AttnSinks, &[spec.n_heads as u64])?;
             }
-            for (r, n) in [
-                (Role::AttnQBias, q_out),
-                (Role::AttnKBias, kv_out),
-                (Role::AttnVBias, kv_out),
-                (Role::AttnOBias, d),
-            ] {
-                w.bind_named_opt(index, names, kind, role(r), Some(&[n]))?;
+            if spec.biases {
+                if qkv_rows.is_none() {
+                    req(&mut w, Role::AttnQBias, &[q_out])?;
+                    req(&mut w, Role::AttnKBias, &[kv_out])?;
+                    req(&mut w, Role::AttnVBias, &[kv_out])?;
+                }
+                req(&mut w, Role::AttnOBias, &[d])?;
+            } else {
+                for (r, n) in [
+                    (Role::AttnQBias, q_out),
+                    (Role::AttnKBias, kv_out),
+                    (Role::AttnVBias, kv_out),
+                    (Role::AttnOBias, d),
+                ] {
+                    w.bind_named_opt(index, names, kind, role(r), Some(&[n]))?;
+                }
             }
             if let Some(moe) = &spec.moe {
                 // Experts before the router, so a config that miscounts them names an expert.
@@ -316,6 +394,9 @@ impl DenseDecoder {
                     ComputedTable::rope(&role.const_name(), rope.clone(), sin, c.max_positions)?;
                 w.bind_table(role, table);
             }
+        }
+        if let Some(max_bias) = spec.alibi {
+            bind_alibi_slopes(&mut w, spec.n_heads, max_bias);
         }
         let schema = ModelSchema::decoder(c.n_layers, spec.n_kv_heads, spec.head_dim);
         Ok(DenseDecoder {
@@ -408,7 +489,7 @@ impl Model for DenseDecoder {
         let stack = StackParams {
             embed_scale: s.embed_scale,
             learned_positions: false,
-            embed_norm: None,
+            embed_norm: s.embed_norm.then_some(s.norm),
             final_norm: Some(s.norm),
             final_softcap: s.final_softcap,
             logit_divisor: s.logit_divisor,
@@ -444,6 +525,8 @@ impl Model for DenseDecoder {
                 qk_norm_span: s.qk_norm_span,
                 kv: KvSource::Cache,
                 sinks: s.attn_sinks,
+                alibi: s.alibi.is_some(),
+                clip: s.clip_qkv,
             };
             standard_layer(
                 b,
@@ -454,6 +537,7 @@ impl Model for DenseDecoder {
                 |b, h| b.scope("attn", |b| attention(b, &step, l, h, &attn)),
                 |b, h| {
                     b.scope("ffn", |b| match &s.moe {
+                        None if s.plain_ffn => plain_ffn(b, &step, l, h, s.activation),
                         None => gated_ffn(b, &step, l, h, s.activation),
                         Some(moe) => {
                             let act = s.activation;
@@ -642,38 +726,8 @@ impl DecoderBasics {
         let max_positions = cfg
             .opt_usize_at_most(key("max_position_embeddings", "context_length"), POSITIONS)?
             .unwrap_or(2048);
-        // Every layer's first norm: the input norm, or the attention output's norm in a family
-        // with no input norms (OLMo 2).
-        let first_norm = match names.name(cfg.kind(), Some(0), Role::AttnNorm) {
-            Some(_) => Role::AttnNorm,
-            None => Role::PostAttnNorm,
-        };
-        crate::consistency::check_layer_count(cfg, layers_key, layers, index, names, first_norm)?;
-        let embed_name = names
-            .name(cfg.kind(), None, Role::TokenEmbed)
-            .unwrap_or_default();
-        let embed = index
-            .tensor_meta(&embed_name)
-            .ok_or(ModelError::MissingTensor {
-                name: embed_name.clone(),
-                role: "w.embed".into(),
-            })?;
-        let vocab = match embed.shape.as_slice() {
-            [v, d] if *d == hidden as u64 && usize::try_from(*v).is_ok() => *v as usize,
-            _ => {
-                return Err(ModelError::TensorShape {
-                    name: embed_name,
-                    expected: vec![0, hidden as u64],
-                    found: embed.shape,
-                });
-            }
-        };
-        crate::consistency::check_vocab(cfg, &embed_name, vocab)?;
-        let bos_id = cfg
-            .opt_ids(key("bos_token_id", "tokenizer.ggml.bos_token_id"))?
-            .first()
-            .copied();
-        let eos_ids = cfg.opt_ids(key("eos_token_id", "tokenizer.ggml.eos_token_id"))?;
+        let checked = DecoderBasics::check_tensors(cfg, index, names, layers_key, layers, hidden)?;
+        let (vocab, bos_id, eos_ids) = (checked.vocab, checked.bos_id, checked.eos_ids);
         let rope_dims_key = key("", "rope.dimension_count");
         let rope_dims = cfg
             .opt_usize_at_most(rope_dims_key, WIDTH)?
@@ -718,6 +772,67 @@ impl DecoderBasics {
             bos_id,
             eos_ids,
             rope_dims,
+        })
+    }
+}
+
+/// What [`DecoderBasics::check_tensors`] reads from the tensors and the special-token keys.
+pub struct CheckedVocab {
+    /// The embedding's rows.
+    pub vocab: usize,
+    pub bos_id: Option<u32>,
+    pub eos_ids: Vec<u32>,
+}
+
+impl DecoderBasics {
+    /// The layer count (`layers`, read at `layers_key`) against the layer tensors, the vocabulary
+    /// from the embedding's rows against the config's and the tokenizer's, and the special
+    /// tokens: the checks [`DecoderBasics::read`] makes after reading its keys, for a family
+    /// whose config spells them otherwise (MPT's `d_model`, BLOOM's `n_layer`).
+    pub fn check_tensors(
+        cfg: &crate::config::ConfigReader,
+        index: &dyn TensorIndex,
+        names: &NameTable,
+        layers_key: Key,
+        layers: usize,
+        hidden: usize,
+    ) -> Result<CheckedVocab, ModelError> {
+        // Every layer's first norm: the input norm, or the attention output's norm in a family
+        // with no input norms (OLMo 2).
+        let first_norm = match names.name(cfg.kind(), Some(0), Role::AttnNorm) {
+            Some(_) => Role::AttnNorm,
+            None => Role::PostAttnNorm,
+        };
+        crate::consistency::check_layer_count(cfg, layers_key, layers, index, names, first_norm)?;
+        let embed_name = names
+            .name(cfg.kind(), None, Role::TokenEmbed)
+            .unwrap_or_default();
+        let embed = index
+            .tensor_meta(&embed_name)
+            .ok_or(ModelError::MissingTensor {
+                name: embed_name.clone(),
+                role: "w.embed".into(),
+            })?;
+        let vocab = match embed.shape.as_slice() {
+            [v, d] if *d == hidden as u64 && usize::try_from(*v).is_ok() => *v as usize,
+            _ => {
+                return Err(ModelError::TensorShape {
+                    name: embed_name,
+                    expected: vec![0, hidden as u64],
+                    found: embed.shape,
+                });
+            }
+        };
+        crate::consistency::check_vocab(cfg, &embed_name, vocab)?;
+        let bos_id = cfg
+            .opt_ids(key("bos_token_id", "tokenizer.ggml.bos_token_id"))?
+            .first()
+            .copied();
+        let eos_ids = cfg.opt_ids(key("eos_token_id", "tokenizer.ggml.eos_token_id"))?;
+        Ok(CheckedVocab {
+            vocab,
+            bos_id,
+            eos_ids,
         })
     }
 }
@@ -784,10 +899,29 @@ impl DenseDecoderSpec {
             logit_divisor: None,
             qk_rows_interleaved: false,
             moe: None,
-            fused_qkv: false,
+            qkv: QkvLayout::Separate,
             fused_gate_up: false,
             attn_sinks: false,
+            alibi: None,
+            clip_qkv: None,
+            plain_ffn: false,
+            embed_norm: false,
+            biases: false,
         }
+    }
+
+    /// [`DenseDecoderSpec::standard`] with ALiBi of largest bias `max_bias` in every layer in
+    /// place of rotary embeddings: no rotary table, and no layer turns its queries and keys
+    /// (the basics' `theta` and `rope_dims` are not read).
+    pub fn alibi(family: &'static str, basics: &DecoderBasics, max_bias: f32) -> DenseDecoderSpec {
+        let unused = RopeConfig::plain(1.0, basics.head_dim);
+        let mut spec = DenseDecoderSpec::standard(family, basics, unused, RopeStyle::HalfSplit);
+        spec.alibi = Some(max_bias);
+        spec.ropes.clear();
+        for layer in &mut spec.layers {
+            layer.rope_table = None;
+        }
+        spec
     }
 }
 

@@ -2,6 +2,7 @@
 //! [`standard::standard_layer`] inside [`standard::standard_stack`]; norms, rotary embeddings,
 //! attention and feed-forwards are options of one component each, not copies.
 
+pub mod alibi;
 pub mod attention;
 pub mod dense;
 pub mod ffn;
@@ -12,8 +13,9 @@ pub mod rotary;
 pub mod standard;
 pub mod step;
 
+pub use alibi::{alibi_slopes, bind_alibi_slopes};
 pub use attention::{AttentionParams, KvSource, QkNormSpan, RopeUse, attention};
-pub use dense::{DenseDecoder, DenseDecoderSpec, LayerAttention, MoeSpec};
+pub use dense::{DenseDecoder, DenseDecoderSpec, LayerAttention, MoeSpec, QkvLayout};
 pub use ffn::{Activation, gated_ffn, gated_ffn_of, plain_ffn};
 pub use lora::adapted;
 pub use moe::{

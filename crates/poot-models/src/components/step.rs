@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 
-use poot_graph_ir::ops::causal_mask;
+use poot_graph_ir::ops::{causal_mask, key_offsets};
 use poot_graph_ir::{Builder, CompareOp, DType, Graph, Outputs, Slot, TensorType, Traced};
 
 use crate::error::TraceError;
@@ -23,6 +23,7 @@ pub struct Step<'m> {
     token_types: Option<Traced>,
     declared: RefCell<Vec<(WeightRole, Traced)>>,
     masks: RefCell<Vec<(Option<usize>, Traced)>>,
+    offsets: RefCell<Option<Traced>>,
     states: RefCell<Vec<(Traced, Traced)>>,
     /// Paged KV: the block table and the flattened write map, once declared.
     paged: RefCell<Option<(Traced, Traced)>>,
@@ -84,6 +85,7 @@ impl<'m> Step<'m> {
             token_types,
             declared: RefCell::new(Vec::new()),
             masks: RefCell::new(Vec::new()),
+            offsets: RefCell::new(None),
             states: RefCell::new(Vec::new()),
             paged: RefCell::new(None),
             extra_outputs: RefCell::new(Vec::new()),
@@ -129,6 +131,17 @@ impl<'m> Step<'m> {
         let m = causal_mask(b, self.pos, self.shape.capacity, window)?;
         self.masks.borrow_mut().push((window, m));
         Ok(m)
+    }
+
+    /// `f32 [rows, 1, tokens, capacity]`: each cache position minus each new token's position
+    /// (ALiBi's distances), built once from the position slot.
+    pub fn key_offsets(&self, b: &Builder) -> Result<Traced, TraceError> {
+        if let Some(o) = *self.offsets.borrow() {
+            return Ok(o);
+        }
+        let o = key_offsets(b, self.pos, self.shape.capacity)?;
+        *self.offsets.borrow_mut() = Some(o);
+        Ok(o)
     }
 
     /// `bool [rows, 1, 1, tokens]`: the real (unpadded) tokens of each row, for an encoder.

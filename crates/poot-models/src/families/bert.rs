@@ -344,6 +344,8 @@ impl Model for Bert {
             qk_norm_span: QkNormSpan::Head,
             kv: KvSource::SelfOnly,
             sinks: false,
+            alibi: false,
+            clip: None,
         };
         let out = standard_stack(&b, &step, &stack, self.config.n_layers, |b, l, x| {
             standard_layer(

@@ -2,6 +2,7 @@
 //! are not of the standard shape) a tracer over the shared components.
 
 pub mod bert;
+pub mod bloom;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gpt_oss;
@@ -9,6 +10,7 @@ pub mod granite;
 pub mod granitemoe;
 pub mod llama;
 pub mod mixtral;
+pub mod mpt;
 pub mod olmo2;
 pub mod olmoe;
 pub mod phi3;

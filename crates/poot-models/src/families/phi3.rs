@@ -6,6 +6,7 @@
 //! GGUF's `rope_factors_*` tensors (llama.cpp's LongRoPE) are refused.
 
 use crate::components::LayerAttention;
+use crate::components::dense::QkvLayout;
 use crate::components::dense::{STANDARD_DECODER_NAMES, build_standard_named};
 use crate::config::{RawConfig, SourceKind, key};
 use crate::error::ModelError;
@@ -59,7 +60,7 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
                 supported: "a GGUF without LongRoPE factor tensors",
             });
         }
-        spec.fused_qkv = true;
+        spec.qkv = QkvLayout::Fused;
         spec.fused_gate_up = true;
         // A window of 0 (llama.cpp's converter writes one for none) means full attention.
         let window = cfg

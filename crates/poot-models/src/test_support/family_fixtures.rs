@@ -82,6 +82,14 @@ pub const FIXTURES: &[FamilyFixture] = &[
         family: "gpt_oss",
         dir: "tests/fixtures/random/gpt_oss",
     },
+    FamilyFixture {
+        family: "mpt",
+        dir: "tests/fixtures/random/mpt",
+    },
+    FamilyFixture {
+        family: "bloom",
+        dir: "tests/fixtures/random/bloom",
+    },
 ];
 
 impl FamilyFixture {
