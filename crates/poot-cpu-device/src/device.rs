@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use poot_executor::{Command, Device, DeviceError, DeviceLimits, Launch};
-use poot_graph_plan::kernel::Kernel;
-use poot_graph_plan::kernel::render::{
+use poot_kernel::Kernel;
+use poot_kernel::render::{
     FAULT_CODE_WORD, FAULT_FLAG_WORD, FAULT_WORDS, entry_name, render_host_c,
 };
 use rayon::prelude::*;
@@ -28,7 +28,7 @@ const STACK_BYTES: usize = 16 << 20;
 /// Chunks of workgroups per pool thread in one launch: enough to balance uneven chunks.
 const CHUNKS_PER_THREAD: u32 = 4;
 
-/// The signature of every rendered entry (see `poot_graph_plan::kernel::render::host_c`).
+/// The signature of every rendered entry (see `poot_kernel::render::host_c`).
 type Entry = unsafe extern "C" fn(*const *mut c_void, u32, u32, u32, u32, u32, *mut u32);
 
 /// How a [`CpuDevice`] is opened.

@@ -16,14 +16,12 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use poot_graph_plan::Target;
-use poot_graph_plan::kernel::build::{
+use poot_kernel::build::{
     KernelBuilder, bin, cast, cmp, eq, f32c, group_count_x, group_id, i32c, load, load_byte,
     load_half, load_shared, local_id, lt, mul_add, select, shuffle_xor, u32c, un,
 };
-use poot_graph_plan::kernel::render::{
-    RenderError, can_fault, entry_name, render_cuda, render_wgsl,
-};
-use poot_graph_plan::kernel::{Access, BinOp, CmpOp, Expr, Half, Kernel, Stmt, Ty, UnOp, Word};
+use poot_kernel::render::{RenderError, can_fault, entry_name, render_cuda, render_wgsl};
+use poot_kernel::{Access, BinOp, CmpOp, Expr, Half, Kernel, Stmt, Ty, UnOp, Word};
 
 const TYS: [Ty; 4] = [Ty::F32, Ty::I32, Ty::U32, Ty::Bool];
 
@@ -128,12 +126,12 @@ fn listed(u: UnOp, b: BinOp, c: CmpOp, t: Ty, h: Half) {
 
 /// Inputs of every word type and an output per word type, plus a u32 flag output for bools.
 struct Io {
-    f: poot_graph_plan::kernel::ParamId,
-    i: poot_graph_plan::kernel::ParamId,
-    u: poot_graph_plan::kernel::ParamId,
-    out_f: poot_graph_plan::kernel::ParamId,
-    out_i: poot_graph_plan::kernel::ParamId,
-    out_u: poot_graph_plan::kernel::ParamId,
+    f: poot_kernel::ParamId,
+    i: poot_kernel::ParamId,
+    u: poot_kernel::ParamId,
+    out_f: poot_kernel::ParamId,
+    out_i: poot_kernel::ParamId,
+    out_u: poot_kernel::ParamId,
 }
 
 impl Io {
@@ -1174,7 +1172,7 @@ fn malformed_kernels_are_refused_not_rendered() {
     let mut k = b.finish();
     k.vars = vec![Ty::U32];
     let decl = Stmt::Let {
-        var: poot_graph_plan::kernel::Var(0),
+        var: poot_kernel::Var(0),
         ty: Ty::U32,
         value: u32c(0),
     };

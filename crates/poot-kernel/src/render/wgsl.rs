@@ -22,9 +22,7 @@ use super::fault::{FAULT_CODE_WORD, FAULT_FLAG_WORD, can_fault};
 use super::literal::{F32Spelling, spell_f32};
 use super::wgsl_lib::WgslLib;
 use super::{RenderError, entry_name, names};
-use crate::kernel::ir::{
-    Access, BinOp, Builtin, Expr, Half, Kernel, ParamId, Stmt, Ty, UnOp, Word,
-};
+use crate::ir::{Access, BinOp, Builtin, Expr, Half, Kernel, ParamId, Stmt, Ty, UnOp, Word};
 
 /// A kernel rendered to WGSL, with what a device needs to bind it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,9 +2,9 @@
 //! kernels of a decode step (greedy, sampled, and with penalties and log-probabilities; one
 //! row and four; over a contiguous and a paged cache) and of a 512-token prefill chunk,
 //! planned for each backend's preset and rendered by that backend's renderer (CUDA C for PTX,
-//! WGSL for wgpu, C for the host CPU). A change to the planner or a renderer that moves one byte of any of them shows
-//! up here, so a refactor that claims to keep the kernels can prove it (and the PTX device's
-//! cache, which keys on this text, is not invalidated by accident).
+//! WGSL for wgpu, C for the host CPU). A change to the planner or a renderer that moves one
+//! byte of any of them shows up here, so a refactor that claims to keep the kernels can prove
+//! it (and the PTX device's cache, which keys on this text, is not invalidated by accident).
 //!
 //! The model is the packaged SmolLM2-135M-Instruct Q4_1 GGUF as the registry builds it from
 //! the file's header, which `poot-load`'s tests record (metadata, and every tensor's name,
@@ -26,8 +26,8 @@ use std::path::PathBuf;
 
 use poot_formats::{GgmlType, StoredType};
 use poot_graph_ir::{Graph, TraceLimits};
-use poot_graph_plan::kernel::render::{entry_name, render_cuda, render_host_c, render_wgsl};
 use poot_graph_plan::{Target, Tuning, compile};
+use poot_kernel::render::{entry_name, render_cuda, render_host_c, render_wgsl};
 use poot_llm::Head;
 use poot_llm::sampling::append_head;
 use poot_load::format_table::GgmlAdmission;
@@ -107,7 +107,7 @@ fn smollm2() -> Box<dyn Model> {
     let record: Value =
         serde_json::from_slice(&std::fs::read(manifest.join(RECORD)).unwrap()).unwrap();
     let gguf = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("render_golden-{}.gguf", std::process::id()));
+        .join(format!("smollm2_kernels-{}.gguf", std::process::id()));
     std::fs::write(
         &gguf,
         header_only_gguf(record["metadata"].as_array().unwrap()),
@@ -192,7 +192,7 @@ struct Renderer {
     name: &'static str,
     extension: &'static str,
     targets: Vec<(&'static str, Target)>,
-    render: fn(&poot_graph_plan::kernel::Kernel) -> String,
+    render: fn(&poot_kernel::Kernel) -> String,
 }
 
 fn renderers() -> Vec<Renderer> {
@@ -296,7 +296,7 @@ fn smollm2_kernels_render_as_pinned() {
     let want = std::fs::read_to_string(&path).unwrap_or_default();
     if got != want {
         let dump = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("render_golden-{}", std::process::id()));
+            .join(format!("smollm2_kernels-{}", std::process::id()));
         std::fs::create_dir_all(&dump).unwrap();
         for r in rendered.values() {
             let name = format!("{}.{}", r.entry, r.extension);

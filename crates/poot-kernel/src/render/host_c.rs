@@ -30,7 +30,7 @@ use super::code::Code;
 use super::cuda::{Cuda, ty};
 use super::unroll::Ranges;
 use super::{RenderError, entry_name, names};
-use crate::kernel::ir::{Access, Expr, Kernel, Stmt, Var};
+use crate::ir::{Access, Expr, Kernel, Stmt, Var};
 
 /// What every host kernel reads first: C spellings of the CUDA names the shared rendering
 /// emits.

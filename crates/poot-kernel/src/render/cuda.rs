@@ -23,7 +23,7 @@ use super::fault::can_fault;
 use super::literal::{F32Spelling, spell_f32};
 use super::unroll::{self, Ranges};
 use super::{RenderError, entry_name, names};
-use crate::kernel::ir::{Access, BinOp, Builtin, Expr, Half, Kernel, Stmt, Ty, UnOp, Var, Word};
+use crate::ir::{Access, BinOp, Builtin, Expr, Half, Kernel, Stmt, Ty, UnOp, Var, Word};
 
 /// Renders `k` as one CUDA C translation unit holding one `extern "C"` kernel.
 pub fn render_cuda(k: &Kernel) -> Result<String, RenderError> {
