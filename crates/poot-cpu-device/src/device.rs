@@ -490,14 +490,17 @@ impl team::Phases for Replay<'_> {
 }
 
 /// Rows from which the contraction library multiplies block-quantized weights in 8-bit
-/// integers: where the host has AVX-512's byte dot products (VNNI), which its integer tile is
-/// written for; elsewhere its portable integer loop would be slower than the f32 products.
+/// integers (the CPU preset's): where the host has AVX-512's byte dot products (VNNI), which
+/// its integer tile is written for; elsewhere its portable integer loop would be slower than
+/// the f32 products.
 fn integer_rows() -> Option<u32> {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512vnni")
         && std::arch::is_x86_feature_detected!("avx512bw")
     {
-        return Some(poot_graph_plan::target::CPU_INTEGER_ROWS);
+        return poot_executor::Target::cpu_preset()
+            .limits
+            .library_integer_rows;
     }
     None
 }

@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::sys::{self, CUdevice_attribute, CUdeviceptr, CUgraphExec, CUresult};
+use poot_executor::LaunchOverlap;
 use poot_executor::{Command, Device, DeviceError, DeviceLimits, Launch};
-use poot_graph_plan::LaunchOverlap;
 use poot_kernel::Kernel;
 
 use crate::buffer::{Allocation, PtxBuffer};
@@ -71,7 +71,7 @@ impl Default for PtxConfig {
         PtxConfig {
             wait_timeout: DEFAULT_WAIT_TIMEOUT,
             cache_root: cache::default_root(),
-            launch_overlap: poot_graph_plan::Tuning::default().launch_overlap,
+            launch_overlap: poot_executor::Tuning::default().launch_overlap,
         }
     }
 }

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use cudarc::cublaslt::sys as lt;
 use cudarc::driver::sys::{self, CUdeviceptr};
 use poot_executor::{Command, Contraction, DeviceError};
+use poot_executor::{HalfType, LibraryOperands, WeightWords};
 use poot_formats::BlockFormat;
-use poot_graph_plan::{HalfType, LibraryOperands, WeightWords};
 
 use crate::buffer::Allocation;
 use crate::context::cu;
