@@ -15,14 +15,15 @@
 
 use std::collections::BTreeSet;
 
-use super::c_like::{axis_letter, cmp_symbol, is_ordering, strip_parens};
-use super::check::{Facts, check};
+use super::c_like::axis_letter;
+use super::check::check;
 use super::code::Code;
 use super::fault::{FAULT_CODE_WORD, FAULT_FLAG_WORD, can_fault};
 use super::literal::{F32Spelling, spell_f32};
+use super::walk::{Dialect, Walker, unsupported};
 use super::wgsl_lib::WgslLib;
-use super::{RenderError, entry_name, names};
-use crate::ir::{Access, BinOp, Builtin, Expr, Half, Kernel, ParamId, Stmt, Ty, UnOp, Word};
+use super::{RenderError, entry_name, libs_with_deps, names};
+use crate::ir::{Access, BinOp, Builtin, Expr, Half, Kernel, ParamId, Stmt, Ty, UnOp, Var, Word};
 
 /// A kernel rendered to WGSL, with what a device needs to bind it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,20 +57,14 @@ pub fn render_wgsl(k: &Kernel) -> Result<WgslKernel, RenderError> {
         .enumerate()
         .map(|(i, p)| names::param(i, &p.name))
         .collect();
-    let mut r = Wgsl {
-        k,
-        facts,
+    let wgsl = Wgsl {
         params: params.clone(),
         libs: BTreeSet::new(),
     };
+    let mut r = Walker::new(k, facts, wgsl);
     let mut body = Code::at_depth(1);
     r.block(&mut body, &k.body)?;
 
-    let mut libs = BTreeSet::new();
-    for &l in &r.libs {
-        libs.extend(l.deps());
-        libs.insert(l);
-    }
     let entry = entry_name(k);
     let mut bindings = Vec::with_capacity(k.params.len());
     let mut out = Code::at_depth(0);
@@ -108,7 +103,7 @@ pub fn render_wgsl(k: &Kernel) -> Result<WgslKernel, RenderError> {
             s.len
         ));
     }
-    for l in libs {
+    for l in libs_with_deps(&r.d.libs, WgslLib::deps) {
         out.line("");
         out.raw(&l.source(&params));
     }
@@ -127,9 +122,8 @@ pub fn render_wgsl(k: &Kernel) -> Result<WgslKernel, RenderError> {
     })
 }
 
-struct Wgsl<'k> {
-    k: &'k Kernel,
-    facts: Facts,
+/// The WGSL dialect.
+struct Wgsl {
     /// Parameter identifiers, by index.
     params: Vec<String>,
     libs: BTreeSet<WgslLib>,
@@ -144,297 +138,100 @@ fn ty(t: Ty) -> &'static str {
     }
 }
 
-fn is_literal(e: &Expr) -> bool {
-    match e {
-        Expr::F32(_) | Expr::I32(_) | Expr::U32(_) | Expr::Bool(_) => true,
-        Expr::Var(_)
-        | Expr::Builtin(_)
-        | Expr::Load { .. }
-        | Expr::LoadByte { .. }
-        | Expr::LoadHalf { .. }
-        | Expr::LoadShared { .. }
-        | Expr::Unary(..)
-        | Expr::Binary(..)
-        | Expr::Cmp(..)
-        | Expr::Select { .. }
-        | Expr::MulAdd(..)
-        | Expr::ShuffleXor { .. }
-        | Expr::Cast(..) => false,
-    }
-}
-
-impl Wgsl<'_> {
-    fn block(&mut self, out: &mut Code, body: &[Stmt]) -> Result<(), RenderError> {
-        for s in body {
-            self.stmt(out, s)?;
-        }
-        Ok(())
-    }
-
-    fn stmt(&mut self, out: &mut Code, s: &Stmt) -> Result<(), RenderError> {
-        match s {
-            Stmt::Let { var, ty: t, value } => {
-                let value = self.expr(value)?;
-                let keyword = if self.facts.mutated.contains(var) {
-                    "var"
-                } else {
-                    "let"
-                };
-                out.line(format!(
-                    "{keyword} {}: {} = {value};",
-                    names::var(*var),
-                    ty(*t)
-                ));
-            }
-            Stmt::Set { var, value } => {
-                let value = self.expr(value)?;
-                out.line(format!("{} = {value};", names::var(*var)));
-            }
-            Stmt::Store { buf, index, value } => {
-                let p = names::param_of(self.k, *buf)?;
-                let (index, value) = (self.expr(index)?, self.expr(value)?);
-                out.line(format!("{p}[{index}] = {value};"));
-            }
-            Stmt::StoreShared { arr, index, value } => {
-                let a = names::shared_of(self.k, *arr)?;
-                let (index, value) = (self.expr(index)?, self.expr(value)?);
-                out.line(format!("{a}[{index}] = {value};"));
-            }
-            Stmt::If {
-                cond,
-                then,
-                otherwise,
-            } => {
-                let cond = self.expr(cond)?;
-                out.open(format!("if ({}) {{", strip_parens(&cond)));
-                self.block(out, then)?;
-                if !otherwise.is_empty() {
-                    out.reopen("} else {");
-                    self.block(out, otherwise)?;
-                }
-                out.close("}");
-            }
-            Stmt::For {
-                var,
-                start,
-                end,
-                step,
-                body,
-            } => {
-                let v = names::var(*var);
-                out.open("{");
-                out.line(format!("let {v}_end: u32 = {};", self.expr(end)?));
-                out.line(format!("let {v}_step: u32 = {};", self.expr(step)?));
-                out.open(format!(
-                    "for (var {v}: u32 = {}; {v} < {v}_end; {v} = {v} + {v}_step) {{",
-                    self.expr(start)?
-                ));
-                self.block(out, body)?;
-                out.open(format!(
-                    "if ({v}_step == 0u || {v}_end - {v} <= {v}_step) {{"
-                ));
-                out.line("break;");
-                out.close("}");
-                out.close("}");
-                out.close("}");
-            }
-            Stmt::LetWords { vars, buf, index } => {
-                let p = names::param_of(self.k, *buf)?;
-                let index = self.expr(index)?;
-                let word = ty(self.k.params[buf.0 as usize].word.ty());
-                let first = format!("{}_at", names::var(vars[0]));
-                out.line(format!("let {first}: u32 = {index};"));
-                for (i, v) in vars.iter().enumerate() {
-                    out.line(format!(
-                        "let {}: {word} = {p}[{first} + {i}u];",
-                        names::var(*v)
-                    ));
-                }
-            }
-            Stmt::LetShared { vars, arr, index } => {
-                let a = names::shared_of(self.k, *arr)?;
-                let index = self.expr(index)?;
-                let first = format!("{}_at", names::var(vars[0]));
-                out.line(format!("let {first}: u32 = {index};"));
-                for (i, v) in vars.iter().enumerate() {
-                    out.line(format!(
-                        "let {}: f32 = {a}[{first} + {i}u];",
-                        names::var(*v)
-                    ));
-                }
-            }
-            Stmt::TeamSum { .. } => return Err(self.unsupported("a team sum (subgroup shuffle)")),
-            Stmt::MmaTf32 { .. } => return Err(self.unsupported("a tf32 matrix tile")),
-            Stmt::MmaHalf { .. } => return Err(self.unsupported("a half-precision matrix tile")),
-            Stmt::Barrier => out.line("workgroupBarrier();"),
-            Stmt::Fault { code } => {
-                out.line(format!(
-                    "atomicMax(&poot_fault[{FAULT_CODE_WORD}], {code}u);"
-                ));
-                out.line(format!("atomicOr(&poot_fault[{FAULT_FLAG_WORD}], 1u);"));
-            }
-        }
-        Ok(())
-    }
-
-    /// What this renderer has no spelling for (the planner emits it only for CUDA).
-    fn unsupported(&self, what: &'static str) -> RenderError {
-        RenderError::Unsupported {
-            kernel: self.k.name.clone(),
-            what,
-            language: "WGSL",
-        }
-    }
-
+impl Wgsl {
     fn call(&mut self, lib: WgslLib, args: &[&str]) -> String {
         self.libs.insert(lib);
         format!("{}({})", lib.name(&self.params), args.join(", "))
     }
+}
 
-    /// `e` rendered as a run-time value: a literal goes through its identity helper.
-    fn runtime(&mut self, e: &Expr) -> Result<String, RenderError> {
-        let x = self.expr(e)?;
-        Ok(match e {
-            Expr::F32(_) => self.call(WgslLib::RtF32, &[&x]),
-            Expr::I32(_) => self.call(WgslLib::RtI32, &[&x]),
-            Expr::U32(_) => self.call(WgslLib::RtU32, &[&x]),
-            Expr::Bool(_) => self.call(WgslLib::RtBool, &[&x]),
-            Expr::Var(_)
-            | Expr::Builtin(_)
-            | Expr::Load { .. }
-            | Expr::LoadByte { .. }
-            | Expr::LoadHalf { .. }
-            | Expr::LoadShared { .. }
-            | Expr::Unary(..)
-            | Expr::Binary(..)
-            | Expr::Cmp(..)
-            | Expr::Select { .. }
-            | Expr::MulAdd(..)
-            | Expr::ShuffleXor { .. }
-            | Expr::Cast(..) => x,
-        })
-    }
+impl Dialect for Wgsl {
+    const BOUNDS: bool = false;
+    const GUARDS_LITERALS: bool = true;
 
-    fn expr(&mut self, e: &Expr) -> Result<String, RenderError> {
-        Ok(match e {
-            Expr::F32(x) => f32_lit(*x),
-            Expr::I32(x) => i32_lit(*x),
-            Expr::U32(x) => format!("{x}u"),
-            Expr::Bool(b) => b.to_string(),
-            Expr::Var(v) => names::var(*v),
-            Expr::Builtin(b) => match b {
-                Builtin::LocalId => "poot_lid.x".to_string(),
-                Builtin::GroupId(axis) => format!("poot_wid.{}", axis_letter(self.k, *axis)?),
-                Builtin::GroupCountX => "poot_nwg.x".to_string(),
-            },
-            Expr::Load { buf, index } => {
-                format!("{}[{}]", names::param_of(self.k, *buf)?, self.expr(index)?)
-            }
-            Expr::LoadByte { buf, byte } => {
-                let i = self.expr(byte)?;
-                self.call(WgslLib::LoadByte(buf.0), &[&i])
-            }
-            Expr::LoadHalf { buf, index, half } => {
-                let i = self.expr(index)?;
-                match half {
-                    Half::F16 => self.call(WgslLib::LoadF16(buf.0), &[&i]),
-                    Half::Bf16 => self.call(WgslLib::LoadBf16(buf.0), &[&i]),
-                }
-            }
-            Expr::LoadShared { arr, index } => {
-                format!("{}[{}]", names::shared_of(self.k, *arr)?, self.expr(index)?)
-            }
-            Expr::Unary(op, x) => {
-                let t = self.k.type_of(x)?;
-                let x = if is_literal(x) {
-                    self.runtime(x)?
-                } else {
-                    self.expr(x)?
-                };
-                self.unary(*op, t, &x)
-            }
-            Expr::Binary(op, a, b) => {
-                let t = self.k.type_of(a)?;
-                let a = if is_literal(a) && is_literal(b) {
-                    self.runtime(a)?
-                } else {
-                    self.expr(a)?
-                };
-                let b = self.shift_amount(*op, b)?;
-                self.binary(*op, t, &a, &b)
-            }
-            Expr::Cmp(op, a, b) => {
-                let t = self.k.type_of(a)?;
-                let a = if is_literal(a) && is_literal(b) {
-                    self.runtime(a)?
-                } else {
-                    self.expr(a)?
-                };
-                let b = self.expr(b)?;
-                let sym = cmp_symbol(*op);
-                if t == Ty::Bool && is_ordering(*op) {
-                    format!("(select(0u, 1u, {a}) {sym} select(0u, 1u, {b}))")
-                } else {
-                    format!("({a} {sym} {b})")
-                }
-            }
-            Expr::Select {
-                cond,
-                on_true,
-                on_false,
-            } => {
-                let f = if is_literal(cond) && is_literal(on_true) && is_literal(on_false) {
-                    self.runtime(on_false)?
-                } else {
-                    self.expr(on_false)?
-                };
-                let (c, t) = (self.expr(cond)?, self.expr(on_true)?);
-                format!("select({f}, {t}, {c})")
-            }
-            Expr::ShuffleXor { .. } => return Err(self.unsupported("a subgroup shuffle")),
-            Expr::MulAdd(a, b, c) => {
-                // All literals would be evaluated by the shader compiler, which may refuse
-                // what the device computes (an overflow): keep one operand a run-time value.
-                let c = if is_literal(a) && is_literal(b) && is_literal(c) {
-                    self.runtime(c)?
-                } else {
-                    self.expr(c)?
-                };
-                let (a, b) = (self.expr(a)?, self.expr(b)?);
-                format!("fma({a}, {b}, {c})")
-            }
-            Expr::Cast(to, x) => {
-                let from = self.k.type_of(x)?;
-                let x = if is_literal(x) {
-                    self.runtime(x)?
-                } else {
-                    self.expr(x)?
-                };
-                self.cast(from, *to, &x)
-            }
-        })
-    }
-
-    /// The right operand of `op`; for a shift, already reduced modulo 32.
-    fn shift_amount(&mut self, op: BinOp, b: &Expr) -> Result<String, RenderError> {
-        match (op, b) {
-            (BinOp::Shl | BinOp::Shr, Expr::U32(n)) => Ok(format!("{}u", n & 31)),
-            (BinOp::Shl | BinOp::Shr, _) => Ok(format!("({} & 31u)", self.expr(b)?)),
-            (
-                BinOp::Add
-                | BinOp::Sub
-                | BinOp::Mul
-                | BinOp::Div
-                | BinOp::Rem
-                | BinOp::Max
-                | BinOp::Min
-                | BinOp::Pow
-                | BinOp::And
-                | BinOp::Or
-                | BinOp::Xor,
-                _,
-            ) => self.expr(b),
+    fn f32_lit(x: f32) -> String {
+        match spell_f32(x) {
+            F32Spelling::Decimal(s) if s.starts_with('-') => format!("({s}f)"),
+            F32Spelling::Decimal(s) => format!("{s}f"),
+            F32Spelling::Bits(bits, shown) => format!("bitcast<f32>(0x{bits:08x}u /* {shown} */)"),
         }
+    }
+
+    fn i32_lit(x: i32) -> String {
+        if x == i32::MIN {
+            "bitcast<i32>(0x80000000u)".to_string()
+        } else if x < 0 {
+            format!("({x}i)")
+        } else {
+            format!("{x}i")
+        }
+    }
+
+    /// What this dialect has no spelling for (the planner emits it only for CUDA).
+    fn refuse_stmt(&self, k: &Kernel, s: &Stmt) -> Result<(), RenderError> {
+        let what = match s {
+            Stmt::TeamSum { .. } => "a team sum (subgroup shuffle)",
+            Stmt::MmaTf32 { .. } => "a tf32 matrix tile",
+            Stmt::MmaHalf { .. } => "a half-precision matrix tile",
+            _ => return Ok(()),
+        };
+        Err(unsupported(k, what, "WGSL"))
+    }
+
+    fn refuse_expr(&self, k: &Kernel, e: &Expr) -> Result<(), RenderError> {
+        match e {
+            Expr::ShuffleXor { .. } => Err(unsupported(k, "a subgroup shuffle", "WGSL")),
+            _ => Ok(()),
+        }
+    }
+
+    fn declare(&self, out: &mut Code, v: Var, t: Ty, value: &str, constant: bool) {
+        let keyword = if constant { "let" } else { "var" };
+        out.line(format!("{keyword} {}: {} = {value};", names::var(v), ty(t)));
+    }
+
+    fn let_u32(name: &str, value: &str) -> String {
+        format!("let {name}: u32 = {value};")
+    }
+
+    fn for_header(v: &str, start: &str, end: &str, step: &str) -> String {
+        format!("for (var {v}: u32 = {start}; {v} < {end}; {v} = {v} + {step}) {{")
+    }
+
+    fn builtin(&self, k: &Kernel, b: Builtin) -> Result<String, RenderError> {
+        Ok(match b {
+            Builtin::LocalId => "poot_lid.x".to_string(),
+            Builtin::GroupId(axis) => format!("poot_wid.{}", axis_letter(k, axis)?),
+            Builtin::GroupCountX => "poot_nwg.x".to_string(),
+        })
+    }
+
+    fn load_byte(&mut self, _: &Kernel, buf: ParamId, byte: &str) -> Result<String, RenderError> {
+        Ok(self.call(WgslLib::LoadByte(buf.0), &[byte]))
+    }
+
+    fn load_half(
+        &mut self,
+        _: &Kernel,
+        buf: ParamId,
+        index: &str,
+        half: Half,
+    ) -> Result<String, RenderError> {
+        Ok(match half {
+            Half::F16 => self.call(WgslLib::LoadF16(buf.0), &[index]),
+            Half::Bf16 => self.call(WgslLib::LoadBf16(buf.0), &[index]),
+        })
+    }
+
+    /// Through its identity helper (see the module's notes on constant folding).
+    fn runtime(&mut self, t: Ty, x: String) -> String {
+        let lib = match t {
+            Ty::F32 => WgslLib::RtF32,
+            Ty::I32 => WgslLib::RtI32,
+            Ty::U32 => WgslLib::RtU32,
+            Ty::Bool => WgslLib::RtBool,
+        };
+        self.call(lib, &[&x])
     }
 
     fn unary(&mut self, op: UnOp, t: Ty, x: &str) -> String {
@@ -516,22 +313,47 @@ impl Wgsl<'_> {
             (Ty::Bool, Ty::U32) => format!("select(0u, 1u, {x})"),
         }
     }
-}
 
-fn f32_lit(x: f32) -> String {
-    match spell_f32(x) {
-        F32Spelling::Decimal(s) if s.starts_with('-') => format!("({s}f)"),
-        F32Spelling::Decimal(s) => format!("{s}f"),
-        F32Spelling::Bits(bits, shown) => format!("bitcast<f32>(0x{bits:08x}u /* {shown} */)"),
+    fn ordered_bools(a: &str, sym: &str, b: &str) -> String {
+        format!("(select(0u, 1u, {a}) {sym} select(0u, 1u, {b}))")
     }
-}
 
-fn i32_lit(x: i32) -> String {
-    if x == i32::MIN {
-        "bitcast<i32>(0x80000000u)".to_string()
-    } else if x < 0 {
-        format!("({x}i)")
-    } else {
-        format!("{x}i")
+    fn select(cond: &str, on_true: &str, on_false: &str) -> String {
+        format!("select({on_false}, {on_true}, {cond})")
+    }
+
+    fn mul_add(a: &str, b: &str, c: &str) -> String {
+        format!("fma({a}, {b}, {c})")
+    }
+
+    fn fault(&mut self, out: &mut Code, code: u32) {
+        out.line(format!(
+            "atomicMax(&poot_fault[{FAULT_CODE_WORD}], {code}u);"
+        ));
+        out.line(format!("atomicOr(&poot_fault[{FAULT_FLAG_WORD}], 1u);"));
+    }
+
+    fn barrier(&self) -> &'static str {
+        "workgroupBarrier();"
+    }
+
+    fn let_wide(
+        &mut self,
+        out: &mut Code,
+        vars: &[Var],
+        array: &str,
+        index: &str,
+        elem: Ty,
+        _: bool,
+    ) {
+        let first = format!("{}_at", names::var(vars[0]));
+        out.line(format!("let {first}: u32 = {index};"));
+        for (i, v) in vars.iter().enumerate() {
+            out.line(format!(
+                "let {}: {} = {array}[{first} + {i}u];",
+                names::var(*v),
+                ty(elem)
+            ));
+        }
     }
 }
