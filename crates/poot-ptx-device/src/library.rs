@@ -64,16 +64,25 @@ extern "C" __global__ void poot_to_bf16(const float4* __restrict__ src, uint2* _
 /// 32-element formats, an eighth of a 256-element one), written as [`poot_formats`] decodes:
 /// the same f32 operations in the same order, never fused (`__fmul_rn`, `__fadd_rn`), then
 /// rounded to f16 to nearest, so each half is the graph's `Cast { to: F16 }` of its decoding.
-const DECODE_SOURCE: &str = r#"
-__device__ __forceinline__ float half_at(const unsigned char* p) {
+/// The device's helpers come first ([`DECODE_PRELUDE`]); the decoders themselves are plain C
+/// over them, which a test also builds for the host against the oracle's decoding.
+fn decode_source() -> String {
+    format!("{DECODE_PRELUDE}{DECODERS}")
+}
+
+/// What [`DECODERS`] needs from CUDA: reading an f16, storing 32 rounded halves.
+const DECODE_PRELUDE: &str = r#"
+#define POOT_ENTRY extern "C" __global__
+#define POOT_INLINE __device__ __forceinline__
+
+POOT_INLINE float half_at(const unsigned char* p) {
     unsigned short u = (unsigned short)p[0] | ((unsigned short)p[1] << 8);
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(u));
     return f;
 }
 
-__device__ __forceinline__ void store32(uint4* __restrict__ dst, unsigned int chunk,
-                                        const float* y) {
+POOT_INLINE void store32(uint4* __restrict__ dst, unsigned int chunk, const float* y) {
     uint4* out = dst + 4 * (unsigned long long)chunk;
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -86,8 +95,11 @@ __device__ __forceinline__ void store32(uint4* __restrict__ dst, unsigned int ch
         out[q] = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
+"#;
 
-__device__ __forceinline__ unsigned int word_at(const unsigned char* p) {
+/// One decoder per format, each thread decoding chunk `i` of `n` into `dst`.
+const DECODERS: &str = r#"
+POOT_INLINE unsigned int word_at(const unsigned char* p) {
     return (unsigned int)p[0] | ((unsigned int)p[1] << 8) | ((unsigned int)p[2] << 16) |
            ((unsigned int)p[3] << 24);
 }
@@ -105,7 +117,7 @@ __device__ __forceinline__ unsigned int word_at(const unsigned char* p) {
     const unsigned int s = i % 8;                                         \
     float y[32];
 
-extern "C" __global__ void poot_decode_q4_0(const unsigned char* __restrict__ src,
+POOT_ENTRY void poot_decode_q4_0(const unsigned char* __restrict__ src,
                                             uint4* __restrict__ dst, unsigned int n) {
     POOT_CHUNK(18)
     float d = half_at(b);
@@ -118,7 +130,7 @@ extern "C" __global__ void poot_decode_q4_0(const unsigned char* __restrict__ sr
     store32(dst, i, y);
 }
 
-extern "C" __global__ void poot_decode_q4_1(const unsigned char* __restrict__ src,
+POOT_ENTRY void poot_decode_q4_1(const unsigned char* __restrict__ src,
                                             uint4* __restrict__ dst, unsigned int n) {
     POOT_CHUNK(20)
     float d = half_at(b), m = half_at(b + 2);
@@ -131,7 +143,7 @@ extern "C" __global__ void poot_decode_q4_1(const unsigned char* __restrict__ sr
     store32(dst, i, y);
 }
 
-extern "C" __global__ void poot_decode_q5_0(const unsigned char* __restrict__ src,
+POOT_ENTRY void poot_decode_q5_0(const unsigned char* __restrict__ src,
                                             uint4* __restrict__ dst, unsigned int n) {
     POOT_CHUNK(22)
     float d = half_at(b);
@@ -146,7 +158,7 @@ extern "C" __global__ void poot_decode_q5_0(const unsigned char* __restrict__ sr
     store32(dst, i, y);
 }
 
-extern "C" __global__ void poot_decode_q5_1(const unsigned char* __restrict__ src,
+POOT_ENTRY void poot_decode_q5_1(const unsigned char* __restrict__ src,
                                             uint4* __restrict__ dst, unsigned int n) {
     POOT_CHUNK(24)
     float d = half_at(b), m = half_at(b + 2);
@@ -161,7 +173,7 @@ extern "C" __global__ void poot_decode_q5_1(const unsigned char* __restrict__ sr
     store32(dst, i, y);
 }
 
-extern "C" __global__ void poot_decode_q8_0(const unsigned char* __restrict__ src,
+POOT_ENTRY void poot_decode_q8_0(const unsigned char* __restrict__ src,
                                             uint4* __restrict__ dst, unsigned int n) {
     POOT_CHUNK(34)
     float d = half_at(b);
@@ -173,7 +185,7 @@ extern "C" __global__ void poot_decode_q8_0(const unsigned char* __restrict__ sr
 }
 
 // The scale and min of sub-block `s` of a Q4_K or Q5_K block's 12 packed scale bytes.
-__device__ __forceinline__ void scale_min_k4(unsigned int s, const unsigned char* q,
+POOT_INLINE void scale_min_k4(unsigned int s, const unsigned char* q,
                                              unsigned int* sc, unsigned int* m) {
     if (s < 4) {
         *sc = q[s] & 63;
@@ -184,7 +196,7 @@ __device__ __forceinline__ void scale_min_k4(unsigned int s, const unsigned char
     }
 }
 
-extern "C" __global__ void poot_decode_q4_k(const unsigned char* __restrict__ src,
+POOT_ENTRY void poot_decode_q4_k(const unsigned char* __restrict__ src,
                                             uint4* __restrict__ dst, unsigned int n) {
     POOT_SUB_CHUNK(144)
     unsigned int sc, m;
@@ -199,7 +211,7 @@ extern "C" __global__ void poot_decode_q4_k(const unsigned char* __restrict__ sr
     store32(dst, i, y);
 }
 
-extern "C" __global__ void poot_decode_q5_k(const unsigned char* __restrict__ src,
+POOT_ENTRY void poot_decode_q5_k(const unsigned char* __restrict__ src,
                                             uint4* __restrict__ dst, unsigned int n) {
     POOT_SUB_CHUNK(176)
     unsigned int sc, m;
@@ -216,7 +228,7 @@ extern "C" __global__ void poot_decode_q5_k(const unsigned char* __restrict__ sr
     store32(dst, i, y);
 }
 
-extern "C" __global__ void poot_decode_q6_k(const unsigned char* __restrict__ src,
+POOT_ENTRY void poot_decode_q6_k(const unsigned char* __restrict__ src,
                                             uint4* __restrict__ dst, unsigned int n) {
     POOT_SUB_CHUNK(210)
     float d = half_at(b + 208);
@@ -234,7 +246,7 @@ extern "C" __global__ void poot_decode_q6_k(const unsigned char* __restrict__ sr
 }
 "#;
 
-/// The entry of [`DECODE_SOURCE`] that decodes format `b`, for the formats it has.
+/// The entry of [`DECODERS`] that decodes format `b`, for the formats it has.
 fn decoder_entry(b: BlockFormat) -> Option<&'static str> {
     Some(match b {
         BlockFormat::Q4_0 => "poot_decode_q4_0",
@@ -537,10 +549,11 @@ impl PtxDevice {
                 kernel: "library contraction".to_string(),
                 reason: format!("no decoder of {} weights to f16", b.name()),
             })?;
+            let source = decode_source();
             let k = self.compile_source(&SourceKernel {
                 name: entry,
                 entry,
-                source: DECODE_SOURCE,
+                source: &source,
                 workgroup: CONVERT_THREADS,
                 n_params: 3,
                 takes_fault_buffer: false,
@@ -785,5 +798,135 @@ impl PtxDevice {
             )
         };
         cu(r).map_err(|e| self.cuda_failure("cuLaunchKernel of the half conversion", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    use poot_formats::{BlockFormat, decode_blocks};
+
+    use super::{DECODERS, decoder_entry};
+
+    /// What the decoders need on the host: plain C in place of CUDA's helpers and unfused f32
+    /// operations.
+    const HOST_PRELUDE: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#define POOT_ENTRY static
+#define POOT_INLINE static inline
+typedef struct { unsigned int x, y, z, w; } uint4;
+static struct { unsigned int x; } blockIdx, blockDim, threadIdx;
+static float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+static float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+static float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
+static float half_at(const unsigned char* p) {
+    _Float16 h; memcpy(&h, p, 2); return (float)h;
+}
+static void store32(uint4* dst, unsigned int chunk, const float* y) {
+    unsigned char* out = (unsigned char*)(dst + 4 * (unsigned long long)chunk);
+    for (int j = 0; j < 32; ++j) { _Float16 h = (_Float16)y[j]; memcpy(out + 2 * j, &h, 2); }
+}
+"#;
+
+    /// A `main` running every thread of decoder `entry` over the blocks on its standard input.
+    fn driver(entry: &str) -> String {
+        format!(
+            r#"
+int main(int argc, char** argv) {{
+    unsigned int n = (unsigned int)atoi(argv[1]);
+    long bytes = atol(argv[2]);
+    unsigned char* in = malloc(bytes);
+    if (fread(in, 1, bytes, stdin) != (size_t)bytes) return 2;
+    uint4* out = calloc(4 * (size_t)n, sizeof(uint4));
+    blockDim.x = 1;
+    for (unsigned int i = 0; i < n; ++i) {{ blockIdx.x = i; {entry}(in, out, n); }}
+    fwrite(out, sizeof(uint4), 4 * (size_t)n, stdout);
+    return 0;
+}}
+"#
+        )
+    }
+
+    /// Where each format keeps its f16 scales (made finite here, the rest of a block random).
+    fn scale_bytes(b: BlockFormat) -> std::ops::Range<usize> {
+        match b {
+            BlockFormat::Q4_0 | BlockFormat::Q5_0 | BlockFormat::Q8_0 => 0..2,
+            BlockFormat::Q6_K => 208..210,
+            _ => 0..4,
+        }
+    }
+
+    #[test]
+    fn block_decoders_match_the_oracle_bit_for_bit_on_the_host() {
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+        let dir = std::env::temp_dir().join(format!("poot-decoders-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut seed = 0x9e37_79b9_u32;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed
+        };
+        for b in poot_graph_plan::LIBRARY_DECODED_BLOCKS {
+            let entry = decoder_entry(b).unwrap();
+            let source = dir.join(format!("{entry}.c"));
+            let binary = dir.join(entry);
+            std::fs::write(
+                &source,
+                format!("{HOST_PRELUDE}{DECODERS}{}", driver(entry)),
+            )
+            .unwrap();
+            let built = Command::new(&cc)
+                .args(["-O1", "-ffp-contract=off", "-w", "-o"])
+                .arg(&binary)
+                .arg(&source)
+                .status()
+                .expect("a C compiler (set CC) builds the decoders for the host");
+            assert!(built.success(), "{entry} did not build");
+            let blocks = 24;
+            let mut bytes: Vec<u8> = (0..blocks * b.block_bytes())
+                .map(|_| next() as u8)
+                .collect();
+            for block in bytes.chunks_mut(b.block_bytes()) {
+                for at in scale_bytes(b).step_by(2) {
+                    // Finite scales from 2^-10 to 2: an exponent field of 5 to 16.
+                    let exp = 5 + (next() % 12) as u16;
+                    let word = (exp << 10) | (next() as u16 & 0x3ff) | (next() as u16 & 0x8000);
+                    block[at..at + 2].copy_from_slice(&word.to_le_bytes());
+                }
+            }
+            let elems = blocks * b.block_elems();
+            let mut want = vec![0f32; elems];
+            decode_blocks(b, &bytes, &mut want).unwrap();
+            let mut run = Command::new(&binary)
+                .args([(elems / 32).to_string(), bytes.len().to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            run.stdin.take().unwrap().write_all(&bytes).unwrap();
+            let out = run.wait_with_output().unwrap();
+            assert!(out.status.success(), "{entry} failed");
+            let got: Vec<u16> = out
+                .stdout
+                .chunks_exact(2)
+                .map(|h| u16::from_le_bytes([h[0], h[1]]))
+                .collect();
+            let want: Vec<u16> = want
+                .iter()
+                .map(|&v| half::f16::from_f32(v).to_bits())
+                .collect();
+            assert_eq!(got.len(), want.len(), "{entry}");
+            let differ = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+            assert_eq!(differ, 0, "{entry}: {differ} of {elems} halves differ");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
