@@ -874,7 +874,7 @@ int main(int argc, char** argv) {{
             seed ^= seed << 5;
             seed
         };
-        for b in poot_graph_plan::LIBRARY_DECODED_BLOCKS {
+        for b in poot_executor::LIBRARY_DECODED_BLOCKS {
             let entry = decoder_entry(b).unwrap();
             let source = dir.join(format!("{entry}.c"));
             let binary = dir.join(entry);
