@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use poot_executor::{Command, Device, DeviceError, DeviceLimits, Launch};
-use poot_graph_plan::kernel::Kernel;
-use poot_graph_plan::kernel::render::{
+use poot_kernel::Kernel;
+use poot_kernel::render::{
     FAULT_CODE_WORD, FAULT_FLAG_WORD, FAULT_WORDS, entry_name, render_host_c,
 };
 use rayon::prelude::*;
@@ -28,7 +28,7 @@ const STACK_BYTES: usize = 16 << 20;
 /// Chunks of workgroups per pool thread in one launch: enough to balance uneven chunks.
 const CHUNKS_PER_THREAD: u32 = 4;
 
-/// The signature of every rendered entry (see `poot_graph_plan::kernel::render::host_c`).
+/// The signature of every rendered entry (see `poot_kernel::render::host_c`).
 type Entry = unsafe extern "C" fn(*const *mut c_void, u32, u32, u32, u32, u32, *mut u32);
 
 /// How a [`CpuDevice`] is opened.
@@ -490,14 +490,17 @@ impl team::Phases for Replay<'_> {
 }
 
 /// Rows from which the contraction library multiplies block-quantized weights in 8-bit
-/// integers: where the host has AVX-512's byte dot products (VNNI), which its integer tile is
-/// written for; elsewhere its portable integer loop would be slower than the f32 products.
+/// integers (the CPU preset's): where the host has AVX-512's byte dot products (VNNI), which
+/// its integer tile is written for; elsewhere its portable integer loop would be slower than
+/// the f32 products.
 fn integer_rows() -> Option<u32> {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512vnni")
         && std::arch::is_x86_feature_detected!("avx512bw")
     {
-        return Some(poot_graph_plan::target::CPU_INTEGER_ROWS);
+        return poot_executor::Target::cpu_preset()
+            .limits
+            .library_integer_rows;
     }
     None
 }

@@ -2,7 +2,7 @@
 //! planner's kernels on the machine's own cores.
 //!
 //! Each kernel description is rendered to C
-//! ([`render_host_c`](poot_graph_plan::kernel::render::render_host_c): a workgroup's threads
+//! ([`render_host_c`](poot_kernel::render::render_host_c): a workgroup's threads
 //! as loops, split at barriers), compiled by the system's C compiler into a shared object for
 //! this CPU, cached on disk by content hash and loaded. A launch runs its workgroups in chunks
 //! over a thread pool; a recording is the list of launches, replayed in order by a team of the

@@ -8,8 +8,8 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use poot_executor::{Command, Contraction, DeviceError};
+use poot_executor::{LibraryOperands, StoredWeights};
 use poot_formats::BlockFormat;
-use poot_graph_plan::{LibraryOperands, StoredWeights};
 
 use crate::compiler::{CompileFailure, Compiler, LIBRARY_FLAGS};
 use crate::device::{CpuBuffer, Memory};

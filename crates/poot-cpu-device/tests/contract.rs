@@ -6,8 +6,8 @@
 
 use poot_cpu_device::{CpuDevice, CpuOptions};
 use poot_executor::{Command, Contraction, Device};
+use poot_executor::{EXACT_LIBRARY_BLOCKS, LibraryOperands, StoredWeights};
 use poot_formats::{FieldKind, decode_blocks};
-use poot_graph_plan::{EXACT_LIBRARY_BLOCKS, LibraryOperands, StoredWeights};
 
 /// A small deterministic generator (xorshift).
 struct Rng(u64);
@@ -210,7 +210,7 @@ fn integer_products_match_a_direct_sum_of_the_rounded_left_side() {
             return;
         }
     };
-    for &b in &poot_graph_plan::activation_blocks::INTEGER_BLOCKS {
+    for &b in &poot_executor::INTEGER_BLOCKS {
         let unit = b.block_elems();
         for depth in [
             unit,
@@ -242,8 +242,8 @@ fn a_half_precision_contraction_is_refused() {
     let out = device.alloc(64).unwrap();
     let refused = device.record_commands(&[Command::Contract(Contraction {
         operands: LibraryOperands::Half {
-            half: poot_graph_plan::HalfType::F16,
-            words: poot_graph_plan::WeightWords::Stored,
+            half: poot_executor::HalfType::F16,
+            words: poot_executor::WeightWords::Stored,
         },
         lhs: &b,
         weights: &b,

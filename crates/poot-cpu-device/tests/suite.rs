@@ -3,8 +3,7 @@
 
 use poot_cpu_device::{CpuDevice, CpuOptions};
 use poot_executor::suite;
-use poot_executor::{Device, Engine, Executor};
-use poot_graph_plan::Backend;
+use poot_executor::{Backend, Device, Engine, Executor};
 
 fn engine() -> Option<Engine<CpuDevice>> {
     match CpuDevice::open(CpuOptions::default()) {

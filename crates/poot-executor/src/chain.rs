@@ -4,9 +4,9 @@
 //! position, and appends the pick to a record the host reads at the end.
 
 use poot_graph_ir::{DType, Slot};
-use poot_graph_plan::kernel::build::{KernelBuilder, cast, group_id, load, local_id, lt, u32c};
-use poot_graph_plan::kernel::ir::{Access, Kernel, Ty, Word};
 use poot_graph_plan::{DeviceWords, Plan};
+use poot_kernel::build::{KernelBuilder, cast, group_id, load, local_id, lt, u32c};
+use poot_kernel::ir::{Access, Kernel, Ty, Word};
 
 use crate::error::ExecError;
 
@@ -168,7 +168,7 @@ pub(crate) fn layout(plan: &Plan, feed: &ChainFeed) -> Result<ChainLayout, ExecE
     for (p, word, c) in &counters {
         let at = r.clone() * u32c(c.stride as u32) + u32c(c.offset as u32);
         let one = match word {
-            Word::I32 => poot_graph_plan::kernel::build::i32c(1),
+            Word::I32 => poot_kernel::build::i32c(1),
             _ => u32c(1),
         };
         kb.store(*p, at.clone(), load(*p, at) + one);
@@ -176,10 +176,8 @@ pub(crate) fn layout(plan: &Plan, feed: &ChainFeed) -> Result<ChainLayout, ExecE
     if let Some((t, w, table_len, bt)) = paged {
         let pos = kb.let_(Ty::U32, cast(Ty::U32, load(pos_p, r.clone())));
         // Clamped: a chain never runs past the capacity, but the table read stays in bounds.
-        let block_index = poot_graph_plan::kernel::build::min(
-            pos.clone() / u32c(bt),
-            u32c(table_len.saturating_sub(1)),
-        );
+        let block_index =
+            poot_kernel::build::min(pos.clone() / u32c(bt), u32c(table_len.saturating_sub(1)));
         let entry = r.clone() * u32c(table_len) + block_index;
         let block = cast(Ty::U32, load(t, entry));
         let slot = block * u32c(bt) + pos % u32c(bt);

@@ -3,7 +3,7 @@
 //! in the generic engine.
 
 use poot_graph_plan::LibraryOperands;
-use poot_graph_plan::kernel::Kernel;
+use poot_kernel::Kernel;
 
 use crate::error::DeviceError;
 use crate::limits::DeviceLimits;

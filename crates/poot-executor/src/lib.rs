@@ -21,3 +21,16 @@ pub use executor::{
     KernelTime, StepInputs, StepOutputs,
 };
 pub use limits::DeviceLimits;
+
+// What a device meets of the planner, re-exported so the device crates take it from the
+// contract they implement rather than depend on the planner: the backend and target a device
+// is planned as and the tuning its options default to; the operands of the library
+// contractions a plan hands it (`Command::Contract`) and the block formats each library
+// takes; the codes of the kernel checks a fault reports; a plan's refusal. Kernels themselves
+// come from `poot-kernel`, which a device renders.
+pub use poot_graph_plan::activation_blocks::INTEGER_BLOCKS;
+pub use poot_graph_plan::lower::fault;
+pub use poot_graph_plan::{
+    Backend, EXACT_LIBRARY_BLOCKS, HalfType, LIBRARY_DECODED_BLOCKS, LaunchOverlap,
+    LibraryOperands, PlanError, StoredWeights, Target, Tuning, WeightWords,
+};

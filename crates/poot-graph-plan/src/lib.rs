@@ -4,13 +4,12 @@
 //! [`compile`] is the one entry point ([`compile_entry`] is the same, naming the entry in a
 //! refusal). Where the target multiplies in half precision, the left sides of those
 //! contractions are first rounded in the graph ([`precision`]); constants too large for one
-//! buffer are split into row chunks ([`legalize`]). A plan is a list of kernels (each described once in
-//! [`kernel::ir`] and rendered per backend), the buffers they bind (inputs, and intermediates
-//! packed into reused scratch buffers at fixed addresses), and the dispatch list one step
-//! replays.
+//! buffer are split into row chunks ([`legalize`]). A plan is a list of kernels (each described
+//! once in `poot-kernel`'s IR; the device crates render them), the buffers they bind (inputs,
+//! and intermediates packed into reused scratch buffers at fixed addresses), and the dispatch
+//! list one step replays.
 
 pub mod activation_blocks;
-pub mod kernel;
 pub mod legalize;
 pub mod lower;
 pub mod plan;

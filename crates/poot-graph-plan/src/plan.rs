@@ -3,8 +3,8 @@
 pub use poot_graph_ir::CollectiveOp;
 use poot_graph_ir::{DType, Slot, TensorType};
 
-use crate::kernel::Kernel;
 use crate::target::Target;
+use poot_kernel::Kernel;
 
 /// Index of a buffer in [`Plan::buffers`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

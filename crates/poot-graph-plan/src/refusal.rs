@@ -3,8 +3,8 @@
 
 use poot_graph_ir::{DType, ValidationError};
 
-use crate::kernel::KernelError;
 use crate::target::Backend;
+use poot_kernel::KernelError;
 
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum PlanError {

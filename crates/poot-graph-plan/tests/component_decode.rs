@@ -10,13 +10,13 @@ use poot_formats::{
     MatrixShape, PackedFormat, ScaleType,
 };
 use poot_graph_ir::ComponentFormat;
-use poot_graph_plan::kernel::build::{KernelBuilder, u32c};
-use poot_graph_plan::kernel::expr_eval::{Env, Value};
-use poot_graph_plan::kernel::{Expr, Ty};
 use poot_graph_plan::lower::components::{
     ComponentDecodeError, ComponentParams, GROUP_INDEX_FAULT, decode_element,
 };
 use poot_graph_plan::lower::dequant::words_of_bytes;
+use poot_kernel::build::{KernelBuilder, u32c};
+use poot_kernel::expr_eval::{Env, Value};
+use poot_kernel::{Expr, Ty};
 
 fn group(n: u32) -> GroupSize {
     GroupSize::Elems(NonZeroU32::new(n).expect("nonzero"))
@@ -36,7 +36,7 @@ fn check(format: PackedFormat, shape: MatrixShape, parts: &[(&'static str, Vec<u
     let kernel = kb.finish();
     assert_eq!(kernel.type_of(&decoded.value), Ok(Ty::F32), "{format}");
 
-    let words: Vec<(poot_graph_plan::kernel::ParamId, Vec<u32>)> = params
+    let words: Vec<(poot_kernel::ParamId, Vec<u32>)> = params
         .iter()
         .map(|(role, p)| {
             let (_, bytes) = parts
@@ -48,7 +48,7 @@ fn check(format: PackedFormat, shape: MatrixShape, parts: &[(&'static str, Vec<u
         .collect();
     let mut env = Env::new();
     for (p, w) in &words {
-        env.bind(*p, poot_graph_plan::kernel::Word::U32, w);
+        env.bind(*p, poot_kernel::Word::U32, w);
     }
     let bytes: Vec<ComponentBytes<'_>> = parts
         .iter()
@@ -194,7 +194,7 @@ fn a_group_index_out_of_range_trips_the_check() {
     let words: Vec<Vec<u32>> = parts.iter().map(|(_, b)| words_of_bytes(b)).collect();
     let mut env = Env::new();
     for ((_, p), w) in params.iter().zip(&words) {
-        env.bind(p, poot_graph_plan::kernel::Word::U32, w);
+        env.bind(p, poot_kernel::Word::U32, w);
     }
     for k in 0..64u32 {
         env.set_var(k_var, Value::U32(k));

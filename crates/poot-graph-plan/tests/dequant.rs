@@ -3,9 +3,6 @@
 //! (NaN where it is NaN).
 
 use poot_formats::{BlockFormat, FieldKind, MatrixShape, decode_block_row};
-use poot_graph_plan::kernel::build::{KernelBuilder, load, u32c};
-use poot_graph_plan::kernel::expr_eval::{Env, Value};
-use poot_graph_plan::kernel::{Access, Expr, ParamId, Stmt, Ty, Word};
 use poot_graph_plan::lower::dequant::{
     DequantError, FormatTable, FormatTables, decode_element, row_bytes, table_words, tables_of,
     words_of_bytes,
@@ -13,6 +10,9 @@ use poot_graph_plan::lower::dequant::{
 use poot_graph_plan::lower::dequant_unit::{
     PairFormat, Unit, decode_pair, decode_unit, decode_whole, units_per_block,
 };
+use poot_kernel::build::{KernelBuilder, load, u32c};
+use poot_kernel::expr_eval::{Env, Value};
+use poot_kernel::{Access, Expr, ParamId, Stmt, Ty, Word};
 
 /// splitmix64: a small seeded generator, so every run checks the same blocks.
 struct Rng(u64);

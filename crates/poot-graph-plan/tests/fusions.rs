@@ -12,12 +12,12 @@ use poot_graph_ir::{
 };
 use poot_graph_ir::{OpKind, UnaryOp};
 use poot_graph_plan::activation_blocks::round_activation_blocks;
-use poot_graph_plan::kernel::{Expr, Half, Stmt};
 use poot_graph_plan::precision::round_half_operands;
 use poot_graph_plan::{
     BufferRole, HalfType, LibraryOperands, MatrixUnits, Plan, StoredWeights, Target, Tuning,
     WeightWords, compile,
 };
+use poot_kernel::{Expr, Half, Stmt};
 
 fn input(b: &Builder, name: &str, dims: &[usize]) -> Traced {
     b.constant(name, TensorType::new(DType::F32, dims.to_vec()))

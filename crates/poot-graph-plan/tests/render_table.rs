@@ -6,7 +6,8 @@
 //! all-literal ones, whose values are picked to overflow, divide by zero or be non-finite),
 //! every cast, both half formats, and three realistic kernels: an elementwise grid-stride
 //! loop, a shared-memory tree reduction and a byte-unpacking dequantization loop; then every
-//! kernel the planner makes for SmolLM2 and Gemma 3 steps (the fused ones included).
+//! kernel the planner makes for SmolLM2 and Gemma 3 steps (the fused ones included). What each
+//! renderer writes for each of them is pinned by hash (`tests/golden/render_table.txt`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -16,14 +17,12 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use poot_graph_plan::Target;
-use poot_graph_plan::kernel::build::{
+use poot_kernel::build::{
     KernelBuilder, bin, cast, cmp, eq, f32c, group_count_x, group_id, i32c, load, load_byte,
     load_half, load_shared, local_id, lt, mul_add, select, shuffle_xor, u32c, un,
 };
-use poot_graph_plan::kernel::render::{
-    RenderError, can_fault, entry_name, render_cuda, render_wgsl,
-};
-use poot_graph_plan::kernel::{Access, BinOp, CmpOp, Expr, Half, Kernel, Stmt, Ty, UnOp, Word};
+use poot_kernel::render::{RenderError, can_fault, entry_name, render_cuda, render_wgsl};
+use poot_kernel::{Access, BinOp, CmpOp, Expr, Half, Kernel, Stmt, Ty, UnOp, Word};
 
 const TYS: [Ty; 4] = [Ty::F32, Ty::I32, Ty::U32, Ty::Bool];
 
@@ -128,12 +127,12 @@ fn listed(u: UnOp, b: BinOp, c: CmpOp, t: Ty, h: Half) {
 
 /// Inputs of every word type and an output per word type, plus a u32 flag output for bools.
 struct Io {
-    f: poot_graph_plan::kernel::ParamId,
-    i: poot_graph_plan::kernel::ParamId,
-    u: poot_graph_plan::kernel::ParamId,
-    out_f: poot_graph_plan::kernel::ParamId,
-    out_i: poot_graph_plan::kernel::ParamId,
-    out_u: poot_graph_plan::kernel::ParamId,
+    f: poot_kernel::ParamId,
+    i: poot_kernel::ParamId,
+    u: poot_kernel::ParamId,
+    out_f: poot_kernel::ParamId,
+    out_i: poot_kernel::ParamId,
+    out_u: poot_kernel::ParamId,
 }
 
 impl Io {
@@ -1174,7 +1173,7 @@ fn malformed_kernels_are_refused_not_rendered() {
     let mut k = b.finish();
     k.vars = vec![Ty::U32];
     let decl = Stmt::Let {
-        var: poot_graph_plan::kernel::Var(0),
+        var: poot_kernel::Var(0),
         ty: Ty::U32,
         value: u32c(0),
     };
@@ -1278,6 +1277,65 @@ fn entry_names_are_sanitized_and_distinct() {
     assert_ne!(dotted, entry_name(&named("attn-l3")));
     assert_eq!(entry_name(&named("")), "k");
     assert!(entry_name(&named("main")).starts_with("k_main"));
+}
+
+/// The golden file of [`the_table_renders_as_pinned`].
+const TABLE_GOLDEN: &str = "tests/golden/render_table.txt";
+
+/// The exact text each renderer writes for the table of its backend's target (CUDA C for PTX,
+/// WGSL for wgpu, host C for the CPU), one line per kernel: the language, the kernel, the
+/// source's length and SHA-256. A change to a renderer that moves one byte of any of them fails
+/// here; where the change means to, rerun with `POOT_BLESS=1` to rewrite the file and say in
+/// the commit why the kernels moved.
+#[test]
+fn the_table_renders_as_pinned() {
+    use sha2::{Digest, Sha256};
+    type Render = fn(&Kernel) -> Result<String, RenderError>;
+    let languages: [(&str, Target, Render); 3] = [
+        ("cuda", ptx_half(), render_cuda),
+        ("wgsl", Target::wgpu_preset(), |k| {
+            render_wgsl(k).map(|w| w.source)
+        }),
+        (
+            "host_c",
+            cpu_kernels_only(),
+            poot_kernel::render::render_host_c,
+        ),
+    ];
+    let mut lines = Vec::new();
+    for (language, target, render) in languages {
+        for k in table(&target) {
+            let source = render(&k).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+            let hash: String = Sha256::digest(source.as_bytes())
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            lines.push(format!("{language} {} {} {hash}", k.name, source.len()));
+        }
+    }
+    let got = lines.join("\n") + "\n";
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(TABLE_GOLDEN);
+    if std::env::var_os("POOT_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_default();
+    let (want, got): (Vec<&str>, Vec<&str>) = (want.lines().collect(), got.lines().collect());
+    let moved: Vec<&&str> = got.iter().filter(|l| !want.contains(l)).collect();
+    let gone: Vec<&&str> = want.iter().filter(|l| !got.contains(l)).collect();
+    assert!(
+        moved.is_empty() && gone.is_empty(),
+        "rendered table differs from {TABLE_GOLDEN}: new {moved:#?}, gone {gone:#?}"
+    );
+}
+
+/// The CPU preset with its contraction library turned off, so the table's contractions are
+/// kernels there too.
+fn cpu_kernels_only() -> Target {
+    let mut t = Target::cpu_preset();
+    t.tuning.library_gemm = false;
+    t
 }
 
 /// The PTX preset with the opt-in half-precision tiles (`mma=half`), so the table holds their

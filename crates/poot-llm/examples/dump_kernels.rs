@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use poot_graph_ir::TraceLimits;
-use poot_graph_plan::kernel::render::{entry_name, render_cuda, render_host_c};
 use poot_graph_plan::{Target, Tuning, compile};
+use poot_kernel::render::{entry_name, render_cuda, render_host_c};
 use poot_llm::sampling::append_head;
 use poot_llm::{Head, LoadOptions, ModelHandle};
 use poot_models::{KvLayout, Registry, StepShape, StepSpec};

@@ -22,7 +22,7 @@ use poot_executor::{
     GroupAbort, Launch, RankExecutor,
 };
 use poot_graph_plan::Backend;
-use poot_graph_plan::kernel::Kernel;
+use poot_kernel::Kernel;
 use poot_llm::capacity::{CapacityError, Planner};
 use poot_llm::{
     Driver, DriverError, DriverOptions, GenerateRequest, HandleWeights, Layout, LoadOptions,

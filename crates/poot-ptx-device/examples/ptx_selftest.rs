@@ -19,10 +19,10 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use poot_executor::{Device, DeviceError, Launch};
-use poot_graph_plan::kernel::build::{
+use poot_kernel::build::{
     KernelBuilder, f32c, group_count_x, group_id, load, local_id, lt, u32c, un,
 };
-use poot_graph_plan::kernel::{Access, Kernel, Ty, UnOp, Word};
+use poot_kernel::{Access, Kernel, Ty, UnOp, Word};
 use poot_ptx_device::{PtxBuffer, PtxConfig, PtxDevice, PtxRecording, SourceKernel};
 
 type Check = Result<String, String>;

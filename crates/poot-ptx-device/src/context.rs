@@ -8,7 +8,7 @@
 //! primary context current for its own resources (through the CUDA runtime), and its kernels
 //! run on our stream, so both must be the one context.
 //!
-//! The fault buffer (the renderer's layout, `poot_graph_plan::kernel::render::fault`) is
+//! The fault buffer (the renderer's layout, `poot_kernel::render::fault`) is
 //! host-mapped pinned memory: a failing check writes its code there and traps, and the host
 //! reads the code directly afterwards, without a copy the trapped context could no longer do.
 
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use cudarc::driver::sys::{self, CUcontext, CUdeviceptr, CUresult, CUstream};
 use poot_executor::DeviceError;
-use poot_graph_plan::kernel::render::{FAULT_CODE_WORD, FAULT_FLAG_WORD, FAULT_WORDS};
+use poot_kernel::render::{FAULT_CODE_WORD, FAULT_FLAG_WORD, FAULT_WORDS};
 
 use crate::fault::{PoisonCell, cuda_error_text};
 use crate::wait::{Poll, WaitError, bounded_wait, timeout_seconds};

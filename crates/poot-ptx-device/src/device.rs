@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::sys::{self, CUdevice_attribute, CUdeviceptr, CUgraphExec, CUresult};
+use poot_executor::LaunchOverlap;
 use poot_executor::{Command, Device, DeviceError, DeviceLimits, Launch};
-use poot_graph_plan::LaunchOverlap;
-use poot_graph_plan::kernel::Kernel;
+use poot_kernel::Kernel;
 
 use crate::buffer::{Allocation, PtxBuffer};
 use crate::cache::{self, CacheKey, DiskCache};
@@ -71,7 +71,7 @@ impl Default for PtxConfig {
         PtxConfig {
             wait_timeout: DEFAULT_WAIT_TIMEOUT,
             cache_root: cache::default_root(),
-            launch_overlap: poot_graph_plan::Tuning::default().launch_overlap,
+            launch_overlap: poot_executor::Tuning::default().launch_overlap,
         }
     }
 }
@@ -103,7 +103,7 @@ pub struct SourceKernel<'a> {
     /// Pointer parameters a launch passes (the kernel's buffers).
     pub n_params: usize,
     /// Whether the function takes one more pointer after them: the fault buffer
-    /// (`unsigned int* poot_fault`, see `poot_graph_plan::kernel::render::fault`).
+    /// (`unsigned int* poot_fault`, see `poot_kernel::render::fault`).
     pub takes_fault_buffer: bool,
     /// Whether the kernel's first statement waits for the kernels before it to finish
     /// (`poot_wait_predecessors`): only such a kernel may be launched before they have.

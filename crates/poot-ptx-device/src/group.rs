@@ -12,8 +12,8 @@
 
 use std::sync::{Arc, Weak};
 
+use poot_executor::Backend;
 use poot_executor::{Coordinator, Device, DeviceError, Engine, GroupAbort, RankExecutor};
-use poot_graph_plan::Backend;
 
 use crate::device::{PtxConfig, PtxDevice};
 use crate::nccl::{NcclComm, nccl};

@@ -14,7 +14,7 @@
 //! the driver library or NVRTC is missing.
 //!
 //! A failed kernel check (`Stmt::Fault`) records its code in the fault buffer (the renderer's
-//! layout, `poot_graph_plan::kernel::render::fault`) and traps. The device keeps that buffer in
+//! layout, `poot_kernel::render::fault`) and traps. The device keeps that buffer in
 //! host-mapped pinned memory and passes it to every kernel that can fault, so the code of the
 //! check is read after the trap without touching the dead context and reported in
 //! [`DeviceError::KernelFault`](poot_executor::DeviceError).

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use cudarc::cublaslt::sys as lt;
 use cudarc::driver::sys::{self, CUdeviceptr};
 use poot_executor::{Command, Contraction, DeviceError};
+use poot_executor::{HalfType, LibraryOperands, WeightWords};
 use poot_formats::BlockFormat;
-use poot_graph_plan::{HalfType, LibraryOperands, WeightWords};
 
 use crate::buffer::Allocation;
 use crate::context::cu;
@@ -874,7 +874,7 @@ int main(int argc, char** argv) {{
             seed ^= seed << 5;
             seed
         };
-        for b in poot_graph_plan::LIBRARY_DECODED_BLOCKS {
+        for b in poot_executor::LIBRARY_DECODED_BLOCKS {
             let entry = decoder_entry(b).unwrap();
             let source = dir.join(format!("{entry}.c"));
             let binary = dir.join(entry);

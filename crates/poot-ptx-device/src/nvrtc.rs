@@ -167,11 +167,11 @@ pub(crate) fn compile(source: &str, options: &[String]) -> Result<String, NvrtcF
 mod tests {
     use super::*;
     use crate::cache::plausible_ptx;
-    use poot_graph_plan::kernel::build::{
+    use poot_kernel::build::{
         KernelBuilder, f32c, group_count_x, group_id, load, local_id, lt, u32c, un,
     };
-    use poot_graph_plan::kernel::render::{entry_name, render_cuda};
-    use poot_graph_plan::kernel::{Access, Kernel, Ty, UnOp, Word};
+    use poot_kernel::render::{entry_name, render_cuda};
+    use poot_kernel::{Access, Kernel, Ty, UnOp, Word};
 
     /// NVRTC runs without a GPU: these tests compile for real where the library is found
     /// (`LD_LIBRARY_PATH`), and report a skip elsewhere.

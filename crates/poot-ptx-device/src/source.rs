@@ -1,7 +1,7 @@
-//! The CUDA source of a kernel description, from the planner's CUDA renderer.
+//! The CUDA source of a kernel description, from `poot-kernel`'s CUDA renderer.
 
-use poot_graph_plan::kernel::Kernel;
-use poot_graph_plan::kernel::render::{can_fault, entry_name, render_cuda};
+use poot_kernel::Kernel;
+use poot_kernel::render::{can_fault, entry_name, render_cuda};
 
 /// A kernel's CUDA C source and what a launch of it needs to know.
 pub(crate) struct CudaSource {

@@ -6,8 +6,8 @@
 #![allow(clippy::unwrap_used)]
 
 use poot_executor::{Command, Device, DeviceError, Executor, Launch};
-use poot_graph_plan::kernel::build::{KernelBuilder, group_id, load, local_id, lt, u32c};
-use poot_graph_plan::kernel::ir::{Access, Kernel, Ty, Word};
+use poot_kernel::build::{KernelBuilder, group_id, load, local_id, lt, u32c};
+use poot_kernel::ir::{Access, Kernel, Ty, Word};
 use poot_ptx_device::{PtxConfig, PtxDevice, open_group, open_group_devices};
 
 /// The largest group this machine has (up to 4 devices), or `None` after a SKIP line.
@@ -37,7 +37,7 @@ fn doubling(n: u32) -> Kernel {
         k.store(
             y,
             i.clone(),
-            load(x, i.clone()) * poot_graph_plan::kernel::build::f32c(2.0),
+            load(x, i.clone()) * poot_kernel::build::f32c(2.0),
         )
     });
     k.finish()
@@ -198,7 +198,7 @@ fn a_groups_broadcast_copies_the_roots_words_eagerly_and_replayed() {
 fn the_test_kernel_renders() {
     let k = doubling(1000);
     k.validate().unwrap();
-    poot_graph_plan::kernel::render::render_cuda(&k).unwrap();
+    poot_kernel::render::render_cuda(&k).unwrap();
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use poot_executor::{Device, DeviceError, DeviceLimits, Launch};
-use poot_graph_plan::kernel::Kernel;
+use poot_kernel::Kernel;
 
 use crate::adapter;
 use crate::buffer::{STORAGE_USAGE, WORD_BYTES, WgpuBuffer, alloc_bytes, word_span};

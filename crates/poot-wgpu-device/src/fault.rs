@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use poot_graph_plan::kernel::render::{FAULT_CODE_WORD, FAULT_FLAG_WORD, FAULT_WORDS};
+use poot_kernel::render::{FAULT_CODE_WORD, FAULT_FLAG_WORD, FAULT_WORDS};
 
 use crate::buffer::{STORAGE_USAGE, WORD_BYTES};
 

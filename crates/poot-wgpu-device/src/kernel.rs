@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use poot_executor::DeviceError;
-use poot_graph_plan::kernel::Access;
+use poot_kernel::Access;
 
 /// A WGSL compute shader and the bindings it declares: what the WGSL renderer produces for a
 /// kernel description, or a hand-written kernel.

@@ -5,7 +5,7 @@
 //! measures it when it opens.
 
 use poot_executor::{Device, DeviceError, Launch};
-use poot_graph_plan::kernel::Access;
+use poot_kernel::Access;
 
 use crate::device::WgpuDevice;
 use crate::kernel::WgslShader;

@@ -1,9 +1,9 @@
-//! From a kernel description to a WGSL shader this device compiles, through the planner's WGSL
-//! renderer.
+//! From a kernel description to a WGSL shader this device compiles, through `poot-kernel`'s
+//! WGSL renderer.
 
 use poot_executor::DeviceError;
-use poot_graph_plan::kernel::Kernel;
-use poot_graph_plan::kernel::render::{WgslKernel, render_wgsl};
+use poot_kernel::Kernel;
+use poot_kernel::render::{WgslKernel, render_wgsl};
 
 use crate::kernel::WgslShader;
 
@@ -11,7 +11,7 @@ use crate::kernel::WgslShader;
 pub(crate) struct Rendered {
     name: String,
     wgsl: WgslKernel,
-    params: Vec<poot_graph_plan::kernel::Access>,
+    params: Vec<poot_kernel::Access>,
 }
 
 impl Rendered {

@@ -1,14 +1,14 @@
-//! WgpuDevice on kernel descriptions: kernels written with `KernelBuilder`, rendered by the
-//! planner's WGSL renderer and compiled by `Device::compile`, checked bit for bit against CPU
+//! WgpuDevice on kernel descriptions: kernels written with `KernelBuilder`, rendered by
+//! `poot-kernel`'s WGSL renderer and compiled by `Device::compile`, checked bit for bit against CPU
 //! loops. Without a Vulkan adapter each test prints `SKIP: no Vulkan adapter` and returns.
 
 use half::{bf16, f16};
 use poot_executor::{Device, DeviceError, Launch};
-use poot_graph_plan::kernel::build::{
+use poot_kernel::build::{
     KernelBuilder, group_count_x, group_id, load, load_byte, load_half, load_shared, local_id, lt,
     u32c,
 };
-use poot_graph_plan::kernel::{Access, Half, Kernel, Ty, UnOp, Word};
+use poot_kernel::{Access, Half, Kernel, Ty, UnOp, Word};
 use poot_wgpu_device::{WgpuBuffer, WgpuDevice, WgpuOptions};
 
 fn open() -> Option<WgpuDevice> {
@@ -45,7 +45,7 @@ fn read_words(d: &mut WgpuDevice, b: &WgpuBuffer, n: usize) -> Result<Vec<u32>, 
 fn grid_stride(
     b: &mut KernelBuilder,
     n: u32,
-    body: impl FnOnce(&mut KernelBuilder, poot_graph_plan::kernel::Expr),
+    body: impl FnOnce(&mut KernelBuilder, poot_kernel::Expr),
 ) {
     let wg = b.workgroup();
     let start = group_id(0) * u32c(wg) + local_id();
@@ -59,7 +59,7 @@ fn axpy(n: u32) -> Kernel {
     let x = b.param("b", Word::F32, Access::Read);
     let out = b.param("out", Word::F32, Access::ReadWrite);
     grid_stride(&mut b, n, |b, i| {
-        let v = load(a, i.clone()) * poot_graph_plan::kernel::Expr::F32(2.0) + load(x, i.clone());
+        let v = load(a, i.clone()) * poot_kernel::Expr::F32(2.0) + load(x, i.clone());
         b.store(out, i, v);
     });
     b.finish()
@@ -150,7 +150,7 @@ fn shared_memory_reduction_with_barriers() {
     let i = b.let_(Ty::U32, group_id(0) * u32c(wg) + local_id());
     let v = b.var(Ty::U32, u32c(0));
     b.if_(lt(i.clone(), u32c(n)), |b| b.set(v, load(x, i.clone())));
-    b.store_shared(s, local_id(), poot_graph_plan::kernel::Expr::Var(v));
+    b.store_shared(s, local_id(), poot_kernel::Expr::Var(v));
     b.barrier();
     let mut stride = wg / 2;
     while stride > 0 {
@@ -161,10 +161,9 @@ fn shared_memory_reduction_with_barriers() {
         b.barrier();
         stride /= 2;
     }
-    b.if_(
-        poot_graph_plan::kernel::build::eq(local_id(), u32c(0)),
-        |b| b.store(sums, group_id(0), load_shared(s, u32c(0))),
-    );
+    b.if_(poot_kernel::build::eq(local_id(), u32c(0)), |b| {
+        b.store(sums, group_id(0), load_shared(s, u32c(0)))
+    });
     let k = d.compile(&b.finish()).expect("compile");
     let xs: Vec<u32> = (0..n).map(|i| i.wrapping_mul(2654435761) >> 8).collect();
     let bx = upload(&mut d, &words(xs.iter().copied()));
@@ -264,11 +263,8 @@ fn rendered_fault_comes_back_with_kernel_and_code() {
     let out = b.param("out", Word::F32, Access::ReadWrite);
     grid_stride(&mut b, n, |b, i| {
         let v = b.let_(Ty::F32, load(x, i.clone()));
-        b.if_(
-            lt(v.clone(), poot_graph_plan::kernel::Expr::F32(0.0)),
-            |b| b.fault(42),
-        );
-        b.store(out, i, poot_graph_plan::kernel::build::un(UnOp::Sqrt, v));
+        b.if_(lt(v.clone(), poot_kernel::Expr::F32(0.0)), |b| b.fault(42));
+        b.store(out, i, poot_kernel::build::un(UnOp::Sqrt, v));
     });
     let checked = d.compile(&b.finish()).expect("compile");
     assert!(checked.can_fault());
@@ -321,7 +317,7 @@ fn renderer_rejects_are_compile_errors() {
     let Some(mut d) = open() else { return };
     let mut b = KernelBuilder::new("bad_store", 8);
     let x = b.param("x", Word::F32, Access::Read);
-    b.store(x, u32c(0), poot_graph_plan::kernel::Expr::F32(1.0));
+    b.store(x, u32c(0), poot_kernel::Expr::F32(1.0));
     assert!(
         matches!(d.compile(&b.finish()), Err(DeviceError::Compile { kernel, .. }) if kernel == "bad_store")
     );

@@ -4,10 +4,11 @@
 
 #![allow(clippy::unwrap_used)]
 
-use poot_executor::{ConstBytes, ConstSource, Device, Engine, ExecError, Executor};
+use poot_executor::{
+    Backend, ConstBytes, ConstSource, Device, Engine, ExecError, Executor, PlanError,
+};
 use poot_graph_ir::ops;
 use poot_graph_ir::{Builder, DType, Outputs, Slot, TensorType, TraceLimits};
-use poot_graph_plan::{Backend, PlanError};
 use poot_wgpu_device::{WgpuDevice, WgpuOptions};
 
 /// One f32 weight `w [16, 128]` (8 KiB).

@@ -12,12 +12,10 @@ use std::sync::Arc;
 
 use poot_eval::{EvalOptions, HostTensor, Inputs, eval};
 use poot_executor::{
-    ConstBytes, ConstSource, Device, DeviceError, Engine, EntryId, ExecError, ExecutableId,
-    Executor, StepInputs, StepOutputs,
+    Backend, ConstBytes, ConstSource, Device, DeviceError, Engine, EntryId, ExecError,
+    ExecutableId, Executor, StepInputs, StepOutputs, fault,
 };
 use poot_graph_ir::{Graph, Slot, TraceLimits};
-use poot_graph_plan::Backend;
-use poot_graph_plan::lower::fault;
 use poot_load::{Checkpoint, LoadOptions};
 use poot_models::test_support::family_fixtures::FIXTURES;
 use poot_models::weights::ConstData;

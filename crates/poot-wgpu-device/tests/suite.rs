@@ -2,8 +2,7 @@
 //! generic engine, and compared with the CPU oracle (lavapipe in CI).
 
 use poot_executor::suite;
-use poot_executor::{Device, Engine, Executor};
-use poot_graph_plan::Backend;
+use poot_executor::{Backend, Device, Engine, Executor};
 use poot_wgpu_device::{WgpuDevice, WgpuOptions};
 
 #[test]

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use poot_executor::{Device, DeviceError, Launch};
-use poot_graph_plan::kernel::Access;
+use poot_kernel::Access;
 use poot_wgpu_device::{WgpuDevice, WgpuKernel, WgpuOptions, WgslShader};
 
 fn open() -> Option<WgpuDevice> {

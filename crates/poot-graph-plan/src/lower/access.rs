@@ -10,11 +10,11 @@ use super::components::{self, ComponentParams};
 use super::context::KernelCtx;
 use super::dequant::{self, FormatTables};
 use super::{Lowering, fault};
-use crate::kernel::build::{
+use crate::refusal::PlanError;
+use poot_kernel::build::{
     bin, cast, cmp, eq, ge, load, load_byte, load_half, lt, min, select, u32c, un,
 };
-use crate::kernel::{BinOp, CmpOp, Expr, Half, Ty, UnOp, Word};
-use crate::refusal::PlanError;
+use poot_kernel::{BinOp, CmpOp, Expr, Half, Ty, UnOp, Word};
 
 /// The kernel type a graph dtype computes in (f16/bf16 values are held as rounded f32).
 pub fn kty(d: DType) -> Ty {

@@ -40,11 +40,11 @@ use super::attention_decode::DecodeLayout;
 use super::context::{KernelCtx, LBuf};
 use super::emit::row_threads;
 use super::{Lowering, PlanError};
-use crate::kernel::build::{
+use crate::plan::BufferRole;
+use poot_kernel::build::{
     cmp, eq, load, load_shared, local_id, lt, max, min, mul_add, select, u32c, un,
 };
-use crate::kernel::{BinOp, CmpOp, Expr, ParamId, SharedId, Ty, UnOp, Var, Word};
-use crate::plan::BufferRole;
+use poot_kernel::{BinOp, CmpOp, Expr, ParamId, SharedId, Ty, UnOp, Var, Word};
 
 /// Cache positions one partition walks when the rows alone do not fill the device.
 const PARTITION_POSITIONS: usize = 64;
@@ -320,7 +320,7 @@ pub(super) fn rescale(cx: &mut KernelCtx, m: Var, m_new: &Expr) -> (Expr, Expr) 
 }
 
 pub(super) fn and(a: Expr, b: Expr) -> Expr {
-    crate::kernel::build::bin(BinOp::And, a, b)
+    poot_kernel::build::bin(BinOp::And, a, b)
 }
 
 impl Lowering<'_> {
@@ -463,11 +463,8 @@ impl Lowering<'_> {
             for (j, &acc) in accs.iter().enumerate() {
                 let dj = cx.kb.let_(Ty::U32, local_id() + u32c(j as u32 * wg));
                 cx.kb.begin_if(lt(dj.clone(), u32c(dv as u32)));
-                let o = crate::kernel::build::bin(
-                    BinOp::Add,
-                    row.clone() * u32c(dv as u32),
-                    dj.clone(),
-                );
+                let o =
+                    poot_kernel::build::bin(BinOp::Add, row.clone() * u32c(dv as u32), dj.clone());
                 cx.kb.begin_if(eq(Expr::Var(m), neg_inf()));
                 let mean = self.mean_of_values(&mut cx, a, bht, dj, s_len)?;
                 cx.kb.store(outp, o.clone(), mean);

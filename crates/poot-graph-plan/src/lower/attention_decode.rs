@@ -41,8 +41,8 @@ use super::attention::{Attention, MAX_PARTITIONS, and, at_s, exp, neg_inf, resca
 use super::context::KernelCtx;
 use super::emit::pairwise;
 use super::{Lowering, PlanError};
-use crate::kernel::build::{cmp, eq, load_shared, local_id, lt, max, min, mul_add, select, u32c};
-use crate::kernel::{BinOp, CmpOp, Expr, Ty, Var, Word};
+use poot_kernel::build::{cmp, eq, load_shared, local_id, lt, max, min, mul_add, select, u32c};
+use poot_kernel::{BinOp, CmpOp, Expr, Ty, Var, Word};
 
 /// Lanes of a team at most: one warp, the widest a subgroup shuffle sums.
 const MAX_LANES: u32 = 32;
@@ -142,7 +142,7 @@ fn any(conds: &[Expr]) -> Expr {
     conds
         .iter()
         .cloned()
-        .reduce(|a, b| crate::kernel::build::bin(BinOp::Or, a, b))
+        .reduce(|a, b| poot_kernel::build::bin(BinOp::Or, a, b))
         .unwrap_or(Expr::Bool(false))
 }
 

@@ -18,8 +18,8 @@
 use super::attention::{Attention, MAX_PARTITIONS, at_s, exp, neg_inf, rescale};
 use super::context::KernelCtx;
 use super::{Lowering, PlanError};
-use crate::kernel::build::{cmp, load_shared, lt, max, mul_add, select, u32c};
-use crate::kernel::{CmpOp, Expr, Ty, Word};
+use poot_kernel::build::{cmp, load_shared, lt, max, mul_add, select, u32c};
+use poot_kernel::{CmpOp, Expr, Ty, Word};
 
 /// Positions of one block (a partition takes whole blocks).
 const BLOCK: usize = 64;

@@ -22,10 +22,10 @@ use super::access::unflatten;
 use super::attention::{Attention, and, exp, neg_inf, rescale};
 use super::context::KernelCtx;
 use super::{Lowering, PlanError};
-use crate::kernel::build::{
+use poot_kernel::build::{
     bin, cmp, eq, load_shared, local_id, lt, max, min, mul_add, select, u32c,
 };
-use crate::kernel::{BinOp, CmpOp, Expr, SharedId, Ty, Var, Word};
+use poot_kernel::{BinOp, CmpOp, Expr, SharedId, Ty, Var, Word};
 
 /// Query rows a workgroup computes.
 const QUERIES: u32 = 16;

@@ -20,10 +20,10 @@ use poot_formats::{
 };
 use poot_graph_ir::ComponentFormat;
 
-use crate::kernel::build::{
+use poot_kernel::build::{
     KernelBuilder, cast, eq, ge, load, load_byte, load_half, min, select, u32c, un,
 };
-use crate::kernel::ir::{Access, BinOp, Expr, Half, ParamId, Ty, UnOp, Word};
+use poot_kernel::ir::{Access, BinOp, Expr, Half, ParamId, Ty, UnOp, Word};
 
 /// The fault a GPTQ `g_idx` entry naming a group past the checkpoint's scales raises.
 pub const GROUP_INDEX_FAULT: u32 = crate::lower::fault::GROUP_INDEX;
@@ -274,7 +274,7 @@ fn e4m3(byte: Expr) -> Expr {
             cast(Ty::F32, man.clone()) * Expr::F32(1.0 / 512.0),
         );
     let nan = sign | u32c(0x7fc0_0000);
-    let is_nan = crate::kernel::build::bin(BinOp::And, eq(exp.clone(), u32c(15)), eq(man, u32c(7)));
+    let is_nan = poot_kernel::build::bin(BinOp::And, eq(exp.clone(), u32c(15)), eq(man, u32c(7)));
     un(
         UnOp::BitsToF32,
         select(eq(exp, u32c(0)), subnormal, select(is_nan, nan, normal)),
@@ -311,7 +311,7 @@ mod tests {
     use poot_formats::AWQ_NIBBLE_OF_ROW;
 
     use super::*;
-    use crate::kernel::expr_eval::Env;
+    use poot_kernel::expr_eval::Env;
 
     #[test]
     fn the_awq_nibble_is_the_format_table() {

@@ -2,8 +2,8 @@
 
 use poot_graph_ir::ValueId;
 
-use crate::kernel::build::{KernelBuilder, Mark};
-use crate::kernel::{Access, Builtin, Expr, Kernel, ParamId, SharedId, Ty, Word};
+use poot_kernel::build::{KernelBuilder, Mark};
+use poot_kernel::{Access, Builtin, Expr, Kernel, ParamId, SharedId, Ty, Word};
 
 /// A buffer of the plan before physical assignment: inputs keep theirs, intermediates are
 /// packed into reused scratch buffers afterwards.
@@ -189,7 +189,7 @@ impl KernelCtx {
                 .zip(idx)
                 .zip(&at.dims)
                 .all(|((a, b), &d)| d == 1 || a == b);
-        same_row.then(|| crate::kernel::build::load_shared(arr, at.offset.clone()))
+        same_row.then(|| poot_kernel::build::load_shared(arr, at.offset.clone()))
     }
 
     /// Bytes of workgroup-shared memory the kernel declares so far.

@@ -19,10 +19,10 @@
 
 use poot_formats::{BlockFormat, codebooks};
 
-use crate::kernel::build::{
+use poot_kernel::build::{
     KernelBuilder, cast, eq, load, load_byte, load_half, lt, select, u32c, un,
 };
-use crate::kernel::ir::{Access, Expr, Half, ParamId, Ty, UnOp, Word};
+use poot_kernel::ir::{Access, Expr, Half, ParamId, Ty, UnOp, Word};
 
 /// A constant table some block formats decode through, bound as a read-only u32-word parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -29,10 +29,10 @@ use std::collections::HashMap;
 use poot_formats::BlockFormat;
 
 use super::dequant::{DequantError, FormatTable, FormatTables, decode_in_block};
-use crate::kernel::build::{
+use poot_kernel::build::{
     KernelBuilder, cast, cmp, load, load_half, min, mul_add, select, u32c, un,
 };
-use crate::kernel::ir::{CmpOp, Expr, Half, ParamId, Ty, UnOp};
+use poot_kernel::ir::{CmpOp, Expr, Half, ParamId, Ty, UnOp};
 
 /// Elements every unit of a word-decoded format holds, but Q4_K's and Q6_K's 32.
 const UNIT_ELEMS: u32 = 16;

@@ -8,12 +8,12 @@ use super::access::{device_word, flatten, kty, to_word, unflatten};
 use super::classify::Placement;
 use super::context::{KernelCtx, LBuf};
 use super::{Lowering, fault, split};
-use crate::kernel::build::{bin, cmp, shuffle_xor};
-use crate::kernel::build::{
+use crate::refusal::PlanError;
+use poot_kernel::build::{bin, cmp, shuffle_xor};
+use poot_kernel::build::{
     eq, group_count_x, group_id, load, load_shared, local_id, lt, select, u32c, un,
 };
-use crate::kernel::{BinOp, CmpOp, Expr, ParamId, SharedId, Ty, UnOp, Word};
-use crate::refusal::PlanError;
+use poot_kernel::{BinOp, CmpOp, Expr, ParamId, SharedId, Ty, UnOp, Word};
 
 /// How a tree reduction merges two threads' partial values (one expression per shared array).
 type Combine<'a> = dyn Fn(&[Expr], &[Expr]) -> Vec<Expr> + 'a;
@@ -206,8 +206,8 @@ impl Lowering<'_> {
         &self,
         cx: &mut KernelCtx,
         sv: SharedId,
-        acc: crate::kernel::Var,
-        outp: crate::kernel::ParamId,
+        acc: poot_kernel::Var,
+        outp: poot_kernel::ParamId,
         o: Expr,
     ) {
         cx.kb.store_shared(sv, local_id(), Expr::Var(acc));
@@ -331,7 +331,7 @@ impl Lowering<'_> {
                 cx.kb.store(
                     outp,
                     row,
-                    crate::kernel::build::cast(Ty::I32, load_shared(si, u32c(0))),
+                    poot_kernel::build::cast(Ty::I32, load_shared(si, u32c(0))),
                 );
                 cx.kb.end();
             }
@@ -350,7 +350,7 @@ impl Lowering<'_> {
         cx: &mut KernelCtx,
         reduce: Option<ReduceOp>,
         ty: Ty,
-        acc: (crate::kernel::Var, crate::kernel::Var),
+        acc: (poot_kernel::Var, poot_kernel::Var),
         item: &[Expr],
     ) {
         match reduce {
@@ -588,7 +588,7 @@ impl Lowering<'_> {
             &mut |cx, j, _, index| {
                 let at = row.clone() * u32c(k as u32) + j;
                 cx.kb
-                    .store(outp, at, crate::kernel::build::cast(Ty::I32, index));
+                    .store(outp, at, poot_kernel::build::cast(Ty::I32, index));
             },
         )?;
         cx.close_prologue();
@@ -694,7 +694,7 @@ pub(super) fn pairwise(mut terms: Vec<Expr>) -> Expr {
 pub(super) fn to_bits(ty: Ty, x: Expr) -> Expr {
     match ty {
         Ty::F32 => un(UnOp::BitsToU32, x),
-        Ty::I32 => crate::kernel::build::cast(Ty::U32, x),
+        Ty::I32 => poot_kernel::build::cast(Ty::U32, x),
         Ty::U32 => x,
         Ty::Bool => select(x, u32c(1), u32c(0)),
     }
@@ -704,7 +704,7 @@ pub(super) fn to_bits(ty: Ty, x: Expr) -> Expr {
 pub(super) fn from_bits(ty: Ty, w: Expr) -> Expr {
     match ty {
         Ty::F32 => un(UnOp::BitsToF32, w),
-        Ty::I32 => crate::kernel::build::cast(Ty::I32, w),
+        Ty::I32 => poot_kernel::build::cast(Ty::I32, w),
         Ty::U32 => w,
         Ty::Bool => cmp(CmpOp::Ne, w, u32c(0)),
     }

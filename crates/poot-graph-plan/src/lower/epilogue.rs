@@ -16,8 +16,8 @@ use super::classify::Placement;
 use super::context::KernelCtx;
 use super::emit::row_threads;
 use super::{Lowering, PlanError};
-use crate::kernel::build::{eq, load_shared, local_id, u32c};
-use crate::kernel::{Expr, Ty};
+use poot_kernel::build::{eq, load_shared, local_id, u32c};
+use poot_kernel::{Expr, Ty};
 
 /// One contraction an epilogue kernel computes.
 struct Sum {

@@ -45,11 +45,11 @@ use super::classify::{Placement, is_identity_elementwise};
 use super::context::{KernelCtx, LBuf, TileRow};
 use super::emit::{combine, reduce_init};
 use super::{Lowering, PlanError};
-use crate::kernel::build::{bin, eq, load, load_shared, local_id, lt, min, mul_add, u32c, un};
-use crate::kernel::{BinOp, Expr, Half, ParamId, SharedId, Ty, UnOp, Var, Word};
 use crate::plan::BufferRole;
 use crate::precision::half_operand;
 use crate::target::MatrixUnits;
+use poot_kernel::build::{bin, eq, load, load_shared, local_id, lt, min, mul_add, u32c, un};
+use poot_kernel::{BinOp, Expr, Half, ParamId, SharedId, Ty, UnOp, Var, Word};
 
 /// Contraction elements staged per step.
 const TK: u32 = 16;
@@ -1247,8 +1247,8 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::kernel::expr_eval::{Env, Value};
-    use crate::kernel::{Builtin, Stmt};
+    use poot_kernel::expr_eval::{Env, Value};
+    use poot_kernel::{Builtin, Stmt};
 
     /// One warp's half-precision step, emulated lane by lane: the statements
     /// [`Lowering::mma_half_step`] emits are evaluated for each of the 32 lanes, the operands of

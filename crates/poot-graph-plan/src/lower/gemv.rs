@@ -51,10 +51,10 @@ use super::dequant::{self, FormatTables};
 use super::dequant_unit::{self, Group, PairFormat, Unit};
 use super::emit::pairwise;
 use super::{Lowering, PlanError};
-use crate::kernel::build::{
+use poot_kernel::build::{
     eq, group_count_x, group_id, load, load_half, load_shared, local_id, lt, mul_add, u32c, un,
 };
-use crate::kernel::{Expr, Half, ParamId, SharedId, Ty, UnOp, Var, Word};
+use poot_kernel::{Expr, Half, ParamId, SharedId, Ty, UnOp, Var, Word};
 
 /// Partial sums a lane keeps (rows times columns of its team) before a team's columns are cut
 /// down; the row count itself is capped by [`Tuning::gemv_rows`](crate::Tuning::gemv_rows).

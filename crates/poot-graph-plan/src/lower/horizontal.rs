@@ -18,8 +18,8 @@ use super::classify::Placement;
 use super::context::KernelCtx;
 use super::emit::row_threads;
 use super::{Lowering, PlanError};
-use crate::kernel::build::{eq, load_shared, local_id, lt, u32c};
-use crate::kernel::{Expr, Ty, Word};
+use poot_kernel::build::{eq, load_shared, local_id, lt, u32c};
+use poot_kernel::{Expr, Ty, Word};
 
 /// Cache writes this many equations apart at most are considered for one kernel.
 const UPDATE_WINDOW: usize = 64;

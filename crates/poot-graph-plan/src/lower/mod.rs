@@ -35,10 +35,10 @@ use poot_graph_ir::{
 use self::classify::{Classification, Placement, classify};
 use self::context::{KernelCtx, LBuf};
 use self::dequant::FormatTable;
-use crate::kernel::Kernel;
 use crate::plan::{BufferRole, CollectiveOp, DeviceWords, HostValue, LibraryOperands, Plan};
 use crate::refusal::PlanError;
 use crate::target::Target;
+use poot_kernel::Kernel;
 
 pub use self::access::{convert, kty};
 pub use self::classify::is_elementwise_like;

@@ -16,8 +16,8 @@ use super::classify::Placement;
 use super::context::KernelCtx;
 use super::emit::{combine, reduce_init};
 use super::{Lowering, PlanError};
-use crate::kernel::Expr;
-use crate::kernel::build::{load_shared, local_id, u32c};
+use poot_kernel::Expr;
+use poot_kernel::build::{load_shared, local_id, u32c};
 
 impl Lowering<'_> {
     /// Row reduction `v` at `idx`: from a tiled kernel's table when `idx` is the tile row being

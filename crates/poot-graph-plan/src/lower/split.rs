@@ -26,9 +26,9 @@ use super::classify::Placement;
 use super::context::KernelCtx;
 use super::emit::{Candidates, NONE, from_bits, lowest, merge, reduce_init, row_threads, to_bits};
 use super::{Lowering, PlanError};
-use crate::kernel::build::{cast, eq, load, load_shared, local_id, min, u32c};
-use crate::kernel::{Expr, SharedId, Ty, Var, Word};
 use crate::plan::BufferRole;
+use poot_kernel::build::{cast, eq, load, load_shared, local_id, min, u32c};
+use poot_kernel::{Expr, SharedId, Ty, Var, Word};
 
 /// Rows at least this long are split: longer than any model's hidden size (the largest dense
 /// models use 16384), no longer than the shortest vocabularies (32000).

@@ -3,8 +3,8 @@
 
 #![allow(clippy::unwrap_used, dead_code)]
 
-use poot_graph_plan::kernel::ir::Access;
 use poot_graph_plan::{BufferId, Plan};
+use poot_kernel::ir::Access;
 use poot_load::LoadOptions;
 use poot_models::{Model, Registry};
 

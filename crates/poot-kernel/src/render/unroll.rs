@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use crate::kernel::ir::{BinOp, Builtin, Expr, Kernel, Stmt, Var};
+use crate::ir::{BinOp, Builtin, Expr, Kernel, Stmt, Var};
 
 /// Iterations a written-out loop may have.
 pub(crate) const MAX_TRIPS: u64 = 16;
@@ -49,7 +49,7 @@ impl Ranges {
         match e {
             Expr::I32(c) => Some((i64::from(*c), i64::from(*c))),
             Expr::Var(v) => self.signed.get(v).copied(),
-            Expr::Cast(crate::kernel::ir::Ty::I32, x) => {
+            Expr::Cast(crate::ir::Ty::I32, x) => {
                 let (lo, hi) = self.of(k, x)?;
                 fits((i64::try_from(lo).ok()?, i64::try_from(hi).ok()?))
             }
@@ -243,7 +243,7 @@ fn has_barrier(body: &[Stmt]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::build::{local_id, u32c};
+    use crate::build::{local_id, u32c};
 
     fn kernel(workgroup: u32) -> Kernel {
         Kernel {
@@ -310,8 +310,8 @@ mod tests {
     fn signed_ranges_follow_the_block_formats_small_integers() {
         let k = kernel(64);
         let r = Ranges::default();
-        let word = crate::kernel::build::load(crate::kernel::ParamId(0), u32c(0));
-        let i32_of = |e: Expr| crate::kernel::build::cast(crate::kernel::ir::Ty::I32, e);
+        let word = crate::build::load(crate::ParamId(0), u32c(0));
+        let i32_of = |e: Expr| crate::build::cast(crate::ir::Ty::I32, e);
         // Q4_0: a nibble less 8.
         let q4 = i32_of((word.clone() >> u32c(4)) & u32c(15)) - Expr::I32(8);
         assert_eq!(r.signed_of(&k, &q4), Some((-8, 7)));
@@ -358,7 +358,7 @@ mod tests {
         assert_eq!(r.of(&k, &(u32c(u32::MAX) + local_id())), None);
         assert_eq!(r.of(&k, &(local_id() % u32c(8))), Some((0, 7)));
         // A loaded word is unknown, but masked or shifted it is bounded.
-        let word = crate::kernel::build::load(crate::kernel::ParamId(0), u32c(0));
+        let word = crate::build::load(crate::ParamId(0), u32c(0));
         assert_eq!(r.of(&k, &word), None);
         assert_eq!(
             r.of(&k, &((word.clone() >> u32c(4)) & u32c(15))),

@@ -10,7 +10,7 @@
 use std::fmt::Write;
 
 use super::RenderError;
-use crate::kernel::ir::{Kernel, KernelError, ParamId, SharedId, Var};
+use crate::ir::{Kernel, KernelError, ParamId, SharedId, Var};
 
 /// The most characters of a description's name kept in an identifier.
 const MAX_NAME_CHARS: usize = 48;

@@ -555,7 +555,7 @@ fn erf(x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::build::{cast, load, load_byte, load_half, select, u32c, un};
+    use crate::build::{cast, load, load_byte, load_half, select, u32c, un};
 
     const P: ParamId = ParamId(0);
 
@@ -650,15 +650,11 @@ mod tests {
         assert_eq!(env.eval(&(u32c(0) - u32c(1))), Ok(Value::U32(u32::MAX)));
         let nan = Expr::F32(f32::NAN);
         assert_eq!(
-            env.eval(&crate::kernel::build::cmp(
-                CmpOp::Ne,
-                nan.clone(),
-                nan.clone()
-            )),
+            env.eval(&crate::build::cmp(CmpOp::Ne, nan.clone(), nan.clone())),
             Ok(Value::Bool(true))
         );
         assert_eq!(
-            env.eval(&crate::kernel::build::lt(nan.clone(), Expr::F32(1.0))),
+            env.eval(&crate::build::lt(nan.clone(), Expr::F32(1.0))),
             Ok(Value::Bool(false))
         );
         assert_eq!(

@@ -27,7 +27,7 @@
 //! with 500 and one with 999, synchronize returned `CUDA_ERROR_LAUNCH_FAILED` and the words
 //! read `[500, 1]` from the host; later calls on the context fail with the same error).
 
-use crate::kernel::ir::{Kernel, Stmt};
+use crate::ir::{Kernel, Stmt};
 
 /// Words in the fault buffer.
 pub const FAULT_WORDS: u32 = 2;

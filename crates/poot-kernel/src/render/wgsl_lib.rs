@@ -460,7 +460,7 @@ fn poot_tanh(x: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::WgslLib;
-    use crate::kernel::render::cuda_lib::CudaLib;
+    use crate::render::cuda_lib::CudaLib;
 
     /// The hexadecimal constants of a helper's source, in order, without suffixes.
     fn hex_constants(src: &str) -> Vec<String> {

@@ -1,11 +1,9 @@
 //! The exact CUDA and WGSL text of one small kernel, so any change to the renderers' output
 //! shows up in review (and in the PTX cache, which keys on this text).
 
-use poot_graph_plan::kernel::build::{
-    KernelBuilder, f32c, group_id, load, load_half, local_id, lt, max, u32c,
-};
-use poot_graph_plan::kernel::render::{RenderError, render_cuda, render_wgsl};
-use poot_graph_plan::kernel::{Access, Expr, Half, Kernel, Ty, Word};
+use poot_kernel::build::{KernelBuilder, f32c, group_id, load, load_half, local_id, lt, max, u32c};
+use poot_kernel::render::{RenderError, render_cuda, render_wgsl};
+use poot_kernel::{Access, Expr, Half, Kernel, Ty, Word};
 
 /// `y[i] = max(bf16(x[i]) * 0.1, 0)` for `i < n`; faults with code 9 past the buffer's end.
 fn golden_kernel() -> Kernel {

@@ -2,9 +2,13 @@
 //!
 //! [`render_cuda`] writes CUDA C for NVRTC (PTX targets); [`render_wgsl`] writes WGSL for wgpu
 //! and, through naga, SPIR-V for raw Vulkan; [`render_host_c`] writes C for the host CPU from
-//! the CUDA rendering's statements, each workgroup's threads as loops split at barriers. Both renderings of one [`Kernel`] compute the same
-//! values; where a language's built-in operation differs from the description's meaning, the
-//! renderer emits a small helper function (named `poot_*`) that pins it down. The output is a
+//! the CUDA rendering's statements, each workgroup's threads as loops split at barriers. All
+//! three walk the description once, in one walker (`walk`), each language a dialect that spells
+//! types, literals, declarations, operators and the statements only some targets have; a
+//! renderer adds only its module's frame (bindings or parameters, helpers, the entry point).
+//! Every rendering of one [`Kernel`](crate::Kernel) computes the same values; where a language's built-in
+//! operation differs from the description's meaning, the renderer emits a small helper
+//! function (named `poot_*`) that pins it down. The output is a
 //! pure function of the kernel: the same description always renders to the same bytes, so a
 //! compiled-program cache can key on the source text.
 //!
@@ -74,8 +78,11 @@ pub mod host_c;
 mod literal;
 mod names;
 mod unroll;
+mod walk;
 pub mod wgsl;
 mod wgsl_lib;
+
+use std::collections::BTreeSet;
 
 use super::ir::KernelError;
 
@@ -118,4 +125,15 @@ pub enum RenderError {
         what: &'static str,
         language: &'static str,
     },
+}
+
+/// The helpers `used` names with those each calls (`deps` lists a helper's whole dependencies),
+/// in emission order.
+fn libs_with_deps<L: Copy + Ord>(used: &BTreeSet<L>, deps: fn(L) -> &'static [L]) -> BTreeSet<L> {
+    let mut libs = BTreeSet::new();
+    for &l in used {
+        libs.extend(deps(l));
+        libs.insert(l);
+    }
+    libs
 }

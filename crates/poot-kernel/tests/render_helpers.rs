@@ -4,7 +4,7 @@
 //! like the description's casts) and the IEEE 754-2019 maximum/minimum.
 //!
 //! Each `port_*` function mirrors the WGSL helper of the same name in
-//! `src/kernel/render/wgsl_lib.rs` (the CUDA helpers in `cuda_lib.rs` share the integer
+//! `src/render/wgsl_lib.rs` (the CUDA helpers in `cuda_lib.rs` share the integer
 //! algorithms); WGSL's `select(f, t, c)` is written `if c { t } else { f }`, `fma` as
 //! `mul_add` or as a separate multiply and add (WGSL does not say which it is).
 

@@ -1,9 +1,10 @@
 //! C for the host CPU: one function per kernel that runs a range of workgroups along x, each
 //! workgroup's threads in turn.
 //!
-//! The expressions and statements are the CUDA rendering's ([`super::cuda`]), read through a
-//! prelude that spells CUDA's qualifiers and bit casts in C, with host versions of the few
-//! helpers that use PTX. What differs is the shape:
+//! The expressions and statements are the CUDA dialect's ([`super::cuda`], with `host` set:
+//! built-ins, wide loads and refusals spelled for one core), read through a prelude that
+//! spells CUDA's qualifiers and bit casts in C, with host versions of the few helpers that use
+//! PTX. What differs is the shape:
 //!
 //! - **Threads as loops.** A kernel without barriers is one loop over the workgroup's threads
 //!   (`poot_tid`). A kernel with barriers is split at them into phases, each its own loop over
@@ -23,14 +24,15 @@
 //! the workgroups `gx0..gx1` along x at `gy`, `gz`, and the grid's size along x. Compile with
 //! `-ffp-contract=off` so products and sums round one by one, as the oracle's do.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 
 use super::check::check;
 use super::code::Code;
 use super::cuda::{Cuda, ty};
-use super::unroll::Ranges;
-use super::{RenderError, entry_name, names};
-use crate::kernel::ir::{Access, Expr, Kernel, Stmt, Var};
+use super::cuda_lib::CudaLib;
+use super::walk::Walker;
+use super::{RenderError, entry_name, libs_with_deps, names};
+use crate::ir::{Access, Expr, Kernel, Stmt, Var};
 
 /// What every host kernel reads first: C spellings of the CUDA names the shared rendering
 /// emits.
@@ -49,18 +51,17 @@ static inline unsigned int __float_as_uint(float f) { unsigned int u; memcpy(&u,
 /// Renders `k` as one C translation unit holding its entry function.
 pub fn render_host_c(k: &Kernel) -> Result<String, RenderError> {
     let facts = check(k)?;
-    let mut r = Cuda {
-        k,
-        facts,
-        libs: BTreeSet::new(),
-        ranges: Ranges::default(),
-        host: true,
-        promoted: HashSet::new(),
-    };
     let phased = holds_barrier(&k.body);
-    if phased {
-        r.promoted = across_phases(&k.body);
-    }
+    let host = Cuda {
+        host: true,
+        promoted: if phased {
+            across_phases(&k.body)
+        } else {
+            HashSet::new()
+        },
+        ..Cuda::default()
+    };
+    let mut r = Walker::new(k, facts, host);
     let mut body = Code::at_depth(2);
     for (i, s) in k.shared.iter().enumerate() {
         body.line(format!(
@@ -74,7 +75,7 @@ pub fn render_host_c(k: &Kernel) -> Result<String, RenderError> {
         // Outside the phases, a uniform loop or branch reads as thread 0.
         body.line("const unsigned int poot_tid = 0u;");
         body.line("(void)poot_tid;");
-        let mut promoted: Vec<Var> = r.promoted.iter().copied().collect();
+        let mut promoted: Vec<Var> = r.d.promoted.iter().copied().collect();
         promoted.sort_by_key(|v| v.0);
         for v in promoted {
             body.line(format!(
@@ -89,18 +90,13 @@ pub fn render_host_c(k: &Kernel) -> Result<String, RenderError> {
         thread_loop(&mut r, &mut body, &k.body)?;
     }
 
-    let mut libs = BTreeSet::new();
-    for &l in &r.libs {
-        libs.extend(l.deps());
-        libs.insert(l);
-    }
     let entry = entry_name(k);
     let mut out = Code::at_depth(0);
     out.line(format!(
         "// poot kernel {entry} for the host CPU: rendered from a kernel description, do not edit."
     ));
     out.raw(PRELUDE);
-    for l in libs {
+    for l in libs_with_deps(&r.d.libs, CudaLib::deps) {
         out.line("");
         out.raw(l.host_source());
     }
@@ -130,7 +126,7 @@ pub fn render_host_c(k: &Kernel) -> Result<String, RenderError> {
 }
 
 /// `body` (no barrier inside) as one loop over the workgroup's threads.
-fn thread_loop(r: &mut Cuda<'_>, out: &mut Code, body: &[Stmt]) -> Result<(), RenderError> {
+fn thread_loop(r: &mut Walker<'_, Cuda>, out: &mut Code, body: &[Stmt]) -> Result<(), RenderError> {
     if body.is_empty() {
         return Ok(());
     }
@@ -145,7 +141,7 @@ fn thread_loop(r: &mut Cuda<'_>, out: &mut Code, body: &[Stmt]) -> Result<(), Re
 
 /// `body` split at its barriers: runs of statements without one as thread loops, the uniform
 /// loops and branches that hold one around their own phases.
-fn phases(r: &mut Cuda<'_>, out: &mut Code, body: &[Stmt]) -> Result<(), RenderError> {
+fn phases(r: &mut Walker<'_, Cuda>, out: &mut Code, body: &[Stmt]) -> Result<(), RenderError> {
     let mut run: Vec<Stmt> = Vec::new();
     for s in body {
         if !holds_barrier(std::slice::from_ref(s)) {

@@ -200,7 +200,7 @@ pub enum Expr {
     MulAdd(Box<Expr>, Box<Expr>, Box<Expr>),
     /// `value` (f32, i32 or u32) as the thread whose subgroup lane is this one's xor `mask`
     /// (below the subgroup size) computes it. Every thread of the subgroup evaluates it together;
-    /// only for targets with subgroup shuffles ([`crate::Target::team_shuffles`]).
+    /// only for targets with subgroup shuffles (the planner's `Target::team_shuffles`).
     ShuffleXor {
         value: Box<Expr>,
         mask: u32,
@@ -260,7 +260,7 @@ pub enum Stmt {
     /// Replaces f32 variable `var` in each aligned team of `lanes` consecutive threads (a power of
     /// two, at most the subgroup size) by the team's sum, exchanged in registers. Every thread
     /// of the subgroup reaches it together; only for targets with subgroup shuffles
-    /// ([`crate::Target::team_shuffles`]).
+    /// (the planner's `Target::team_shuffles`).
     TeamSum { var: Var, lanes: u32 },
     /// The warp's 16 x 8 tile of f32 sums plus the product of a 16 x 8 tile of A and an 8 x 8
     /// tile of B, both tf32 (f32 bit patterns with the low 13 bits clear), on the matrix units:
@@ -268,7 +268,7 @@ pub enum Stmt {
     /// the lane % 4, a lane holds the sums `acc` = `C[g][2t], C[g][2t+1], C[g+8][2t],
     /// C[g+8][2t+1]` and passes `a` = `A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]` and `b` =
     /// `B[t][g], B[t+4][g]` (u32). Every thread of the warp reaches it together; only for targets
-    /// with matrix units ([`crate::Target::matrix_units`]).
+    /// with matrix units (the planner's `Target::matrix_units`).
     MmaTf32 {
         acc: [Var; 4],
         a: [Expr; 4],
@@ -283,7 +283,7 @@ pub enum Stmt {
     /// `acc` as in [`Stmt::MmaTf32`] and passes `a` = `A[g][2t], A[g][2t+1], A[g+8][2t],
     /// A[g+8][2t+1], A[g][2t+8], A[g][2t+9], A[g+8][2t+8], A[g+8][2t+9]` and `b` = `B[2t][g],
     /// B[2t+1][g], B[2t+8][g], B[2t+9][g]`. Every thread of the warp reaches it together; only
-    /// for targets with matrix units ([`crate::Target::matrix_units`]).
+    /// for targets with matrix units (the planner's `Target::matrix_units`).
     MmaHalf {
         half: Half,
         acc: [Var; 4],

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use super::RenderError;
-use crate::kernel::ir::{Builtin, Expr, Kernel, Stmt, Var};
+use crate::ir::{Builtin, Expr, Kernel, Stmt, Var};
 
 /// What the renderers need to know about a checked kernel.
 pub(crate) struct Facts {

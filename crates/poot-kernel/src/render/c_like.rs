@@ -1,7 +1,7 @@
 //! Spellings CUDA C and WGSL share: comparison operators, grid axis components.
 
 use super::RenderError;
-use crate::kernel::ir::{CmpOp, Kernel};
+use crate::ir::{CmpOp, Kernel};
 
 /// The component letter of a grid axis (checked to be 0..=2 before rendering).
 pub(crate) fn axis_letter(k: &Kernel, axis: u8) -> Result<char, RenderError> {
