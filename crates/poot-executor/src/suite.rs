@@ -1825,6 +1825,30 @@ fn fusion_cases() -> Vec<Case> {
         cases.push(attention_case(c, name, [q, k, v, mask], options, len));
     }
 
+    // Many sequences decoding together (a batched step): 48 rows of one token, 192 attention
+    // rows in all, past the count at which positions stop being split, still the decode kernel
+    // on GPUs; each row at its own position, one seeing nothing.
+    {
+        let (rows, hq, hkv, len, dh) = (48, 4, 2, 160, 64);
+        let mut c = CaseBuilder::new(285);
+        let q = c.f32("q", &[rows, hq, 1, dh]);
+        let k = c.f32("k", &[rows, hkv, len, dh]);
+        let v = c.positive("v", &[rows, hkv, len, dh]);
+        let pos: Vec<i32> = (0..rows as i32)
+            .map(|r| if r == 7 { -1 } else { (r * 37) % len as i32 })
+            .collect();
+        let pos = c.slot_i32(Slot::Pos, pos, &[rows, 1]);
+        let mask = ops::causal_mask(&c.b, pos, len, None).expect("mask");
+        let options = attention_options(hq, hkv, dh, None);
+        cases.push(attention_case(
+            c,
+            "attention, 48 rows decoding together, GQA 2",
+            [q, k, v, mask],
+            options,
+            len,
+        ));
+    }
+
     // ALiBi: `slope_h * (j - p)` added to each score inside the logits chain, which every
     // fused kernel (decode rows, prefill rows, tiles of queries) computes from the slopes
     // constant and the position slot. The slopes reach 0.5 a position, so a kernel that

@@ -133,6 +133,10 @@ pub struct Tuning {
     /// Whether attention over many query rows computes a tile of queries per workgroup, each
     /// staged key and value serving all of them, instead of one query per workgroup.
     pub attention_tiles: bool,
+    /// Whether a decode step's attention (one new token per row) takes the decode kernel (teams
+    /// of lanes sharing each position's dot product) at any row count, not only under the
+    /// split threshold (`decode_attn=0|1`, on by default).
+    pub decode_attention_rows: bool,
     /// How tiled contractions multiply where the target has matrix units
     /// ([`Target::matrix_units`]).
     pub gemm_matrix_units: MatrixUnits,
@@ -210,6 +214,7 @@ impl Default for Tuning {
             gemv_whole_blocks: true,
             launch_overlap: LaunchOverlap::AtExit,
             attention_tiles: true,
+            decode_attention_rows: true,
             gemm_matrix_units: MatrixUnits::Tf32,
             library_gemm: true,
             gemv_rows: 8,
@@ -229,7 +234,7 @@ pub const CPU_INTEGER_ROWS: u32 = 16;
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -280,6 +285,7 @@ impl Tuning {
                 "pairs" => t.gemv_block_pairs = flag()?,
                 "whole" => t.gemv_whole_blocks = flag()?,
                 "attn_tiles" => t.attention_tiles = flag()?,
+                "decode_attn" => t.decode_attention_rows = flag()?,
                 "lib" => t.library_gemm = flag()?,
                 "int8" => t.library_integer = flag()?,
                 "lib_decode" => t.library_decode = flag()?,
@@ -504,7 +510,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=64,waves=4,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64",
         )
         .unwrap();
         assert_eq!(
@@ -526,6 +532,7 @@ mod tests {
                 gemv_whole_blocks: false,
                 launch_overlap: LaunchOverlap::Early,
                 attention_tiles: false,
+                decode_attention_rows: false,
                 gemm_matrix_units: MatrixUnits::Off,
                 library_gemm: true,
                 gemv_rows: 16,

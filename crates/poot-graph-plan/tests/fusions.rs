@@ -258,12 +258,22 @@ fn a_left_side_too_long_for_shared_memory_is_staged_in_chunks() {
 
 /// `attention_masked` over a cache of `len` positions for `tokens` new tokens.
 fn attention_graph(tokens: usize, len: usize, return_probabilities: bool) -> Graph {
+    attention_rows_graph(1, tokens, len, return_probabilities)
+}
+
+/// [`attention_graph`] over `rows` sequences.
+fn attention_rows_graph(
+    rows: usize,
+    tokens: usize,
+    len: usize,
+    return_probabilities: bool,
+) -> Graph {
     let b = Builder::new(TraceLimits::standard(4096));
-    let q = input(&b, "q", &[1, 4, tokens, 16]);
-    let k = input(&b, "k", &[1, 2, len, 16]);
-    let v = input(&b, "v", &[1, 2, len, 16]);
+    let q = input(&b, "q", &[rows, 4, tokens, 16]);
+    let k = input(&b, "k", &[rows, 2, len, 16]);
+    let v = input(&b, "v", &[rows, 2, len, 16]);
     let pos = b
-        .slot(Slot::Pos, TensorType::new(DType::I32, vec![1, tokens]))
+        .slot(Slot::Pos, TensorType::new(DType::I32, vec![rows, tokens]))
         .unwrap();
     let mask = ops::causal_mask(&b, pos, len, Some(64)).unwrap();
     let opts = AttentionOptions {
@@ -291,6 +301,24 @@ fn decode_attention_splits_a_long_cache_and_combines() {
     // Four heads: 66 partitions each (of 128 blocks of 16 positions), two workgroups per
     // multiprocessor of the preset's 132.
     assert_eq!(p.dispatches[k.len() - 2].grid[0], 4 * 66);
+}
+
+#[test]
+fn many_rows_decoding_take_the_decode_attention_kernel() {
+    // 64 rows of 4 heads, one token each: 256 rows of attention, past the split threshold, still
+    // the decode kernel (teams of lanes per position), in two partitions each so the preset's
+    // 132 multiprocessors hold two workgroups apiece.
+    let p = plan(&attention_rows_graph(64, 1, 256, false));
+    let k = kinds(&p);
+    assert_eq!(&k[k.len() - 2..], ["attention_decode", "attention_combine"]);
+    assert_eq!(p.dispatches[k.len() - 2].grid[0], 64 * 4 * 2);
+    // Two tokens a row (a verification step), or the tuning off, keep the kernel for many rows.
+    let p = plan(&attention_rows_graph(64, 2, 256, false));
+    assert!(!kinds(&p).contains(&"attention_decode"), "{:?}", kinds(&p));
+    let mut off = Target::ptx_preset();
+    off.tuning.decode_attention_rows = false;
+    let p = compile(&attention_rows_graph(64, 1, 256, false), &off).unwrap();
+    assert_eq!(kinds(&p).last(), Some(&"attention"));
 }
 
 #[test]

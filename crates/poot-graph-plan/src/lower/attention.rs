@@ -17,8 +17,9 @@
 //! value is read for it. With few rows the positions are split across partitions whose partial
 //! results (running max, sum, weighted values) a second kernel combines (flash decoding).
 //!
-//! That is the kernel for many rows (a prefill). On GPUs, rows fewer than [`ROWS_WITHOUT_SPLIT`] (a
-//! decode step) take the decode kernel of [`attention_decode`](super::attention_decode)
+//! That is the kernel for many rows (a prefill). On GPUs, rows fewer than [`ROWS_WITHOUT_SPLIT`],
+//! and a decode step's rows (one token each) however many, take the decode kernel of
+//! [`attention_decode`](super::attention_decode)
 //! instead, where teams of lanes share each position's dot product; it keeps every semantic
 //! below and shares this module's combine. This kernel still serves a few rows whose heads are
 //! too wide for the decode kernel's registers.
@@ -339,7 +340,12 @@ impl Lowering<'_> {
         // subgroup is one thread (the CPU), every lane's loop would repeat the team's sums and
         // exponentials, so the kernel below, one position per thread, serves (measured on
         // SmolLM2's decode step on 2 cores: 46 ms -> 4.7 ms of attention).
-        if rows < ROWS_WITHOUT_SPLIT && self.target.limits.subgroup_size > 1 {
+        // A decode step (one new token per row) takes it at any row count: many rows decoding
+        // together would otherwise get the prefill-shaped kernel below, one thread per
+        // position reading a whole key row alone (measured on an H100, 1B F16 at 64 rows: 197
+        // us a layer, about ten times its K and V bytes at the copy bandwidth).
+        let decode_step = tokens == 1 && self.target.tuning.decode_attention_rows;
+        if (rows < ROWS_WITHOUT_SPLIT || decode_step) && self.target.limits.subgroup_size > 1 {
             let sms = self.target.limits.multiprocessors;
             if let Some(layout) = DecodeLayout::new(rows, s_len, dqk, dv, sms) {
                 return self.emit_attention_decode(a, layout);
