@@ -137,18 +137,24 @@ fn generate() -> String {
         };
         row(&mut out, f.family, &graphs);
     }
-    // Packed expert stacks: the Mixtral fixture as a GGUF with Q8_0 experts.
-    let q8_moe = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../poot-models/tests/fixtures/random/mixtral_gguf/model-q8_0.gguf");
-    let ck = poot_load::load(&q8_moe, &LoadOptions::default()).unwrap();
-    let model = (registry.resolve(ck.config()).unwrap().build)(ck.config(), ck.store())
-        .unwrap()
-        .model;
-    row(
-        &mut out,
-        "mixtral (GGUF, Q8_0 experts)",
-        &decoder_graphs(model.as_ref(), 64, 16),
-    );
+    // Packed expert stacks: the Mixtral fixture as a GGUF with Q8_0 experts, and the gpt-oss
+    // GGUF with MXFP4 experts (sinks, alternating windows, biased experts).
+    for (file, label) in [
+        (
+            "mixtral_gguf/model-q8_0.gguf",
+            "mixtral (GGUF, Q8_0 experts)",
+        ),
+        ("gpt_oss_gguf/model.gguf", "gpt_oss (GGUF, MXFP4 experts)"),
+    ] {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../poot-models/tests/fixtures/random")
+            .join(file);
+        let ck = poot_load::load(&path, &LoadOptions::default()).unwrap();
+        let model = (registry.resolve(ck.config()).unwrap().build)(ck.config(), ck.store())
+            .unwrap()
+            .model;
+        row(&mut out, label, &decoder_graphs(model.as_ref(), 64, 16));
+    }
     let _ = writeln!(
         out,
         "\n### Real dimensions\n\nPublished configs with zero-byte synthetic weights (BF16 unless stated): decode and a 512-token prefill over the model's whole context.\n"

@@ -4,7 +4,7 @@
 //! key under its architecture (`llama.embedding_length`). A family names both spellings once and
 //! reads typed values; a missing or mistyped key is a typed error naming it.
 
-use poot_load::gguf::{GgufMetadata, MetaValue};
+use poot_load::gguf::{GgufMetadata, MetaArray, MetaValue};
 use serde_json::Value;
 
 use crate::error::ModelError;
@@ -219,6 +219,21 @@ impl<'a> ConfigReader<'a> {
                 Some(MetaValue::String(s)) => Ok(Some(s.as_str())),
                 Some(_) => Err(bad()),
             },
+        }
+    }
+
+    /// A number that a GGUF may state once per layer (an f32 array, as llama.cpp's
+    /// `swiglu_clamp_exp`): its one value, or `Unsupported` when the layers' values differ.
+    pub fn opt_f32_every_layer(&self, k: Key) -> Result<Option<f32>, ModelError> {
+        let Some(MetaValue::Array(MetaArray::F32(values))) = self.meta(k) else {
+            return self.opt_f32(k);
+        };
+        match values.split_first() {
+            None => Ok(None),
+            Some((first, rest)) if rest.iter().all(|v| v.to_bits() == first.to_bits()) => {
+                Ok(Some(*first))
+            }
+            Some(_) => Err(self.unsupported(k, format!("{values:?}"), "one value for every layer")),
         }
     }
 

@@ -86,6 +86,8 @@ pub fn held_by_stage(role: Role, first: bool, last: bool) -> bool {
         | Role::ExpertGateUp
         | Role::ExpertGateUpBias
         | Role::ExpertDownBias
+        | Role::ExpertGateBias
+        | Role::ExpertUpBias
         | Role::SharedGate
         | Role::SharedUp
         | Role::SharedDown

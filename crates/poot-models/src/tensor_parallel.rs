@@ -139,6 +139,8 @@ pub fn split_of(role: Role) -> Split {
         | Role::ExpertGateUp
         | Role::ExpertGateUpBias
         | Role::ExpertDownBias
+        | Role::ExpertGateBias
+        | Role::ExpertUpBias
         | Role::SharedGate
         | Role::SharedUp
         | Role::SharedDown

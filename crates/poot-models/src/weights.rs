@@ -66,6 +66,10 @@ pub enum Role {
     ExpertGateUpBias,
     /// Each expert's bias on its down projection, `[experts, hidden]` (gpt-oss).
     ExpertDownBias,
+    /// Each expert's bias on its gate and on its up rows, `[experts, out]` each, beside
+    /// separate gate and up stacks (gpt-oss as llama.cpp's converter splits it).
+    ExpertGateBias,
+    ExpertUpBias,
     /// A shared expert's gate, up and down projections: a SwiGLU every token runs beside its
     /// routed experts (Qwen2-MoE).
     SharedGate,
@@ -127,6 +131,8 @@ impl Role {
             Role::ExpertGateUp => "ffn.experts.gate_up",
             Role::ExpertGateUpBias => "ffn.experts.gate_up.bias",
             Role::ExpertDownBias => "ffn.experts.down.bias",
+            Role::ExpertGateBias => "ffn.experts.gate.bias",
+            Role::ExpertUpBias => "ffn.experts.up.bias",
             Role::SharedGate => "ffn.shared.gate",
             Role::SharedUp => "ffn.shared.up",
             Role::SharedDown => "ffn.shared.down",
@@ -637,6 +643,18 @@ impl WeightMap {
             let name = table
                 .name(kind, role.layer, role.role)
                 .ok_or_else(|| missing(format!("<no {kind:?} spelling>")))?;
+            // A stored stack is contracted as it is: a float or a block format, never integers.
+            if let Some(meta) = index.tensor_meta(&name)
+                && !matches!(
+                    graph_dtype(meta.stored),
+                    Some(DType::F32 | DType::F16 | DType::BF16 | DType::Packed(_))
+                )
+            {
+                return Err(ModelError::TensorType {
+                    name,
+                    stored: meta.stored.name(),
+                });
+            }
             let [n, k] = expert_shape;
             return self.bind_tensor(index, role, &name, Some(&[experts as u64, n, k]));
         };

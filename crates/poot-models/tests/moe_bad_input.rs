@@ -3,7 +3,9 @@
 //! of the wrong expert count, top-k beyond the experts, per-expert tensors of two types, and
 //! the Qwen3-MoE and Qwen2-MoE layouts with dense layers this engine does not run, a
 //! Qwen2-MoE shared expert that disagrees with its config, and a gpt-oss checkpoint missing its
-//! sinks or biases, quantized to MXFP4, or with its clamp or YaRN keys out of range.
+//! sinks or biases, quantized to MXFP4, or with its clamp or YaRN keys out of range; and a
+//! gpt-oss GGUF (MXFP4 stacks) whose stacks, biases or sinks disagree in shape, whose stacks
+//! hold integers, or whose clamp limits differ between layers.
 
 #![allow(clippy::unwrap_used)]
 
@@ -443,5 +445,173 @@ fn gpt_oss_clamp_and_yarn_keys_are_checked() {
     match err {
         Err(ModelError::KeyType { key, .. }) => assert_eq!(key, "rope_scaling.truncate"),
         other => panic!("expected truncate's type named, got {other:?}"),
+    }
+}
+
+const MXFP4: u32 = 39;
+
+/// A two-layer gpt-oss as llama.cpp's converter writes it: hidden 32, two query heads and one
+/// key/value head of 16, four experts of 32 features (top-2) stored as MXFP4 stacks with F32
+/// biases, sinks, a window of 8, YaRN.
+fn gguf_gpt_oss() -> TinyGguf {
+    let mut g = TinyGguf::default();
+    g.set("general.architecture", Meta::Str("gpt-oss".into()));
+    for (k, v) in [
+        ("embedding_length", 32),
+        ("block_count", 2),
+        ("attention.head_count", 2),
+        ("attention.head_count_kv", 1),
+        ("attention.key_length", 16),
+        ("attention.value_length", 16),
+        ("feed_forward_length", 32),
+        ("expert_feed_forward_length", 32),
+        ("context_length", 64),
+        ("expert_count", 4),
+        ("expert_used_count", 2),
+        ("attention.sliding_window", 8),
+        ("rope.scaling.original_context_length", 16),
+    ] {
+        g.set(&format!("gpt-oss.{k}"), Meta::U32(v));
+    }
+    g.set("gpt-oss.rope.freq_base", Meta::F32(150000.0));
+    g.set("gpt-oss.attention.layer_norm_rms_epsilon", Meta::F32(1e-5));
+    g.set("gpt-oss.rope.scaling.type", Meta::Str("yarn".into()));
+    g.set("gpt-oss.rope.scaling.factor", Meta::F32(4.0));
+    g.set("tokenizer.ggml.model", Meta::Str("gpt2".into()));
+    g.set(
+        "tokenizer.ggml.tokens",
+        Meta::Strs((0..16).map(|i| format!("t{i}")).collect()),
+    );
+    g.set("tokenizer.ggml.merges", Meta::Strs(Vec::new()));
+    g.tensor("token_embd.weight", &[16, 32]);
+    g.tensor("output_norm.weight", &[32]);
+    g.tensor("output.weight", &[16, 32]);
+    for l in 0..2 {
+        for (name, shape) in [
+            ("attn_norm.weight", &[32][..]),
+            ("post_attention_norm.weight", &[32]),
+            ("attn_q.weight", &[32, 32]),
+            ("attn_q.bias", &[32]),
+            ("attn_k.weight", &[16, 32]),
+            ("attn_k.bias", &[16]),
+            ("attn_v.weight", &[16, 32]),
+            ("attn_v.bias", &[16]),
+            ("attn_output.weight", &[32, 32]),
+            ("attn_output.bias", &[32]),
+            ("attn_sinks.weight", &[2]),
+            ("ffn_gate_inp.weight", &[4, 32]),
+            ("ffn_gate_inp.bias", &[4]),
+            ("ffn_gate_exps.weight", &[4, 32, 32]),
+            ("ffn_gate_exps.bias", &[4, 32]),
+            ("ffn_up_exps.weight", &[4, 32, 32]),
+            ("ffn_up_exps.bias", &[4, 32]),
+            ("ffn_down_exps.weight", &[4, 32, 32]),
+            ("ffn_down_exps.bias", &[4, 32]),
+        ] {
+            let name = format!("blk.{l}.{name}");
+            if name.ends_with("_exps.weight") {
+                g.types.insert(name.clone(), MXFP4);
+            }
+            g.tensor(&name, shape);
+        }
+    }
+    g
+}
+
+/// `g` with tensor `name`'s shape replaced.
+fn reshaped(mut g: TinyGguf, name: &str, shape: &[u64]) -> TinyGguf {
+    let t = g.tensors.iter_mut().find(|(n, _)| n == name).unwrap();
+    t.1 = shape.to_vec();
+    g
+}
+
+fn expect_shape(g: &TinyGguf, tensor: &str, want: &[u64], stored: &[u64]) {
+    match build_gguf(g) {
+        Err(ModelError::TensorShape {
+            name,
+            expected,
+            found,
+        }) => {
+            assert_eq!(name, tensor);
+            assert_eq!((expected.as_slice(), found.as_slice()), (want, stored));
+        }
+        other => panic!("expected {tensor}'s shape refused, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_gguf_gpt_oss_builds() {
+    assert_eq!(build_gguf(&gguf_gpt_oss()).unwrap(), "gpt_oss");
+}
+
+#[test]
+fn gguf_gpt_oss_stacks_of_the_wrong_shape_or_count_are_named() {
+    let down = "blk.1.ffn_down_exps.weight";
+    expect_shape(
+        &reshaped(gguf_gpt_oss(), down, &[3, 32, 32]),
+        down,
+        &[4, 32, 32],
+        &[3, 32, 32],
+    );
+    let gate = "blk.0.ffn_gate_exps.weight";
+    expect_shape(
+        &reshaped(gguf_gpt_oss(), gate, &[4, 64, 32]),
+        gate,
+        &[4, 32, 32],
+        &[4, 64, 32],
+    );
+    // A config that counts more experts than the stacks hold names the first stack.
+    let mut g = gguf_gpt_oss();
+    g.set("gpt-oss.expert_count", Meta::U32(8));
+    expect_shape(&g, gate, &[8, 32, 32], &[4, 32, 32]);
+    let bias = "blk.0.ffn_up_exps.bias";
+    expect_shape(
+        &reshaped(gguf_gpt_oss(), bias, &[4, 64]),
+        bias,
+        &[4, 32],
+        &[4, 64],
+    );
+    let sinks = "blk.1.attn_sinks.weight";
+    expect_shape(&reshaped(gguf_gpt_oss(), sinks, &[4]), sinks, &[2], &[4]);
+}
+
+#[test]
+fn gguf_gpt_oss_tensors_of_the_wrong_type_are_named() {
+    // An integer (I32) stack: the contraction reads floats or block formats only.
+    for (tensor, ty) in [
+        ("blk.0.ffn_up_exps.weight", 26u32),
+        ("blk.1.ffn_down_exps.weight", 26),
+    ] {
+        let mut g = gguf_gpt_oss();
+        g.types.insert(tensor.into(), ty);
+        match build_gguf(&g) {
+            Err(ModelError::TensorType { name, .. }) => assert_eq!(name, tensor),
+            other => panic!("expected {tensor}'s type refused, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn gguf_gpt_oss_missing_expert_biases_or_unequal_clamps_are_refused() {
+    let mut g = gguf_gpt_oss();
+    g.tensors.retain(|(n, _)| n != "blk.1.ffn_gate_exps.bias");
+    match build_gguf(&g) {
+        Err(ModelError::MissingTensor { name, .. }) => {
+            assert_eq!(name, "blk.1.ffn_gate_exps.bias")
+        }
+        other => panic!("expected the missing bias named, got {other:?}"),
+    }
+    let mut g = gguf_gpt_oss();
+    g.set("gpt-oss.swiglu_clamp_exp", Meta::F32s(vec![7.0, 7.0]));
+    assert_eq!(build_gguf(&g).unwrap(), "gpt_oss");
+    g.set("gpt-oss.swiglu_clamp_exp", Meta::F32s(vec![7.0, 5.0]));
+    match build_gguf(&g) {
+        Err(ModelError::Unsupported { key, .. }) => assert_eq!(key, "gpt-oss.swiglu_clamp_exp"),
+        other => panic!("expected unequal clamp limits refused, got {other:?}"),
+    }
+    g.set("gpt-oss.swiglu_clamp_exp", Meta::F32s(vec![-1.0, -1.0]));
+    match build_gguf(&g) {
+        Err(ModelError::OutOfRange { key, .. }) => assert_eq!(key, "gpt-oss.swiglu_clamp_exp"),
+        other => panic!("expected a negative clamp limit refused, got {other:?}"),
     }
 }

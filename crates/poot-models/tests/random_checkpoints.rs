@@ -325,6 +325,44 @@ fn gpt_oss_sinks_yarn_and_clamped_experts_match_transformers() {
     check_decoder("gpt_oss");
 }
 
+/// A random gpt-oss with MXFP4 experts as llama.cpp's converter writes it (arch `gpt-oss`,
+/// `gen_dense_fixtures.py gpt_oss_gguf`): separate gate and up stacks and their biases split
+/// from the interleaved ones, sinks, alternating windows, YaRN, a clamp limit of 1.5. Every
+/// expert stack is bound as its stored MXFP4 blocks (no f32 expert table among the traced
+/// graph's constants) and the model matches transformers run on the MXFP4 values.
+#[test]
+fn gguf_gpt_oss_mxfp4_expert_stacks_read_packed_and_match_transformers() {
+    use poot_graph_ir::{DType, TraceLimits};
+    use poot_models::StepSpec;
+    let loaded = load(&fixture_dir("random").join("gpt_oss_gguf/model.gguf"));
+    assert_eq!(loaded.model.config().family, "gpt_oss");
+    let mxfp4 = DType::Packed(poot_formats::GgmlType::MXFP4);
+    let graph = loaded
+        .model
+        .trace(
+            &StepSpec::step(StepShape::new(1, 5, 64)),
+            TraceLimits::standard(4096),
+        )
+        .unwrap();
+    let mut stacks = 0;
+    for (_, name, ty) in graph.consts() {
+        if name.contains(".experts.") && !name.ends_with(".bias") {
+            // [experts, out, in]: 64 expert features and 64 hidden ones.
+            assert_eq!((ty.dtype, ty.dims()), (mxfp4, &[4, 64, 64][..]), "{name}");
+            stacks += 1;
+        }
+        // Nothing else of an expert stack's size: no dequantized table beside the blocks.
+        assert!(
+            ty.dims().len() < 3 || ty.dtype == mxfp4,
+            "{name}: {:?} {:?}",
+            ty.dtype,
+            ty.dims()
+        );
+    }
+    assert_eq!(stacks, 4 * 3, "gate, up and down stacks of four layers");
+    check_decoder_at(&loaded, "gpt_oss_gguf", "gguf gpt_oss");
+}
+
 /// OLMo 2: a norm after each block and none before, qk-norms over the whole projections.
 #[test]
 fn olmo2_output_norms_and_whole_qk_norms_match_transformers() {

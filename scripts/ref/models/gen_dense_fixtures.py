@@ -31,6 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import gguf  # noqa: E402
 import transformers  # noqa: E402
 from gguf import GGUFWriter  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
@@ -535,6 +536,175 @@ def gpt_oss_checks(d, long_case):
     )
 
 
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def mxfp4_hf(w):
+    """`w [..., out, in]` quantized as gpt-oss's released checkpoints store experts: per 32
+    inputs an E8M0 scale byte `s` (value 2^(s-127)) and 32 E2M1 codes, two a byte, even element
+    in the low nibble (`*_blocks [..., out, in/32, 16]`, `*_scales [..., out, in/32]`). The
+    scale is ggml's choice (floor(log2(max|x|)) - 2), each code the nearest level (first on a
+    tie), so these bytes repack to what gguf-py's own MXFP4 quantizer writes (checked)."""
+    x = w.reshape(*w.shape[:-1], w.shape[-1] // 32, 32).astype(np.float32)
+    amax = np.abs(x).max(axis=-1)
+    with np.errstate(divide="ignore"):
+        s = np.where(amax > 0, np.floor(np.log2(amax)) - 2 + 127, 0).astype(np.uint8)
+    scale = np.where(s < 2, np.float32(2.0**-127) * (2.0 ** s.astype(np.float64)), 2.0 ** (s.astype(np.float64) - 127))
+    err = np.abs(scale[..., None, None] * E2M1 - x[..., None])
+    codes = np.argmin(err, axis=-1).astype(np.uint8)
+    blocks = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return blocks, s
+
+
+def mxfp4_hf_values(blocks, scales):
+    """The values of `mxfp4_hf`'s blocks and scales, decoded in the checkpoint's own layout."""
+    codes = np.stack((blocks & 0x0F, blocks >> 4), axis=-1).reshape(*blocks.shape[:-1], 32)
+    scale = 2.0 ** (scales.astype(np.float64) - 127)
+    v = (E2M1[codes] * scale[..., None]).astype(np.float32)
+    return v.reshape(*v.shape[:-2], -1)
+
+
+def mxfp4_repack(blocks, scales):
+    """llama.cpp's convert_hf_to_gguf GptOssModel.repack_mxfp4: the nibbles of each block
+    reordered to ggml's layout (element j low, j + 16 high), the scale byte prepended; rows of
+    `in/32 * 17` bytes, `[..., out, in]` MXFP4 to gguf-py."""
+    t = ((blocks & 0x0F) << 4) | ((blocks & 0xF0) >> 4)
+    a, b = np.split(t, 2, axis=-1)
+    a = np.stack(((a & 0xF0), (a << 4) & 0xF0), axis=-1).reshape(t.shape)
+    b = np.stack((b >> 4, b & 0x0F), axis=-1).reshape(t.shape)
+    out = a | b
+    out = ((out & 0xF0) >> 4) | ((out & 0x0F) << 4)
+    packed = np.concatenate((scales[..., None], out), axis=-1)
+    return np.ascontiguousarray(packed.reshape(*packed.shape[:-2], -1))
+
+
+def gpt_oss_gguf_fixture():
+    """gpt_oss_gguf/: a random gpt-oss (gpt_oss's config with 64 expert features, so that the
+    down projection's inputs fill whole 32-element MXFP4 blocks) whose experts are quantized
+    to MXFP4 as the released checkpoints store them, converted as llama.cpp's converter
+    converts such a checkpoint (`gpt-oss` arch, gate and up split from the interleaved stack,
+    MXFP4 stacks repacked, biases split likewise, sinks as `attn_sinks.weight`), and the
+    transformers reference of the same model with its experts replaced by their MXFP4 values."""
+    from gguf import GGMLQuantizationType as Q
+    from gguf.quants import dequantize, quantize
+
+    seed = 5100
+    cfg_obj = gpt_oss_config()
+    cfg_obj.intermediate_size = 64
+    torch.manual_seed(seed)
+    model = transformers.GptOssForCausalLM._from_config(
+        cfg_obj, attn_implementation="eager", dtype=torch.float32
+    ).eval()
+    gpt_oss_init(model, seed)
+    cfg = cfg_obj.to_dict()
+    layers, ff = cfg["num_hidden_layers"], cfg["intermediate_size"]
+    sd = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    named = {
+        "token_embd.weight": sd["model.embed_tokens.weight"],
+        "output_norm.weight": sd["model.norm.weight"],
+        "output.weight": sd["lm_head.weight"],
+    }
+    raw = {}
+    for l in range(layers):
+        p = f"model.layers.{l}."
+        for g, h in [
+            ("attn_norm.weight", "input_layernorm.weight"),
+            ("post_attention_norm.weight", "post_attention_layernorm.weight"),
+            ("attn_sinks.weight", "self_attn.sinks"),
+            ("ffn_gate_inp.weight", "mlp.router.weight"),
+            ("ffn_gate_inp.bias", "mlp.router.bias"),
+        ] + [
+            (f"attn_{g}.{t}", f"self_attn.{h}_proj.{t}")
+            for g, h in [("q", "q"), ("k", "k"), ("v", "v"), ("output", "o")]
+            for t in ("weight", "bias")
+        ]:
+            named[f"blk.{l}.{g}"] = sd[p + h]
+        experts = model.model.layers[l].mlp.experts
+        # [experts, in, out] as transformers holds them; the checkpoint's blocks are [.., out, in].
+        gu_blocks, gu_scales = mxfp4_hf(sd[p + "mlp.experts.gate_up_proj"].transpose(0, 2, 1))
+        dn_blocks, dn_scales = mxfp4_hf(sd[p + "mlp.experts.down_proj"].transpose(0, 2, 1))
+        split = {
+            "ffn_gate_exps": (gu_blocks[:, ::2], gu_scales[:, ::2]),
+            "ffn_up_exps": (gu_blocks[:, 1::2], gu_scales[:, 1::2]),
+            "ffn_down_exps": (dn_blocks, dn_scales),
+        }
+        values = {}
+        for name, (blocks, scales) in split.items():
+            packed = mxfp4_repack(blocks, scales)
+            v = dequantize(packed, Q.MXFP4)
+            # ggml reads the repacked bytes as the checkpoint's layout means them, and gguf-py's
+            # quantizer of those values writes the same bytes.
+            assert np.array_equal(v, mxfp4_hf_values(blocks, scales)), name
+            assert np.array_equal(quantize(v, Q.MXFP4), packed), name
+            values[name] = v
+            raw[f"blk.{l}.{name}.weight"] = packed
+        gu = np.empty_like(sd[p + "mlp.experts.gate_up_proj"])
+        gu[:, :, ::2] = values["ffn_gate_exps"].transpose(0, 2, 1)
+        gu[:, :, 1::2] = values["ffn_up_exps"].transpose(0, 2, 1)
+        assert np.abs(gu - sd[p + "mlp.experts.gate_up_proj"]).max() > 0
+        with torch.no_grad():
+            experts.gate_up_proj.copy_(torch.from_numpy(gu))
+            experts.down_proj.copy_(torch.from_numpy(values["ffn_down_exps"].transpose(0, 2, 1).copy()))
+        gu_bias = sd[p + "mlp.experts.gate_up_proj_bias"]
+        named[f"blk.{l}.ffn_gate_exps.bias"] = gu_bias[:, ::2]
+        named[f"blk.{l}.ffn_up_exps.bias"] = gu_bias[:, 1::2]
+        named[f"blk.{l}.ffn_down_exps.bias"] = sd[p + "mlp.experts.down_proj_bias"]
+
+    rng = np.random.default_rng(6100)
+    vocab = cfg["vocab_size"]
+    case, err = refs.decoder_case(model, rng.integers(0, vocab, size=refs.PROMPT_LEN).tolist())
+    long_case, err2 = refs.decoder_case(model, rng.integers(0, vocab, size=LONG_PROMPT_LEN).tolist())
+    margin, used = refs.router_margin(model, long_case["prompt_ids"], cfg["num_experts_per_tok"])
+    assert margin > refs.MIN_ROUTER_MARGIN, margin
+    out = RANDOM / "gpt_oss_gguf"
+    out.mkdir(parents=True, exist_ok=True)
+    ref = {
+        "model": "gpt_oss_gguf",
+        "architecture": "GptOssForCausalLM",
+        "reference": refs.reference_meta(", experts replaced by their MXFP4 values"),
+        **case,
+        "long": long_case,
+    }
+    (out / "reference.json").write_text(json.dumps(ref, separators=(",", ":")) + "\n")
+
+    rope = cfg["rope_parameters"]
+    w = GGUFWriter(out / "model.gguf", arch="gpt-oss")
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_rope_freq_base(rope["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_expert_count(cfg["num_local_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_sliding_window(cfg["sliding_window"])
+    w.add_expert_feed_forward_length(ff)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(rope["factor"])
+    w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+    # Not written by llama.cpp's converter (llama.cpp fixes the limit at 7): the fixture's
+    # smaller limit, so that both clamps bind, stated per layer under the standard key.
+    w.add_swiglu_clamp_exp([cfg["swiglu_limit"]] * layers)
+    stand_in_tokenizer(w, cfg)
+    for n, data in named.items():
+        w.add_tensor(n, np.ascontiguousarray(data, dtype=np.float32))
+    for n, data in raw.items():
+        w.add_tensor(n, data, raw_dtype=Q.MXFP4)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(
+        f"gpt_oss_gguf: smallest top-2 router margin {margin:.2e}, experts used per layer {used}, "
+        f"decode={[x['input_id'] for x in case['decode']]} "
+        f"long decode={[x['input_id'] for x in long_case['decode']]} cache-check err={max(err, err2):.2e}"
+    )
+
+
 def write_gguf_keys(name, arch, cfg, named, meta):
     """A GGUF whose every hyperparameter `meta` writes (for configs that do not spell the
     Llama keys write_gguf reads), with the stand-in tokenizer and the F32 tensors."""
@@ -907,6 +1077,11 @@ def write_reference(name, seed):
 def main():
     print(refs.reference_meta())
     only = sys.argv[1:]
+    if "gpt_oss_gguf" in only or not only:
+        gpt_oss_gguf_fixture()
+        only = [n for n in only if n != "gpt_oss_gguf"]
+        if not only and sys.argv[1:]:
+            return
     unknown = set(only) - set(FAMILIES)
     if unknown:
         raise SystemExit(f"unknown fixture(s): {sorted(unknown)}")

@@ -364,7 +364,15 @@ impl DenseDecoder {
                 w.bind_named(index, names, kind, role(Role::Router), Some(&[e as u64, d]))?;
                 if moe.biases {
                     let e = e as u64;
-                    req(&mut w, Role::ExpertGateUpBias, &[e, 2 * ef])?;
+                    match moe.gate_up {
+                        GateUp::Separate => {
+                            req(&mut w, Role::ExpertGateBias, &[e, ef])?;
+                            req(&mut w, Role::ExpertUpBias, &[e, ef])?;
+                        }
+                        GateUp::Fused | GateUp::Interleaved => {
+                            req(&mut w, Role::ExpertGateUpBias, &[e, 2 * ef])?;
+                        }
+                    }
                     req(&mut w, Role::ExpertDownBias, &[e, d])?;
                     req(&mut w, Role::RouterBias, &[e])?;
                 }

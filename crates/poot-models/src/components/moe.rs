@@ -51,7 +51,9 @@ pub struct ExpertParams {
     pub gate_up: GateUp,
     pub act: Activation,
     /// Per-expert biases: `Role::ExpertGateUpBias` `[experts, 2 * out]` on the fused gate/up
-    /// rows and `Role::ExpertDownBias` `[experts, hidden]` on the down projection (gpt-oss).
+    /// rows (`Role::ExpertGateBias` and `Role::ExpertUpBias`, `[experts, out]` each, beside
+    /// separate stacks) and `Role::ExpertDownBias` `[experts, hidden]` on the down projection
+    /// (gpt-oss).
     pub biases: bool,
     /// The stacks are stored `[experts, in, out]` (transformers' gpt-oss) and read transposed.
     pub transposed: bool,
@@ -166,7 +168,10 @@ pub fn routed_experts(
     let contract =
         |r| -> Result<Traced, TraceError> { Ok(b.indexed_matmul(rows, w(r)?, row_ids)?) };
     let (gate, up) = match experts.gate_up {
-        GateUp::Separate => (contract(Role::ExpertGate)?, contract(Role::ExpertUp)?),
+        GateUp::Separate => (
+            bias(contract(Role::ExpertGate)?, Role::ExpertGateBias)?,
+            bias(contract(Role::ExpertUp)?, Role::ExpertUpBias)?,
+        ),
         GateUp::Fused | GateUp::Interleaved => {
             let both = bias(contract(Role::ExpertGateUp)?, Role::ExpertGateUpBias)?;
             let out = *b.dims(both)?.last().unwrap_or(&0) / 2;

@@ -6,31 +6,61 @@
 //!
 //! transformers stores each layer's experts as `[experts, in, out]` stacks, read transposed.
 //! The released checkpoints quantize those stacks to MXFP4 (`*_blocks`, `*_scales`), which no
-//! weight format here reads: such a checkpoint is refused with `ModelError::TensorType`
-//! naming the blocks tensor; a bf16 or f32 conversion loads.
+//! Hugging Face weight format here reads: such a checkpoint is refused with
+//! `ModelError::TensorType` naming the blocks tensor; a bf16 or f32 conversion loads.
+//!
+//! llama.cpp's converter writes arch `gpt-oss`: the interleaved stack split into separate gate
+//! and up `[experts, out, in]` stacks (`ffn_{gate,up,down}_exps`, MXFP4 as the released
+//! checkpoints' blocks repacked, read packed) with their biases split likewise, the sinks as
+//! `attn_sinks.weight`, the pre-feed-forward norm as `post_attention_norm`. Its keys carry no
+//! `layer_types` (the default alternation, sliding first, as llama.cpp's pattern of 2), no
+//! YaRN truncation (the released configs' `truncate: false` is taken) and no SwiGLU constants:
+//! alpha is transformers' default, the limit `swiglu_clamp_exp` when stated (one value for
+//! every layer), transformers' default otherwise.
 
 use crate::components::dense::{STANDARD_DECODER_NAMES, build_standard_named, refuse_dense_layers};
+use crate::components::rotary::RopeScaling;
 use crate::components::{GateUp, GluClamp, LayerAttention, MoeSpec};
-use crate::config::{ConfigReader, RawConfig, SourceKind, key};
+use crate::config::{ConfigReader, Key, RawConfig, SourceKind, key};
 use crate::error::ModelError;
 use crate::families::gemma3;
-use crate::limits::POSITIONS;
+use crate::limits::{POSITIONS, WIDTH};
 use crate::model::ModelParts;
 use crate::registry::FamilyEntry;
 use crate::weights::{NameTable, Role, TensorIndex, spell};
 
 pub const ENTRY: FamilyEntry = FamilyEntry {
     family: "gpt_oss",
-    keys: &[(SourceKind::HuggingFace, "gpt_oss")],
+    keys: &[
+        (SourceKind::HuggingFace, "gpt_oss"),
+        (SourceKind::Gguf, "gpt-oss"),
+    ],
     build,
 };
 
 const NAMES: NameTable = NameTable::extending(
     &STANDARD_DECODER_NAMES,
     &[
-        spell(Role::AttnSinks, "model.layers.{l}.self_attn.sinks", ""),
-        spell(Role::Router, "model.layers.{l}.mlp.router.weight", ""),
-        spell(Role::RouterBias, "model.layers.{l}.mlp.router.bias", ""),
+        spell(
+            Role::FfnNorm,
+            "model.layers.{l}.post_attention_layernorm.weight",
+            "blk.{l}.post_attention_norm.weight",
+        ),
+        spell(
+            Role::AttnSinks,
+            "model.layers.{l}.self_attn.sinks",
+            "blk.{l}.attn_sinks.weight",
+        ),
+        spell(
+            Role::Router,
+            "model.layers.{l}.mlp.router.weight",
+            "blk.{l}.ffn_gate_inp.weight",
+        ),
+        spell(
+            Role::RouterBias,
+            "model.layers.{l}.mlp.router.bias",
+            "blk.{l}.ffn_gate_inp.bias",
+        ),
         spell(
             Role::ExpertGateUp,
             "model.layers.{l}.mlp.experts.gate_up_proj",
@@ -41,15 +71,19 @@ const NAMES: NameTable = NameTable::extending(
             "model.layers.{l}.mlp.experts.gate_up_proj_bias",
             "",
         ),
+        spell(Role::ExpertGate, "", "blk.{l}.ffn_gate_exps.weight"),
+        spell(Role::ExpertGateBias, "", "blk.{l}.ffn_gate_exps.bias"),
+        spell(Role::ExpertUp, "", "blk.{l}.ffn_up_exps.weight"),
+        spell(Role::ExpertUpBias, "", "blk.{l}.ffn_up_exps.bias"),
         spell(
             Role::ExpertDown,
             "model.layers.{l}.mlp.experts.down_proj",
-            "",
+            "blk.{l}.ffn_down_exps.weight",
         ),
         spell(
             Role::ExpertDownBias,
             "model.layers.{l}.mlp.experts.down_proj_bias",
-            "",
+            "blk.{l}.ffn_down_exps.bias",
         ),
     ],
 );
@@ -70,7 +104,9 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
     }
     build_standard_named(raw, index, "gpt_oss", &NAMES, |cfg, spec| {
         refuse_dense_layers(cfg)?;
-        let window = cfg.usize_at_most(key("sliding_window", ""), POSITIONS)?;
+        let gguf = cfg.kind() == SourceKind::Gguf;
+        let window =
+            cfg.usize_at_most(key("sliding_window", "attention.sliding_window"), POSITIONS)?;
         let sliding = gemma3::sliding_layers(cfg, spec.config.n_layers, SLIDING_PATTERN)?;
         spec.layers = sliding
             .iter()
@@ -80,29 +116,42 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
             })
             .collect();
         spec.attn_sinks = true;
+        let expert_ff = match gguf {
+            true => cfg.usize_at_most(key("", "expert_feed_forward_length"), WIDTH)?,
+            false => spec.intermediate,
+        };
         let mut moe = MoeSpec::read(
             cfg,
-            key("num_local_experts", ""),
-            key("num_experts_per_tok", ""),
-            spec.intermediate,
+            key("num_local_experts", "expert_count"),
+            key("num_experts_per_tok", "expert_used_count"),
+            expert_ff,
             true,
         )?;
-        moe.gate_up = GateUp::Interleaved;
+        // llama.cpp's converter splits the interleaved stack and stores `[experts, out, in]`.
+        (moe.gate_up, moe.transposed) = match gguf {
+            true => (GateUp::Separate, false),
+            false => (GateUp::Interleaved, true),
+        };
         moe.biases = true;
-        moe.transposed = true;
         moe.clamp = Some(GluClamp {
-            alpha: positive(cfg, "swiglu_alpha", SWIGLU_ALPHA)?,
-            limit: positive(cfg, "swiglu_limit", SWIGLU_LIMIT)?,
+            alpha: positive(cfg, key("swiglu_alpha", ""), SWIGLU_ALPHA)?,
+            limit: positive(cfg, key("swiglu_limit", "swiglu_clamp_exp"), SWIGLU_LIMIT)?,
         });
+        if gguf {
+            for rope in &mut spec.ropes {
+                if let RopeScaling::Yarn { truncate, .. } = &mut rope.scaling {
+                    *truncate = false;
+                }
+            }
+        }
         spec.moe = Some(moe);
         Ok(())
     })
 }
 
-/// A finite, positive value at `hf_key`, `default` when absent.
-fn positive(cfg: &ConfigReader, hf_key: &'static str, default: f32) -> Result<f32, ModelError> {
-    let k = key(hf_key, "");
-    let v = cfg.opt_f32(k)?.unwrap_or(default);
+/// A finite, positive value at `k` (a GGUF may state it once per layer), `default` when absent.
+fn positive(cfg: &ConfigReader, k: Key, default: f32) -> Result<f32, ModelError> {
+    let v = cfg.opt_f32_every_layer(k)?.unwrap_or(default);
     if !(v.is_finite() && v > 0.0) {
         return Err(cfg.out_of_range(k, v, "a finite value > 0"));
     }

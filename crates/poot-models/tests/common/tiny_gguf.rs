@@ -1,5 +1,5 @@
 //! A tiny GGUF writer for tests: metadata of any scalar type and F32 tensors (zeros unless
-//! values are given), laid out as GGUF v3 (little-endian, 32-byte aligned tensor data). Enough to write a Llama-shaped
+//! values are given; or zeros of another type), laid out as GGUF v3 (little-endian, 32-byte aligned tensor data). Enough to write a Llama-shaped
 //! checkpoint whose metadata a test varies.
 
 #![allow(dead_code)]
@@ -15,6 +15,7 @@ pub enum Meta {
     F64(f64),
     Str(String),
     Strs(Vec<String>),
+    F32s(Vec<f32>),
 }
 
 /// A GGUF under construction: metadata entries and tensor shapes (outermost-first).
@@ -24,6 +25,20 @@ pub struct TinyGguf {
     pub tensors: Vec<(String, Vec<u64>)>,
     /// Values of the tensors that are not zeros, by name.
     pub values: std::collections::HashMap<String, Vec<f32>>,
+    /// The ggml type of the tensors not stored F32 (their data zeros), by name.
+    pub types: std::collections::HashMap<String, u32>,
+}
+
+/// The bytes of `n` elements of ggml type `ty` (F32, F16, I32, Q8_0 or MXFP4).
+fn type_bytes(ty: u32, n: u64) -> usize {
+    let n = n as usize;
+    match ty {
+        0 | 26 => 4 * n,
+        1 => 2 * n,
+        8 => n / 32 * 34,
+        39 => n / 32 * 17,
+        other => panic!("tiny_gguf: no size for ggml type {other}"),
+    }
 }
 
 const ALIGN: usize = 32;
@@ -89,6 +104,14 @@ impl TinyGguf {
                     out.extend(12u32.to_le_bytes());
                     out.extend(x.to_le_bytes());
                 }
+                Meta::F32s(list) => {
+                    out.extend(9u32.to_le_bytes());
+                    out.extend(6u32.to_le_bytes());
+                    out.extend((list.len() as u64).to_le_bytes());
+                    for x in list {
+                        out.extend(x.to_le_bytes());
+                    }
+                }
             }
         }
         let mut offset = 0usize;
@@ -100,9 +123,10 @@ impl TinyGguf {
             for d in shape.iter().rev() {
                 out.extend(d.to_le_bytes());
             }
-            out.extend(0u32.to_le_bytes()); // F32
+            let ty = self.types.get(name).copied().unwrap_or(0);
+            out.extend(ty.to_le_bytes());
             out.extend((offset as u64).to_le_bytes());
-            let bytes = 4 * shape.iter().product::<u64>() as usize;
+            let bytes = type_bytes(ty, shape.iter().product::<u64>());
             sizes.push(bytes);
             offset += bytes.div_ceil(ALIGN) * ALIGN;
         }
