@@ -535,10 +535,14 @@ impl WeightMap {
                 found: meta.shape,
             });
         }
-        let dtype = graph_dtype(meta.stored).ok_or(ModelError::TensorType {
-            name: name.to_string(),
-            stored: meta.stored.name(),
-        })?;
+        // Every dense weight, bias, norm and table is read as floats (block formats come through
+        // `bind_packed` or as `Packed`): an integer tensor here is a broken checkpoint.
+        let dtype = graph_dtype(meta.stored)
+            .filter(|d| !matches!(d, DType::I32 | DType::U8))
+            .ok_or(ModelError::TensorType {
+                name: name.to_string(),
+                stored: meta.stored.name(),
+            })?;
         let dims = meta
             .shape
             .iter()

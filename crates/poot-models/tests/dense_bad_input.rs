@@ -206,6 +206,7 @@ fn named(err: &Result<String, ModelError>) -> Option<(&'static str, String)> {
         ModelError::MissingKey { key } => ("MissingKey", key.clone()),
         ModelError::MissingTensor { name, .. } => ("MissingTensor", name.clone()),
         ModelError::TensorShape { name, .. } => ("TensorShape", name.clone()),
+        ModelError::TensorType { name, .. } => ("TensorType", name.clone()),
         ModelError::LayerCount { tensor, .. } => ("LayerCount", tensor.clone()),
         _ => return None,
     })
@@ -526,4 +527,18 @@ fn bloom_gguf_biases_that_disagree_are_named() {
         named(&build_gguf(&g)),
         Some(("MissingTensor", "token_embd_norm.bias".to_string()))
     );
+}
+
+#[test]
+fn an_integer_bias_or_norm_is_a_type_error_naming_it() {
+    // ggml type 26 is I32: a bias or a norm stored as integers is refused, not read as floats.
+    for name in ["blk.1.attn_qkv.bias", "token_embd_norm.weight"] {
+        let mut g = gguf_bloom();
+        g.types.insert(name.to_string(), 26);
+        assert_eq!(
+            named(&build_gguf(&g)),
+            Some(("TensorType", name.to_string())),
+            "{name}"
+        );
+    }
 }
