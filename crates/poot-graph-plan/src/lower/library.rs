@@ -102,7 +102,14 @@ pub(crate) fn exact_operands(g: &Graph, i: usize) -> Option<StoredWeights> {
 /// left side against weights of that half type, either a whole stored rank-2 constant or f32
 /// words rounded to it (block-quantized weights decoded for the library, see
 /// [`crate::precision`]), with aligned sizes that fit the library's 32-bit dimensions.
-fn library_operands(g: &Graph, i: usize, target: &Target) -> Option<(HalfType, WeightWords)> {
+///
+/// Also returns the value whose buffer the library reads the weights from: the contraction's
+/// right side, or the stored blocks a decoding starts from.
+fn library_operands(
+    g: &Graph,
+    i: usize,
+    target: &Target,
+) -> Option<(HalfType, WeightWords, ValueId)> {
     let e = &g.eqns()[i];
     let OpKind::MatMul { transpose_rhs } = e.op else {
         return None;
@@ -112,16 +119,18 @@ fn library_operands(g: &Graph, i: usize, target: &Target) -> Option<(HalfType, W
     }
     let (lhs, rhs) = (e.inputs[0], e.inputs[1]);
     let w = &g.values()[rhs.index()];
-    let (dtype, words) = match (&w.storage, w.ty.dtype) {
-        (Storage::Const(_), d @ (DType::F16 | DType::BF16)) => (d, WeightWords::Stored),
+    let (dtype, words, source) = match (&w.storage, w.ty.dtype) {
+        (Storage::Const(_), d @ (DType::F16 | DType::BF16)) => (d, WeightWords::Stored, rhs),
         // Rounded weights are decoded by the device from the stored blocks, or computed in full
         // into a buffer of f32 words, `[columns, depth]`.
         (Storage::Device, DType::F32) if transpose_rhs => {
-            let words = match decoded_blocks(g, rhs) {
-                Some(d) if target.library_decodes(d.format) => WeightWords::Blocks(d.format),
-                _ => WeightWords::F32,
+            let (words, source) = match decoded_blocks(g, rhs) {
+                Some(d) if target.library_decodes(d.format) => {
+                    (WeightWords::Blocks(d.format), d.weights)
+                }
+                _ => (WeightWords::F32, rhs),
             };
-            (half_operand(g, rhs)?, words)
+            (half_operand(g, rhs)?, words, source)
         }
         _ => return None,
     };
@@ -143,7 +152,7 @@ fn library_operands(g: &Graph, i: usize, target: &Target) -> Option<(HalfType, W
         && fits(rows)
         && fits(depth)
         && fits(cols))
-    .then_some((half, words))
+    .then_some((half, words, source))
 }
 
 /// The unrounded left side and the weights' block format of eqn `i` when the library multiplies
@@ -219,7 +228,7 @@ fn absorb_decodings(
         .filter(|&i| {
             matches!(
                 library_operands(g, i, target),
-                Some((_, WeightWords::Blocks(_)))
+                Some((_, WeightWords::Blocks(_), _))
             )
         })
         .collect();
@@ -260,40 +269,33 @@ impl Lowering<'_> {
                 label: self.label(e.out),
             });
         };
+        let (lhs, rhs, v) = (e.inputs[0], e.inputs[1], e.out);
         let integer = integer_operands(self.g, &self.cls.producer, i, self.target);
-        let operands = if let Some((_, b)) = integer {
-            Some(LibraryOperands::Integer(b))
+        // The operands, and the value holding the weights (computed into a buffer of its own
+        // only where they come as f32 words).
+        let (operands, weights_of, computed) = if let Some((_, b)) = integer {
+            Some((LibraryOperands::Integer(b), rhs, false))
         } else if self.target.exact_library() {
-            exact_operands(self.g, i).map(LibraryOperands::Exact)
+            exact_operands(self.g, i).map(|w| (LibraryOperands::Exact(w), rhs, false))
         } else {
-            library_operands(self.g, i, self.target)
-                .map(|(half, words)| LibraryOperands::Half { half, words })
+            library_operands(self.g, i, self.target).map(|(half, words, source)| {
+                let computed = words == WeightWords::F32;
+                (LibraryOperands::Half { half, words }, source, computed)
+            })
         }
         .ok_or_else(|| PlanError::Unplaced {
             label: self.label(e.out),
         })?;
-        let (lhs, rhs, v) = (e.inputs[0], e.inputs[1], e.out);
         let out_dims = self.g.values()[v.index()].ty.dims().to_vec();
         let depth = *self.g.values()[lhs.index()].ty.dims().last().unwrap_or(&1);
         let cols = *out_dims.last().unwrap_or(&1);
         let rows: usize = out_dims[..out_dims.len() - 1].iter().product();
         // The library rounds the left side to 8-bit blocks itself, from the values before.
         let lhs_buf = self.materialized(integer.map_or(lhs, |(source, _)| source))?;
-        let weights = match operands {
-            LibraryOperands::Half {
-                words: WeightWords::F32,
-                ..
-            } => self.materialized(rhs)?,
-            LibraryOperands::Half {
-                words: WeightWords::Blocks(_),
-                ..
-            } => {
-                let d = decoded_blocks(self.g, rhs).ok_or_else(|| PlanError::Unplaced {
-                    label: self.label(rhs),
-                })?;
-                self.buffer_of(d.weights)?
-            }
-            _ => self.buffer_of(rhs)?,
+        let weights = if computed {
+            self.materialized(weights_of)?
+        } else {
+            self.buffer_of(weights_of)?
         };
         let out = self.scratch_for(v)?;
         self.contractions.push((
