@@ -1737,7 +1737,10 @@ fn fusion_cases() -> Vec<Case> {
     // which the cases above (all under 128 rows) no longer reach: 128 rows, and one row whose
     // heads are too wide for the decode kernel's lanes (split into partitions). Then tiles of
     // 16 queries: a ragged last tile with a window and a row that sees nothing, and a
-    // walk whose positions end mid-tile.
+    // walk whose positions end mid-tile. Then the matrix units' kernel on PTX (64 queries a
+    // workgroup, 32 positions a tile): a last block of 36 queries (warps past the tokens), wide
+    // heads under GQA with a window and a softcap, a chunk continuing a cache; and heads of
+    // unequal widths whose positions end mid-tile.
     for (i, (name, hq, hkv, pos, len, dqk, dv, window, softcap)) in [
         (
             "attention, decode rows, long prefixes, window, softcap, head dim 128",
@@ -1802,6 +1805,28 @@ fn fusion_cases() -> Vec<Case> {
             20,
             16,
             128,
+            None,
+            None,
+        ),
+        (
+            "attention on the matrix units, 100 queries (a ragged last block), head dim 128, GQA 4, window, softcap, continuing at 180",
+            8,
+            2,
+            Some((0..100).map(|r| if r == 41 { -1 } else { 180 + r }).collect()),
+            300,
+            128,
+            128,
+            Some(150),
+            Some(30.0),
+        ),
+        (
+            "attention on the matrix units, 70 queries, qk dim 96, v dim 64, positions ending mid-tile",
+            4,
+            4,
+            Some((0..70).collect()),
+            70,
+            96,
+            64,
             None,
             None,
         ),

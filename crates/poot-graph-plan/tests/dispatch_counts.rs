@@ -137,12 +137,12 @@ fn prefill_chunks_of_64_run_tiled_projections() {
     // widths their tiles are too few to fill a large GPU, so each is split along the
     // contraction axis and a second kernel adds up and finishes: SmolLM2 has 10 launches a
     // layer where one workgroup per output had 8 (with the norms as row kernels of their own).
-    // SmolLM2's attention takes 16 queries a workgroup; Gemma 3's query is normed (a row
-    // reduction per query), so it keeps one query a workgroup.
+    // SmolLM2's attention takes 64 queries a workgroup on the matrix units; Gemma 3's query is
+    // normed (a row reduction per query), so it keeps one query a workgroup.
     let split = ["gemm_split", "gemm_combine"];
     let smollm2 = [
         &split[..],
-        &["update_slice", "attention_tiled"],
+        &["update_slice", "attention_mma"],
         &split,
         &split,
         &split,

@@ -322,20 +322,46 @@ fn many_rows_decoding_take_the_decode_attention_kernel() {
 }
 
 #[test]
-fn prefill_attention_is_one_kernel_over_tiles_of_queries() {
+fn prefill_attention_runs_on_the_matrix_units() {
+    // Four heads of 64 tokens: a workgroup of four warps (16 queries each) per head, both
+    // products on `mma.sync` (three tf32 products per f32 product).
     let p = plan(&attention_graph(64, 512, false));
+    let k = kinds(&p);
+    assert_eq!(k.last(), Some(&"attention_mma"));
+    assert!(!k.contains(&"attention_combine"));
+    assert_eq!(p.dispatches[k.len() - 1].grid[0], 4);
+    let attention = &p.kernels[p.dispatches[k.len() - 1].kernel];
+    let mut mmas = (0, 0);
+    count_mma(&attention.body, &mut mmas);
+    // Per tile: scores 2 steps x 4 blocks, weighted values 4 steps x 2 blocks, 3 products each.
+    assert_eq!(mmas, ((2 * 4 + 4 * 2) * 3, 0));
+    // 40 tokens: three warps; wgpu (no matrix units) keeps the FMA kernel.
+    let p = plan(&attention_graph(40, 512, false));
+    let k = kinds(&p);
+    assert_eq!(k.last(), Some(&"attention_mma"));
+    assert_eq!(p.kernels[p.dispatches[k.len() - 1].kernel].workgroup, 96);
+    let p = compile(&attention_graph(64, 512, false), &Target::wgpu_preset()).unwrap();
+    assert_eq!(kinds(&p).last(), Some(&"attention_tiled"));
+}
+
+#[test]
+fn prefill_attention_is_one_kernel_over_tiles_of_queries() {
+    let mut fma = Target::ptx_preset();
+    fma.tuning.attention_mma = false;
+    let p = compile(&attention_graph(64, 512, false), &fma).unwrap();
     let k = kinds(&p);
     assert_eq!(k.last(), Some(&"attention_tiled"));
     assert!(!k.contains(&"attention_combine"));
     // Four heads of 64 tokens: four tiles of 16 queries each.
     assert_eq!(p.dispatches[k.len() - 1].grid[0], 16);
     // Off, or under a tile of queries, one workgroup a query.
-    let mut untiled = Target::ptx_preset();
+    let mut untiled = fma.clone();
     untiled.tuning.attention_tiles = false;
     let p = compile(&attention_graph(64, 512, false), &untiled).unwrap();
     assert_eq!(kinds(&p).last(), Some(&"attention"));
     let p = plan(&attention_graph(12, 512, false));
     assert!(!kinds(&p).contains(&"attention_tiled"), "{:?}", kinds(&p));
+    assert!(!kinds(&p).contains(&"attention_mma"), "{:?}", kinds(&p));
 }
 
 #[test]

@@ -351,7 +351,7 @@ impl Lowering<'_> {
                 return self.emit_attention_decode(a, layout);
             }
         }
-        if self.emit_attention_tiled(a)? {
+        if self.emit_attention_mma(a)? || self.emit_attention_tiled(a)? {
             return Ok(());
         }
         let wg = row_threads(dv);

@@ -285,6 +285,23 @@ fn and(a: Expr, b: Expr) -> Expr {
     bin(BinOp::And, a, b)
 }
 
+/// f32 `x` as two tf32 parts (u32 bit patterns): `hi`, its top 19 bits, and `lo = x - hi` (exact)
+/// cut to 19 bits too, so `hi * y_hi + hi * y_lo + lo * y_hi` is a product within 3 * 2^-20 of
+/// `x * y`.
+pub(super) fn tf32_parts(cx: &mut KernelCtx, x: Expr) -> (Expr, Expr) {
+    let x = cx.kb.let_(Ty::F32, x);
+    let hi = cx.kb.let_(
+        Ty::U32,
+        bin(BinOp::And, un(UnOp::BitsToU32, x.clone()), u32c(TF32_MASK)),
+    );
+    let rest = x - un(UnOp::BitsToF32, hi.clone());
+    let lo = cx.kb.let_(
+        Ty::U32,
+        bin(BinOp::And, un(UnOp::BitsToU32, rest), u32c(TF32_MASK)),
+    );
+    (hi, lo)
+}
+
 /// The conjunction of the conditions that apply (`None`: always true).
 fn all(conds: impl IntoIterator<Item = Option<Expr>>) -> Option<Expr> {
     conds.into_iter().flatten().reduce(and)
@@ -667,19 +684,7 @@ impl Lowering<'_> {
         accs: &[Vec<Var>],
     ) {
         let parts = |cx: &mut KernelCtx, arr: SharedId, row: Expr, k: Expr| -> (Expr, Expr) {
-            let x = cx
-                .kb
-                .let_(Ty::F32, load_shared(arr, row * u32c(MMA_ROW) + k));
-            let hi = cx.kb.let_(
-                Ty::U32,
-                bin(BinOp::And, un(UnOp::BitsToU32, x.clone()), u32c(TF32_MASK)),
-            );
-            let rest = x - un(UnOp::BitsToF32, hi.clone());
-            let lo = cx.kb.let_(
-                Ty::U32,
-                bin(BinOp::And, un(UnOp::BitsToU32, rest), u32c(TF32_MASK)),
-            );
-            (hi, lo)
+            tf32_parts(cx, load_shared(arr, row * u32c(MMA_ROW) + k))
         };
         for half in [0, 8] {
             let k = |off: u32| w.q.clone() + u32c(half + off);

@@ -4,6 +4,7 @@
 mod access;
 mod attention;
 mod attention_decode;
+mod attention_mma;
 mod attention_rows;
 mod attention_tiled;
 mod buffers;

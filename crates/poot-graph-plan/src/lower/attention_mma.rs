@@ -1,0 +1,419 @@
+//! Attention over many query rows on the matrix units (`mma.sync`, FlashAttention-2's shape):
+//! both products, the scores `q k^T` and the weighted values `p v`, as 16 x 8 tiles of
+//! `m16n8k8` products, with an online softmax between them in registers.
+//!
+//! A workgroup is up to [`MAX_WARPS`] warps of one head; each warp owns [`WARP_QUERIES`]
+//! consecutive query rows, whose features it holds in registers as the products' A fragments
+//! (computed once, their rotary embedding included). The workgroup walks the cache positions
+//! [`TILE`] at a time:
+//! 1. each lane tests the visibility (the mask) of its scores' positions; the warps agree,
+//!    through shared memory, on which of the tile's positions any row sees, and a tile none
+//!    sees is skipped whole;
+//! 2. the tile's keys and values are staged in shared memory (values of positions no row sees
+//!    staged as zero, so an unwritten cache slot cannot reach a sum through a zero weight);
+//! 3. each warp forms its 16 x [`TILE`] scores on the matrix units, then each score's logit
+//!    chain and mask in registers, the rows' maxima and sums across the four lanes sharing a
+//!    row, and rescales what it summed before;
+//! 4. the probabilities go through shared memory into A fragments, and the warp adds their
+//!    product with the staged values into its 16 x `dv` sums.
+//!
+//! Precision: every f32 factor is split into two tf32 parts and each product formed as three
+//! `m16n8k8` products (what the tiled contractions do, [`super::gemm`]): within 3 * 2^-20 of the
+//! f32 product, so the results differ from the oracle's by reassociation (the units' order
+//! within a product, the softmax's running rescaling) at f32 accuracy. No rounding is added to
+//! the graph. A row with no visible position is the mean of the values, as in the oracle.
+
+use super::access::unflatten;
+use super::attention::{Attention, and, exp, neg_inf, rescale};
+use super::context::KernelCtx;
+use super::gemm::tf32_parts;
+use super::{Lowering, PlanError};
+use poot_kernel::build::{
+    bin, cmp, eq, load_shared, local_id, lt, max, min, select, shuffle_xor, u32c,
+};
+use poot_kernel::{BinOp, CmpOp, Expr, Ty, Var, Word};
+
+/// Lanes of a warp (the matrix units' unit of work).
+const WARP: u32 = 32;
+/// Query rows a warp owns: the products' M.
+const WARP_QUERIES: u32 = 16;
+/// Warps of a workgroup, at most.
+const MAX_WARPS: u32 = 4;
+/// Cache positions a tile stages: four 8-wide blocks of scores, four 8-deep steps of `p v`.
+const TILE: u32 = 32;
+/// The widest query-key and value heads (the warp's A fragments and sums live in registers).
+const MAX_HEAD: u32 = 128;
+/// Padding of a staged key row, so a fragment's 8 rows by 4 features fall in 32 banks.
+const K_PAD: u32 = 4;
+/// Padding of a staged value row: a fragment reads 4 rows by 8 features.
+const V_PAD: u32 = 8;
+/// Padding of a row of probabilities (read as the keys are).
+const P_PAD: u32 = 4;
+
+/// Words of shared memory the kernel takes.
+fn shared_words(dqk: u32, dv: u32, warps: u32) -> u32 {
+    TILE * (dqk + K_PAD) + TILE * (dv + V_PAD) + warps * WARP_QUERIES * (TILE + P_PAD) + warps * 4
+}
+
+/// One of a lane's scores: row `r` (0: `g`, 1: `g + 8`) and column `c` of the lane's pair in
+/// block `j`, in the order of the products' sums (`C[g][2t], C[g][2t+1], C[g+8][2t], ..`).
+fn score_slot(i: usize) -> (usize, u32) {
+    (i / 2, (i % 2) as u32)
+}
+
+impl Lowering<'_> {
+    /// Plans `a` on the matrix units; `false` (nothing planned) when the kernel does not apply:
+    /// a target without them, fewer tokens than a warp's rows, a query that reads a row
+    /// reduction, heads wider than [`MAX_HEAD`] or not a multiple of 8, or too little shared
+    /// memory.
+    pub(super) fn emit_attention_mma(&mut self, a: &Attention) -> Result<bool, PlanError> {
+        let od = self.g.values()[a.out.index()].ty.dims().to_vec();
+        let (bsz, heads, tokens, dv) = (od[0], od[1], od[2] as u32, od[3] as u32);
+        let s_len = self.g.values()[a.scores.index()].ty.dims()[3] as u32;
+        let dqk = self.g.values()[a.q.index()].ty.dims()[3] as u32;
+        let warps = tokens.div_ceil(WARP_QUERIES).min(MAX_WARPS);
+        let threads = warps * WARP;
+        let limits = &self.target.limits;
+        if !self.target.attention_matrix_units()
+            || limits.subgroup_size != WARP
+            || tokens < WARP_QUERIES
+            || s_len == 0
+            || !dqk.is_multiple_of(8)
+            || !dv.is_multiple_of(8)
+            || dqk > MAX_HEAD
+            || dv > MAX_HEAD
+            || self.cls.reads_row_reduce[a.q.index()]
+            || threads > limits.max_workgroup_threads
+            || 4 * shared_words(dqk, dv, warps) > limits.max_shared_bytes
+        {
+            return Ok(false);
+        }
+        let out = self.scratch_for(a.out)?;
+        let mut cx = KernelCtx::labelled("attention_mma", self.label(a.out), threads);
+        let outp = cx.param(out, Word::F32, true);
+        let k_sh = cx.kb.shared("k", Ty::F32, TILE * (dqk + K_PAD));
+        let v_sh = cx.kb.shared("v", Ty::F32, TILE * (dv + V_PAD));
+        let p_sh = cx
+            .kb
+            .shared("p", Ty::F32, warps * WARP_QUERIES * (TILE + P_PAD));
+        // Per warp and lane column `t`: the tile's positions (bit 2j + c: position 8j + 2t + c)
+        // that some row of the warp sees.
+        let seen_sh = cx.kb.shared("seen", Ty::U32, warps * 4);
+        let block_rows = warps * WARP_QUERIES;
+        let q_tiles = tokens.div_ceil(block_rows);
+        let item = Self::begin_rows(&mut cx, bsz as u32 * heads as u32 * q_tiles);
+        let bht = unflatten(&mut cx, item, &[bsz, heads, q_tiles as usize]);
+        let (b, h) = (bht[0].clone(), bht[1].clone());
+        let warp = cx.kb.let_(Ty::U32, local_id() / u32c(WARP));
+        let lane = cx.kb.let_(Ty::U32, local_id() % u32c(WARP));
+        let g = cx.kb.let_(Ty::U32, lane.clone() / u32c(4));
+        let t = cx.kb.let_(Ty::U32, lane % u32c(4));
+        let row0 = cx.kb.let_(
+            Ty::U32,
+            bht[2].clone() * u32c(block_rows) + warp.clone() * u32c(WARP_QUERIES),
+        );
+        // The lane's two query rows (`g`, `g + 8`): token, whether it exists, and the token
+        // clamped for index reads.
+        let mut rows = Vec::with_capacity(2);
+        for r in [0, 8] {
+            let tok = cx.kb.let_(Ty::U32, row0.clone() + g.clone() + u32c(r));
+            let inside = cx.kb.let_(Ty::Bool, lt(tok.clone(), u32c(tokens)));
+            let clamped = cx.kb.let_(Ty::U32, min(tok.clone(), u32c(tokens - 1)));
+            rows.push((tok, inside, clamped));
+        }
+
+        // The queries as A fragments: step `kk`'s `Q[g][8kk+t], Q[g+8][8kk+t], Q[g][8kk+t+4],
+        // Q[g+8][8kk+t+4]`; rows past the tokens are zero.
+        let mut q_frags: Vec<[Expr; 4]> = Vec::with_capacity((dqk / 8) as usize);
+        for kk in 0..dqk / 8 {
+            let mut frag = Vec::with_capacity(4);
+            for (r, off) in [(0, 0), (1, 0), (0, 4), (1, 4)] {
+                let (_, inside, clamped) = &rows[r];
+                let d = t.clone() + u32c(8 * kk + off);
+                let qv =
+                    self.value_at(&mut cx, a.q, &[b.clone(), h.clone(), clamped.clone(), d])?;
+                frag.push(
+                    cx.kb
+                        .let_(Ty::F32, select(inside.clone(), qv, Expr::F32(0.0))),
+                );
+            }
+            q_frags.push(std::array::from_fn(|i| frag[i].clone()));
+        }
+        let m_rows: Vec<Var> = (0..2).map(|_| cx.kb.var(Ty::F32, neg_inf())).collect();
+        let l_rows: Vec<Var> = (0..2).map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0))).collect();
+        let o_accs: Vec<[Var; 4]> = (0..dv / 8)
+            .map(|_| std::array::from_fn(|_| cx.kb.var(Ty::F32, Expr::F32(0.0))))
+            .collect();
+
+        let s0 = cx.kb.begin_for(u32c(0), u32c(s_len), u32c(TILE));
+        // The lane's positions in the tile, block `j`, column `c`: 8j + 2t + c.
+        let blocks = TILE / 8;
+        let mut cols = Vec::with_capacity(2 * blocks as usize);
+        for j in 0..blocks {
+            for c in 0..2 {
+                let s = cx
+                    .kb
+                    .let_(Ty::U32, s0.clone() + t.clone() * u32c(2) + u32c(8 * j + c));
+                let s_c = cx.kb.let_(Ty::U32, min(s.clone(), u32c(s_len - 1)));
+                cols.push((lt(s, u32c(s_len)), s_c));
+            }
+        }
+        // vis[j][i]: score slot `i` of block `j` (see `score_slot`).
+        let mut vis: Vec<Vec<Expr>> = Vec::with_capacity(blocks as usize);
+        let mut col_bits = u32c(0);
+        for j in 0..blocks as usize {
+            let mut block = Vec::with_capacity(4);
+            for i in 0..4 {
+                let (r, c) = score_slot(i);
+                let (inside_col, s_c) = &cols[2 * j + c as usize];
+                let (_, inside_row, clamped) = &rows[r];
+                let inside = and(inside_row.clone(), inside_col.clone());
+                let v = match a.mask {
+                    Some(mask) => {
+                        let idx = [b.clone(), h.clone(), clamped.clone(), s_c.clone()];
+                        and(inside, self.value_at(&mut cx, mask, &idx)?)
+                    }
+                    None => inside,
+                };
+                block.push(cx.kb.let_(Ty::Bool, v));
+            }
+            for c in 0..2u32 {
+                let either = bin(
+                    BinOp::Or,
+                    block[c as usize].clone(),
+                    block[2 + c as usize].clone(),
+                );
+                let bit = select(either, u32c(1 << (2 * j as u32 + c)), u32c(0));
+                col_bits = bin(BinOp::Or, col_bits, bit);
+            }
+            vis.push(block);
+        }
+        // The warp's positions seen by any of its rows: the eight lanes of a column agree.
+        let mut bits = cx.kb.let_(Ty::U32, col_bits);
+        for mask in [4, 8, 16] {
+            bits = cx.kb.let_(
+                Ty::U32,
+                bin(BinOp::Or, bits.clone(), shuffle_xor(bits, mask)),
+            );
+        }
+        cx.kb.begin_if(eq(g.clone(), u32c(0)));
+        cx.kb
+            .store_shared(seen_sh, warp.clone() * u32c(4) + t.clone(), bits);
+        cx.kb.end();
+        cx.kb.barrier();
+        let any_bits = (0..warps * 4)
+            .map(|i| load_shared(seen_sh, u32c(i)))
+            .reduce(|x, y| bin(BinOp::Or, x, y))
+            .unwrap_or(u32c(0));
+        let any = cx.kb.let_(Ty::Bool, cmp(CmpOp::Ne, any_bits, u32c(0)));
+
+        cx.kb.begin_if(any);
+        // The tile's keys, then its values (zero where no row sees the position); positions
+        // past the cache clamped to its last.
+        let e = cx.kb.begin_for(local_id(), u32c(TILE * dqk), u32c(threads));
+        let r = cx.kb.let_(Ty::U32, e.clone() / u32c(dqk));
+        let d = cx.kb.let_(Ty::U32, e % u32c(dqk));
+        let s = min(s0.clone() + r.clone(), u32c(s_len - 1));
+        let kv = self.value_at(&mut cx, a.k, &[b.clone(), h.clone(), s, d.clone()])?;
+        cx.kb.store_shared(k_sh, r * u32c(dqk + K_PAD) + d, kv);
+        cx.kb.end();
+        let e = cx.kb.begin_for(local_id(), u32c(TILE * dv), u32c(threads));
+        let r = cx.kb.let_(Ty::U32, e.clone() / u32c(dv));
+        let d = cx.kb.let_(Ty::U32, e % u32c(dv));
+        let word = (r.clone() % u32c(8)) / u32c(2);
+        let bit = (r.clone() / u32c(8)) * u32c(2) + r.clone() % u32c(2);
+        let seen_by = (0..warps)
+            .map(|w| load_shared(seen_sh, u32c(4 * w) + word.clone()))
+            .reduce(|x, y| bin(BinOp::Or, x, y))
+            .expect("a warp");
+        let seen = cx.kb.let_(
+            Ty::Bool,
+            cmp(
+                CmpOp::Ne,
+                bin(BinOp::And, bin(BinOp::Shr, seen_by, bit), u32c(1)),
+                u32c(0),
+            ),
+        );
+        let s = min(s0.clone() + r.clone(), u32c(s_len - 1));
+        let vv = self.value_at(&mut cx, a.v, &[b.clone(), h.clone(), s, d.clone()])?;
+        cx.kb.store_shared(
+            v_sh,
+            r * u32c(dv + V_PAD) + d,
+            select(seen, vv, Expr::F32(0.0)),
+        );
+        cx.kb.end();
+        cx.kb.barrier();
+
+        // The scores: block `j` is positions 8j.. of the tile, `B[k][n] = K[8j + n][k]`.
+        let s_accs: Vec<[Var; 4]> = (0..blocks)
+            .map(|_| std::array::from_fn(|_| cx.kb.var(Ty::F32, Expr::F32(0.0))))
+            .collect();
+        for (kk, frag) in q_frags.iter().enumerate() {
+            let parts: Vec<(Expr, Expr)> = frag
+                .iter()
+                .map(|x| tf32_parts(&mut cx, x.clone()))
+                .collect();
+            let a_hi: [Expr; 4] = std::array::from_fn(|i| parts[i].0.clone());
+            let a_lo: [Expr; 4] = std::array::from_fn(|i| parts[i].1.clone());
+            for (j, acc) in s_accs.iter().enumerate() {
+                let key = g.clone() + u32c(8 * j as u32);
+                let at = |off: u32| {
+                    key.clone() * u32c(dqk + K_PAD) + t.clone() + u32c(8 * kk as u32 + off)
+                };
+                let (h0, l0) = tf32_parts(&mut cx, load_shared(k_sh, at(0)));
+                let (h1, l1) = tf32_parts(&mut cx, load_shared(k_sh, at(4)));
+                cx.kb.mma_tf32(*acc, a_lo.clone(), [h0.clone(), h1.clone()]);
+                cx.kb.mma_tf32(*acc, a_hi.clone(), [l0, l1]);
+                cx.kb.mma_tf32(*acc, a_hi.clone(), [h0, h1]);
+            }
+        }
+
+        // Each score's logit chain, masked to -inf; then the rows' new maxima, across the
+        // four lanes that share a row.
+        let mut scores: Vec<Vec<Expr>> = Vec::with_capacity(blocks as usize);
+        for (j, acc) in s_accs.iter().enumerate() {
+            let mut block = Vec::with_capacity(4);
+            for (i, &sum) in acc.iter().enumerate() {
+                let (r, c) = score_slot(i);
+                let sidx = [
+                    b.clone(),
+                    h.clone(),
+                    rows[r].2.clone(),
+                    cols[2 * j + c as usize].1.clone(),
+                ];
+                cx.set_known(a.scores, &sidx, Expr::Var(sum));
+                let logit = self.compute(&mut cx, a.logits, &sidx)?;
+                block.push(
+                    cx.kb
+                        .let_(Ty::F32, select(vis[j][i].clone(), logit, neg_inf())),
+                );
+            }
+            scores.push(block);
+        }
+        let warp_rows = warp.clone() * u32c(WARP_QUERIES * (TILE + P_PAD));
+        let mut alphas = Vec::with_capacity(2);
+        for r in 0..2 {
+            let mine = scores
+                .iter()
+                .flat_map(|block| [block[2 * r].clone(), block[2 * r + 1].clone()])
+                .reduce(max)
+                .expect("a block");
+            let mut tile_max = cx.kb.let_(Ty::F32, mine);
+            for mask in [1, 2] {
+                tile_max = cx
+                    .kb
+                    .let_(Ty::F32, max(tile_max.clone(), shuffle_xor(tile_max, mask)));
+            }
+            let m_new = cx.kb.let_(Ty::F32, max(Expr::Var(m_rows[r]), tile_max));
+            let (live, alpha) = rescale(&mut cx, m_rows[r], &m_new);
+            let sum = cx.kb.var(Ty::F32, Expr::F32(0.0));
+            let p_row = warp_rows.clone() + (g.clone() + u32c(8 * r as u32)) * u32c(TILE + P_PAD);
+            for (j, block) in scores.iter().enumerate() {
+                for c in 0..2 {
+                    let p = cx.kb.let_(
+                        Ty::F32,
+                        select(
+                            live.clone(),
+                            exp(block[2 * r + c].clone() - m_new.clone()),
+                            Expr::F32(0.0),
+                        ),
+                    );
+                    let at = p_row.clone() + t.clone() * u32c(2) + u32c(8 * j as u32 + c as u32);
+                    cx.kb.store_shared(p_sh, at, p.clone());
+                    cx.kb.set(sum, Expr::Var(sum) + p);
+                }
+            }
+            cx.kb.team_sum(sum, 4);
+            cx.kb.set(
+                l_rows[r],
+                Expr::Var(l_rows[r]) * alpha.clone() + Expr::Var(sum),
+            );
+            cx.kb.set(m_rows[r], m_new);
+            alphas.push(alpha);
+        }
+        for acc in &o_accs {
+            for (i, &v) in acc.iter().enumerate() {
+                cx.kb.set(v, Expr::Var(v) * alphas[i / 2].clone());
+            }
+        }
+        // The probabilities are in shared memory before any lane reads another's.
+        cx.kb.barrier();
+
+        // The weighted values: step `kk` is positions 8kk.. of the tile, `A = P`, `B = V`.
+        for kk in 0..blocks {
+            let p_at = |r: u32, off: u32| {
+                warp_rows.clone()
+                    + (g.clone() + u32c(r)) * u32c(TILE + P_PAD)
+                    + t.clone()
+                    + u32c(8 * kk + off)
+            };
+            let parts: Vec<(Expr, Expr)> = [(0, 0), (8, 0), (0, 4), (8, 4)]
+                .into_iter()
+                .map(|(r, off)| tf32_parts(&mut cx, load_shared(p_sh, p_at(r, off))))
+                .collect();
+            let a_hi: [Expr; 4] = std::array::from_fn(|i| parts[i].0.clone());
+            let a_lo: [Expr; 4] = std::array::from_fn(|i| parts[i].1.clone());
+            for (n, acc) in o_accs.iter().enumerate() {
+                let v_at = |off: u32| {
+                    (t.clone() + u32c(8 * kk + off)) * u32c(dv + V_PAD)
+                        + g.clone()
+                        + u32c(8 * n as u32)
+                };
+                let (h0, l0) = tf32_parts(&mut cx, load_shared(v_sh, v_at(0)));
+                let (h1, l1) = tf32_parts(&mut cx, load_shared(v_sh, v_at(4)));
+                cx.kb.mma_tf32(*acc, a_lo.clone(), [h0.clone(), h1.clone()]);
+                cx.kb.mma_tf32(*acc, a_hi.clone(), [l0, l1]);
+                cx.kb.mma_tf32(*acc, a_hi.clone(), [h0, h1]);
+            }
+        }
+        cx.kb.end();
+        // Every warp is done with the tile before the next one is staged.
+        cx.kb.barrier();
+        cx.kb.end();
+
+        // The outputs: sums over each row's total, or the values' mean where it saw nothing.
+        for (r, (tok, inside, _)) in rows.iter().enumerate() {
+            cx.kb.begin_if(inside.clone());
+            let row = (b.clone() * u32c(heads as u32) + h.clone()) * u32c(tokens) + tok.clone();
+            let base = cx.kb.let_(Ty::U32, row * u32c(dv));
+            let feature = |n: usize, c: u32| t.clone() * u32c(2) + u32c(8 * n as u32 + c);
+            cx.kb.begin_if(eq(Expr::Var(m_rows[r]), neg_inf()));
+            let bht_row = [b.clone(), h.clone(), tok.clone()];
+            for n in 0..o_accs.len() {
+                for c in 0..2 {
+                    let mean =
+                        self.mean_of_values(&mut cx, a, &bht_row, feature(n, c), s_len as usize)?;
+                    cx.kb.store(outp, base.clone() + feature(n, c), mean);
+                }
+            }
+            cx.kb.otherwise();
+            for (n, acc) in o_accs.iter().enumerate() {
+                for c in 0..2 {
+                    let sum = Expr::Var(acc[2 * r + c as usize]);
+                    cx.kb.store(
+                        outp,
+                        base.clone() + feature(n, c),
+                        sum / Expr::Var(l_rows[r]),
+                    );
+                }
+            }
+            cx.kb.end();
+            cx.kb.end();
+        }
+        cx.kb.end();
+        let grid = self.groups_for(bsz as u32 * heads as u32 * q_tiles, 1);
+        self.push_kernel(cx, grid)?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shared_words;
+
+    #[test]
+    fn four_warps_of_128_wide_heads_fit_cuda_static_shared_memory() {
+        assert!(4 * shared_words(128, 128, 4) <= 48 << 10);
+        assert!(4 * shared_words(64, 64, 4) <= 48 << 10);
+    }
+}
