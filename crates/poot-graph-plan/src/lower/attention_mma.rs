@@ -49,6 +49,8 @@ const K_PAD: u32 = 4;
 const V_PAD: u32 = 8;
 /// Padding of a row of probabilities (read as the keys are).
 const P_PAD: u32 = 4;
+/// Loads each thread issues before its first store while staging a tile.
+const LOADS_IN_FLIGHT: u32 = 8;
 
 /// Words of shared memory the kernel takes.
 fn shared_words(dqk: u32, dv: u32, warps: u32) -> u32 {
@@ -208,40 +210,22 @@ impl Lowering<'_> {
         let any = cx.kb.let_(Ty::Bool, cmp(CmpOp::Ne, any_bits, u32c(0)));
 
         cx.kb.begin_if(any);
-        // The tile's keys, then its values (zero where no row sees the position); positions
-        // past the cache clamped to its last.
-        let e = cx.kb.begin_for(local_id(), u32c(TILE * dqk), u32c(threads));
-        let r = cx.kb.let_(Ty::U32, e.clone() / u32c(dqk));
-        let d = cx.kb.let_(Ty::U32, e % u32c(dqk));
-        let s = min(s0.clone() + r.clone(), u32c(s_len - 1));
-        let kv = self.value_at(&mut cx, a.k, &[b.clone(), h.clone(), s, d.clone()])?;
-        cx.kb.store_shared(k_sh, r * u32c(dqk + K_PAD) + d, kv);
-        cx.kb.end();
-        let e = cx.kb.begin_for(local_id(), u32c(TILE * dv), u32c(threads));
-        let r = cx.kb.let_(Ty::U32, e.clone() / u32c(dv));
-        let d = cx.kb.let_(Ty::U32, e % u32c(dv));
-        let word = (r.clone() % u32c(8)) / u32c(2);
-        let bit = (r.clone() / u32c(8)) * u32c(2) + r.clone() % u32c(2);
-        let seen_by = (0..warps)
-            .map(|w| load_shared(seen_sh, u32c(4 * w) + word.clone()))
-            .reduce(|x, y| bin(BinOp::Or, x, y))
-            .expect("a warp");
-        let seen = cx.kb.let_(
-            Ty::Bool,
-            cmp(
-                CmpOp::Ne,
-                bin(BinOp::And, bin(BinOp::Shr, seen_by, bit), u32c(1)),
-                u32c(0),
-            ),
-        );
-        let s = min(s0.clone() + r.clone(), u32c(s_len - 1));
-        let vv = self.value_at(&mut cx, a.v, &[b.clone(), h.clone(), s, d.clone()])?;
-        cx.kb.store_shared(
-            v_sh,
-            r * u32c(dv + V_PAD) + d,
-            select(seen, vv, Expr::F32(0.0)),
-        );
-        cx.kb.end();
+        // The tile's keys, then its values (zero where no row sees the position).
+        let at = Staging {
+            b: &b,
+            h: &h,
+            s0: &s0,
+            s_len,
+            threads,
+        };
+        self.stage_tile(&mut cx, &at, (a.k, dqk), (k_sh, dqk + K_PAD), None)?;
+        self.stage_tile(
+            &mut cx,
+            &at,
+            (a.v, dv),
+            (v_sh, dv + V_PAD),
+            Some((seen_sh, warps)),
+        )?;
         cx.kb.barrier();
 
         // The scores: block `j` is positions 8j.. of the tile, `B[k][n] = K[8j + n][k]`.
@@ -379,13 +363,16 @@ impl Lowering<'_> {
             let feature = |n: usize, c: u32| t.clone() * u32c(2) + u32c(8 * n as u32 + c);
             cx.kb.begin_if(eq(Expr::Var(m_rows[r]), neg_inf()));
             let bht_row = [b.clone(), h.clone(), tok.clone()];
-            for n in 0..o_accs.len() {
-                for c in 0..2 {
-                    let mean =
-                        self.mean_of_values(&mut cx, a, &bht_row, feature(n, c), s_len as usize)?;
-                    cx.kb.store(outp, base.clone() + feature(n, c), mean);
-                }
+            // A rare row: its features in a loop, not unrolled as the sums' stores are.
+            let n = cx.kb.begin_for(u32c(0), u32c(dv / 8), u32c(1));
+            for c in 0..2 {
+                let f = cx
+                    .kb
+                    .let_(Ty::U32, n.clone() * u32c(8) + t.clone() * u32c(2) + u32c(c));
+                let mean = self.mean_of_values(&mut cx, a, &bht_row, f.clone(), s_len as usize)?;
+                cx.kb.store(outp, base.clone() + f, mean);
             }
+            cx.kb.end();
             cx.kb.otherwise();
             for (n, acc) in o_accs.iter().enumerate() {
                 for c in 0..2 {
@@ -404,6 +391,77 @@ impl Lowering<'_> {
         let grid = self.groups_for(bsz as u32 * heads as u32 * q_tiles, 1);
         self.push_kernel(cx, grid)?;
         Ok(true)
+    }
+}
+
+/// Where a tile is staged from: the workgroup's batch and head, the tile's first position, the
+/// cache length, the workgroup's threads.
+struct Staging<'e> {
+    b: &'e Expr,
+    h: &'e Expr,
+    s0: &'e Expr,
+    s_len: u32,
+    threads: u32,
+}
+
+impl Lowering<'_> {
+    /// Stages the tile's `width` features of `v` for each of its [`TILE`] positions into `arr`,
+    /// rows `stride` apart (positions past the cache clamped to its last): each thread issues
+    /// [`LOADS_IN_FLIGHT`] loads before storing any, so a tile costs a few memory latencies, not
+    /// one per element. With `seen` (the warps' words of positions some row sees), a position
+    /// no row sees is staged as zero.
+    fn stage_tile(
+        &mut self,
+        cx: &mut KernelCtx,
+        at: &Staging<'_>,
+        (v, width): (poot_graph_ir::ValueId, u32),
+        (arr, stride): (poot_kernel::SharedId, u32),
+        seen: Option<(poot_kernel::SharedId, u32)>,
+    ) -> Result<(), PlanError> {
+        let total = TILE * width;
+        let per_thread = total.div_ceil(at.threads);
+        let run = per_thread.min(LOADS_IN_FLIGHT);
+        let base = cx.kb.begin_for(u32c(0), u32c(per_thread), u32c(run));
+        let mut loaded = Vec::with_capacity(run as usize);
+        for u in 0..run {
+            let e = cx.kb.let_(
+                Ty::U32,
+                (base.clone() + u32c(u)) * u32c(at.threads) + local_id(),
+            );
+            let inside = cx.kb.let_(Ty::Bool, lt(e.clone(), u32c(total)));
+            let e = min(e, u32c(total - 1));
+            let r = cx.kb.let_(Ty::U32, e.clone() / u32c(width));
+            let d = cx.kb.let_(Ty::U32, e % u32c(width));
+            let s = min(at.s0.clone() + r.clone(), u32c(at.s_len - 1));
+            let x = self.value_at(cx, v, &[at.b.clone(), at.h.clone(), s, d.clone()])?;
+            let x = cx.kb.let_(Ty::F32, x);
+            loaded.push((inside, r, d, x));
+        }
+        for (inside, r, d, x) in loaded {
+            let x = match seen {
+                Some((seen_sh, warps)) => {
+                    // Position r is bit 2 (r / 8) + r % 2 of word (r % 8) / 2 of each warp.
+                    let word = (r.clone() % u32c(8)) / u32c(2);
+                    let bit = (r.clone() / u32c(8)) * u32c(2) + r.clone() % u32c(2);
+                    let seen_by = (0..warps)
+                        .map(|w| load_shared(seen_sh, u32c(4 * w) + word.clone()))
+                        .reduce(|x, y| bin(BinOp::Or, x, y))
+                        .expect("a warp");
+                    let seen = cmp(
+                        CmpOp::Ne,
+                        bin(BinOp::And, bin(BinOp::Shr, seen_by, bit), u32c(1)),
+                        u32c(0),
+                    );
+                    select(seen, x, Expr::F32(0.0))
+                }
+                None => x,
+            };
+            cx.kb.begin_if(inside);
+            cx.kb.store_shared(arr, r * u32c(stride) + d, x);
+            cx.kb.end();
+        }
+        cx.kb.end();
+        Ok(())
     }
 }
 
