@@ -415,6 +415,180 @@ mod tests {
         assert_eq!(std::mem::offset_of!(Event, fault_reason_mask), 24);
     }
 
+    /// The constants and layouts here, and the dispatch packet's fields as `crate::packet`
+    /// writes them, checked by the C compiler against ROCm's own headers where they are
+    /// installed (Debian's `libhsa-runtime-dev`; CI installs it); a SKIP line elsewhere.
+    #[test]
+    fn the_hsa_headers_agree() {
+        let header = std::path::Path::new("/usr/include/hsa/hsa.h");
+        if !header.exists() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI installs libhsa-runtime-dev for this check"
+            );
+            println!("SKIP: no /usr/include/hsa/hsa.h (apt-get install libhsa-runtime-dev)");
+            return;
+        }
+        let checks = [
+            ("HSA_STATUS_SUCCESS", STATUS_SUCCESS),
+            (
+                "HSA_STATUS_ERROR_OUT_OF_RESOURCES",
+                STATUS_ERROR_OUT_OF_RESOURCES,
+            ),
+            ("HSA_STATUS_ERROR_EXCEPTION", STATUS_ERROR_EXCEPTION),
+            ("HSA_AMD_GPU_MEMORY_FAULT_EVENT", EVENT_GPU_MEMORY_FAULT),
+            ("HSA_AGENT_INFO_NAME", AGENT_INFO_NAME),
+            (
+                "HSA_AGENT_INFO_WORKGROUP_MAX_SIZE",
+                AGENT_INFO_WORKGROUP_MAX_SIZE,
+            ),
+            ("HSA_AGENT_INFO_GRID_MAX_DIM", AGENT_INFO_GRID_MAX_DIM),
+            ("HSA_AGENT_INFO_QUEUE_MAX_SIZE", AGENT_INFO_QUEUE_MAX_SIZE),
+            ("HSA_AGENT_INFO_DEVICE", AGENT_INFO_DEVICE),
+            (
+                "HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT",
+                AMD_AGENT_INFO_COMPUTE_UNIT_COUNT,
+            ),
+            (
+                "HSA_AMD_AGENT_INFO_PRODUCT_NAME",
+                AMD_AGENT_INFO_PRODUCT_NAME,
+            ),
+            ("HSA_DEVICE_TYPE_CPU", DEVICE_TYPE_CPU),
+            ("HSA_DEVICE_TYPE_GPU", DEVICE_TYPE_GPU),
+            ("HSA_QUEUE_TYPE_SINGLE", QUEUE_TYPE_SINGLE),
+            ("HSA_AMD_MEMORY_POOL_INFO_SEGMENT", POOL_INFO_SEGMENT),
+            (
+                "HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS",
+                POOL_INFO_GLOBAL_FLAGS,
+            ),
+            ("HSA_AMD_MEMORY_POOL_INFO_SIZE", POOL_INFO_SIZE),
+            (
+                "HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED",
+                POOL_INFO_RUNTIME_ALLOC_ALLOWED,
+            ),
+            (
+                "HSA_AMD_MEMORY_POOL_INFO_ALLOC_MAX_SIZE",
+                POOL_INFO_ALLOC_MAX_SIZE,
+            ),
+            ("HSA_AMD_SEGMENT_GLOBAL", SEGMENT_GLOBAL),
+            ("HSA_AMD_SEGMENT_GROUP", SEGMENT_GROUP),
+            (
+                "HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT",
+                POOL_FLAG_KERNARG_INIT,
+            ),
+            (
+                "HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED",
+                POOL_FLAG_FINE_GRAINED,
+            ),
+            (
+                "HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED",
+                POOL_FLAG_COARSE_GRAINED,
+            ),
+            (
+                "HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE",
+                SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE,
+            ),
+            (
+                "HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_ALIGNMENT",
+                SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_ALIGNMENT,
+            ),
+            (
+                "HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE",
+                SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE,
+            ),
+            (
+                "HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE",
+                SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE,
+            ),
+            (
+                "HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT",
+                SYMBOL_INFO_KERNEL_OBJECT,
+            ),
+            ("HSA_PROFILE_FULL", PROFILE_FULL),
+            ("HSA_DEFAULT_FLOAT_ROUNDING_MODE_DEFAULT", ROUNDING_DEFAULT),
+            // What `crate::packet` writes.
+            ("HSA_PACKET_TYPE_KERNEL_DISPATCH", 2),
+            ("HSA_PACKET_HEADER_BARRIER", 8),
+            ("HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE", 9),
+            ("HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE", 11),
+            ("HSA_FENCE_SCOPE_AGENT", 1),
+            ("HSA_FENCE_SCOPE_SYSTEM", 2),
+            ("HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS", 0),
+            ("sizeof(hsa_kernel_dispatch_packet_t)", 64),
+            (
+                "offsetof(hsa_kernel_dispatch_packet_t, workgroup_size_x)",
+                4,
+            ),
+            ("offsetof(hsa_kernel_dispatch_packet_t, grid_size_x)", 12),
+            (
+                "offsetof(hsa_kernel_dispatch_packet_t, private_segment_size)",
+                24,
+            ),
+            (
+                "offsetof(hsa_kernel_dispatch_packet_t, group_segment_size)",
+                28,
+            ),
+            ("offsetof(hsa_kernel_dispatch_packet_t, kernel_object)", 32),
+            (
+                "offsetof(hsa_kernel_dispatch_packet_t, kernarg_address)",
+                40,
+            ),
+            (
+                "offsetof(hsa_kernel_dispatch_packet_t, completion_signal)",
+                56,
+            ),
+            ("sizeof(hsa_queue_t)", std::mem::size_of::<Queue>() as u32),
+            (
+                "offsetof(hsa_queue_t, base_address)",
+                std::mem::offset_of!(Queue, base_address) as u32,
+            ),
+            (
+                "offsetof(hsa_queue_t, doorbell_signal)",
+                std::mem::offset_of!(Queue, doorbell_signal) as u32,
+            ),
+            (
+                "offsetof(hsa_queue_t, size)",
+                std::mem::offset_of!(Queue, size) as u32,
+            ),
+            (
+                "offsetof(hsa_amd_event_t, memory_fault.agent)",
+                std::mem::offset_of!(Event, fault_agent) as u32,
+            ),
+            (
+                "offsetof(hsa_amd_event_t, memory_fault.virtual_address)",
+                std::mem::offset_of!(Event, virtual_address) as u32,
+            ),
+            (
+                "offsetof(hsa_amd_event_t, memory_fault.fault_reason_mask)",
+                std::mem::offset_of!(Event, fault_reason_mask) as u32,
+            ),
+        ];
+        let mut c = String::from(
+            "#include <stddef.h>\n#include <hsa/hsa.h>\n#include <hsa/hsa_ext_amd.h>\n",
+        );
+        for (what, value) in checks {
+            c.push_str(&format!(
+                "_Static_assert(({what}) == {value}u, \"{what}\");\n"
+            ));
+        }
+        let dir = std::env::temp_dir().join(format!("poot-hsa-header-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.join("check.c");
+        std::fs::write(&file, &c).unwrap_or_else(|e| panic!("{e}"));
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+        let out = std::process::Command::new(&cc)
+            .arg("-fsyntax-only")
+            .arg(&file)
+            .output();
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = out.unwrap_or_else(|e| panic!("`{cc}` does not run: {e}"));
+        assert!(
+            out.status.success(),
+            "the HSA headers disagree:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     #[test]
     fn a_named_library_is_tried_first() {
         // Only reads the environment; loading is tested in tests/open.rs.
