@@ -509,6 +509,9 @@ pub enum BackendArg {
     Wgpu,
     /// The host CPU (kernels compiled by the system's C compiler).
     Cpu,
+    /// AMD GPUs through ROCm (HSA and hipRTC); planned and compiled in CI, not yet run on an
+    /// AMD GPU.
+    Rocm,
 }
 
 impl BackendArg {
@@ -519,6 +522,7 @@ impl BackendArg {
             BackendArg::Ptx => poot_llm::BackendChoice::Ptx,
             BackendArg::Wgpu => poot_llm::BackendChoice::Wgpu,
             BackendArg::Cpu => poot_llm::BackendChoice::Cpu,
+            BackendArg::Rocm => poot_llm::BackendChoice::Rocm,
         }
     }
 }

@@ -325,6 +325,7 @@ impl Session {
             BackendArg::Ptx => BackendChoice::Ptx,
             BackendArg::Wgpu => BackendChoice::Wgpu,
             BackendArg::Cpu => BackendChoice::Cpu,
+            BackendArg::Rocm => BackendChoice::Rocm,
         };
         // One adapter: tables of exactly its rank on exactly its projections, checked against
         // the model before the backend opens.

@@ -427,6 +427,34 @@ impl Target {
         }
     }
 
+    /// An AMD data-center GPU (MI300X class, gfx942) over HSA: 64-lane wavefronts, 64 KiB of
+    /// workgroup memory, no buffer limit beyond its memory. No matrix-unit kernels (the
+    /// renderer's matrix tiles are PTX's) and no vendor library.
+    pub fn rocm_preset() -> Target {
+        Target {
+            backend: Backend::Rocm,
+            limits: TargetLimits {
+                // What an MI300X reports as usable (of its 192 GB).
+                max_buffer_bytes: 191 << 30,
+                // A dispatch packet's grid is a u32 count of work-items along each axis.
+                max_groups_x: u32::MAX / 1024,
+                max_groups_yz: 65535,
+                max_workgroup_threads: 1024,
+                max_shared_bytes: 64 << 10,
+                max_bindings: u32::MAX,
+                subgroup_size: 64,
+                multiprocessors: Some(304),
+                memory_bytes: Some(191 << 30),
+                group_ranks: 1,
+                matrix_tf32: false,
+                library_gemm: false,
+                library_exact: false,
+                library_integer_rows: None,
+            },
+            tuning: Tuning::default(),
+        }
+    }
+
     /// Mesa's software Vulkan (lavapipe), as CI runs it.
     pub fn lavapipe_preset() -> Target {
         let mut t = Target::wgpu_preset();
@@ -438,10 +466,16 @@ impl Target {
     }
 
     /// Whether kernels may exchange values between the threads of a subgroup in registers: the
-    /// CUDA renderer's warp shuffles, on a device with 32-thread warps. (The WGSL renderer does
-    /// not enable subgroup operations.)
+    /// CUDA renderer's warp shuffles, on a device with 32-thread warps, and the HIP renderer's
+    /// wavefront shuffles on 32- or 64-lane wavefronts (teams stay within 32 lanes, so xor
+    /// partners never cross a 32-lane half). (The WGSL renderer does not enable subgroup
+    /// operations.)
     pub fn team_shuffles(&self) -> bool {
-        self.backend == Backend::Ptx && self.limits.subgroup_size == 32
+        match self.backend {
+            Backend::Ptx => self.limits.subgroup_size == 32,
+            Backend::Rocm => matches!(self.limits.subgroup_size, 32 | 64),
+            Backend::Wgpu | Backend::Vulkan | Backend::Cpu => false,
+        }
     }
 
     /// Whether a workgroup's threads run as loops on one core (the CPU): kernels shaped for
@@ -450,10 +484,11 @@ impl Target {
         self.backend == Backend::Cpu
     }
 
-    /// How tiled contractions multiply on this target's matrix units (warp-wide `mma.sync`):
-    /// as tuned where the device has them, [`MatrixUnits::Off`] elsewhere.
+    /// How tiled contractions multiply on this target's matrix units (warp-wide `mma.sync`, a
+    /// PTX instruction): as tuned where the device has them, [`MatrixUnits::Off`] elsewhere
+    /// (every backend but PTX).
     pub fn matrix_units(&self) -> MatrixUnits {
-        if self.team_shuffles() && self.limits.matrix_tf32 {
+        if self.backend == Backend::Ptx && self.team_shuffles() && self.limits.matrix_tf32 {
             self.tuning.gemm_matrix_units
         } else {
             MatrixUnits::Off
@@ -596,9 +631,25 @@ mod tests {
     }
 
     #[test]
-    fn only_cuda_warps_shuffle() {
+    fn cuda_warps_and_amd_wavefronts_shuffle() {
         assert!(Target::ptx_preset().team_shuffles());
+        assert!(Target::rocm_preset().team_shuffles());
+        let mut rdna = Target::rocm_preset();
+        rdna.limits.subgroup_size = 32;
+        assert!(rdna.team_shuffles());
+        rdna.limits.subgroup_size = 16;
+        assert!(!rdna.team_shuffles());
         assert!(!Target::wgpu_preset().team_shuffles());
         assert!(!Target::lavapipe_preset().team_shuffles());
+    }
+
+    #[test]
+    fn rocm_gets_no_ptx_matrix_tiles_even_when_told_it_has_matrix_units() {
+        let mut t = Target::rocm_preset();
+        assert_eq!(t.matrix_units(), MatrixUnits::Off);
+        t.limits.matrix_tf32 = true;
+        t.tuning.gemm_matrix_units = MatrixUnits::Half;
+        assert_eq!(t.matrix_units(), MatrixUnits::Off);
+        assert!(!t.library_contractions() && !t.exact_library());
     }
 }

@@ -30,6 +30,7 @@ fn targets() -> Vec<(&'static str, Target)> {
         ("wgpu", Target::wgpu_preset()),
         ("wgpu on lavapipe", Target::lavapipe_preset()),
         ("CPU", Target::cpu_preset()),
+        ("ROCm (planned + compiled, not run)", Target::rocm_preset()),
     ]
 }
 

@@ -3,7 +3,7 @@
 //!
 //! The planner (`poot-graph-plan`) builds kernels with [`build::KernelBuilder`]; a device crate
 //! renders them to the language its compiler takes: CUDA C for NVRTC ([`render::render_cuda`]),
-//! WGSL for wgpu and raw Vulkan ([`render::render_wgsl`]), C for the host CPU
+//! HIP for AMD GPUs ([`render::render_hip`]), WGSL for wgpu and raw Vulkan ([`render::render_wgsl`]), C for the host CPU
 //! ([`render::render_host_c`]). Nothing here knows a target's limits: the planner emits only
 //! what its target runs (subgroup shuffles, matrix-unit tiles), and a renderer refuses by name a
 //! statement its language has no spelling for. [`expr_eval`] evaluates expressions on the host,

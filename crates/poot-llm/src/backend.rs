@@ -5,6 +5,7 @@ use poot_executor::{Coordinator, RankExecutor};
 use poot_executor::{Device, DeviceError, Engine, Executor};
 use poot_graph_plan::{Backend, Tuning, TuningError};
 use poot_ptx_device::{PtxConfig, PtxDevice, open_group_devices};
+use poot_rocm_device::RocmDevice;
 
 pub use poot_ptx_device::{GROUP_ENV_DEFAULTS, NCCL_LIBRARY_ENV};
 use poot_wgpu_device::{WgpuDevice, WgpuOptions};
@@ -45,6 +46,9 @@ pub enum BackendChoice {
     Wgpu,
     /// The host CPU, kernels compiled by the system's C compiler.
     Cpu,
+    /// An AMD GPU over HSA, kernels compiled by hipRTC. Only when asked for: `Auto` does not
+    /// try it until it has run the shared suite on an AMD GPU.
+    Rocm,
 }
 
 /// Why no executor could be opened.
@@ -108,13 +112,20 @@ pub fn open_group_executor(
     ranks: usize,
 ) -> Result<OpenedExecutor, BackendError> {
     match choice {
-        BackendChoice::Wgpu | BackendChoice::Cpu => {
-            let backend = if choice == BackendChoice::Cpu {
-                Backend::Cpu
-            } else {
-                Backend::Wgpu
-            };
-            return Err(BackendError::NoGroups { backend });
+        BackendChoice::Wgpu => {
+            return Err(BackendError::NoGroups {
+                backend: Backend::Wgpu,
+            });
+        }
+        BackendChoice::Cpu => {
+            return Err(BackendError::NoGroups {
+                backend: Backend::Cpu,
+            });
+        }
+        BackendChoice::Rocm => {
+            return Err(BackendError::NoGroups {
+                backend: Backend::Rocm,
+            });
         }
         BackendChoice::Auto | BackendChoice::Ptx => {}
     }
@@ -180,6 +191,9 @@ pub fn open_executor(choice: BackendChoice) -> Result<OpenedExecutor, BackendErr
             .map(|d| engine(d, Backend::Wgpu, &tuning))
             .map_err(unavailable(Backend::Wgpu)),
         BackendChoice::Cpu => cpu().map_err(unavailable(Backend::Cpu)),
+        BackendChoice::Rocm => RocmDevice::open(0)
+            .map(|d| engine(d, Backend::Rocm, &tuning))
+            .map_err(unavailable(Backend::Rocm)),
         BackendChoice::Auto => {
             let ptx = match ptx() {
                 Ok(e) => return Ok(e),

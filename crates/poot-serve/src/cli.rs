@@ -32,6 +32,9 @@ pub enum BackendArg {
     Ptx,
     /// The host CPU (kernels compiled by the system's C compiler).
     Cpu,
+    /// AMD GPUs through ROCm (HSA and hipRTC); planned and compiled in CI, not yet run on an
+    /// AMD GPU.
+    Rocm,
 }
 
 /// When the engine prepares its step variants (row-count buckets of the decode step, prompt

@@ -132,8 +132,9 @@ impl Lowering<'_> {
 
     /// The whole workgroup's combination of each thread's `acc`, left in `shared[0]`: pairs
     /// `(i, i + s)` combined in shared memory for `s = threads / 2, .., 1`. Where the target
-    /// shuffles, the last 32 are combined in registers by the first warp in the same pairs (lane
-    /// 0 sees exactly the association of the shared-memory tree), one barrier instead of six.
+    /// shuffles, the last 32 are combined in registers by the first 32 threads (a warp, or half
+    /// a 64-lane wavefront) in the same pairs (lane 0 sees exactly the association of the
+    /// shared-memory tree), one barrier instead of six.
     pub(super) fn tree_reduce(
         &self,
         cx: &mut KernelCtx,
@@ -141,7 +142,9 @@ impl Lowering<'_> {
         combine: &Combine<'_>,
     ) {
         let wg = cx.kb.workgroup();
-        let warp = self.target.limits.subgroup_size;
+        // At most 32 lanes combine in registers: shuffle masks stay below 32 (the kernel IR's
+        // rule), so a 64-lane wavefront's first half does what a CUDA warp does.
+        let warp = self.target.limits.subgroup_size.min(32);
         let shuffles = self.target.team_shuffles()
             && wg >= warp
             && wg.is_power_of_two()

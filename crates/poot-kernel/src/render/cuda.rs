@@ -84,17 +84,30 @@ pub fn render_cuda(k: &Kernel) -> Result<String, RenderError> {
     Ok(out.finish())
 }
 
-/// The CUDA C dialect, and (with `host`) the C the host CPU renderer writes from the same
-/// statements ([`super::host_c`]).
+/// The CUDA C dialect, and the two languages written from the same statements: HIP for AMD
+/// GPUs ([`super::hip`]) and the C the host CPU renderer writes ([`super::host_c`]).
 #[derive(Default)]
 pub(super) struct Cuda {
     pub(super) libs: BTreeSet<CudaLib>,
-    /// Rendering C for the host CPU ([`super::host_c`]): one function runs every thread of a
-    /// workgroup in turn, so builtins, wide loads and checks are spelled for that.
-    pub(super) host: bool,
+    pub(super) language: Language,
     /// On the host, the variables held per thread (arrays indexed by the thread) because the
     /// kernel's barriers split it into phases that each loop over the threads.
     pub(super) promoted: HashSet<Var>,
+}
+
+/// The language a [`Cuda`] dialect writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum Language {
+    /// CUDA C for NVRTC.
+    #[default]
+    Cuda,
+    /// HIP for AMD GPUs: CUDA C but for the warp shuffles (a wavefront of 32 or 64 lanes), the
+    /// workgroup count (read from the dispatch packet), the half widening and the trap; no
+    /// matrix-unit products.
+    Hip,
+    /// C for the host CPU: one function runs every thread of a workgroup in turn, so builtins,
+    /// wide loads and checks are spelled for that.
+    HostC,
 }
 
 pub(super) fn ty(t: Ty) -> &'static str {
@@ -112,7 +125,15 @@ fn word(w: Word) -> &'static str {
 
 impl Cuda {
     fn language(&self) -> &'static str {
-        if self.host { "host C" } else { "CUDA C" }
+        match self.language {
+            Language::Cuda => "CUDA C",
+            Language::Hip => "HIP",
+            Language::HostC => "host C",
+        }
+    }
+
+    fn host(&self) -> bool {
+        self.language == Language::HostC
     }
 
     fn call(&mut self, lib: CudaLib, name: &str, args: &[&str]) -> String {
@@ -181,7 +202,7 @@ impl Dialect for Cuda {
             // The host target has no subgroups or matrix units, and its renderer splits the
             // kernel at its barriers before rendering the phases between them.
             Stmt::TeamSum { .. } | Stmt::MmaTf32 { .. } | Stmt::MmaHalf { .. } | Stmt::Barrier
-                if self.host =>
+                if self.host() =>
             {
                 Err(unsupported(
                     k,
@@ -189,13 +210,18 @@ impl Dialect for Cuda {
                     self.language(),
                 ))
             }
+            // `mma.sync` is PTX; AMD's matrix cores take other tiles (the planner gives the
+            // ROCm target none).
+            Stmt::MmaTf32 { .. } | Stmt::MmaHalf { .. } if self.language == Language::Hip => Err(
+                unsupported(k, "a matrix-unit product (mma.sync)", self.language()),
+            ),
             _ => Ok(()),
         }
     }
 
     fn refuse_expr(&self, k: &Kernel, e: &Expr) -> Result<(), RenderError> {
         match e {
-            Expr::ShuffleXor { .. } if self.host => {
+            Expr::ShuffleXor { .. } if self.host() => {
                 Err(unsupported(k, "a subgroup shuffle", self.language()))
             }
             _ => Ok(()),
@@ -230,13 +256,20 @@ impl Dialect for Cuda {
     }
 
     fn builtin(&self, k: &Kernel, b: Builtin) -> Result<String, RenderError> {
-        Ok(match (self.host, b) {
-            (true, Builtin::LocalId) => "poot_tid".to_string(),
-            (true, Builtin::GroupId(axis)) => format!("poot_g{}", axis_letter(k, axis)?),
-            (true, Builtin::GroupCountX) => "poot_ngx".to_string(),
-            (false, Builtin::LocalId) => "threadIdx.x".to_string(),
-            (false, Builtin::GroupId(axis)) => format!("blockIdx.{}", axis_letter(k, axis)?),
-            (false, Builtin::GroupCountX) => "gridDim.x".to_string(),
+        Ok(match (self.language, b) {
+            (Language::HostC, Builtin::LocalId) => "poot_tid".to_string(),
+            (Language::HostC, Builtin::GroupId(axis)) => {
+                format!("poot_g{}", axis_letter(k, axis)?)
+            }
+            (Language::HostC, Builtin::GroupCountX) => "poot_ngx".to_string(),
+            (Language::Cuda | Language::Hip, Builtin::LocalId) => "threadIdx.x".to_string(),
+            (Language::Cuda | Language::Hip, Builtin::GroupId(axis)) => {
+                format!("blockIdx.{}", axis_letter(k, axis)?)
+            }
+            (Language::Cuda, Builtin::GroupCountX) => "gridDim.x".to_string(),
+            // HIP's `gridDim` reads the implicit kernel arguments, which a raw HSA dispatch
+            // does not fill; the helper reads the dispatch packet (`super::hip` emits it).
+            (Language::Hip, Builtin::GroupCountX) => super::hip::GROUP_COUNT_X_CALL.to_string(),
         })
     }
 
@@ -393,6 +426,13 @@ impl Dialect for Cuda {
     }
 
     fn shuffle_xor(&mut self, value: &str, mask: u32) -> String {
+        if self.language == Language::Hip {
+            return self.call(
+                CudaLib::ShuffleXor,
+                "poot_shfl_xor",
+                &[strip_parens(value), &format!("{mask}u")],
+            );
+        }
         format!(
             "__shfl_xor_sync(0xffffffffu, {}, {mask}u)",
             strip_parens(value)
@@ -426,7 +466,7 @@ impl Dialect for Cuda {
         elem: Ty,
         shared: bool,
     ) {
-        if self.host {
+        if self.host() {
             // Plain loads: the C compiler merges them where it can.
             for (i, v) in vars.iter().enumerate() {
                 let value = format!("{array}[{index} + {i}u]");
@@ -452,7 +492,8 @@ impl Dialect for Cuda {
         let v = names::var(var);
         let mut m = lanes / 2;
         while m > 0 {
-            out.line(format!("{v} += __shfl_xor_sync(0xffffffffu, {v}, {m}u);"));
+            let theirs = self.shuffle_xor(&v, m);
+            out.line(format!("{v} += {theirs};"));
             m /= 2;
         }
     }

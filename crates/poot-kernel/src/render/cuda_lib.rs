@@ -36,6 +36,10 @@ pub(crate) enum CudaLib {
     RemU32,
     Fault,
     FaultIf,
+    /// HIP only: a wavefront shuffle of each word type.
+    ShuffleXor,
+    /// HIP only: the workgroup count along x, from the dispatch packet.
+    GroupCountX,
     WaitPredecessors,
 }
 
@@ -69,6 +73,8 @@ impl CudaLib {
             | CudaLib::DivU32
             | CudaLib::RemU32
             | CudaLib::Fault
+            | CudaLib::ShuffleXor
+            | CudaLib::GroupCountX
             | CudaLib::WaitPredecessors => &[],
         }
     }
@@ -102,7 +108,24 @@ impl CudaLib {
             CudaLib::RemU32 => REM_U32,
             CudaLib::Fault => FAULT,
             CudaLib::FaultIf => FAULT_IF,
+            // Only the HIP rendering calls these.
+            CudaLib::ShuffleXor => HIP_SHUFFLE_XOR,
+            CudaLib::GroupCountX => HIP_GROUP_COUNT_X,
             CudaLib::WaitPredecessors => WAIT_PREDECESSORS,
+        }
+    }
+
+    /// The helper's definition for the HIP rendering ([`super::hip`]): the same text where it
+    /// uses only what HIP spells as CUDA does, a HIP version where it uses PTX or a trap.
+    /// Kernels never wait for their predecessors on HSA (each dispatch packet carries the
+    /// barrier bit), so that helper is empty.
+    pub(crate) fn hip_source(self) -> &'static str {
+        match self {
+            CudaLib::F16ToF32 => HIP_F16_TO_F32,
+            CudaLib::Fault => HIP_FAULT,
+            CudaLib::FaultIf => HIP_FAULT_IF,
+            CudaLib::WaitPredecessors => "",
+            other => other.source(),
         }
     }
 }
@@ -166,6 +189,61 @@ static __device__ __forceinline__ void poot_wait_predecessors() {
     asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");
 #endif
 #endif
+}
+";
+
+const HIP_F16_TO_F32: &str = "\
+// IEEE half bits (the low 16 of h) to f32 by the conversion instruction: exact for every finite
+// half and infinity, a NaN stays a NaN.
+static __device__ __forceinline__ float poot_f16_to_f32(unsigned int h) {
+    return (float)__builtin_bit_cast(_Float16, (unsigned short)h);
+}
+";
+
+const HIP_FAULT: &str = "\
+// Records a failed check in the fault words (largest code, flag), makes them visible to the
+// host and traps: the queue's error callback reports the trap, the host reads the code.
+static __device__ __forceinline__ void poot_trap(unsigned int* f, unsigned int code) {
+    atomicMax(&f[0], code);
+    atomicOr(&f[1], 1u);
+    __threadfence_system();
+    __builtin_trap();
+}
+";
+
+const HIP_FAULT_IF: &str = "\
+// A check that traps when `failed` (inlined: a call costs AMD GPUs a stack frame).
+static __device__ __forceinline__ void poot_fault_if(bool failed, unsigned int* f, unsigned int code) {
+    if (failed) {
+        poot_trap(f, code);
+    }
+}
+";
+
+const HIP_SHUFFLE_XOR: &str = "\
+// The value of lane (this lane ^ mask) of the wavefront (32 or 64 lanes; both lanes active),
+// by a backwards permute, so no HIP header decides the wavefront's width.
+static __device__ __forceinline__ unsigned int poot_shfl_xor_u32(unsigned int v, unsigned int mask) {
+    const unsigned int lane = __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
+    return (unsigned int)__builtin_amdgcn_ds_bpermute((int)((lane ^ mask) << 2), (int)v);
+}
+static __device__ __forceinline__ float poot_shfl_xor(float v, unsigned int mask) {
+    return __uint_as_float(poot_shfl_xor_u32(__float_as_uint(v), mask));
+}
+static __device__ __forceinline__ int poot_shfl_xor(int v, unsigned int mask) {
+    return (int)poot_shfl_xor_u32((unsigned int)v, mask);
+}
+static __device__ __forceinline__ unsigned int poot_shfl_xor(unsigned int v, unsigned int mask) {
+    return poot_shfl_xor_u32(v, mask);
+}
+";
+
+const HIP_GROUP_COUNT_X: &str = "\
+// Workgroups along x: the dispatch packet's grid (in work-items) over its workgroup size. HIP's
+// gridDim reads the implicit kernel arguments instead, which a raw HSA dispatch leaves zero.
+static __device__ __forceinline__ unsigned int poot_group_count_x() {
+    const unsigned short* packet = (const unsigned short*)__builtin_amdgcn_dispatch_ptr();
+    return ((const unsigned int*)packet)[3] / packet[2];
 }
 ";
 

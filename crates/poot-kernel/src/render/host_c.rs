@@ -1,7 +1,7 @@
 //! C for the host CPU: one function per kernel that runs a range of workgroups along x, each
 //! workgroup's threads in turn.
 //!
-//! The expressions and statements are the CUDA dialect's ([`super::cuda`], with `host` set:
+//! The expressions and statements are the CUDA dialect's ([`super::cuda`], in its host C language:
 //! built-ins, wide loads and refusals spelled for one core), read through a prelude that
 //! spells CUDA's qualifiers and bit casts in C, with host versions of the few helpers that use
 //! PTX. What differs is the shape:
@@ -28,7 +28,7 @@ use std::collections::HashSet;
 
 use super::check::check;
 use super::code::Code;
-use super::cuda::{Cuda, ty};
+use super::cuda::{Cuda, Language, ty};
 use super::cuda_lib::CudaLib;
 use super::walk::Walker;
 use super::{RenderError, entry_name, libs_with_deps, names};
@@ -53,7 +53,7 @@ pub fn render_host_c(k: &Kernel) -> Result<String, RenderError> {
     let facts = check(k)?;
     let phased = holds_barrier(&k.body);
     let host = Cuda {
-        host: true,
+        language: Language::HostC,
         promoted: if phased {
             across_phases(&k.body)
         } else {

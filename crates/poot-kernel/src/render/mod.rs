@@ -1,9 +1,10 @@
 //! Renderers: a kernel description to one backend's source language.
 //!
-//! [`render_cuda`] writes CUDA C for NVRTC (PTX targets); [`render_wgsl`] writes WGSL for wgpu
-//! and, through naga, SPIR-V for raw Vulkan; [`render_host_c`] writes C for the host CPU from
-//! the CUDA rendering's statements, each workgroup's threads as loops split at barriers. All
-//! three walk the description once, in one walker (`walk`), each language a dialect that spells
+//! [`render_cuda`] writes CUDA C for NVRTC (PTX targets); [`render_hip`] writes HIP for AMD
+//! GPUs (ROCm) from the CUDA rendering's statements, with wavefront shuffles and AMD's trap;
+//! [`render_wgsl`] writes WGSL for wgpu and, through naga, SPIR-V for raw Vulkan;
+//! [`render_host_c`] writes C for the host CPU from the CUDA rendering's statements, each
+//! workgroup's threads as loops split at barriers. All four walk the description once, in one walker (`walk`), each language a dialect that spells
 //! types, literals, declarations, operators and the statements only some targets have; a
 //! renderer adds only its module's frame (bindings or parameters, helpers, the entry point).
 //! Every rendering of one [`Kernel`](crate::Kernel) computes the same values; where a language's built-in
@@ -74,6 +75,7 @@ mod code;
 pub mod cuda;
 mod cuda_lib;
 pub mod fault;
+pub mod hip;
 pub mod host_c;
 mod literal;
 mod names;
@@ -88,6 +90,7 @@ use super::ir::KernelError;
 
 pub use cuda::render_cuda;
 pub use fault::{FAULT_CODE_WORD, FAULT_FLAG_WORD, FAULT_WORDS, can_fault};
+pub use hip::render_hip;
 pub use host_c::render_host_c;
 pub use names::entry_name;
 pub use wgsl::{BindingInfo, WgslKernel, render_wgsl};

@@ -1,0 +1,135 @@
+//! The bounded wait: poll a completion query until it reports done, fails or outlasts a timeout.
+//!
+//! Polling (rather than a blocking `cuStreamSynchronize`) is what makes the wait bounded: a hung
+//! kernel surfaces as [`WaitError::Timeout`] instead of a hang. For the first [`SPIN`] the wait
+//! polls back to back (yielding the core between polls), so a decode step that ends within a
+//! few milliseconds is seen within microseconds; after that it sleeps between polls, backing
+//! off to [`MAX_SLEEP`], so a long wait costs little CPU.
+
+use std::time::{Duration, Instant};
+
+/// How long the wait polls without sleeping.
+const SPIN: Duration = Duration::from_millis(5);
+/// The first sleep between polls, doubled up to [`MAX_SLEEP`].
+const FIRST_SLEEP: Duration = Duration::from_micros(50);
+/// The longest sleep between polls.
+const MAX_SLEEP: Duration = Duration::from_millis(1);
+
+/// One poll of the thing being waited for.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Poll<E> {
+    Done,
+    Pending,
+    Failed(E),
+}
+
+/// Why a wait ended without completion.
+#[derive(Debug, PartialEq)]
+pub(crate) enum WaitError<E> {
+    /// The query reported an error.
+    Failed(E),
+    /// The query still reported pending work after the timeout.
+    Timeout,
+}
+
+/// Polls `query` until it reports [`Poll::Done`] or [`Poll::Failed`], or `timeout` has passed
+/// since the call (the query is always polled at least once).
+pub(crate) fn bounded_wait<E>(
+    timeout: Duration,
+    mut query: impl FnMut() -> Poll<E>,
+) -> Result<(), WaitError<E>> {
+    let start = Instant::now();
+    let mut sleep = FIRST_SLEEP;
+    loop {
+        match query() {
+            Poll::Done => return Ok(()),
+            Poll::Failed(e) => return Err(WaitError::Failed(e)),
+            Poll::Pending => {}
+        }
+        let waited = start.elapsed();
+        if waited >= timeout {
+            return Err(WaitError::Timeout);
+        }
+        if waited < SPIN {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(sleep.min(timeout - waited));
+            sleep = (sleep * 2).min(MAX_SLEEP);
+        }
+    }
+}
+
+/// Whole seconds of a timeout for error reports, rounded up so a sub-second timeout never reads
+/// as zero.
+pub(crate) fn timeout_seconds(timeout: Duration) -> u64 {
+    let whole = timeout.as_secs();
+    if timeout.subsec_nanos() > 0 {
+        whole.saturating_add(1)
+    } else {
+        whole
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn done_after_some_polls() {
+        let mut polls = 0;
+        let r = bounded_wait::<()>(Duration::from_secs(5), || {
+            polls += 1;
+            if polls < 100 {
+                Poll::Pending
+            } else {
+                Poll::Done
+            }
+        });
+        assert_eq!(r, Ok(()));
+        assert_eq!(polls, 100);
+    }
+
+    #[test]
+    fn failure_is_returned_at_once() {
+        let mut polls = 0;
+        let r = bounded_wait(Duration::from_secs(5), || {
+            polls += 1;
+            if polls < 3 {
+                Poll::Pending
+            } else {
+                Poll::Failed("sticky")
+            }
+        });
+        assert_eq!(r, Err(WaitError::Failed("sticky")));
+        assert_eq!(polls, 3);
+    }
+
+    #[test]
+    fn pending_forever_times_out_near_the_limit() {
+        let start = Instant::now();
+        let r = bounded_wait::<()>(Duration::from_millis(30), || Poll::Pending);
+        let took = start.elapsed();
+        assert_eq!(r, Err(WaitError::Timeout));
+        assert!(took >= Duration::from_millis(30), "returned after {took:?}");
+        assert!(took < Duration::from_secs(2), "returned after {took:?}");
+    }
+
+    #[test]
+    fn zero_timeout_still_polls_once() {
+        let mut polls = 0;
+        let r = bounded_wait::<()>(Duration::ZERO, || {
+            polls += 1;
+            Poll::Done
+        });
+        assert_eq!(r, Ok(()));
+        assert_eq!(polls, 1);
+    }
+
+    #[test]
+    fn seconds_round_up() {
+        assert_eq!(timeout_seconds(Duration::from_secs(600)), 600);
+        assert_eq!(timeout_seconds(Duration::from_millis(1500)), 2);
+        assert_eq!(timeout_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(timeout_seconds(Duration::ZERO), 0);
+    }
+}
