@@ -498,7 +498,10 @@ impl Target {
     /// Whether attention over many query rows may use the matrix units (tf32 products split for
     /// f32 accuracy): where the device has them and the tuning allows.
     pub fn attention_matrix_units(&self) -> bool {
-        self.team_shuffles() && self.limits.matrix_tf32 && self.tuning.attention_mma
+        self.backend == Backend::Ptx
+            && self.team_shuffles()
+            && self.limits.matrix_tf32
+            && self.tuning.attention_mma
     }
 
     /// Whether contractions against stored f16 or bf16 weights may be given to the device's
