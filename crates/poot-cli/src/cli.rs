@@ -509,6 +509,9 @@ pub enum BackendArg {
     Wgpu,
     /// The host CPU (kernels compiled by the system's C compiler).
     Cpu,
+    /// Any Vulkan device through raw Vulkan (ash; software Vulkan included). Never picked by
+    /// auto.
+    Vulkan,
 }
 
 impl BackendArg {
@@ -519,6 +522,7 @@ impl BackendArg {
             BackendArg::Ptx => poot_llm::BackendChoice::Ptx,
             BackendArg::Wgpu => poot_llm::BackendChoice::Wgpu,
             BackendArg::Cpu => poot_llm::BackendChoice::Cpu,
+            BackendArg::Vulkan => poot_llm::BackendChoice::Vulkan,
         }
     }
 }

@@ -7,6 +7,7 @@ use poot_graph_plan::{Backend, Tuning, TuningError};
 use poot_ptx_device::{PtxConfig, PtxDevice, open_group_devices};
 
 pub use poot_ptx_device::{GROUP_ENV_DEFAULTS, NCCL_LIBRARY_ENV};
+use poot_vulkan_device::{VulkanDevice, VulkanOptions};
 use poot_wgpu_device::{WgpuDevice, WgpuOptions};
 
 use crate::placement::Placement;
@@ -45,6 +46,9 @@ pub enum BackendChoice {
     Wgpu,
     /// The host CPU, kernels compiled by the system's C compiler.
     Cpu,
+    /// Raw Vulkan (ash) on the best device it finds, software ones included. `Auto` never
+    /// picks it.
+    Vulkan,
 }
 
 /// Why no executor could be opened.
@@ -107,15 +111,11 @@ pub fn open_group_executor(
     choice: BackendChoice,
     ranks: usize,
 ) -> Result<OpenedExecutor, BackendError> {
+    let no_groups = |backend| Err(BackendError::NoGroups { backend });
     match choice {
-        BackendChoice::Wgpu | BackendChoice::Cpu => {
-            let backend = if choice == BackendChoice::Cpu {
-                Backend::Cpu
-            } else {
-                Backend::Wgpu
-            };
-            return Err(BackendError::NoGroups { backend });
-        }
+        BackendChoice::Wgpu => return no_groups(Backend::Wgpu),
+        BackendChoice::Cpu => return no_groups(Backend::Cpu),
+        BackendChoice::Vulkan => return no_groups(Backend::Vulkan),
         BackendChoice::Auto | BackendChoice::Ptx => {}
     }
     let tuning = Tuning::from_env()?;
@@ -180,6 +180,9 @@ pub fn open_executor(choice: BackendChoice) -> Result<OpenedExecutor, BackendErr
             .map(|d| engine(d, Backend::Wgpu, &tuning))
             .map_err(unavailable(Backend::Wgpu)),
         BackendChoice::Cpu => cpu().map_err(unavailable(Backend::Cpu)),
+        BackendChoice::Vulkan => VulkanDevice::open(VulkanOptions::default())
+            .map(|d| engine(d, Backend::Vulkan, &tuning))
+            .map_err(unavailable(Backend::Vulkan)),
         BackendChoice::Auto => {
             let ptx = match ptx() {
                 Ok(e) => return Ok(e),

@@ -32,6 +32,9 @@ pub enum BackendArg {
     Ptx,
     /// The host CPU (kernels compiled by the system's C compiler).
     Cpu,
+    /// Any Vulkan device through raw Vulkan (ash; software Vulkan included). Never picked by
+    /// auto.
+    Vulkan,
 }
 
 /// When the engine prepares its step variants (row-count buckets of the decode step, prompt

@@ -512,6 +512,7 @@ fn choice(backend: BackendArg) -> BackendChoice {
         BackendArg::Wgpu => BackendChoice::Wgpu,
         BackendArg::Ptx => BackendChoice::Ptx,
         BackendArg::Cpu => BackendChoice::Cpu,
+        BackendArg::Vulkan => BackendChoice::Vulkan,
     }
 }
 
