@@ -2575,7 +2575,7 @@ pub fn check_all<D: crate::Device>(engine: &mut crate::Engine<D>) {
 
 /// The shared device suite as a device crate's tests, in one line:
 ///
-/// ```ignore
+/// ```text
 /// poot_executor::device_suite!(Backend::Wgpu, || WgpuDevice::open(WgpuOptions::default()));
 /// ```
 ///
