@@ -512,6 +512,9 @@ pub enum BackendArg {
     /// AMD GPUs through ROCm (HSA and hipRTC); planned and compiled in CI, not yet run on an
     /// AMD GPU.
     Rocm,
+    /// Any Vulkan device through raw Vulkan (ash; software Vulkan included). Never picked by
+    /// auto.
+    Vulkan,
 }
 
 impl BackendArg {
@@ -523,6 +526,7 @@ impl BackendArg {
             BackendArg::Wgpu => poot_llm::BackendChoice::Wgpu,
             BackendArg::Cpu => poot_llm::BackendChoice::Cpu,
             BackendArg::Rocm => poot_llm::BackendChoice::Rocm,
+            BackendArg::Vulkan => poot_llm::BackendChoice::Vulkan,
         }
     }
 }

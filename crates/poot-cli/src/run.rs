@@ -17,7 +17,7 @@ use poot_text::TextServices;
 use serde_json::{Value as Json, json};
 
 use crate::catalog::{self, Purpose};
-use crate::cli::{BackendArg, RunArgs};
+use crate::cli::RunArgs;
 use crate::error::CliError;
 use crate::output::{self, Answer, Format, Placement, TokenSink};
 use crate::progress::{self, Progress};
@@ -320,13 +320,7 @@ impl Session {
         format: Format,
         status: Status,
     ) -> Result<Session, CliError> {
-        let choice = match args.backend {
-            BackendArg::Auto => BackendChoice::Auto,
-            BackendArg::Ptx => BackendChoice::Ptx,
-            BackendArg::Wgpu => BackendChoice::Wgpu,
-            BackendArg::Cpu => BackendChoice::Cpu,
-            BackendArg::Rocm => BackendChoice::Rocm,
-        };
+        let choice = args.backend.choice();
         // One adapter: tables of exactly its rank on exactly its projections, checked against
         // the model before the backend opens.
         let (adapter, lora_shape) = match &args.lora {

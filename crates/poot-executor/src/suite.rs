@@ -1,5 +1,6 @@
 //! The shared device suite: graphs run on an executor and compared with the CPU oracle, written
-//! once for every backend. A device crate runs it with one call to [`run`].
+//! once for every backend. A device crate runs it with one line, [`device_suite!`](crate::device_suite)
+//! (its tests: the cases, the split tables and the overlapped step).
 //!
 //! Each case states its tolerance: integer, boolean and movement results must match bit for bit;
 //! float results within a relative bound (of the largest reference magnitude) that covers the
@@ -2585,4 +2586,84 @@ pub fn check_copy_bandwidth(exec: &mut dyn Executor) -> Outcome {
         passed,
         detail,
     }
+}
+
+/// Opens a device for the suite and wraps it in an engine planned for `backend` (with the
+/// single-buffer limit lowered to `max_buffer_bytes` when given). A device that does not open
+/// here (`DeviceError::Unavailable`: no driver, no GPU) prints a `SKIP` line and gives `None`;
+/// any other failure to open panics.
+pub fn open_engine<D: crate::Device>(
+    backend: poot_graph_plan::Backend,
+    open: impl FnOnce() -> Result<D, crate::DeviceError>,
+    max_buffer_bytes: Option<u64>,
+) -> Option<crate::Engine<D>> {
+    match open() {
+        Ok(device) => {
+            let mut target = device.limits().target(backend);
+            if let Some(limit) = max_buffer_bytes {
+                target.limits.max_buffer_bytes = limit;
+            }
+            Some(crate::Engine::new(device, target))
+        }
+        Err(crate::DeviceError::Unavailable { backend: b, reason }) => {
+            println!("SKIP: no {b} device ({reason})");
+            None
+        }
+        Err(e) => panic!("opening the {backend} device failed: {e}"),
+    }
+}
+
+/// Every case, then [`check_copy`] and [`check_copy_bandwidth`], on `engine`; panics naming
+/// each failed case.
+pub fn check_all<D: crate::Device>(engine: &mut crate::Engine<D>) {
+    let mut outcomes = run(engine);
+    let device_checks = [check_copy(engine.device()), check_copy_bandwidth(engine)];
+    for o in &device_checks {
+        report(o);
+    }
+    outcomes.extend(device_checks);
+    assert_all_passed(&outcomes);
+}
+
+/// The shared device suite as a device crate's tests, in one line:
+///
+/// ```text
+/// poot_executor::device_suite!(Backend::Wgpu, || WgpuDevice::open(WgpuOptions::default()));
+/// ```
+///
+/// The first argument is the backend the engine plans for, the second an expression that
+/// opens the device (`Result<D, DeviceError>`), called once per test. Each test reports a skip
+/// where the device is unavailable. It defines three tests: every case and the device checks
+/// ([`check_all`]), tables split for a lowered buffer limit ([`run_split`]), and a step whose
+/// late slot is written while its first part runs ([`run_overlapped`]).
+#[macro_export]
+macro_rules! device_suite {
+    ($backend:expr, $open:expr) => {
+        #[test]
+        fn device_suite_matches_the_oracle() {
+            if let Some(mut engine) = $crate::suite::open_engine($backend, $open, None) {
+                $crate::suite::check_all(&mut engine);
+            }
+        }
+
+        /// Tables over a lowered single-buffer limit, split into row chunks by the planner and
+        /// uploaded from byte ranges of the stored bytes, match the oracle.
+        #[test]
+        fn split_tables_match_the_oracle() {
+            let limit = Some($crate::suite::SPLIT_LIMIT_BYTES);
+            if let Some(mut engine) = $crate::suite::open_engine($backend, $open, limit) {
+                $crate::suite::assert_all_passed(&$crate::suite::run_split(&mut engine));
+            }
+        }
+
+        /// A step whose last slot is written while the kernels before its first reader run
+        /// matches the oracle, and ran as two parts.
+        #[test]
+        fn a_late_slot_is_written_between_the_two_parts_of_a_step() {
+            if let Some(mut engine) = $crate::suite::open_engine($backend, $open, None) {
+                $crate::suite::assert_all_passed(&[$crate::suite::run_overlapped(&mut engine)]);
+                assert_eq!($crate::Executor::stats(&engine).overlapped_steps, 1);
+            }
+        }
+    };
 }

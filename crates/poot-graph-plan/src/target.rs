@@ -402,6 +402,26 @@ impl Target {
         }
     }
 
+    /// A desktop Vulkan driver through ash (raw Vulkan): the same SPIR-V as wgpu, planned against
+    /// the limits wgpu's preset takes from RADV (the 1.25 GiB largest binding, 16 storage
+    /// bindings a kernel); an attached device reports its own.
+    pub fn vulkan_preset() -> Target {
+        Target {
+            backend: Backend::Vulkan,
+            ..Target::wgpu_preset()
+        }
+    }
+
+    /// Mesa's software Vulkan (lavapipe) through raw Vulkan, as CI runs it: wgpu's lavapipe
+    /// preset ([`Target::lavapipe_preset`]; lavapipe reports the same limits to ash as to wgpu:
+    /// a 128 MiB largest binding, 8-wide subgroups, one 2 GiB heap).
+    pub fn vulkan_lavapipe_preset() -> Target {
+        Target {
+            backend: Backend::Vulkan,
+            ..Target::lavapipe_preset()
+        }
+    }
+
     /// The host CPU: workgroups run as loops over their threads, with no subgroups, no
     /// matrix units and no binding limit; shared memory is a stack array.
     pub fn cpu_preset() -> Target {

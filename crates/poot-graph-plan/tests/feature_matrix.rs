@@ -29,6 +29,7 @@ fn targets() -> Vec<(&'static str, Target)> {
         ("PTX", Target::ptx_preset()),
         ("wgpu", Target::wgpu_preset()),
         ("wgpu on lavapipe", Target::lavapipe_preset()),
+        ("Vulkan", Target::vulkan_preset()),
         ("CPU", Target::cpu_preset()),
         ("ROCm (planned + compiled, not run)", Target::rocm_preset()),
     ]

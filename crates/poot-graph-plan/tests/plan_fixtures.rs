@@ -15,7 +15,35 @@ fn targets() -> Vec<Target> {
         Target::ptx_preset(),
         Target::wgpu_preset(),
         Target::lavapipe_preset(),
+        Target::vulkan_preset(),
+        Target::vulkan_lavapipe_preset(),
     ]
+}
+
+/// Raw Vulkan runs the SPIR-V of wgpu's WGSL: on the same limits it plans exactly wgpu's
+/// kernels, buffers and dispatches, so each fixture's step is the same program on both.
+#[test]
+fn raw_vulkan_plans_what_wgpu_plans_on_the_same_limits() {
+    let registry = Registry::builtin().unwrap();
+    for f in FIXTURES {
+        let ck = poot_load::load(&f.path(), &LoadOptions::default()).unwrap();
+        let model = (registry.resolve(ck.config()).unwrap().build)(ck.config(), ck.store())
+            .unwrap()
+            .model;
+        let spec = match model.config().kind {
+            ModelKind::Decoder => StepSpec::step(StepShape::new(1, 16, 64)),
+            ModelKind::Encoder => StepSpec::encode(2, 16),
+        };
+        let graph = model.trace(&spec, TraceLimits::standard(256)).unwrap();
+        for (wgpu, vulkan) in [
+            (Target::wgpu_preset(), Target::vulkan_preset()),
+            (Target::lavapipe_preset(), Target::vulkan_lavapipe_preset()),
+        ] {
+            let mut on_vulkan = compile(&graph, &vulkan).unwrap();
+            on_vulkan.target.backend = wgpu.backend;
+            assert_eq!(on_vulkan, compile(&graph, &wgpu).unwrap(), "{}", f.family);
+        }
+    }
 }
 
 #[test]

@@ -2,8 +2,8 @@
 //! (`crates/poot-models/tests/fixtures/real/*.json`, from transformers on the same weights),
 //! with timings. Optionally runs the shared device suite first.
 //!
-//!   greedy_check <ptx|wgpu|auto> <checkpoint> <reference.json> [--suite] [--decode-steps N]
-//!   greedy_check <ptx|wgpu|auto> --suite-only
+//!   greedy_check <ptx|wgpu|vulkan|rocm|cpu|auto> <checkpoint> <reference.json> [--suite] [--decode-steps N]
+//!   greedy_check <ptx|wgpu|vulkan|rocm|cpu|auto> --suite-only
 //!
 //! Prints one line per case and `N passed, M failed`; exits non-zero on a failure. The host
 //! takes the argmax of the logits here: the on-device sampling suffix belongs to the driver.
@@ -94,8 +94,8 @@ fn main() {
     let suite_only = args.iter().any(|a| a == "--suite-only");
     if args.len() < 4 && !(suite_only && args.len() == 3) {
         eprintln!(
-            "usage: greedy_check <ptx|wgpu|auto> <checkpoint> <reference.json> [--suite] \
-             | greedy_check <ptx|wgpu|auto> --suite-only"
+            "usage: greedy_check <ptx|wgpu|vulkan|rocm|cpu|auto> <checkpoint> <reference.json> [--suite] \
+             | greedy_check <ptx|wgpu|vulkan|rocm|cpu|auto> --suite-only"
         );
         std::process::exit(2);
     }
@@ -103,6 +103,8 @@ fn main() {
         "ptx" => BackendChoice::Ptx,
         "wgpu" => BackendChoice::Wgpu,
         "cpu" => BackendChoice::Cpu,
+        "vulkan" => BackendChoice::Vulkan,
+        "rocm" => BackendChoice::Rocm,
         _ => BackendChoice::Auto,
     };
     let mut opened = match open_executor(choice) {

@@ -5,7 +5,7 @@
 //! library's contractions are not timed (the whole step less the kernels' sum is theirs).
 //!
 //!   profile <checkpoint> [--capacity N] [--position P] [--reps R] [--top K] [--tokens T]
-//!           [--rows R] [--prefill T] [--backend ptx|wgpu|cpu] [--paged] [--adjusted]
+//!           [--rows R] [--prefill T] [--backend ptx|wgpu|vulkan|rocm|cpu] [--paged] [--adjusted]
 
 #![allow(clippy::unwrap_used)]
 
@@ -77,6 +77,8 @@ fn main() {
         Some("wgpu") => BackendChoice::Wgpu,
         Some("cpu") => BackendChoice::Cpu,
         Some("ptx") => BackendChoice::Ptx,
+        Some("vulkan") => BackendChoice::Vulkan,
+        Some("rocm") => BackendChoice::Rocm,
         _ => BackendChoice::Auto,
     };
     let handle = Arc::new(

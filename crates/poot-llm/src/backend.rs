@@ -8,6 +8,7 @@ use poot_ptx_device::{PtxConfig, PtxDevice, open_group_devices};
 use poot_rocm_device::RocmDevice;
 
 pub use poot_ptx_device::{GROUP_ENV_DEFAULTS, NCCL_LIBRARY_ENV};
+use poot_vulkan_device::{VulkanDevice, VulkanOptions};
 use poot_wgpu_device::{WgpuDevice, WgpuOptions};
 
 use crate::placement::Placement;
@@ -49,6 +50,9 @@ pub enum BackendChoice {
     /// An AMD GPU over HSA, kernels compiled by hipRTC. Only when asked for: `Auto` does not
     /// try it until it has run the shared suite on an AMD GPU.
     Rocm,
+    /// Raw Vulkan (ash) on the best device it finds, software ones included. `Auto` never
+    /// picks it.
+    Vulkan,
 }
 
 /// Why no executor could be opened.
@@ -111,22 +115,12 @@ pub fn open_group_executor(
     choice: BackendChoice,
     ranks: usize,
 ) -> Result<OpenedExecutor, BackendError> {
+    let no_groups = |backend| Err(BackendError::NoGroups { backend });
     match choice {
-        BackendChoice::Wgpu => {
-            return Err(BackendError::NoGroups {
-                backend: Backend::Wgpu,
-            });
-        }
-        BackendChoice::Cpu => {
-            return Err(BackendError::NoGroups {
-                backend: Backend::Cpu,
-            });
-        }
-        BackendChoice::Rocm => {
-            return Err(BackendError::NoGroups {
-                backend: Backend::Rocm,
-            });
-        }
+        BackendChoice::Wgpu => return no_groups(Backend::Wgpu),
+        BackendChoice::Cpu => return no_groups(Backend::Cpu),
+        BackendChoice::Vulkan => return no_groups(Backend::Vulkan),
+        BackendChoice::Rocm => return no_groups(Backend::Rocm),
         BackendChoice::Auto | BackendChoice::Ptx => {}
     }
     let tuning = Tuning::from_env()?;
@@ -194,6 +188,9 @@ pub fn open_executor(choice: BackendChoice) -> Result<OpenedExecutor, BackendErr
         BackendChoice::Rocm => RocmDevice::open(0)
             .map(|d| engine(d, Backend::Rocm, &tuning))
             .map_err(unavailable(Backend::Rocm)),
+        BackendChoice::Vulkan => VulkanDevice::open(VulkanOptions::default())
+            .map(|d| engine(d, Backend::Vulkan, &tuning))
+            .map_err(unavailable(Backend::Vulkan)),
         BackendChoice::Auto => {
             let ptx = match ptx() {
                 Ok(e) => return Ok(e),

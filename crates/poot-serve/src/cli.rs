@@ -35,6 +35,9 @@ pub enum BackendArg {
     /// AMD GPUs through ROCm (HSA and hipRTC); planned and compiled in CI, not yet run on an
     /// AMD GPU.
     Rocm,
+    /// Any Vulkan device through raw Vulkan (ash; software Vulkan included). Never picked by
+    /// auto.
+    Vulkan,
 }
 
 /// When the engine prepares its step variants (row-count buckets of the decode step, prompt

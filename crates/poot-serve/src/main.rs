@@ -513,6 +513,7 @@ fn choice(backend: BackendArg) -> BackendChoice {
         BackendArg::Ptx => BackendChoice::Ptx,
         BackendArg::Cpu => BackendChoice::Cpu,
         BackendArg::Rocm => BackendChoice::Rocm,
+        BackendArg::Vulkan => BackendChoice::Vulkan,
     }
 }
 
