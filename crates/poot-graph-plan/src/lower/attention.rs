@@ -21,8 +21,11 @@
 //! and a decode step's rows (one token each) however many, take the decode kernel of
 //! [`attention_decode`](super::attention_decode)
 //! instead, where teams of lanes share each position's dot product; it keeps every semantic
-//! below and shares this module's combine. This kernel still serves a few rows whose heads are
-//! too wide for the decode kernel's registers.
+//! below and shares this module's combine. Many rows of one head take a tile of queries per
+//! workgroup: on the matrix units where the target has them
+//! ([`attention_mma`](super::attention_mma)), else on the FMA pipes
+//! ([`attention_tiled`](super::attention_tiled)). This kernel still serves what neither takes
+//! (heads too wide for their registers or shared memory, a query that reads a row reduction).
 //!
 //! What it reassociates, against the oracle: each score's dot product is summed in the oracle's
 //! order; the softmax sum and the weighted sum of values are formed per thread and tile with
