@@ -1901,6 +1901,35 @@ fn fusion_cases() -> Vec<Case> {
             len,
         ));
     }
+    // The same with four query heads to a KV head and wide heads under a window and a softcap:
+    // on GPUs one workgroup serves each KV head's four query heads (each key and value read
+    // once for them), the positions split into partitions.
+    {
+        let (rows, hq, hkv, len, dh) = (12, 16, 4, 300, 128);
+        let mut c = CaseBuilder::new(286);
+        let q = c.f32("q", &[rows, hq, 1, dh]);
+        let k = c.f32("k", &[rows, hkv, len, dh]);
+        let v = c.positive("v", &[rows, hkv, len, dh]);
+        let pos: Vec<i32> = (0..rows as i32)
+            .map(|r| {
+                if r == 5 {
+                    -1
+                } else {
+                    (r * 53 + 40) % len as i32
+                }
+            })
+            .collect();
+        let pos = c.slot_i32(Slot::Pos, pos, &[rows, 1]);
+        let mask = ops::causal_mask(&c.b, pos, len, Some(200)).expect("mask");
+        let options = attention_options(hq, hkv, dh, Some(20.0));
+        cases.push(attention_case(
+            c,
+            "attention, 12 rows decoding together, GQA 4, head dim 128, window, softcap",
+            [q, k, v, mask],
+            options,
+            len,
+        ));
+    }
 
     // ALiBi: `slope_h * (j - p)` added to each score inside the logits chain, which every
     // fused kernel (decode rows, prefill rows, tiles of queries) computes from the slopes

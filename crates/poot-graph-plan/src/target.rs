@@ -137,6 +137,10 @@ pub struct Tuning {
     /// of lanes sharing each position's dot product) at any row count, not only under the
     /// split threshold (`decode_attn=0|1`, on by default).
     pub decode_attention_rows: bool,
+    /// Whether such a step's decode kernel serves the query heads that share a key and value
+    /// head (GQA) in one workgroup, each key and value read once for all of them
+    /// (`decode_group=0|1`, on by default).
+    pub decode_group_heads: bool,
     /// Whether attention over many query rows forms its two products on the matrix units,
     /// where the target has them ([`Target::attention_matrix_units`]; `attn_mma=0|1`, on by
     /// default), instead of the tiled kernel's FMA loops.
@@ -219,6 +223,7 @@ impl Default for Tuning {
             launch_overlap: LaunchOverlap::AtExit,
             attention_tiles: true,
             decode_attention_rows: true,
+            decode_group_heads: true,
             attention_mma: true,
             gemm_matrix_units: MatrixUnits::Tf32,
             library_gemm: true,
@@ -239,7 +244,7 @@ pub const CPU_INTEGER_ROWS: u32 = 16;
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -292,6 +297,7 @@ impl Tuning {
                 "attn_tiles" => t.attention_tiles = flag()?,
                 "decode_attn" => t.decode_attention_rows = flag()?,
                 "attn_mma" => t.attention_mma = flag()?,
+                "decode_group" => t.decode_group_heads = flag()?,
                 "lib" => t.library_gemm = flag()?,
                 "int8" => t.library_integer = flag()?,
                 "lib_decode" => t.library_decode = flag()?,
@@ -580,7 +586,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=64,waves=4,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,decode_group=0,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64",
         )
         .unwrap();
         assert_eq!(
@@ -603,6 +609,7 @@ mod tests {
                 launch_overlap: LaunchOverlap::Early,
                 attention_tiles: false,
                 decode_attention_rows: false,
+                decode_group_heads: false,
                 attention_mma: false,
                 gemm_matrix_units: MatrixUnits::Off,
                 library_gemm: true,

@@ -306,12 +306,41 @@ fn decode_attention_splits_a_long_cache_and_combines() {
 #[test]
 fn many_rows_decoding_take_the_decode_attention_kernel() {
     // 64 rows of 4 heads, one token each: 256 rows of attention, past the split threshold, still
-    // the decode kernel (teams of lanes per position), in two partitions each so the preset's
-    // 132 multiprocessors hold two workgroups apiece.
+    // the decode kernel (teams of lanes per position). The two query heads of each KV head share
+    // a workgroup (128 of them), in three partitions each so the preset's 132 multiprocessors
+    // hold two workgroups apiece.
     let p = plan(&attention_rows_graph(64, 1, 256, false));
     let k = kinds(&p);
     assert_eq!(&k[k.len() - 2..], ["attention_decode", "attention_combine"]);
+    assert_eq!(p.dispatches[k.len() - 2].grid[0], 64 * 2 * 3);
+    let grouped = &p.kernels[p.dispatches[k.len() - 2].kernel];
+    let q = grouped.shared.iter().find(|s| s.name == "q").unwrap();
+    assert_eq!(q.len, 2 * 16, "two heads' queries staged");
+    // Lavapipe (where CI runs the shared suite's grouped cases) plans the same grouping.
+    let p = compile(
+        &attention_rows_graph(64, 1, 256, false),
+        &Target::lavapipe_preset(),
+    )
+    .unwrap();
+    let k = kinds(&p);
+    let at = k.iter().position(|&k| k == "attention_decode").unwrap();
+    let q = p.kernels[p.dispatches[at].kernel]
+        .shared
+        .iter()
+        .find(|s| s.name == "q");
+    assert_eq!(q.unwrap().len, 2 * 16);
+    // Without the grouping: a workgroup per (row, head), two partitions each.
+    let mut ungrouped = Target::ptx_preset();
+    ungrouped.tuning.decode_group_heads = false;
+    let p = compile(&attention_rows_graph(64, 1, 256, false), &ungrouped).unwrap();
+    let k = kinds(&p);
+    assert_eq!(&k[k.len() - 2..], ["attention_decode", "attention_combine"]);
     assert_eq!(p.dispatches[k.len() - 2].grid[0], 64 * 4 * 2);
+    // One row (a lone decode step) keeps a workgroup per head.
+    let p = plan(&attention_rows_graph(1, 1, 256, false));
+    let k = kinds(&p);
+    let lone = &p.kernels[p.dispatches[k.len() - 2].kernel];
+    assert_eq!(lone.shared.iter().find(|s| s.name == "q").unwrap().len, 16);
     // Two tokens a row (a verification step), or the tuning off, keep the kernel for many rows.
     let p = plan(&attention_rows_graph(64, 2, 256, false));
     assert!(!kinds(&p).contains(&"attention_decode"), "{:?}", kinds(&p));

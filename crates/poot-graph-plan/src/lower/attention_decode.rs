@@ -26,6 +26,12 @@
 //!   divided once, or the partition's record is written for
 //!   [`emit_attention_combine`](Lowering::emit_attention_combine).
 //!
+//! - Where many rows decode together under grouped-query attention, one workgroup serves the
+//!   query heads that share a key and value head (`decode_group`): each key and value word and
+//!   each mask test of a step is loaded once for all of them, while each head keeps its own
+//!   query, scores, softmax and sums (a lone decode step keeps a workgroup per head, so its
+//!   kernel is unchanged).
+//!
 //! Every team runs the same number of steps (positions past the end are guarded, not cut from
 //! the loop), so barriers stay in uniform control flow.
 //!
@@ -37,10 +43,12 @@
 //! visible logit of the row exceeds `f32::MIN + 104`, and a row with no visible position is the
 //! mean of the values, as in the prefill kernel.
 
-use super::attention::{Attention, MAX_PARTITIONS, and, at_s, exp, neg_inf, rescale};
+use super::access::unflatten;
+use super::attention::{Attention, Item, MAX_PARTITIONS, and, at_s, exp, neg_inf, rescale};
 use super::context::KernelCtx;
 use super::emit::pairwise;
 use super::{Lowering, PlanError};
+use poot_graph_ir::OpKind;
 use poot_kernel::build::{cmp, eq, load_shared, local_id, lt, max, min, mul_add, select, u32c};
 use poot_kernel::{BinOp, CmpOp, Expr, Ty, Var, Word};
 
@@ -120,6 +128,12 @@ impl DecodeLayout {
         })
     }
 
+    /// Whether a lane's registers hold `group` heads' query features and sums (the features a
+    /// lane holds for one head, at most [`MAX_FEATURES_PER_LANE`], times the heads).
+    pub(super) fn fits_group(&self, group: usize) -> bool {
+        group * self.qk_per_lane.max(self.v_per_lane) <= 2 * MAX_FEATURES_PER_LANE
+    }
+
     /// Positions of one block (one step of the whole workgroup).
     fn block_positions(&self) -> u32 {
         self.teams * self.per_team
@@ -138,6 +152,12 @@ fn feature(lane: &Expr, f: usize, lanes: u32, len: usize) -> (Expr, Option<Expr>
     )
 }
 
+/// `base + e`, or `e` itself where `base` is 0 (so a one-head kernel renders as before
+/// grouping existed).
+fn plus(base: u32, e: Expr) -> Expr {
+    if base == 0 { e } else { u32c(base) + e }
+}
+
 fn any(conds: &[Expr]) -> Expr {
     conds
         .iter()
@@ -147,14 +167,52 @@ fn any(conds: &[Expr]) -> Expr {
 }
 
 impl Lowering<'_> {
+    /// The query heads that share each key and value head of `a` (GQA's `n_rep`), where a
+    /// workgroup may serve them together: keys and values read through `repeat_kv` (a reshape
+    /// of a broadcast along a new axis of one), and a mask the same for every head (broadcast
+    /// from one head). 1 where either does not hold.
+    pub(super) fn shared_kv_heads(&self, a: &Attention) -> usize {
+        let g = self.g;
+        let eqn = |v: poot_graph_ir::ValueId| self.cls.producer[v.index()].map(|i| &g.eqns()[i]);
+        let dims = |v: poot_graph_ir::ValueId| g.values()[v.index()].ty.dims().to_vec();
+        // [B, H, S, D] = reshape(broadcast([B, Hkv, 1, S, D] -> [B, Hkv, n, S, D])): n.
+        let repeated = |v| -> Option<usize> {
+            let r = eqn(v)?;
+            if !matches!(r.op, OpKind::Reshape { .. }) {
+                return None;
+            }
+            let b = eqn(r.inputs[0])?;
+            let OpKind::Broadcast { shape } = &b.op else {
+                return None;
+            };
+            let (from, to) = (dims(b.inputs[0]), shape.dims().to_vec());
+            (from.len() == 5 && to.len() == 5 && from[2] == 1 && from[..2] == to[..2])
+                .then_some(to[2])
+        };
+        let (Some(nk), Some(nv)) = (repeated(a.k), repeated(a.v)) else {
+            return 1;
+        };
+        let mask_shared = a.mask.is_none_or(|m| {
+            eqn(m).is_some_and(|e| {
+                matches!(e.op, OpKind::Broadcast { .. }) && dims(e.inputs[0]).get(1) == Some(&1)
+            })
+        });
+        if nk == nv && mask_shared { nk } else { 1 }
+    }
+
     /// The kernels computing recognised attention `a` laid out as `layout`: the partition
-    /// kernel, and the combine where there are several partitions.
+    /// kernel, and the combine where there are several. With `group` > 1 each workgroup serves
+    /// `group` consecutive query heads that share their keys, values and mask
+    /// ([`Lowering::shared_kv_heads`]): every key and value word and every mask test of a step
+    /// serves all of them, each head keeping its own scores, softmax and sums.
     pub(super) fn emit_attention_decode(
         &mut self,
         a: &Attention,
         layout: DecodeLayout,
+        group: usize,
     ) -> Result<(), PlanError> {
-        let dv = self.g.values()[a.out.index()].ty.dims()[3];
+        let od = self.g.values()[a.out.index()].ty.dims().to_vec();
+        let (bsz, heads, tokens, dv) = (od[0], od[1], od[2], od[3]);
         let s_len = self.g.values()[a.scores.index()].ty.dims()[3];
         let dqk = self.g.values()[a.q.index()].ty.dims()[3];
         let DecodeLayout {
@@ -174,38 +232,90 @@ impl Lowering<'_> {
         // A team of one whole warp may skip a step its lanes agree is all masked: its shuffles
         // need no other warp.
         let skip_masked = shuffles && lanes == self.target.limits.subgroup_size;
+        let gu = group as u32;
         let mut cx = KernelCtx::labelled("attention_decode", self.label(a.out), wg);
         let outp = cx.param(target, Word::F32, true);
-        let q_sh = cx.kb.shared("q", Ty::F32, dqk as u32);
-        let sums_sh = (!shuffles).then(|| cx.kb.shared("sums", Ty::F32, teams * per_team * lanes));
-        let m_sh = cx.kb.shared("team_max", Ty::F32, teams);
-        let l_sh = cx.kb.shared("team_sum", Ty::F32, teams);
-        let acc_sh = cx.kb.shared("team_values", Ty::F32, teams * dv as u32);
+        let q_sh = cx.kb.shared("q", Ty::F32, gu * dqk as u32);
+        let sums_sh =
+            (!shuffles).then(|| cx.kb.shared("sums", Ty::F32, gu * teams * per_team * lanes));
+        let m_sh = cx.kb.shared("team_max", Ty::F32, gu * teams);
+        let l_sh = cx.kb.shared("team_sum", Ty::F32, gu * teams);
+        let acc_sh = cx.kb.shared("team_values", Ty::F32, gu * teams * dv as u32);
         let lane = cx.kb.let_(Ty::U32, local_id() & u32c(lanes - 1));
         let team = cx
             .kb
             .let_(Ty::U32, local_id() >> u32c(lanes.trailing_zeros()));
-        let it = self.begin_attention_item(&mut cx, a, parts, q_sh)?;
-        let (item, row, part, bht) = (it.item.clone(), it.row.clone(), it.part.clone(), &it.bht);
-        let at = |x: Expr| it.at(x);
-        let qs: Vec<Expr> = (0..qk_per_lane)
-            .map(|f| {
-                let (d, partial) = feature(&lane, f, lanes, dqk);
-                let value = match partial {
-                    None => load_shared(q_sh, d),
-                    Some(inside) => select(
-                        inside,
-                        load_shared(q_sh, min(d, u32c(dqk as u32 - 1))),
-                        Expr::F32(0.0),
-                    ),
-                };
-                cx.kb.let_(Ty::F32, value)
+        // The workgroup's (batch, head group, token) and partition; each head's item, its query
+        // staged once (its rotary embedding and norm computed there).
+        let groups = heads / group;
+        let items = if group == 1 {
+            vec![self.begin_attention_item(&mut cx, a, parts, q_sh)?]
+        } else {
+            let item = Self::begin_rows(&mut cx, (bsz * groups * tokens * parts) as u32);
+            let grow = cx.kb.let_(Ty::U32, item.clone() / u32c(parts as u32));
+            let part = cx.kb.let_(Ty::U32, item % u32c(parts as u32));
+            let bgt = unflatten(&mut cx, grow, &[bsz, groups, tokens]);
+            let items: Vec<Item> = (0..gu)
+                .map(|i| {
+                    let h = cx.kb.let_(Ty::U32, bgt[1].clone() * u32c(gu) + u32c(i));
+                    let row = cx.kb.let_(
+                        Ty::U32,
+                        (bgt[0].clone() * u32c(heads as u32) + h.clone()) * u32c(tokens as u32)
+                            + bgt[2].clone(),
+                    );
+                    let item = cx
+                        .kb
+                        .let_(Ty::U32, row.clone() * u32c(parts as u32) + part.clone());
+                    Item {
+                        item,
+                        row,
+                        part: part.clone(),
+                        bht: vec![bgt[0].clone(), h, bgt[2].clone()],
+                    }
+                })
+                .collect();
+            cx.open_prologue();
+            for (i, it) in items.iter().enumerate() {
+                let d = cx.kb.begin_for(local_id(), u32c(dqk as u32), u32c(wg));
+                let qv = self.value_at(&mut cx, a.q, &it.at(d.clone()))?;
+                cx.kb.store_shared(q_sh, plus((i * dqk) as u32, d), qv);
+                cx.kb.end();
+            }
+            cx.kb.barrier();
+            items
+        };
+        let part = items[0].part.clone();
+        // Keys, values and the mask are read as the group's first head reads them.
+        let first_head = &items[0];
+        let qs: Vec<Vec<Expr>> = (0..group)
+            .map(|i| {
+                (0..qk_per_lane)
+                    .map(|f| {
+                        let (d, partial) = feature(&lane, f, lanes, dqk);
+                        let base = (i * dqk) as u32;
+                        let value = match partial {
+                            None => load_shared(q_sh, plus(base, d)),
+                            Some(inside) => select(
+                                inside,
+                                load_shared(q_sh, plus(base, min(d, u32c(dqk as u32 - 1)))),
+                                Expr::F32(0.0),
+                            ),
+                        };
+                        cx.kb.let_(Ty::F32, value)
+                    })
+                    .collect()
             })
             .collect();
-        let m = cx.kb.var(Ty::F32, neg_inf());
-        let l = cx.kb.var(Ty::F32, Expr::F32(0.0));
-        let accs: Vec<Var> = (0..v_per_lane)
+        let ms: Vec<Var> = (0..group).map(|_| cx.kb.var(Ty::F32, neg_inf())).collect();
+        let ls: Vec<Var> = (0..group)
             .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
+            .collect();
+        let accs: Vec<Vec<Var>> = (0..group)
+            .map(|_| {
+                (0..v_per_lane)
+                    .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
+                    .collect()
+            })
             .collect();
 
         let step = cx.kb.begin_for(u32c(0), u32c(steps as u32), u32c(1));
@@ -219,7 +329,7 @@ impl Lowering<'_> {
         for j in 0..per_team {
             let s = cx.kb.let_(Ty::U32, first.clone() + u32c(j * teams));
             let inside = lt(s.clone(), u32c(s_len as u32));
-            let vis = self.visible(&mut cx, a, &it, s.clone(), inside)?;
+            let vis = self.visible(&mut cx, a, first_head, s.clone(), inside)?;
             positions.push((s, vis));
         }
         let visible: Vec<Expr> = positions.iter().map(|(_, v)| v.clone()).collect();
@@ -244,7 +354,7 @@ impl Lowering<'_> {
                     if let Some(inside) = &partial {
                         cx.kb.begin_if(inside.clone());
                     }
-                    let x = self.value_at(&mut cx, of, &at_s(bht, s.clone(), d))?;
+                    let x = self.value_at(&mut cx, of, &at_s(&first_head.bht, s.clone(), d))?;
                     cx.kb.set(w, x);
                     if partial.is_some() {
                         cx.kb.end();
@@ -255,33 +365,40 @@ impl Lowering<'_> {
             keys.push(k);
             values.push(v);
         }
-        let dots: Vec<Var> = keys
+        // dots[i][j]: head i's product with position j's key.
+        let dots: Vec<Vec<Var>> = qs
             .iter()
-            .map(|k| {
-                let dot = qs.iter().zip(k).fold(Expr::F32(0.0), |acc, (q, &kv)| {
-                    mul_add(q.clone(), Expr::Var(kv), acc)
-                });
-                cx.kb.var(Ty::F32, dot)
+            .map(|q| {
+                keys.iter()
+                    .map(|k| {
+                        let dot = q.iter().zip(k).fold(Expr::F32(0.0), |acc, (q, &kv)| {
+                            mul_add(q.clone(), Expr::Var(kv), acc)
+                        });
+                        cx.kb.var(Ty::F32, dot)
+                    })
+                    .collect()
             })
             .collect();
         match sums_sh {
             None => {
-                for &dot in &dots {
+                for &dot in dots.iter().flatten() {
                     cx.kb.team_sum(dot, lanes);
                 }
             }
             Some(sums) => {
                 // Each lane adds its team's partials in the same order, so every lane of a
                 // team holds the same score.
-                let base = cx.kb.let_(Ty::U32, team.clone() * u32c(per_team * lanes));
-                for (j, &dot) in dots.iter().enumerate() {
-                    let at_lane = base.clone() + u32c(j as u32 * lanes) + lane.clone();
+                let base = cx
+                    .kb
+                    .let_(Ty::U32, team.clone() * u32c(gu * per_team * lanes));
+                for (n, &dot) in dots.iter().flatten().enumerate() {
+                    let at_lane = base.clone() + u32c(n as u32 * lanes) + lane.clone();
                     cx.kb.store_shared(sums, at_lane, Expr::Var(dot));
                 }
                 cx.kb.barrier();
-                for (j, &dot) in dots.iter().enumerate() {
+                for (n, &dot) in dots.iter().flatten().enumerate() {
                     let terms = (0..lanes)
-                        .map(|i| load_shared(sums, base.clone() + u32c(j as u32 * lanes + i)))
+                        .map(|i| load_shared(sums, base.clone() + u32c(n as u32 * lanes + i)))
                         .collect();
                     cx.kb.set(dot, pairwise(terms));
                 }
@@ -289,122 +406,149 @@ impl Lowering<'_> {
                 cx.kb.barrier();
             }
         }
-        let mut scores = Vec::with_capacity(positions.len());
-        for ((s, vis), &dot) in positions.iter().zip(&dots) {
-            let score = cx.kb.var(Ty::F32, neg_inf());
-            cx.kb.begin_if(vis.clone());
-            let sidx = at(s.clone());
-            cx.set_known(a.scores, &sidx, Expr::Var(dot));
-            let logit = self.compute(&mut cx, a.logits, &sidx)?;
-            cx.kb.set(score, logit);
-            cx.kb.end();
-            scores.push(Expr::Var(score));
-        }
-        let step_max = scores.iter().cloned().reduce(max).unwrap_or_else(neg_inf);
-        let m_new = cx.kb.let_(Ty::F32, max(Expr::Var(m), step_max));
-        // While nothing is visible the step adds nothing.
-        let (live, alpha) = rescale(&mut cx, m, &m_new);
-        let weights: Vec<Expr> = scores
-            .into_iter()
-            .zip(&visible)
-            .map(|(score, vis)| {
-                let p = select(
-                    and(live.clone(), vis.clone()),
-                    exp(score - m_new.clone()),
-                    Expr::F32(0.0),
-                );
-                cx.kb.let_(Ty::F32, p)
-            })
-            .collect();
-        let total = weights
-            .iter()
-            .fold(Expr::Var(l) * alpha.clone(), |acc, p| acc + p.clone());
-        cx.kb.set(l, total);
-        // A masked position's value words stay zero and its weight is zero: the sum is kept.
-        for (f, &acc) in accs.iter().enumerate() {
-            let sum = weights
+        for (i, it) in items.iter().enumerate() {
+            let (m, l) = (ms[i], ls[i]);
+            let mut scores = Vec::with_capacity(positions.len());
+            for ((s, vis), &dot) in positions.iter().zip(&dots[i]) {
+                let score = cx.kb.var(Ty::F32, neg_inf());
+                cx.kb.begin_if(vis.clone());
+                let sidx = it.at(s.clone());
+                cx.set_known(a.scores, &sidx, Expr::Var(dot));
+                let logit = self.compute(&mut cx, a.logits, &sidx)?;
+                cx.kb.set(score, logit);
+                cx.kb.end();
+                scores.push(Expr::Var(score));
+            }
+            let step_max = scores.iter().cloned().reduce(max).unwrap_or_else(neg_inf);
+            let m_new = cx.kb.let_(Ty::F32, max(Expr::Var(m), step_max));
+            // While nothing is visible the step adds nothing.
+            let (live, alpha) = rescale(&mut cx, m, &m_new);
+            let weights: Vec<Expr> = scores
+                .into_iter()
+                .zip(&visible)
+                .map(|(score, vis)| {
+                    let p = select(
+                        and(live.clone(), vis.clone()),
+                        exp(score - m_new.clone()),
+                        Expr::F32(0.0),
+                    );
+                    cx.kb.let_(Ty::F32, p)
+                })
+                .collect();
+            let total = weights
                 .iter()
-                .zip(&values)
-                .fold(Expr::Var(acc) * alpha.clone(), |sum, (p, v)| {
-                    mul_add(p.clone(), Expr::Var(v[f]), sum)
-                });
-            cx.kb.set(acc, sum);
+                .fold(Expr::Var(l) * alpha.clone(), |acc, p| acc + p.clone());
+            cx.kb.set(l, total);
+            // A masked position's value words stay zero and its weight is zero: the sum is
+            // kept.
+            for (f, &acc) in accs[i].iter().enumerate() {
+                let sum = weights
+                    .iter()
+                    .zip(&values)
+                    .fold(Expr::Var(acc) * alpha.clone(), |sum, (p, v)| {
+                        mul_add(p.clone(), Expr::Var(v[f]), sum)
+                    });
+                cx.kb.set(acc, sum);
+            }
+            cx.kb.set(m, m_new);
         }
-        cx.kb.set(m, m_new);
         if skip_masked {
             cx.kb.end();
         }
         cx.kb.end();
 
-        // The teams meet: each team's maximum, sum and values in shared memory, weighed by
-        // every thread against the workgroup's maximum.
+        // The teams meet: each team's maximum, sum and values per head in shared memory,
+        // weighed by every thread against the workgroup's maximum.
+        let slot = |i: usize, t: Expr| plus(i as u32 * teams, t);
         cx.kb.begin_if(eq(lane.clone(), u32c(0)));
-        cx.kb.store_shared(m_sh, team.clone(), Expr::Var(m));
-        cx.kb.store_shared(l_sh, team.clone(), Expr::Var(l));
+        for i in 0..group {
+            cx.kb
+                .store_shared(m_sh, slot(i, team.clone()), Expr::Var(ms[i]));
+            cx.kb
+                .store_shared(l_sh, slot(i, team.clone()), Expr::Var(ls[i]));
+        }
         cx.kb.end();
-        for (f, &acc) in accs.iter().enumerate() {
-            let (d, partial) = feature(&lane, f, lanes, dv);
-            if let Some(inside) = &partial {
-                cx.kb.begin_if(inside.clone());
-            }
-            let at_acc = team.clone() * u32c(dv as u32) + d;
-            cx.kb.store_shared(acc_sh, at_acc, Expr::Var(acc));
-            if partial.is_some() {
-                cx.kb.end();
+        for (i, head_accs) in accs.iter().enumerate() {
+            for (f, &acc) in head_accs.iter().enumerate() {
+                let (d, partial) = feature(&lane, f, lanes, dv);
+                if let Some(inside) = &partial {
+                    cx.kb.begin_if(inside.clone());
+                }
+                let at_acc = slot(i, team.clone()) * u32c(dv as u32) + d;
+                cx.kb.store_shared(acc_sh, at_acc, Expr::Var(acc));
+                if partial.is_some() {
+                    cx.kb.end();
+                }
             }
         }
         cx.kb.barrier();
-        let big_m = (0..teams)
-            .map(|t| load_shared(m_sh, u32c(t)))
-            .reduce(max)
-            .unwrap_or_else(neg_inf);
-        let big_m = cx.kb.let_(Ty::F32, big_m);
-        let seen = cx
-            .kb
-            .let_(Ty::Bool, cmp(CmpOp::Ne, big_m.clone(), neg_inf()));
-        let team_w: Vec<Expr> = (0..teams)
-            .map(|t| {
-                let w = select(
-                    seen.clone(),
-                    exp(load_shared(m_sh, u32c(t)) - big_m.clone()),
-                    Expr::F32(0.0),
-                );
-                cx.kb.let_(Ty::F32, w)
-            })
-            .collect();
-        let big_l = team_w
-            .iter()
-            .enumerate()
-            .map(|(t, w)| load_shared(l_sh, u32c(t as u32)) * w.clone())
-            .reduce(|a, b| a + b)
-            .unwrap_or(Expr::F32(0.0));
-        let big_l = cx.kb.let_(Ty::F32, big_l);
-        let record = (parts > 1).then(|| cx.kb.let_(Ty::U32, item * u32c((dv + 2) as u32)));
-        let dj = cx.kb.begin_for(local_id(), u32c(dv as u32), u32c(wg));
-        let weighted = team_w
-            .iter()
-            .enumerate()
-            .map(|(t, w)| load_shared(acc_sh, u32c(t as u32 * dv as u32) + dj.clone()) * w.clone())
-            .reduce(|a, b| a + b)
-            .unwrap_or(Expr::F32(0.0));
-        let weighted = cx.kb.let_(Ty::F32, weighted);
-        self.store_item_feature(
-            &mut cx,
-            a,
-            outp,
-            record.as_ref(),
-            (&row, bht),
-            dj,
-            (weighted, big_l.clone(), seen),
-        )?;
-        cx.kb.end();
-        if let Some(record) = record {
-            cx.kb.begin_if(eq(local_id(), u32c(0)));
-            cx.kb.store(outp, record.clone(), big_m);
-            cx.kb.store(outp, record + u32c(1), big_l);
+        for (i, it) in items.iter().enumerate() {
+            let big_m = (0..teams)
+                .map(|t| load_shared(m_sh, slot(i, u32c(t))))
+                .reduce(max)
+                .unwrap_or_else(neg_inf);
+            let big_m = cx.kb.let_(Ty::F32, big_m);
+            let seen = cx
+                .kb
+                .let_(Ty::Bool, cmp(CmpOp::Ne, big_m.clone(), neg_inf()));
+            let team_w: Vec<Expr> = (0..teams)
+                .map(|t| {
+                    let w = select(
+                        seen.clone(),
+                        exp(load_shared(m_sh, slot(i, u32c(t))) - big_m.clone()),
+                        Expr::F32(0.0),
+                    );
+                    cx.kb.let_(Ty::F32, w)
+                })
+                .collect();
+            let big_l = team_w
+                .iter()
+                .enumerate()
+                .map(|(t, w)| load_shared(l_sh, slot(i, u32c(t as u32))) * w.clone())
+                .reduce(|a, b| a + b)
+                .unwrap_or(Expr::F32(0.0));
+            let big_l = cx.kb.let_(Ty::F32, big_l);
+            let record =
+                (parts > 1).then(|| cx.kb.let_(Ty::U32, it.item.clone() * u32c((dv + 2) as u32)));
+            let dj = cx.kb.begin_for(local_id(), u32c(dv as u32), u32c(wg));
+            let weighted = team_w
+                .iter()
+                .enumerate()
+                .map(|(t, w)| {
+                    let first = (i as u32 * teams + t as u32) * dv as u32;
+                    load_shared(acc_sh, u32c(first) + dj.clone()) * w.clone()
+                })
+                .reduce(|a, b| a + b)
+                .unwrap_or(Expr::F32(0.0));
+            let weighted = cx.kb.let_(Ty::F32, weighted);
+            self.store_item_feature(
+                &mut cx,
+                a,
+                outp,
+                record.as_ref(),
+                (&it.row, &it.bht),
+                dj,
+                (weighted, big_l.clone(), seen),
+            )?;
             cx.kb.end();
+            if let Some(record) = record {
+                cx.kb.begin_if(eq(local_id(), u32c(0)));
+                cx.kb.store(outp, record.clone(), big_m);
+                cx.kb.store(outp, record + u32c(1), big_l);
+                cx.kb.end();
+            }
         }
-        self.finish_attention(cx, a, parts, target, out)
+        if group == 1 {
+            return self.finish_attention(cx, a, parts, target, out);
+        }
+        cx.close_prologue();
+        cx.kb.end();
+        let grid = self.groups_for((bsz * groups * tokens * parts) as u32, 1);
+        self.push_kernel(cx, grid)?;
+        if parts > 1 {
+            self.emit_attention_combine(a, target, out, parts, s_len)?;
+        }
+        Ok(())
     }
 }
 
