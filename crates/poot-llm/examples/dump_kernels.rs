@@ -2,12 +2,12 @@
 //! kernel, with the step's dispatches (kernel, grid, label) in `dispatches.txt`: what the PTX
 //! backend compiles (under `POOT_TUNING`, as the backend reads it), readable without a GPU.
 //!
-//!   dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T] [--paged-blocks B] [--cpu]
-//!                [--adjusted]
+//!   dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T] [--rows R]
+//!                [--paged-blocks B] [--cpu] [--adjusted]
 //!
 //! `--cpu` writes the C the CPU backend compiles instead (planned for the CPU preset).
 //! `--paged-blocks B` plans the step over a paged pool of B blocks of 16 positions, as a
-//! server's steps are.
+//! server's steps are; `--rows R` plans R rows per step (with `--paged-blocks`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -43,8 +43,9 @@ fn main() {
         )
         .unwrap(),
     );
-    let limits = TraceLimits::standard(tokens as u64);
-    let mut shape = StepShape::new(1, tokens, capacity);
+    let rows = flag(&args, "--rows", 1);
+    let limits = TraceLimits::standard((rows * tokens) as u64);
+    let mut shape = StepShape::new(rows, tokens, capacity);
     let blocks = flag(&args, "--paged-blocks", 0);
     if blocks > 0 {
         shape = shape.with_kv(KvLayout::Paged {
