@@ -439,6 +439,51 @@ fn gguf_mixtral_expert_stacks_match_the_oracle_on_each_backend() {
     }
 }
 
+/// The random gpt-oss with MXFP4 experts, as OpenAI released gpt-oss (a Hugging Face
+/// checkpoint of `*_blocks` and `*_scales`, gate and up rows interleaved) and as llama.cpp's
+/// converter writes it (a GGUF of separate gate and up stacks): each expert stack read packed by
+/// the indexed contractions, the 20-token prompt (past the sliding window of 8) prefilled and
+/// then decoded greedily matches the oracle step by step on each backend and gives
+/// transformers' greedy tokens.
+#[test]
+fn gpt_oss_mxfp4_experts_match_the_oracle_on_each_backend() {
+    let fixtures =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-models/tests/fixtures/random");
+    let registry = Registry::builtin().unwrap();
+    let cases = [
+        ("gpt_oss_mxfp4", "gpt_oss_mxfp4"),
+        ("gpt_oss_gguf/model.gguf", "gpt_oss_gguf"),
+    ];
+    for mut exec in executors() {
+        for (checkpoint, reference) in cases {
+            let r: DecoderReference = serde_json::from_str(
+                &std::fs::read_to_string(fixtures.join(reference).join("reference.json")).unwrap(),
+            )
+            .unwrap();
+            let long = r.long.unwrap();
+            let want: Vec<i32> = long.decode.iter().map(|d| d.input_id).collect();
+            let path = fixtures.join(checkpoint);
+            let handle =
+                Arc::new(ModelHandle::load(&path, &registry, &LoadOptions::default()).unwrap());
+            assert_eq!(handle.config().family, "gpt_oss");
+            let exe = exec
+                .load_weights(Box::new(HandleWeights::new(Arc::clone(&handle))))
+                .unwrap();
+            let decode = want.len();
+            let tokens = check_greedy(
+                exec.as_mut(),
+                exe,
+                &handle,
+                &long.prompt_ids,
+                decode,
+                checkpoint,
+            );
+            assert_eq!(tokens[..decode], want[..], "{checkpoint}: greedy tokens");
+            exec.unload(exe);
+        }
+    }
+}
+
 /// The GGUF Mixtral (F32 stacks) and Qwen3-MoE (BF16 stacks) through the driver on each backend:
 /// the 20-token prompt of their references prefilled in chunks of 4, then greedy decoding, gives
 /// transformers' greedy tokens. (The driver needs a tokenizer, which the GGUFs have and the

@@ -12,6 +12,8 @@ For each NAME, under crates/poot-models/tests/fixtures/random/:
                                           cached greedy decode steps; float32, eager attention
   NAME_gguf/model.gguf                    the checkpoint as llama.cpp's converter writes it
                                           (gguf-py; F32 tensors, a stand-in tokenizer)
+  gpt_oss_mxfp4/                          a gpt-oss saved as OpenAI released it: experts as
+                                          MXFP4 `*_blocks` / `*_scales`, the rest bfloat16
 
 Seeds are 5000 + the family's index in FAMILIES (checkpoint) and 6000 + index (prompts), so
 appending a family leaves the others' files unchanged.
