@@ -517,7 +517,8 @@ fn gpt_oss_mxfp4_experts_match_the_oracle_on_each_backend() {
     }
 }
 
-/// The GGUF Mixtral (F32 stacks) and Qwen3-MoE (BF16 stacks) through the driver on each backend:
+/// The GGUF Mixtral (F32 stacks), Qwen3-MoE (BF16 stacks), OLMoE, Granite-MoE and gpt-oss
+/// (MXFP4 stacks) through the driver on each backend:
 /// the 20-token prompt of their references prefilled in chunks of 4, then greedy decoding, gives
 /// transformers' greedy tokens. (The driver needs a tokenizer, which the GGUFs have and the
 /// Hugging Face fixtures lack.)
