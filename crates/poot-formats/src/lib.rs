@@ -36,6 +36,7 @@ pub use components::{ComponentBytes, ComponentInfo, ComponentSpec, MatrixShape, 
 pub use dense::DenseType;
 pub use dense_decode::decode_dense;
 pub use error::{FormatError, MatrixDim};
+pub use fp4::mxfp4_blocks_from_ocp;
 pub use ggml::GgmlType;
 pub use packed::{
     AWQ_NIBBLE_OF_ROW, AwqFormat, FP4_GROUP_ELEMS, FP8_BLOCK_ELEMS, Fp8Format, Fp8Scaling,

@@ -139,14 +139,16 @@ fn generate() -> String {
         };
         row(&mut out, f.family, &graphs);
     }
-    // Packed expert stacks: the Mixtral fixture as a GGUF with Q8_0 experts, and the gpt-oss
-    // GGUF with MXFP4 experts (sinks, alternating windows, biased experts).
+    // Packed expert stacks: the Mixtral fixture as a GGUF with Q8_0 experts, and gpt-oss with
+    // MXFP4 experts (sinks, alternating windows, biased experts) as a GGUF and as a Hugging Face
+    // checkpoint of blocks and scales.
     for (file, label) in [
         (
             "mixtral_gguf/model-q8_0.gguf",
             "mixtral (GGUF, Q8_0 experts)",
         ),
         ("gpt_oss_gguf/model.gguf", "gpt_oss (GGUF, MXFP4 experts)"),
+        ("gpt_oss_mxfp4", "gpt_oss (Hugging Face, MXFP4 experts)"),
     ] {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../poot-models/tests/fixtures/random")

@@ -68,6 +68,25 @@ fn check_greedy(
     decode: usize,
     name: &str,
 ) -> Vec<i32> {
+    check_greedy_in_chunks(exec, exe, handle, prompt, prompt.len(), decode, name)
+}
+
+/// [`check_greedy`] with the prompt prefilled in steps of `chunk` tokens (a whole number of
+/// them), each continuing the cache, every step's logits checked.
+fn check_greedy_in_chunks(
+    exec: &mut dyn Executor,
+    exe: ExecutableId,
+    handle: &ModelHandle,
+    prompt: &[i32],
+    chunk: usize,
+    decode: usize,
+    name: &str,
+) -> Vec<i32> {
+    assert!(
+        chunk > 0 && prompt.len().is_multiple_of(chunk),
+        "{name}: a prompt of {} tokens in chunks of {chunk}",
+        prompt.len()
+    );
     let spec = |t: usize| StepSpec::step(StepShape::new(1, t, CAPACITY));
     let trace = |t: usize| {
         handle
@@ -75,9 +94,9 @@ fn check_greedy(
             .trace(&spec(t), TraceLimits::standard(256))
             .unwrap()
     };
-    let (prefill_graph, decode_graph) = (trace(prompt.len()), trace(1));
+    let (prefill_graph, decode_graph) = (trace(chunk), trace(1));
     let prefill = exec
-        .add_entry(exe, &prefill_graph, &entry_label(&spec(prompt.len()), None))
+        .add_entry(exe, &prefill_graph, &entry_label(&spec(chunk), None))
         .unwrap();
     let step = exec
         .add_entry(exe, &decode_graph, &entry_label(&spec(1), None))
@@ -106,8 +125,18 @@ fn check_greedy(
     };
     let (prefill_graph, decode_graph) = (prefill_rounded, decode_rounded);
     let mut oracle = Oracle::new(handle);
-    let mut got = device_step(exec, prefill, prompt, 0);
-    let mut want = oracle.step(&prefill_graph, prompt, 0);
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    for (c, part) in prompt.chunks(chunk).enumerate() {
+        if c > 0 {
+            let err = rel_err(&got, &want);
+            assert!(
+                err <= tolerance,
+                "{name}: prefill chunk {c}: relative error {err}"
+            );
+        }
+        got = device_step(exec, prefill, part, c * chunk);
+        want = oracle.step(&prefill_graph, part, c * chunk);
+    }
 
     let mut tokens = Vec::new();
     for i in 0..=decode {
@@ -439,7 +468,57 @@ fn gguf_mixtral_expert_stacks_match_the_oracle_on_each_backend() {
     }
 }
 
-/// The GGUF Mixtral (F32 stacks) and Qwen3-MoE (BF16 stacks) through the driver on each backend:
+/// The random gpt-oss with MXFP4 experts, as OpenAI released gpt-oss (a Hugging Face
+/// checkpoint of `*_blocks` and `*_scales`, gate and up rows interleaved) and as llama.cpp's
+/// converter writes it (a GGUF of separate gate and up stacks): each expert stack read packed by
+/// the indexed contractions, the 20-token prompt (past the sliding window of 8) prefilled in one
+/// step and in chunks of 4, then decoded greedily, matches the oracle step by step on each
+/// backend and gives transformers' greedy tokens.
+#[test]
+fn gpt_oss_mxfp4_experts_match_the_oracle_on_each_backend() {
+    let fixtures =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../poot-models/tests/fixtures/random");
+    let registry = Registry::builtin().unwrap();
+    let cases = [
+        ("gpt_oss_mxfp4", "gpt_oss_mxfp4"),
+        ("gpt_oss_gguf/model.gguf", "gpt_oss_gguf"),
+    ];
+    for mut exec in executors() {
+        for (checkpoint, reference) in cases {
+            let r: DecoderReference = serde_json::from_str(
+                &std::fs::read_to_string(fixtures.join(reference).join("reference.json")).unwrap(),
+            )
+            .unwrap();
+            let long = r.long.unwrap();
+            let want: Vec<i32> = long.decode.iter().map(|d| d.input_id).collect();
+            let path = fixtures.join(checkpoint);
+            let handle =
+                Arc::new(ModelHandle::load(&path, &registry, &LoadOptions::default()).unwrap());
+            assert_eq!(handle.config().family, "gpt_oss");
+            let exe = exec
+                .load_weights(Box::new(HandleWeights::new(Arc::clone(&handle))))
+                .unwrap();
+            let decode = want.len();
+            for chunk in [long.prompt_ids.len(), 4] {
+                let tokens = check_greedy_in_chunks(
+                    exec.as_mut(),
+                    exe,
+                    &handle,
+                    &long.prompt_ids,
+                    chunk,
+                    decode,
+                    checkpoint,
+                );
+                let what = format!("{checkpoint}, prefill chunks of {chunk}: greedy tokens");
+                assert_eq!(tokens[..decode], want[..], "{what}");
+            }
+            exec.unload(exe);
+        }
+    }
+}
+
+/// The GGUF Mixtral (F32 stacks), Qwen3-MoE (BF16 stacks), OLMoE, Granite-MoE and gpt-oss
+/// (MXFP4 stacks) through the driver on each backend:
 /// the 20-token prompt of their references prefilled in chunks of 4, then greedy decoding, gives
 /// transformers' greedy tokens. (The driver needs a tokenizer, which the GGUFs have and the
 /// Hugging Face fixtures lack.)
@@ -453,6 +532,7 @@ fn gguf_moe_fixtures_generate_transformers_tokens_in_prefill_chunks_on_each_back
         ("qwen3moe_gguf/model.gguf", "qwen3moe"),
         ("olmoe_gguf/model.gguf", "olmoe"),
         ("granitemoe_gguf/model.gguf", "granitemoe"),
+        ("gpt_oss_gguf/model.gguf", "gpt_oss_gguf"),
     ] {
         let r: DecoderReference = serde_json::from_str(
             &std::fs::read_to_string(fixtures.join(reference).join("reference.json")).unwrap(),

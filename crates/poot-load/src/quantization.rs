@@ -25,6 +25,12 @@ pub enum QuantMethod {
     /// `[out, in / 2]`, `weight_scale` U8 `[out, in / 32]`): compressed-tensors'
     /// `mxfp4-pack-quantized` format.
     Mxfp4,
+    /// transformers' `mxfp4` (gpt-oss as OpenAI released it): the routed experts' stacks stored
+    /// as `{stack}_blocks` U8 `[experts, out, in / 32, 16]` (E2M1 codes two a byte, even element
+    /// in the low nibble) and `{stack}_scales` U8 `[experts, out, in / 32]` (E8M0); every other
+    /// linear is dense. The family that reads those stacks binds them; [`crate::linear`] reads
+    /// the rest as dense weights.
+    Mxfp4Experts,
 }
 
 /// A quantization config that poot cannot load, or a quantized linear whose tensors do not
@@ -33,7 +39,7 @@ pub enum QuantMethod {
 pub enum QuantError {
     /// `quant_method` names a method poot has no packed format for (bitsandbytes, hqq, ...).
     #[error(
-        "quantization method `{method}` is not supported (gptq, awq, fp8 and compressed-tensors' float-quantized and mxfp4-pack-quantized are)"
+        "quantization method `{method}` is not supported (gptq, awq, fp8, mxfp4 experts and compressed-tensors' float-quantized and mxfp4-pack-quantized are)"
     )]
     UnsupportedMethod { method: String },
 
@@ -174,10 +180,27 @@ impl QuantizationConfig {
             "awq" => Self::parse_awq(q, method),
             "fp8" | "fbgemm_fp8" => Self::parse_fp8(q, method),
             "compressed-tensors" => Self::parse_compressed_tensors(q, method),
+            "mxfp4" => Ok(Self::mxfp4_experts(q, method)),
             other => Err(QuantError::UnsupportedMethod {
                 method: other.to_owned(),
             }
             .into()),
+        }
+    }
+
+    /// transformers' `Mxfp4Config`: nothing beside the modules it leaves dense changes the
+    /// stored layout (`dequantize` is what transformers does after loading).
+    fn mxfp4_experts(q: &Value, method_name: &str) -> QuantizationConfig {
+        QuantizationConfig {
+            method: QuantMethod::Mxfp4Experts,
+            method_name: method_name.to_owned(),
+            bits: 4,
+            group_size: Some(MXFP4_GROUP),
+            act_order: false,
+            sym: None,
+            zero_point: None,
+            weight_block_size: None,
+            modules_not_quantized: string_list(q, "modules_to_not_convert"),
         }
     }
 

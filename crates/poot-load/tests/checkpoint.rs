@@ -848,6 +848,39 @@ fn a_gptq_g_idx_is_read_only_when_it_regroups() {
     }
 }
 
+/// transformers' `mxfp4` (gpt-oss's released checkpoints): the config is read, the expert
+/// stacks' blocks and scales stay plain U8 tensors for the family to bind, and every linear
+/// reads dense.
+#[test]
+fn transformers_mxfp4_config_leaves_linears_dense() {
+    let config = r#"{"model_type": "gpt_oss", "quantization_config": {"quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+        "model.embed_tokens", "lm_head"]}}"#;
+    let dir = TempDir::new("mxfp4-experts");
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    let file = write_safetensors(&[
+        ("e.gate_up_proj_blocks", "U8", &[2, 4, 1, 16], &[0u8; 128]),
+        ("e.gate_up_proj_scales", "U8", &[2, 4, 1], &[127u8; 8]),
+        ("lm_head.weight", "BF16", &[4, 64], &[0u8; 512]),
+    ]);
+    std::fs::write(dir.join("model.safetensors"), file).unwrap();
+    let ck = load(dir.path(), &LoadOptions::default()).unwrap();
+    let q = ck.quantization().unwrap();
+    assert_eq!(
+        (q.method, q.method_name.as_str(), q.bits, q.group_size),
+        (QuantMethod::Mxfp4Experts, "mxfp4", 4, Some(32))
+    );
+    assert_eq!(q.modules_not_quantized.len(), 4);
+    assert!(matches!(
+        ck.linear("lm_head").unwrap(),
+        LinearWeight::Dense(_)
+    ));
+    assert_eq!(
+        ck.store().get("e.gate_up_proj_blocks").unwrap().shape(),
+        &[2, 4, 1, 16]
+    );
+}
+
 /// compressed-tensors MXFP4: E2M1 codes with per-32 E8M0 scales, as stored.
 #[test]
 fn mxfp4_pack_quantized_linears_load_as_stored() {

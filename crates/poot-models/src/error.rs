@@ -260,6 +260,10 @@ pub enum ModelError {
         expected: Vec<u64>,
         found: Vec<u64>,
     },
+    /// An MXFP4 expert stack's experts take an input width that is not whole 32-element blocks,
+    /// so no blocks tensor can hold it: the config's widths disagree with the checkpoint.
+    #[error("tensor `{name}`: MXFP4 blocks hold 32 inputs each, but each expert takes {k_cols}")]
+    Mxfp4Width { name: String, k_cols: u64 },
     /// A tensor is stored in a type the graph cannot read (as a weight or through a cast).
     #[error("tensor `{name}` is stored as {stored}, which the graph cannot read")]
     TensorType { name: String, stored: &'static str },

@@ -296,7 +296,9 @@ impl WeightMap {
                 }
             }
             // Expert stacks are replicated (see `split_of`), never split.
-            WeightSource::Strided { .. } | WeightSource::Stacked { .. } => {
+            WeightSource::Strided { .. }
+            | WeightSource::Stacked { .. }
+            | WeightSource::Mxfp4Blocks { .. } => {
                 return Err(TraceError::SplitShape {
                     name,
                     dims: dims.to_vec(),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 
-use poot_formats::{DenseType, GgmlType, PackedFormat, StoredType};
+use poot_formats::{DenseType, FP4_GROUP_ELEMS, GgmlType, PackedFormat, StoredType};
 use poot_graph_ir::{Builder, ComponentFormat, DType, TensorType, Traced, component_const_name};
 use poot_load::{Checkpoint, ConfigSource, LinearWeight, WeightStore};
 
@@ -198,6 +198,10 @@ pub enum WeightSource {
     /// Per-expert checkpoint tensors (each `[out, in]`, one stored dtype) read as one
     /// `[experts, out, in]` stack: their stored bytes concatenated in expert order.
     Stacked { experts: Vec<String> },
+    /// An expert stack stored as transformers' MXFP4 (`blocks`: E2M1 codes two a byte, even
+    /// element low; `scales`: one E8M0 byte per 32 codes), read as ggml's MXFP4 blocks: the
+    /// codes and scale bytes moved into that layout when uploaded, never decoded.
+    Mxfp4Blocks { blocks: String, scales: String },
     /// `runs` runs of `run` consecutive rows of a checkpoint tensor, the first from row `start`
     /// and each `period` rows after the one before: one part of a projection whose parts
     /// interleave per head (BLOOM's `query_key_value` stores each head's query, key and value
@@ -731,6 +735,80 @@ impl WeightMap {
         Ok(())
     }
 
+    /// Binds `role` to a stack of `experts` expert matrices, each `[out, in]` = `expert_shape`,
+    /// stored as transformers' MXFP4 (gpt-oss's released checkpoints): `{stack}_blocks` U8
+    /// `[experts, out, in / 32, 16]` and `{stack}_scales` U8 `[experts, out, in / 32]`, where
+    /// `{stack}` is the role's spelling. The constant is an MXFP4 `[experts, out, in]` stack
+    /// ([`WeightSource::Mxfp4Blocks`]), contracted packed like a GGUF's.
+    pub fn bind_mxfp4_experts(
+        &mut self,
+        index: &dyn TensorIndex,
+        table: &NameTable,
+        kind: SourceKind,
+        role: WeightRole,
+        experts: usize,
+        expert_shape: [u64; 2],
+    ) -> Result<(), ModelError> {
+        let stack =
+            table
+                .name(kind, role.layer, role.role)
+                .ok_or_else(|| ModelError::MissingTensor {
+                    name: format!("<no {kind:?} spelling>"),
+                    role: role.const_name(),
+                })?;
+        let [n, k] = expert_shape;
+        let (blocks, scales) = (format!("{stack}_blocks"), format!("{stack}_scales"));
+        let group = FP4_GROUP_ELEMS as u64;
+        if !k.is_multiple_of(group) {
+            return Err(ModelError::Mxfp4Width {
+                name: blocks,
+                k_cols: k,
+            });
+        }
+        let e = experts as u64;
+        let want_blocks = [e, n, k / group, group / 2];
+        let want_scales = [e, n, k / group];
+        for (name, want) in [(&blocks, &want_blocks[..]), (&scales, &want_scales[..])] {
+            let meta = index
+                .tensor_meta(name)
+                .ok_or_else(|| ModelError::MissingTensor {
+                    name: name.clone(),
+                    role: role.const_name(),
+                })?;
+            if meta.stored != StoredType::Dense(DenseType::U8) {
+                return Err(ModelError::TensorType {
+                    name: name.clone(),
+                    stored: meta.stored.name(),
+                });
+            }
+            if meta.shape != want {
+                return Err(ModelError::TensorShape {
+                    name: name.clone(),
+                    expected: want.to_vec(),
+                    found: meta.shape,
+                });
+            }
+        }
+        let dims = [e, n, k]
+            .iter()
+            .map(|&d| usize::try_from(d))
+            .collect::<Result<Vec<usize>, _>>()
+            .map_err(|_| ModelError::TensorShape {
+                name: blocks.clone(),
+                expected: Vec::new(),
+                found: want_blocks.to_vec(),
+            })?;
+        self.entries.insert(
+            role,
+            WeightEntry {
+                role,
+                ty: TensorType::new(DType::Packed(GgmlType::MXFP4), dims),
+                source: WeightSource::Mxfp4Blocks { blocks, scales },
+            },
+        );
+        Ok(())
+    }
+
     /// Adds (or replaces) an entry as it is.
     pub(crate) fn insert(&mut self, e: WeightEntry) {
         self.entries.insert(e.role, e);
@@ -944,6 +1022,16 @@ impl WeightMap {
                 }
                 Ok(ConstData::Gathered(bytes))
             }
+            WeightSource::Mxfp4Blocks { blocks, scales } => {
+                let (codes, exps) = (store.tensor(blocks)?, store.tensor(scales)?);
+                let repacked = poot_formats::mxfp4_blocks_from_ocp(codes.bytes(), exps.bytes())
+                    .map_err(|_| ModelError::TensorShape {
+                        name: blocks.clone(),
+                        expected: [exps.shape(), &[FP4_GROUP_ELEMS as u64 / 2]].concat(),
+                        found: codes.shape().to_vec(),
+                    })?;
+                Ok(ConstData::Gathered(repacked))
+            }
             WeightSource::Strided {
                 name,
                 start,
@@ -981,6 +1069,7 @@ impl WeightMap {
                 WeightSource::Tensor { .. }
                 | WeightSource::Table(_)
                 | WeightSource::Stacked { .. }
+                | WeightSource::Mxfp4Blocks { .. }
                 | WeightSource::Strided { .. } => names.push(name),
             }
         }
@@ -1038,4 +1127,68 @@ fn stored_slice<'s>(
             expected: vec![view.shape().first().copied().unwrap_or(0), cols.end],
             found: view.shape().to_vec(),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    const STACK_NAMES: NameTable = NameTable::new(&[spell(Role::ExpertDown, "x.down", "")]);
+
+    /// Tensor metadata by name, no bytes.
+    struct MetaIndex(HashMap<&'static str, TensorMeta>);
+
+    impl TensorIndex for MetaIndex {
+        fn tensor_meta(&self, name: &str) -> Option<TensorMeta> {
+            self.0.get(name).cloned()
+        }
+    }
+
+    fn u8_meta(shape: &[u64]) -> TensorMeta {
+        TensorMeta {
+            shape: shape.to_vec(),
+            stored: StoredType::Dense(DenseType::U8),
+        }
+    }
+
+    fn bind(index: &MetaIndex, expert_shape: [u64; 2]) -> Result<WeightMap, ModelError> {
+        let mut w = WeightMap::new();
+        let role = WeightRole::layer(0, Role::ExpertDown);
+        w.bind_mxfp4_experts(
+            index,
+            &STACK_NAMES,
+            SourceKind::HuggingFace,
+            role,
+            2,
+            expert_shape,
+        )?;
+        Ok(w)
+    }
+
+    #[test]
+    fn mxfp4_blocks_bind_as_a_packed_stack_and_widths_off_the_blocks_are_refused() {
+        let index = MetaIndex(HashMap::from([
+            ("x.down_blocks", u8_meta(&[2, 8, 2, 16])),
+            ("x.down_scales", u8_meta(&[2, 8, 2])),
+        ]));
+        let w = bind(&index, [8, 64]).unwrap();
+        let e = w.get(WeightRole::layer(0, Role::ExpertDown)).unwrap();
+        assert_eq!(e.ty.dtype, DType::Packed(GgmlType::MXFP4));
+        assert_eq!(e.ty.dims(), [2, 8, 64]);
+        assert_eq!(
+            e.source,
+            WeightSource::Mxfp4Blocks {
+                blocks: "x.down_blocks".into(),
+                scales: "x.down_scales".into()
+            }
+        );
+        match bind(&index, [8, 48]) {
+            Err(ModelError::Mxfp4Width { name, k_cols }) => {
+                assert_eq!((name.as_str(), k_cols), ("x.down_blocks", 48));
+            }
+            other => panic!("expected the width refused, got {other:?}"),
+        }
+    }
 }

@@ -3,8 +3,9 @@
 //! of the wrong expert count, top-k beyond the experts, per-expert tensors of two types, and
 //! the Qwen3-MoE and Qwen2-MoE layouts with dense layers this engine does not run, a
 //! Qwen2-MoE shared expert that disagrees with its config, and a gpt-oss checkpoint missing its
-//! sinks or biases, quantized to MXFP4, or with its clamp or YaRN keys out of range; and a
-//! gpt-oss GGUF (MXFP4 stacks) whose stacks, biases or sinks disagree in shape, whose stacks
+//! sinks or biases, or with its clamp or YaRN keys out of range; a gpt-oss checkpoint with
+//! MXFP4 experts whose blocks disagree with its config in shape, whose scales are not bytes,
+//! or a layer of which lacks its blocks or scales; and a gpt-oss GGUF (MXFP4 stacks) whose stacks, biases or sinks disagree in shape, whose stacks
 //! hold integers, or whose clamp limits differ between layers.
 
 #![allow(clippy::unwrap_used)]
@@ -14,7 +15,7 @@ mod edited_checkpoint;
 #[path = "common/tiny_gguf.rs"]
 mod tiny_gguf;
 
-use edited_checkpoint::{build, build_hf, scratch};
+use edited_checkpoint::{build, build_edited, build_hf, scratch};
 use poot_models::ModelError;
 use tiny_gguf::{Meta, TinyGguf};
 
@@ -406,26 +407,73 @@ fn gpt_oss_stacks_of_the_wrong_width_are_named() {
     }
 }
 
+/// The gpt-oss fixture saved as OpenAI released gpt-oss, its experts as MXFP4 blocks and
+/// scales (`gen_dense_fixtures.py gpt_oss_mxfp4`), edited by `edit` and `header`.
+fn build_gpt_oss_mxfp4(
+    edit: impl FnOnce(&mut serde_json::Value),
+    header: impl FnOnce(String) -> String,
+) -> Result<String, ModelError> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/random/gpt_oss_mxfp4");
+    build_edited(&dir, edit, header)
+}
+
 #[test]
-fn gpt_oss_mxfp4_experts_are_refused() {
-    // The released checkpoints store `gate_up_proj_blocks` and `_scales` in place of the stack;
-    // here the bias is renamed so (same header length: the format string gives up two bytes).
-    let err = build_hf(
-        "gpt_oss",
+fn gpt_oss_mxfp4_blocks_of_the_wrong_width_are_named() {
+    assert_eq!(build_gpt_oss_mxfp4(|_| {}, |h| h).unwrap(), "gpt_oss");
+    // Stored [experts, out, in / 32, 16]: the gate/up rows are twice the expert width.
+    match build_gpt_oss_mxfp4(|c| c["intermediate_size"] = 32.into(), |h| h) {
+        Err(ModelError::TensorShape {
+            name,
+            expected,
+            found,
+        }) => {
+            assert_eq!(name, "model.layers.0.mlp.experts.gate_up_proj_blocks");
+            assert_eq!(expected, vec![4, 64, 2, 16]);
+            assert_eq!(found, vec![4, 128, 2, 16]);
+        }
+        other => panic!("expected the blocks' shape, got {other:?}"),
+    }
+}
+
+#[test]
+fn gpt_oss_mxfp4_scales_that_are_not_bytes_are_named() {
+    let scales = "model.layers.1.mlp.experts.down_proj_scales";
+    let err = build_gpt_oss_mxfp4(
         |_| {},
         |h| {
-            h.replace("\"format\":\"pt\"", "\"format\":\"\"").replace(
-                "model.layers.0.mlp.experts.gate_up_proj_bias\"",
-                "model.layers.0.mlp.experts.gate_up_proj_blocks\"",
-            )
+            let at = h.find(&format!("\"{scales}\":{{\"dtype\":\"U8\"")).unwrap();
+            let mut h = h;
+            let dtype = at + scales.len() + 13;
+            h.replace_range(dtype..dtype + 2, "I8");
+            h
         },
     );
     match err {
         Err(ModelError::TensorType { name, stored }) => {
-            assert_eq!(name, "model.layers.0.mlp.experts.gate_up_proj_blocks");
-            assert!(stored.contains("MXFP4"), "{stored}");
+            assert_eq!(name, scales);
+            assert_eq!(stored, "I8");
         }
-        other => panic!("expected MXFP4 refused, got {other:?}"),
+        other => panic!("expected the scales' type named, got {other:?}"),
+    }
+}
+
+#[test]
+fn gpt_oss_mxfp4_layers_missing_blocks_or_scales_are_named() {
+    // A later layer stored otherwise than layer 0 (no blocks), or blocks without their scales.
+    for gone in [
+        "model.layers.2.mlp.experts.gate_up_proj_blocks",
+        "model.layers.3.mlp.experts.down_proj_scales",
+    ] {
+        let renamed = gone.replace("proj_", "proj-");
+        let err = build_gpt_oss_mxfp4(
+            |_| {},
+            |h| h.replace(&format!("{gone}\""), &format!("{renamed}\"")),
+        );
+        match err {
+            Err(ModelError::MissingTensor { name, .. }) => assert_eq!(name, gone),
+            other => panic!("{gone}: expected the missing tensor named, got {other:?}"),
+        }
     }
 }
 

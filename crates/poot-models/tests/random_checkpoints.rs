@@ -332,10 +332,54 @@ fn gpt_oss_sinks_yarn_and_clamped_experts_match_transformers() {
 /// graph's constants) and the model matches transformers run on the MXFP4 values.
 #[test]
 fn gguf_gpt_oss_mxfp4_expert_stacks_read_packed_and_match_transformers() {
-    use poot_graph_ir::{DType, TraceLimits};
-    use poot_models::StepSpec;
     let loaded = load(&fixture_dir("random").join("gpt_oss_gguf/model.gguf"));
     assert_eq!(loaded.model.config().family, "gpt_oss");
+    // [experts, out, in]: 64 expert features and 64 hidden ones.
+    let stacks = mxfp4_expert_stacks(&loaded);
+    assert!(
+        stacks.iter().all(|(_, dims)| dims == &[4, 64, 64]),
+        "{stacks:?}"
+    );
+    assert_eq!(
+        stacks.len(),
+        4 * 3,
+        "gate, up and down stacks of four layers"
+    );
+    check_decoder_at(&loaded, "gpt_oss_gguf", "gguf gpt_oss");
+}
+
+/// A random gpt-oss saved as OpenAI released gpt-oss (`gen_dense_fixtures.py gpt_oss_mxfp4`):
+/// `quant_method: mxfp4`, each layer's experts as `gate_up_proj_blocks` / `_scales` (gate and
+/// up rows interleaved) and `down_proj_blocks` / `_scales`, everything else bfloat16, with the
+/// `gpt_oss` fixture's sinks, windows, YaRN and clamp. Every expert stack is bound as MXFP4
+/// (no f32 expert table among the traced graph's constants) and the model matches transformers
+/// run on the values the checkpoint encodes.
+#[test]
+fn hf_gpt_oss_mxfp4_expert_blocks_read_packed_and_match_transformers() {
+    let loaded = load(&fixture_dir("random").join("gpt_oss_mxfp4"));
+    assert_eq!(loaded.model.config().family, "gpt_oss");
+    let stacks = mxfp4_expert_stacks(&loaded);
+    for (name, dims) in &stacks {
+        // [experts, out, in]: gate/up rows interleaved over 64 hidden inputs; down over 64.
+        let want: &[usize] = match name.ends_with(".gate_up") {
+            true => &[4, 128, 64],
+            false => &[4, 64, 64],
+        };
+        assert_eq!(dims, want, "{name}");
+    }
+    assert_eq!(
+        stacks.len(),
+        4 * 2,
+        "gate/up and down stacks of four layers"
+    );
+    check_decoder_at(&loaded, "gpt_oss_mxfp4", "hf gpt_oss mxfp4");
+}
+
+/// The expert stacks among a decode step's constants (name and dims), each asserted MXFP4, and
+/// nothing else of a stack's rank: no dequantized table beside the blocks.
+fn mxfp4_expert_stacks(loaded: &Loaded) -> Vec<(String, Vec<usize>)> {
+    use poot_graph_ir::{DType, TraceLimits};
+    use poot_models::StepSpec;
     let mxfp4 = DType::Packed(poot_formats::GgmlType::MXFP4);
     let graph = loaded
         .model
@@ -344,23 +388,20 @@ fn gguf_gpt_oss_mxfp4_expert_stacks_read_packed_and_match_transformers() {
             TraceLimits::standard(4096),
         )
         .unwrap();
-    let mut stacks = 0;
+    let mut stacks = Vec::new();
     for (_, name, ty) in graph.consts() {
-        if name.contains(".experts.") && !name.ends_with(".bias") {
-            // [experts, out, in]: 64 expert features and 64 hidden ones.
-            assert_eq!((ty.dtype, ty.dims()), (mxfp4, &[4, 64, 64][..]), "{name}");
-            stacks += 1;
-        }
-        // Nothing else of an expert stack's size: no dequantized table beside the blocks.
         assert!(
             ty.dims().len() < 3 || ty.dtype == mxfp4,
             "{name}: {:?} {:?}",
             ty.dtype,
             ty.dims()
         );
+        if name.contains(".experts.") && !name.ends_with(".bias") {
+            assert_eq!(ty.dtype, mxfp4, "{name}");
+            stacks.push((name.to_string(), ty.dims().to_vec()));
+        }
     }
-    assert_eq!(stacks, 4 * 3, "gate, up and down stacks of four layers");
-    check_decoder_at(&loaded, "gpt_oss_gguf", "gguf gpt_oss");
+    stacks
 }
 
 /// OLMo 2: a norm after each block and none before, qk-norms over the whole projections.

@@ -12,6 +12,8 @@ For each NAME, under crates/poot-models/tests/fixtures/random/:
                                           cached greedy decode steps; float32, eager attention
   NAME_gguf/model.gguf                    the checkpoint as llama.cpp's converter writes it
                                           (gguf-py; F32 tensors, a stand-in tokenizer)
+  gpt_oss_mxfp4/                          a gpt-oss saved as OpenAI released it: experts as
+                                          MXFP4 `*_blocks` / `*_scales`, the rest bfloat16
 
 Seeds are 5000 + the family's index in FAMILIES (checkpoint) and 6000 + index (prompts), so
 appending a family leaves the others' files unchanged.
@@ -705,6 +707,111 @@ def gpt_oss_gguf_fixture():
     )
 
 
+def gpt_oss_mxfp4_fixture():
+    """gpt_oss_mxfp4/: a random gpt-oss saved as OpenAI released gpt-oss-20b/120b: the
+    `gpt_oss_gguf` config (64 expert features: whole 32-element MXFP4 blocks), every other
+    tensor in bfloat16, and each layer's expert stacks as `*_blocks` / `*_scales` (MXFP4 in the
+    checkpoint layout, `mxfp4_hf`) under `quantization_config: {quant_method: mxfp4}`, gate and
+    up rows still interleaved; the biases stay bfloat16 beside them. Its reference is transformers
+    on the model holding exactly those values (bfloat16 weights, experts replaced by their MXFP4
+    values), which transformers' own `convert_moe_packed_tensors` must read from the blocks and
+    its `Mxfp4Config(dequantize=True)` loader from the saved checkpoint (both checked)."""
+    from safetensors.torch import save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    seed = 5200
+    cfg_obj = gpt_oss_config()
+    cfg_obj.intermediate_size = 64
+    torch.manual_seed(seed)
+    model = transformers.GptOssForCausalLM._from_config(
+        cfg_obj, attn_implementation="eager", dtype=torch.float32
+    ).eval()
+    gpt_oss_init(model, seed)
+    layers = cfg_obj.num_hidden_layers
+    stacks = ("gate_up_proj", "down_proj")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).to(torch.float32))
+    tensors = {}
+    for name, t in model.state_dict().items():
+        if name.endswith(tuple(f"experts.{s}" for s in stacks)):
+            # [experts, in, out] as transformers holds them; the blocks are [.., out, in / 32, 16].
+            blocks, scales = mxfp4_hf(t.numpy().transpose(0, 2, 1))
+            values = mxfp4_hf_values(blocks, scales).transpose(0, 2, 1)
+            theirs = convert_moe_packed_tensors(
+                torch.from_numpy(blocks.reshape(*scales.shape, 16)),
+                torch.from_numpy(scales),
+                dtype=torch.float32,
+            )
+            assert torch.equal(theirs, torch.from_numpy(np.ascontiguousarray(values))), name
+            assert np.abs(values - t.numpy()).max() > 0, name
+            with torch.no_grad():
+                t.copy_(torch.from_numpy(np.ascontiguousarray(values)))
+            tensors[name + "_blocks"] = torch.from_numpy(blocks.reshape(*scales.shape, 16).copy())
+            tensors[name + "_scales"] = torch.from_numpy(scales.copy())
+        else:
+            tensors[name] = t.to(torch.bfloat16).contiguous()
+
+    rng = np.random.default_rng(6200)
+    vocab = cfg_obj.vocab_size
+    case, err = refs.decoder_case(model, rng.integers(0, vocab, size=refs.PROMPT_LEN).tolist())
+    long_case, err2 = refs.decoder_case(model, rng.integers(0, vocab, size=LONG_PROMPT_LEN).tolist())
+    margin, used = refs.router_margin(model, long_case["prompt_ids"], cfg_obj.num_experts_per_tok)
+    assert margin > refs.MIN_ROUTER_MARGIN, margin
+
+    out = RANDOM / "gpt_oss_mxfp4"
+    out.mkdir(parents=True, exist_ok=True)
+    for f in out.glob("*"):
+        f.unlink()
+    model.config.save_pretrained(out)
+    cfg_path = out / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.update({"rope_theta": 150000.0, "torch_dtype": "bfloat16", "dtype": "bfloat16"})
+    cfg["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": [
+            "model.layers.*.self_attn",
+            "model.layers.*.mlp.router",
+            "model.embed_tokens",
+            "lm_head",
+        ],
+    }
+    cfg.pop("_name_or_path", None)
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+
+    ref = {
+        "model": "gpt_oss_mxfp4",
+        "architecture": "GptOssForCausalLM",
+        "reference": refs.reference_meta(", bfloat16 weights, experts replaced by their MXFP4 values"),
+        **case,
+        "long": long_case,
+    }
+    (out / "reference.json").write_text(json.dumps(ref, separators=(",", ":")) + "\n")
+
+    # transformers reads the saved checkpoint as the values the reference ran on.
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(
+        out,
+        dtype=torch.float32,
+        attn_implementation="eager",
+        quantization_config=transformers.Mxfp4Config(dequantize=True),
+    ).eval()
+    theirs = loaded.state_dict()
+    for name, t in model.state_dict().items():
+        assert torch.equal(theirs[name], t), name
+    ids = torch.tensor([long_case["prompt_ids"]])
+    with torch.no_grad():
+        got = loaded(input_ids=ids).logits[0]
+    reread = float((got - torch.tensor(long_case["prefill_logits"])).abs().max())
+    assert reread < 1e-5, reread
+    print(
+        f"gpt_oss_mxfp4: smallest top-2 router margin {margin:.2e}, experts used per layer {used}, "
+        f"decode={[x['input_id'] for x in case['decode']]} "
+        f"long decode={[x['input_id'] for x in long_case['decode']]} cache-check err={max(err, err2):.2e} "
+        f"max |dlogit| of transformers' own load {reread:.1e}"
+    )
+
+
 def write_gguf_keys(name, arch, cfg, named, meta):
     """A GGUF whose every hyperparameter `meta` writes (for configs that do not spell the
     Llama keys write_gguf reads), with the stand-in tokenizer and the F32 tensors."""
@@ -1077,11 +1184,12 @@ def write_reference(name, seed):
 def main():
     print(refs.reference_meta())
     only = sys.argv[1:]
-    if "gpt_oss_gguf" in only or not only:
-        gpt_oss_gguf_fixture()
-        only = [n for n in only if n != "gpt_oss_gguf"]
-        if not only and sys.argv[1:]:
-            return
+    for name, write in [("gpt_oss_gguf", gpt_oss_gguf_fixture), ("gpt_oss_mxfp4", gpt_oss_mxfp4_fixture)]:
+        if name in only or not only:
+            write()
+    only = [n for n in only if n not in ("gpt_oss_gguf", "gpt_oss_mxfp4")]
+    if not only and sys.argv[1:]:
+        return
     unknown = set(only) - set(FAMILIES)
     if unknown:
         raise SystemExit(f"unknown fixture(s): {sorted(unknown)}")

@@ -62,6 +62,9 @@ pub struct MoeSpec {
     pub biases: bool,
     /// Expert stacks stored `[experts, in, out]` (transformers' gpt-oss).
     pub transposed: bool,
+    /// Expert stacks stored as transformers' MXFP4 blocks and scales (`{stack}_blocks`,
+    /// `{stack}_scales`, `[experts, out, in]`; gpt-oss as released), bound as MXFP4 stacks.
+    pub mxfp4_blocks: bool,
     /// gpt-oss's clamped SwiGLU in place of the decoder's activation.
     pub clamp: Option<GluClamp>,
 }
@@ -99,6 +102,7 @@ impl MoeSpec {
             shared: None,
             biases: false,
             transposed: false,
+            mxfp4_blocks: false,
             clamp: None,
         })
     }
@@ -359,7 +363,11 @@ impl DenseDecoder {
                     } else {
                         [out, inp]
                     };
-                    w.bind_experts(index, names, kind, role(r), e, shape, &moe.experts_key)?;
+                    if moe.mxfp4_blocks {
+                        w.bind_mxfp4_experts(index, names, kind, role(r), e, shape)?;
+                    } else {
+                        w.bind_experts(index, names, kind, role(r), e, shape, &moe.experts_key)?;
+                    }
                 }
                 w.bind_named(index, names, kind, role(Role::Router), Some(&[e as u64, d]))?;
                 if moe.biases {

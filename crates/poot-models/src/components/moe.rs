@@ -157,13 +157,14 @@ pub fn routed_experts(
             false => stack,
         })
     };
-    // Each row's expert's bias row, when the experts have biases.
+    // Each row's expert's bias row, when the experts have biases (widened: a checkpoint may
+    // store them bf16).
     let bias = |y: Traced, r| -> Result<Traced, TraceError> {
         if !experts.biases {
             return Ok(y);
         }
         let stack = step.weight(b, WeightRole::layer(layer, r))?;
-        Ok(b.add(y, b.gather(stack, row_ids, 0)?)?)
+        Ok(b.add(y, ops::to_f32(b, b.gather(stack, row_ids, 0)?)?)?)
     };
     let contract =
         |r| -> Result<Traced, TraceError> { Ok(b.indexed_matmul(rows, w(r)?, row_ids)?) };

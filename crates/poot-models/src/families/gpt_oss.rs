@@ -5,9 +5,13 @@
 //! interleaved in one stack, and a clamped SwiGLU (`swiglu_alpha`, `swiglu_limit`).
 //!
 //! transformers stores each layer's experts as `[experts, in, out]` stacks, read transposed.
-//! The released checkpoints quantize those stacks to MXFP4 (`*_blocks`, `*_scales`), which no
-//! Hugging Face weight format here reads: such a checkpoint is refused with
-//! `ModelError::TensorType` naming the blocks tensor; a bf16 or f32 conversion loads.
+//! The released checkpoints store them as MXFP4 instead (`quant_method: mxfp4`):
+//! `{stack}_blocks` U8 `[experts, out, in / 32, 16]` and `{stack}_scales` U8 `[experts, out,
+//! in / 32]`, the gate and up rows still interleaved. When layer 0's gate/up blocks are present,
+//! every layer's stacks are bound as MXFP4 `[experts, out, in]` stacks (their bytes repacked
+//! into ggml's blocks at upload, read packed by the expert contractions, as a GGUF's are); a
+//! layer stored otherwise, or blocks of another shape or type, is a load error naming the
+//! tensor.
 //!
 //! llama.cpp's converter writes arch `gpt-oss`: the interleaved stack split into separate gate
 //! and up `[experts, out, in]` stacks (`ffn_{gate,up,down}_exps`, MXFP4 as the released
@@ -95,13 +99,9 @@ const SWIGLU_LIMIT: f32 = 7.0;
 const SLIDING_PATTERN: usize = 2;
 
 fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelError> {
-    let mxfp4 = "model.layers.0.mlp.experts.gate_up_proj_blocks";
-    if index.tensor_meta(mxfp4).is_some() {
-        return Err(ModelError::TensorType {
-            name: mxfp4.into(),
-            stored: "MXFP4 blocks and scales (expert stacks read f32, f16 or bf16)",
-        });
-    }
+    let mxfp4_blocks = NAMES
+        .name(SourceKind::HuggingFace, Some(0), Role::ExpertGateUp)
+        .is_some_and(|stack| index.tensor_meta(&format!("{stack}_blocks")).is_some());
     build_standard_named(raw, index, "gpt_oss", &NAMES, |cfg, spec| {
         refuse_dense_layers(cfg)?;
         let gguf = cfg.kind() == SourceKind::Gguf;
@@ -127,11 +127,13 @@ fn build(raw: &RawConfig, index: &dyn TensorIndex) -> Result<ModelParts, ModelEr
             expert_ff,
             true,
         )?;
-        // llama.cpp's converter splits the interleaved stack and stores `[experts, out, in]`.
+        // llama.cpp's converter splits the interleaved stack and stores `[experts, out, in]`, as
+        // the MXFP4 blocks are.
         (moe.gate_up, moe.transposed) = match gguf {
             true => (GateUp::Separate, false),
-            false => (GateUp::Interleaved, true),
+            false => (GateUp::Interleaved, !mxfp4_blocks),
         };
+        moe.mxfp4_blocks = mxfp4_blocks;
         moe.biases = true;
         moe.clamp = Some(GluClamp {
             alpha: positive(cfg, key("swiglu_alpha", ""), SWIGLU_ALPHA)?,

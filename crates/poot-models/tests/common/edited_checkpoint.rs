@@ -34,7 +34,15 @@ pub fn build_hf(
     edit: impl FnOnce(&mut Value),
     header: impl FnOnce(String) -> String,
 ) -> Result<String, ModelError> {
-    let src = fixture(family).unwrap().path();
+    build_edited(&fixture(family).unwrap().path(), edit, header)
+}
+
+/// The checkpoint directory `src` edited as [`build_hf`] edits a family's fixture.
+pub fn build_edited(
+    src: &Path,
+    edit: impl FnOnce(&mut Value),
+    header: impl FnOnce(String) -> String,
+) -> Result<String, ModelError> {
     let mut config: Value =
         serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
     edit(&mut config);
