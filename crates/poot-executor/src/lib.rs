@@ -10,6 +10,7 @@ mod executor;
 mod limits;
 #[cfg(feature = "suite")]
 pub mod suite;
+pub mod wait;
 
 pub use chain::{ChainCounter, ChainFeed, PagedFeed};
 pub use coordinator::{Coordinator, GroupAbort, RankExecutor};

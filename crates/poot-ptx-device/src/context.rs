@@ -20,7 +20,7 @@ use poot_executor::DeviceError;
 use poot_kernel::render::{FAULT_CODE_WORD, FAULT_FLAG_WORD, FAULT_WORDS};
 
 use crate::fault::{PoisonCell, cuda_error_text};
-use crate::wait::{Poll, WaitError, bounded_wait, timeout_seconds};
+use poot_executor::wait::{Poll, WaitError, bounded_wait, timeout_seconds};
 
 /// Turns a CUDA status into a `Result`.
 pub(crate) fn cu(r: CUresult) -> Result<(), CUresult> {

@@ -36,7 +36,7 @@ use crate::nccl::NcclComm;
 use crate::nvrtc::{self, nvrtc_options, select_arch};
 use crate::recording::PtxRecording;
 use crate::source;
-use crate::wait::{WaitError, timeout_seconds};
+use poot_executor::wait::{WaitError, timeout_seconds};
 
 const BACKEND: &str = "CUDA";
 

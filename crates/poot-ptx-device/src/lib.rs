@@ -31,7 +31,6 @@ mod nccl;
 mod nvrtc;
 mod recording;
 mod source;
-mod wait;
 
 pub use buffer::PtxBuffer;
 pub use device::{CompileStats, DEFAULT_WAIT_TIMEOUT, PtxConfig, PtxDevice, SourceKernel};

@@ -26,7 +26,7 @@ use poot_kernel::render::{FAULT_CODE_WORD, FAULT_FLAG_WORD, FAULT_WORDS};
 use crate::fault::{PoisonCell, on_queue_error};
 use crate::hsa::{self, Agent, Hsa, MemoryPool, Queue, Signal};
 use crate::packet::PACKET_WORDS;
-use crate::wait::{Poll, WaitError, bounded_wait, timeout_seconds};
+use poot_executor::wait::{Poll, WaitError, bounded_wait, timeout_seconds};
 
 /// Packets the queue holds (a power of two; the agent's maximum when smaller).
 const QUEUE_PACKETS: u32 = 4096;

@@ -32,7 +32,7 @@ use crate::hsa::{self, Agent, Executable, ExecutableSymbol, Hsa, MemoryPool, hsa
 use crate::kernel::{LoadedExecutable, RocmKernel};
 use crate::packet::{Dispatch, FenceScope, PACKET_WORDS, dispatch_packet};
 use crate::recording::RocmRecording;
-use crate::wait::timeout_seconds;
+use poot_executor::wait::timeout_seconds;
 
 const BACKEND: &str = "ROCm";
 

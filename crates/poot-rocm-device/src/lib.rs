@@ -49,7 +49,6 @@ mod hsa;
 mod kernel;
 mod packet;
 mod recording;
-mod wait;
 
 pub use arch::{CI_ARCHS, GpuArch, UnknownArch};
 pub use buffer::RocmBuffer;

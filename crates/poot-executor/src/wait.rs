@@ -1,6 +1,7 @@
-//! The bounded wait: poll a completion query until it reports done, fails or outlasts a timeout.
+//! The bounded wait every device uses: poll a completion query until it reports done, fails or
+//! outlasts a timeout.
 //!
-//! Polling (rather than a blocking `cuStreamSynchronize`) is what makes the wait bounded: a hung
+//! Polling (rather than a blocking synchronize call of the driver) is what makes the wait bounded: a hung
 //! kernel surfaces as [`WaitError::Timeout`] instead of a hang. For the first [`SPIN`] the wait
 //! polls back to back (yielding the core between polls), so a decode step that ends within a
 //! few milliseconds is seen within microseconds; after that it sleeps between polls, backing
@@ -17,7 +18,7 @@ const MAX_SLEEP: Duration = Duration::from_millis(1);
 
 /// One poll of the thing being waited for.
 #[derive(Debug, PartialEq)]
-pub(crate) enum Poll<E> {
+pub enum Poll<E> {
     Done,
     Pending,
     Failed(E),
@@ -25,7 +26,7 @@ pub(crate) enum Poll<E> {
 
 /// Why a wait ended without completion.
 #[derive(Debug, PartialEq)]
-pub(crate) enum WaitError<E> {
+pub enum WaitError<E> {
     /// The query reported an error.
     Failed(E),
     /// The query still reported pending work after the timeout.
@@ -34,7 +35,7 @@ pub(crate) enum WaitError<E> {
 
 /// Polls `query` until it reports [`Poll::Done`] or [`Poll::Failed`], or `timeout` has passed
 /// since the call (the query is always polled at least once).
-pub(crate) fn bounded_wait<E>(
+pub fn bounded_wait<E>(
     timeout: Duration,
     mut query: impl FnMut() -> Poll<E>,
 ) -> Result<(), WaitError<E>> {
@@ -61,7 +62,7 @@ pub(crate) fn bounded_wait<E>(
 
 /// Whole seconds of a timeout for error reports, rounded up so a sub-second timeout never reads
 /// as zero.
-pub(crate) fn timeout_seconds(timeout: Duration) -> u64 {
+pub fn timeout_seconds(timeout: Duration) -> u64 {
     let whole = timeout.as_secs();
     if timeout.subsec_nanos() > 0 {
         whole.saturating_add(1)
