@@ -121,7 +121,8 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
     }
     let started = Instant::now();
     let options = DriverOptions::new(sizing.capacity, sizing.prefill_chunk)
-        .with_speculation(args.spec.speculation());
+        .with_speculation(args.spec.speculation())
+        .with_kv_type(args.kv_type);
     let executor = progress::reporting(opened.executor, &status, sizing.prefill_chunk);
     let driver = Driver::placed(Arc::clone(&handle), executor, placement, options)?;
     let upload_seconds = started.elapsed().as_secs_f64();
@@ -147,6 +148,7 @@ pub fn bench(args: BenchArgs, status: Status) -> Result<(), CliError> {
         &handle,
         driver.executor().target(),
         sizing.capacity,
+        options.kv_type,
         options.trace,
     )?;
 

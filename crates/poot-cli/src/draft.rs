@@ -39,7 +39,9 @@ pub fn attach(
         capacity,
     )?;
     let opened = run::open(choice, poot_llm::Placement::Single)?;
-    let options = DriverOptions::new(capacity, prefill_chunk).with_rows(driver.rows());
+    let options = DriverOptions::new(capacity, prefill_chunk)
+        .with_rows(driver.rows())
+        .with_kv_type(driver.options().kv_type);
     let draft = Driver::new(handle, opened.executor, options)?
         .serve(layout)
         .map_err(|refused| CliError::Driver(refused.1))?;

@@ -54,7 +54,7 @@ fn main() -> ExitCode {
     }
     let status = Status { quiet: cli.quiet };
     let result = match cli.command {
-        Command::Run(args) => run::run(args, status),
+        Command::Run(args) => run::run(*args, status),
         Command::Models(args) => models::models(args, status),
         Command::Bench(args) => bench::bench(args, status),
         Command::Embed(args) => embed::embed(args, status),

@@ -360,7 +360,8 @@ impl Session {
         let started = Instant::now();
         let options = DriverOptions::new(sizing.capacity, sizing.prefill_chunk)
             .with_speculation(args.spec.speculation())
-            .with_lora(lora_shape);
+            .with_lora(lora_shape)
+            .with_kv_type(args.kv_type);
         let executor = progress::reporting(opened.executor, &status, sizing.prefill_chunk);
         let driver = Driver::placed(
             Arc::clone(handle),

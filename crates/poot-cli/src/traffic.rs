@@ -10,7 +10,7 @@ use poot_graph_ir::{Graph, OpKind, ValueId};
 use poot_graph_plan::{Target, compile};
 use poot_llm::sampling::{Head, append_head};
 use poot_llm::{HandleWeights, ModelHandle};
-use poot_models::{StepShape, StepSpec};
+use poot_models::{KvType, StepShape, StepSpec};
 
 use crate::error::CliError;
 
@@ -40,11 +40,13 @@ pub fn decode_traffic(
     handle: &std::sync::Arc<ModelHandle>,
     target: &Target,
     capacity: usize,
+    kv_type: KvType,
     trace: poot_graph_ir::TraceLimits,
 ) -> Result<DecodeTraffic, CliError> {
+    let shape = StepShape::new(1, 1, capacity).with_kv_type(kv_type);
     let graph = handle
         .model()
-        .trace(&StepSpec::step(StepShape::new(1, 1, capacity)), trace)
+        .trace(&StepSpec::step(shape), trace)
         .map_err(|e| CliError::Driver(e.into()))?;
     let graph = append_head(graph, Head::Greedy, trace, 1)
         .map_err(|e| CliError::Driver(poot_llm::DriverError::Suffix(e)))?;

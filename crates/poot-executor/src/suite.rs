@@ -129,6 +129,7 @@ fn zero_state(ty: &TensorType) -> Result<HostTensor<'static>, String> {
         DType::F32 => HostTensor::f32(dims, vec![0f32; n]),
         DType::I32 => HostTensor::i32(dims, vec![0i32; n]),
         DType::U32 => HostTensor::u32(dims, vec![0u32; n]),
+        DType::F16 => HostTensor::f16(dims, vec![half::f16::ZERO; n]),
         other => return Err(format!("no zero state of {other}")),
     }
     .map_err(|e| e.to_string())
@@ -608,6 +609,10 @@ impl CaseBuilder {
 const MATH: Tolerance = Tolerance::Relative(1e-5);
 /// Reductions and contractions reassociate sums.
 const SUMS: Tolerance = Tolerance::Relative(1e-4);
+/// One unit in the last place of an f16 of the outputs' largest value: where the graph rounds
+/// to f16 (an f16 KV cache), a sum reassociated before the rounding may land on the
+/// neighbouring half.
+const HALF_FLIP: Tolerance = Tolerance::Relative(1.0 / 1024.0);
 
 fn unary_case(op: UnaryOp) -> Case {
     let mut c = CaseBuilder::new(op as u64 + 1);
@@ -1470,6 +1475,8 @@ struct LayerShape {
     /// Gemma's norms after each block.
     sandwich: bool,
     packed: Option<GgmlType>,
+    /// The cache stores f16: keys and values rounded as they are written, widened as read.
+    kv_f16: bool,
 }
 
 /// One pre-norm decoder layer (attention over a KV cache carried as state, then a gated
@@ -1506,7 +1513,8 @@ fn decoder_layer_case(name: &str, seed: u64, s: LayerShape, steps: usize) -> Cas
     let wu = proj(&mut c, "w_up", ff, d);
     let wd = proj(&mut c, "w_down", d, ff);
     let post_ffn = norm_w(&mut c, "post_ffn_norm", d);
-    let cache_ty = TensorType::new(DType::F32, vec![1, hkv, s.capacity, dh]);
+    let kv_dtype = if s.kv_f16 { DType::F16 } else { DType::F32 };
+    let cache_ty = TensorType::new(kv_dtype, vec![1, hkv, s.capacity, dh]);
     let k_in = c.b.state_input("k", cache_ty.clone()).expect("state");
     let v_in = c.b.state_input("v", cache_ty).expect("state");
     let b = &c.b;
@@ -1531,18 +1539,32 @@ fn decoder_layer_case(name: &str, seed: u64, s: LayerShape, steps: usize) -> Cas
         )
         .expect("start");
     let zero = b.lit_i32(0).expect("0");
+    let to_cache = |x: Traced| {
+        if s.kv_f16 {
+            b.cast(x, DType::F16).expect("round")
+        } else {
+            x
+        }
+    };
+    let from_cache = |x: Traced| {
+        if s.kv_f16 {
+            b.cast(x, DType::F32).expect("widen")
+        } else {
+            x
+        }
+    };
     let kc = b
-        .dynamic_update_slice(k_in, k, &[zero, zero, start, zero])
+        .dynamic_update_slice(k_in, to_cache(k), &[zero, zero, start, zero])
         .expect("k write");
     let vc = b
-        .dynamic_update_slice(v_in, v, &[zero, zero, start, zero])
+        .dynamic_update_slice(v_in, to_cache(v), &[zero, zero, start, zero])
         .expect("v write");
     let mask = ops::causal_mask(b, pos, s.capacity, s.window).expect("mask");
     let o = ops::attention_masked(
         b,
         q,
-        kc,
-        vc,
+        from_cache(kc),
+        from_cache(vc),
         mask,
         attention_options(hq, hkv, dh, s.softcap),
     )
@@ -1562,7 +1584,9 @@ fn decoder_layer_case(name: &str, seed: u64, s: LayerShape, steps: usize) -> Cas
     }
     let out = b.add(x, f).expect("residual");
     let outputs = Outputs::new(out).with_state(&[(k_in, kc), (v_in, vc)]);
-    let mut case = c.finish(name, outputs, SUMS);
+    // A sum reassociated before its rounding to f16 can land on the neighbouring half.
+    let tolerance = if s.kv_f16 { HALF_FLIP } else { SUMS };
+    let mut case = c.finish(name, outputs, tolerance);
     let mut rng = Rng(seed ^ 0x5eed);
     let step_slots = |n: usize, rng: &mut Rng| {
         let toks: Vec<i32> = (0..t).map(|_| rng.below(vocab as u64) as i32).collect();
@@ -2056,6 +2080,7 @@ fn fusion_cases() -> Vec<Case> {
         qk_norm: false,
         sandwich: false,
         packed: None,
+        kv_f16: false,
     };
     let layers = [
         ("decoder layer decode (GQA)", base, 7),
@@ -2098,7 +2123,125 @@ fn fusion_cases() -> Vec<Case> {
     for (i, (name, shape, steps)) in layers.into_iter().enumerate() {
         cases.push(decoder_layer_case(name, 80 + i as u64, shape, steps));
     }
+    // An f16 cache: keys written through a norm (a row reduction inside the write), two halves
+    // to a word; decode rows, then prefill chunks (tiles of queries) over it.
+    let f16_layers = [
+        (
+            "decoder layer decode, f16 KV cache (MQA, qk-norm, window 4, softcap)",
+            LayerShape {
+                kv_heads: 1,
+                qk_norm: true,
+                window: Some(4),
+                softcap: Some(20.0),
+                kv_f16: true,
+                ..base
+            },
+            9,
+        ),
+        (
+            "decoder layer prefill chunks of 24, f16 KV cache (GQA 4, head dim 64)",
+            LayerShape {
+                hidden: 128,
+                heads: 8,
+                kv_heads: 2,
+                head_dim: 64,
+                capacity: 72,
+                tokens: 24,
+                kv_f16: true,
+                ..base
+            },
+            3,
+        ),
+    ];
+    for (i, (name, shape, steps)) in f16_layers.into_iter().enumerate() {
+        cases.push(decoder_layer_case(name, 90 + i as u64, shape, steps));
+    }
+    cases.push(paged_f16_case());
     cases
+}
+
+/// Rows decoding over a paged f16 KV pool, as a serving step traces it: each row's new key and
+/// value rounded to f16 and scattered to its write-map slot (two halves a word), then every
+/// row's blocks gathered through the block table, widened and attended to. Three steps, so
+/// later steps read what earlier ones wrote; one row's table reaches a block another row
+/// writes.
+fn paged_f16_case() -> Case {
+    let (rows, hq, hkv, dh, block, capacity) = (6usize, 8usize, 2usize, 64usize, 16usize, 64usize);
+    let per_row = capacity / block;
+    let blocks = rows * per_row + 1;
+    let mut c = CaseBuilder::new(296);
+    let q = c.f32("q", &[rows, hq, 1, dh]);
+    let k_new = c.f32("k_new", &[rows, hkv, 1, dh]);
+    let v_new = c.positive("v_new", &[rows, hkv, 1, dh]);
+    let pool_ty = TensorType::new(DType::F16, vec![blocks * block, hkv, dh]);
+    let k_in = c.b.state_input("k", pool_ty.clone()).expect("state");
+    let v_in = c.b.state_input("v", pool_ty).expect("state");
+    // Row r's blocks are r * per_row.., except that row 1's second block is row 0's first.
+    let table: Vec<i32> = (0..rows * per_row)
+        .map(|i| if i == per_row + 1 { 0 } else { i as i32 })
+        .collect();
+    let positions = |step: usize| -> Vec<i32> {
+        (0..rows)
+            .map(|r| (r * 7 + step * 5) as i32 % capacity as i32)
+            .collect()
+    };
+    let write_map = |step: usize| -> Vec<i32> {
+        let t = &table;
+        positions(step)
+            .iter()
+            .enumerate()
+            .map(|(r, &p)| {
+                let p = p as usize;
+                t[r * per_row + p / block] * block as i32 + (p % block) as i32
+            })
+            .collect()
+    };
+    let slots = |step: usize| {
+        vec![
+            (
+                Slot::SlotMap,
+                HostTensor::i32(vec![rows, per_row], table.clone()).expect("sized"),
+            ),
+            (
+                Slot::WriteMap,
+                HostTensor::i32(vec![rows, 1], write_map(step)).expect("sized"),
+            ),
+            (
+                Slot::Pos,
+                HostTensor::i32(vec![rows, 1], positions(step)).expect("sized"),
+            ),
+        ]
+    };
+    let tbl = c.slot_i32(Slot::SlotMap, table.clone(), &[rows, per_row]);
+    let write = c.slot_i32(Slot::WriteMap, write_map(0), &[rows, 1]);
+    let pos = c.slot_i32(Slot::Pos, positions(0), &[rows, 1]);
+    let b = &c.b;
+    let write = b.reshape(write, [rows]).expect("write map");
+    let cache = |state: Traced, new: Traced| -> (Traced, Traced) {
+        let new = b.cast(new, DType::F16).expect("round");
+        let new = b.transpose(new, vec![0, 2, 1, 3]).expect("t");
+        let new = b.reshape(new, [rows, hkv, dh]).expect("r");
+        let pool = b.scatter_update(state, write, new, 0).expect("scatter");
+        let by_block = b.reshape(pool, [blocks, block, hkv, dh]).expect("r");
+        let gathered = b.gather(by_block, tbl, 0).expect("gather");
+        let gathered = b.reshape(gathered, [rows, capacity, hkv, dh]).expect("r");
+        let gathered = b.transpose(gathered, vec![0, 2, 1, 3]).expect("t");
+        (pool, b.cast(gathered, DType::F32).expect("widen"))
+    };
+    let (k_pool, k) = cache(k_in, k_new);
+    let (v_pool, v) = cache(v_in, v_new);
+    let mask = ops::causal_mask(b, pos, capacity, None).expect("mask");
+    let o = ops::attention_masked(b, q, k, v, mask, attention_options(hq, hkv, dh, None))
+        .expect("attention");
+    let outputs = Outputs::new(o).with_state(&[(k_in, k_pool), (v_in, v_pool)]);
+    let mut case = c.finish(
+        "attention, 6 rows decoding over a paged f16 KV pool, GQA 4",
+        outputs,
+        HALF_FLIP,
+    );
+    case.slots = slots(0);
+    case.later_steps = (1..3).map(slots).collect();
+    case
 }
 
 /// Cases for the tiled contraction (more than 8 left-side rows): every weight type the planner
@@ -2344,6 +2487,7 @@ fn tiled_cases() -> Vec<Case> {
             qk_norm: true,
             sandwich: false,
             packed: Some(GgmlType::Q4_1),
+            kv_f16: false,
         },
         3,
     ));
@@ -2363,6 +2507,7 @@ fn tiled_cases() -> Vec<Case> {
             qk_norm: false,
             sandwich: false,
             packed: Some(GgmlType::Q4_1),
+            kv_f16: false,
         },
         2,
     ));

@@ -185,6 +185,9 @@ pub enum DeviceWords {
     U32,
     /// Stored bytes as the checkpoint holds them (constants only).
     Stored,
+    /// Two f16 elements per u32 word, element `2i` in the low half of word `i` (f16 states:
+    /// an f16 KV cache).
+    F16Pairs,
 }
 
 /// How a value of `dtype` is represented on the device when the plan computes it.

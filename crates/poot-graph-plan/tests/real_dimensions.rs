@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use common::reference_models::*;
 use poot_graph_ir::TraceLimits;
-use poot_graph_plan::{BufferRole, Plan, PlanError, Target, compile};
-use poot_models::{KvLayout, StepShape, StepSpec};
+use poot_graph_plan::{BufferRole, DeviceWords, Plan, PlanError, Target, compile};
+use poot_models::{KvLayout, KvType, StepShape, StepSpec};
 
 /// Bytes of weights, states and scratch in a plan.
 fn buffer_bytes(plan: &Plan) -> (u64, u64, u64) {
@@ -438,5 +438,77 @@ fn llama_3_1_8b_splits_its_embedding_and_head_below_the_buffer_limit() {
                 .iter()
                 .any(|b| matches!(&b.role, BufferRole::Const { name } if name == "w.embed" || name == "w.head"))
         );
+    }
+}
+
+/// An f16 KV cache at real dimensions: Qwen3 0.6B (keys through a norm before the write) and
+/// Llama 3.1 8B (GQA 4; on PTX only, its bf16 weights alone fill the wgpu preset's memory), a
+/// paged decode of 8 rows and a prefill chunk. The pool is half the f32 pool's bytes, the state words are f16 pairs, the steps
+/// keep the f32 cache's dispatch count and add no scratch (no widened copy of the cache:
+/// attention reads the halves in place), and each layer writes its keys and values a word
+/// (two halves) per thread.
+#[test]
+fn an_f16_kv_cache_halves_the_pool_and_adds_no_dispatch() {
+    let both = vec![Target::ptx_preset(), Target::wgpu_preset()];
+    for (r, targets) in [
+        (qwen3_0_6b(), both),
+        (llama_3_1_8b(), vec![Target::ptx_preset()]),
+    ] {
+        let model = build(&r);
+        let capacity = 4096;
+        let kv = KvLayout::Paged {
+            block_tokens: BLOCK_TOKENS,
+            blocks: 8 * capacity / BLOCK_TOKENS + 1,
+        };
+        for target in targets {
+            for (rows, tokens) in [(8, 1), (1, PREFILL_TOKENS)] {
+                let plan = |kv_type: KvType| {
+                    let shape = StepShape::new(rows, tokens, capacity)
+                        .with_kv(kv)
+                        .with_kv_type(kv_type);
+                    let graph = model
+                        .trace(
+                            &StepSpec::step(shape),
+                            TraceLimits::standard(MAX_STEP_TOKENS),
+                        )
+                        .unwrap();
+                    compile(&graph, &target).unwrap()
+                };
+                let (full, half) = (plan(KvType::F32), plan(KvType::F16));
+                let what = format!("{} {rows}x{tokens} on {}", r.name, target.backend);
+                let (_, full_states, full_scratch) = buffer_bytes(&full);
+                let (_, half_states, half_scratch) = buffer_bytes(&half);
+                assert_eq!(2 * half_states, full_states, "{what}");
+                assert!(
+                    half_scratch <= full_scratch,
+                    "{what}: scratch {half_scratch} vs {full_scratch}"
+                );
+                assert_eq!(half.dispatches.len(), full.dispatches.len(), "{what}");
+                assert!(
+                    half.states
+                        .iter()
+                        .all(|(_, v)| v.words == DeviceWords::F16Pairs),
+                    "{what}"
+                );
+                let writes = half
+                    .kernels
+                    .iter()
+                    .filter(|k| k.name.starts_with("scatter"))
+                    .count();
+                assert!(writes >= 1, "{what}: no scatter kernel");
+                for k in half
+                    .kernels
+                    .iter()
+                    .filter(|k| k.name.starts_with("scatter"))
+                {
+                    assert!(
+                        k.params.iter().any(|p| p.word == poot_kernel::Word::U32
+                            && p.access == poot_kernel::Access::ReadWrite),
+                        "{what}: {} writes no u32 words",
+                        k.name
+                    );
+                }
+            }
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! backend compiles (under `POOT_TUNING`, as the backend reads it), readable without a GPU.
 //!
 //!   dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T] [--rows R]
-//!                [--paged-blocks B] [--cpu] [--adjusted]
+//!                [--paged-blocks B] [--cpu] [--adjusted] [--kv-f32]
 //!
 //! `--cpu` writes the C the CPU backend compiles instead (planned for the CPU preset).
 //! `--paged-blocks B` plans the step over a paged pool of B blocks of 16 positions, as a
@@ -19,7 +19,7 @@ use poot_graph_plan::{Target, Tuning, compile};
 use poot_kernel::render::{entry_name, render_cuda, render_host_c};
 use poot_llm::sampling::append_head;
 use poot_llm::{Head, LoadOptions, ModelHandle};
-use poot_models::{KvLayout, Registry, StepShape, StepSpec};
+use poot_models::{KvLayout, KvType, Registry, StepShape, StepSpec};
 
 fn flag(args: &[String], name: &str, default: usize) -> usize {
     args.iter()
@@ -45,7 +45,13 @@ fn main() {
     );
     let rows = flag(&args, "--rows", 1);
     let limits = TraceLimits::standard((rows * tokens) as u64);
-    let mut shape = StepShape::new(rows, tokens, capacity);
+    // --kv-f32: the f32 cache instead of the driver's default f16 one.
+    let kv_type = if args.iter().any(|a| a == "--kv-f32") {
+        KvType::F32
+    } else {
+        KvType::F16
+    };
+    let mut shape = StepShape::new(rows, tokens, capacity).with_kv_type(kv_type);
     let blocks = flag(&args, "--paged-blocks", 0);
     if blocks > 0 {
         shape = shape.with_kv(KvLayout::Paged {

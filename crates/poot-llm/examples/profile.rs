@@ -6,6 +6,7 @@
 //!
 //!   profile <checkpoint> [--capacity N] [--position P] [--reps R] [--top K] [--tokens T]
 //!           [--rows R] [--prefill T] [--backend ptx|wgpu|vulkan|rocm|cpu] [--paged] [--adjusted]
+//!           [--kv-f32]
 
 #![allow(clippy::unwrap_used)]
 
@@ -19,7 +20,7 @@ use poot_llm::{
     BackendChoice, Driver, DriverOptions, GenerateRequest, Layout, LoadOptions, ModelHandle,
     Sampler, open_executor,
 };
-use poot_models::Registry;
+use poot_models::{KvType, Registry};
 
 fn flag(args: &[String], name: &str, default: usize) -> usize {
     args.iter()
@@ -93,7 +94,15 @@ fn main() {
     println!("device: {} ({})", opened.device_name, opened.backend);
     let rows = flag(&args, "--rows", 1);
     let prefill = flag(&args, "--prefill", 0);
-    let options = DriverOptions::new(capacity, prefill.max(16).min(capacity)).with_rows(rows);
+    // --kv-f32: the f32 cache instead of the default f16 one.
+    let kv_type = if args.iter().any(|a| a == "--kv-f32") {
+        KvType::F32
+    } else {
+        KvType::F16
+    };
+    let options = DriverOptions::new(capacity, prefill.max(16).min(capacity))
+        .with_rows(rows)
+        .with_kv_type(kv_type);
     // --paged: the serving layout (blocks of 16 positions through a block table).
     let layout = if args.iter().any(|a| a == "--paged") {
         Layout::Paged {

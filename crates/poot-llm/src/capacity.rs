@@ -14,7 +14,7 @@ use std::ops::Range;
 
 use poot_graph_plan::Target;
 use poot_models::weights::{WeightMap, WeightSource};
-use poot_models::{Program, Shard, Stage, TraceError};
+use poot_models::{KvType, Program, Shard, Stage, TraceError};
 
 use crate::handle::ModelHandle;
 use crate::placement::Placement;
@@ -93,12 +93,13 @@ pub struct Planner {
 
 impl Planner {
     /// Fits `handle`'s model on `targets` (one per device of `placement`, in order): what each
-    /// device's weights and each position of its KV cache take. Refuses a model that does not
-    /// split over the placement, and a device that cannot hold its weights.
+    /// device's weights and each position of its KV cache (of `kv_type`) take. Refuses a model
+    /// that does not split over the placement, and a device that cannot hold its weights.
     pub fn new(
         handle: &ModelHandle,
         targets: &[Target],
         placement: Placement,
+        kv_type: KvType,
     ) -> Result<Planner, CapacityError> {
         let needed = placement.devices();
         if targets.len() != needed {
@@ -139,7 +140,7 @@ impl Planner {
             let kv_bytes_per_position = states
                 .iter()
                 .filter(|s| held.contains(&s.layer))
-                .map(|s| (shard.share(s.heads).len() * s.head_dim * 4) as u64)
+                .map(|s| (shard.share(s.heads).len() * s.head_dim * kv_type.bytes()) as u64)
                 .sum();
             let fit = DeviceFit {
                 index,

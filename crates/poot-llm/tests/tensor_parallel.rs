@@ -29,7 +29,7 @@ use poot_llm::{
     ModelHandle, Placement, Sampler,
 };
 use poot_models::weights::Role;
-use poot_models::{Registry, Stage, TraceError};
+use poot_models::{KvType, Registry, Stage, TraceError};
 use poot_wgpu_device::{WgpuDevice, WgpuOptions};
 
 use common::python::generator_python;
@@ -652,20 +652,35 @@ fn the_planner_fits_each_device_against_its_own_memory() {
     let (d, ff, v, layers) = (64u64, 128u64, 512u64, 2u64);
     let per_layer_split = (64 * d + 2 * 32 * d + d * 64 + 3 * ff * d) * 4;
     let replicated = (2 * v * d + d + layers * 2 * d) * 4 + 2 * 512 * 8 * 4;
-    let single = Planner::new(&handle, &with_memory(1 << 30, 1), Placement::Single).unwrap();
+    let single = Planner::new(
+        &handle,
+        &with_memory(1 << 30, 1),
+        Placement::Single,
+        KvType::F32,
+    )
+    .unwrap();
     assert_eq!(
         single.devices()[0].weight_bytes,
         replicated + layers * per_layer_split
     );
-    // Keys and values of 2 heads of 16 f32 in each of 2 layers.
+    // Keys and values of 2 heads of 16 f32 in each of 2 layers; half that in f16.
     assert_eq!(
         single.devices()[0].kv_bytes_per_position,
         2 * 2 * 2 * 16 * 4
     );
+    let half = Planner::new(
+        &handle,
+        &with_memory(1 << 30, 1),
+        Placement::Single,
+        KvType::F16,
+    )
+    .unwrap();
+    assert_eq!(half.devices()[0].kv_bytes_per_position, 2 * 2 * 2 * 16 * 2);
     let tp = Planner::new(
         &handle,
         &with_memory(1 << 30, 2),
         Placement::TensorParallel { ranks: 2 },
+        KvType::F32,
     )
     .unwrap();
     for d in tp.devices() {
@@ -676,6 +691,7 @@ fn the_planner_fits_each_device_against_its_own_memory() {
         &handle,
         &with_memory(1 << 30, 2),
         Placement::Pipeline { stages: 2 },
+        KvType::F32,
     )
     .unwrap();
     assert_eq!(pp.devices()[0].layers, 0..1);
@@ -690,6 +706,7 @@ fn the_planner_fits_each_device_against_its_own_memory() {
         &handle,
         &with_memory(w + 1000 * 256, 2),
         Placement::TensorParallel { ranks: 2 },
+        KvType::F32,
     )
     .unwrap();
     assert_eq!(tight.max_positions(0), Some(1000));
@@ -710,6 +727,7 @@ fn the_planner_fits_each_device_against_its_own_memory() {
         &handle,
         &with_memory(w - 4, 2),
         Placement::TensorParallel { ranks: 2 },
+        KvType::F32,
     )
     .unwrap_err()
     {
@@ -724,7 +742,8 @@ fn the_planner_fits_each_device_against_its_own_memory() {
         Planner::new(
             &handle,
             &with_memory(1 << 30, 3),
-            Placement::TensorParallel { ranks: 2 }
+            Placement::TensorParallel { ranks: 2 },
+            KvType::F32
         ),
         Err(CapacityError::Targets {
             needed: 2,
@@ -736,7 +755,8 @@ fn the_planner_fits_each_device_against_its_own_memory() {
         Planner::new(
             &handle,
             &with_memory(1 << 30, 3),
-            Placement::Pipeline { stages: 3 }
+            Placement::Pipeline { stages: 3 },
+            KvType::F32
         ),
         Err(CapacityError::Stages {
             stages: 3,
@@ -756,6 +776,7 @@ fn the_planner_shares_smollm2_unevenly_over_two_ranks_and_refuses_four() {
         &handle,
         &with_memory(1 << 30, 4),
         Placement::TensorParallel { ranks: 4 },
+        KvType::F32,
     ) {
         Err(CapacityError::Trace(e)) => assert_eq!(
             e.to_string(),
@@ -764,7 +785,13 @@ fn the_planner_shares_smollm2_unevenly_over_two_ranks_and_refuses_four() {
         Err(e) => panic!("unexpected: {e}"),
         Ok(_) => panic!("3 key/value heads shared by 4 ranks"),
     }
-    let single = Planner::new(&handle, &with_memory(1 << 30, 1), Placement::Single).unwrap();
+    let single = Planner::new(
+        &handle,
+        &with_memory(1 << 30, 1),
+        Placement::Single,
+        KvType::F32,
+    )
+    .unwrap();
     let per_head = single.devices()[0].kv_bytes_per_position / 3;
     // Two ranks hold 1 and 2 of the 3 key/value heads; three ranks one each.
     for (ranks, heads) in [(2, vec![1, 2]), (3, vec![1, 1, 1])] {
@@ -772,6 +799,7 @@ fn the_planner_shares_smollm2_unevenly_over_two_ranks_and_refuses_four() {
             &handle,
             &with_memory(1 << 30, ranks),
             Placement::TensorParallel { ranks },
+            KvType::F32,
         )
         .unwrap();
         for (d, h) in tp.devices().iter().zip(heads) {
@@ -878,7 +906,13 @@ fn the_planner_fits_each_pipeline_stage_with_its_layers() {
     };
     let registry = Registry::builtin().unwrap();
     let handle = Arc::new(ModelHandle::load(&path, &registry, &LoadOptions::default()).unwrap());
-    let single = Planner::new(&handle, &with_memory(1 << 30, 1), Placement::Single).unwrap();
+    let single = Planner::new(
+        &handle,
+        &with_memory(1 << 30, 1),
+        Placement::Single,
+        KvType::F32,
+    )
+    .unwrap();
     let whole = &single.devices()[0];
     let layers = 30u64;
     let per_layer_kv = whole.kv_bytes_per_position / layers;
@@ -895,6 +929,7 @@ fn the_planner_fits_each_pipeline_stage_with_its_layers() {
             &handle,
             &with_memory(1 << 30, stages),
             Placement::Pipeline { stages },
+            KvType::F32,
         )
         .unwrap();
         let mut start = 0;
@@ -928,13 +963,14 @@ fn the_planner_fits_each_pipeline_stage_with_its_layers() {
         &handle,
         &with_memory(1 << 30, 31),
         Placement::Pipeline { stages: 31 },
+        KvType::F32,
     ) {
         Err(CapacityError::Stages { stages, layers }) => assert_eq!((stages, layers), (31, 30)),
         Err(e) => panic!("unexpected: {e}"),
         Ok(_) => panic!("31 stages over 30 layers"),
     }
     assert!(matches!(
-        Planner::new(&handle, &[], Placement::Pipeline { stages: 0 }),
+        Planner::new(&handle, &[], Placement::Pipeline { stages: 0 }, KvType::F32),
         Err(CapacityError::Stages { stages: 0, .. })
     ));
 }

@@ -27,5 +27,5 @@ pub use lora::{LoraAdapter, LoraError, LoraShape, LoraTables, LoraTarget, LoraTa
 pub use model::{Model, ModelConfig, ModelKind, ModelParts};
 pub use registry::{FamilyEntry, Registry, SHIPPED};
 pub use schema::ModelSchema;
-pub use step::{KvLayout, LogitsMode, Program, Shard, Stage, StepShape, StepSpec};
+pub use step::{KvLayout, KvType, LogitsMode, Program, Shard, Stage, StepShape, StepSpec};
 pub use weights::{WeightMap, WeightRole};

@@ -89,7 +89,7 @@ pub struct StateDecl {
 }
 
 impl StateDecl {
-    /// The f32 state's dims in a step of `shape`: `[rows, heads, capacity, head_dim]` for a
+    /// The state's dims in a step of `shape` (its type is `shape.kv_type`): `[rows, heads, capacity, head_dim]` for a
     /// contiguous cache, the pool `[blocks * block_tokens, heads, head_dim]` for a paged one
     /// (the same for every step shape over that pool). A tensor-parallel rank holds its share
     /// of the heads.

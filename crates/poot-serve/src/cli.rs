@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
+use poot_models::KvType;
 
 const LONG_ABOUT: &str = "\
 An OpenAI-compatible HTTP server over one poot engine.
@@ -153,6 +154,11 @@ pub struct ServeArgs {
     /// Positions per KV block; the context must be a multiple of it.
     #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub block_size: u32,
+
+    /// What the KV cache stores: f16 (half the memory and attention traffic; keys and values
+    /// rounded to f16 as written) or f32.
+    #[arg(long, value_name = "TYPE", default_value = "f16")]
+    pub kv_type: KvType,
 
     /// KV blocks in the pool (default: enough for every row at full context). Fewer blocks
     /// admit fewer long sequences at once; a request waits until its blocks are free.

@@ -34,7 +34,7 @@ use poot_llm::{
     BackendChoice, Driver, DriverOptions, Layout, LoadOptions, ModelHandle, OpenedExecutor,
     Placement, open_executor, open_placed_executor,
 };
-use poot_models::{ModelKind, Program, Registry, Stage};
+use poot_models::{KvType, ModelKind, Program, Registry, Stage};
 
 use crate::cli::{BackendArg, PrepareArg, ServeArgs};
 use crate::embeddings::Embedder;
@@ -131,7 +131,8 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
         .with_rows(rows)
         .with_chain(args.decode_chain as usize)
         .with_speculation(args.speculation())
-        .with_lora(args.lora());
+        .with_lora(args.lora())
+        .with_kv_type(args.kv_type);
     // Adapters named at start are read now, so a bad one fails before the device opens.
     let start_loras = args
         .loras
@@ -179,8 +180,14 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
             eprintln!("backend {} on {}", opened.backend, opened.device_name);
             // A device that reports no memory size is not capped.
             let target = opened.executor.target();
-            let fit =
-                blocks_on_every_device(&fit_handle, target, placement, block_tokens, weight_bytes)?;
+            let fit = blocks_on_every_device(
+                &fit_handle,
+                target,
+                placement,
+                block_tokens,
+                weight_bytes,
+                options.kv_type,
+            )?;
             let layout = layout(rows, context, block_tokens, kv_blocks, fit)?;
             eprintln!(
                 "KV {layout:?} ({fit:?} blocks of {block_tokens} positions fit each device's memory)"
@@ -190,7 +197,9 @@ fn serve(args: ServeArgs) -> Result<(), ServeError> {
                 .map_err(|refused| ServeError::Driver(refused.1))?;
             if let Some(draft) = draft_handle {
                 let opened = open(backend)?;
-                let draft_options = DriverOptions::new(context, prefill_chunk).with_rows(rows);
+                let draft_options = DriverOptions::new(context, prefill_chunk)
+                    .with_rows(rows)
+                    .with_kv_type(options.kv_type);
                 let draft = Driver::new(draft, opened.executor, draft_options)?
                     .serve(layout)
                     .map_err(|refused| ServeError::Driver(refused.1))?;
@@ -344,8 +353,8 @@ async fn listen(app: Arc<App>, host: &str, port: u16) -> Result<(), ServeError> 
         })
 }
 
-/// Bytes of keys and values one position of one sequence takes (f32, every layer).
-fn kv_bytes_per_position(handle: &ModelHandle) -> u64 {
+/// Bytes of keys and values one position of one sequence takes (every layer).
+fn kv_bytes_per_position(handle: &ModelHandle, kv_type: KvType) -> u64 {
     handle
         .model()
         .schema()
@@ -353,7 +362,7 @@ fn kv_bytes_per_position(handle: &ModelHandle) -> u64 {
         .map_or(0, |p| {
             p.states
                 .iter()
-                .map(|s| (s.heads * s.head_dim * 4) as u64)
+                .map(|s| (s.heads * s.head_dim * kv_type.bytes()) as u64)
                 .sum()
         })
 }
@@ -377,16 +386,17 @@ fn blocks_on_every_device(
     placement: Placement,
     block_tokens: usize,
     weight_bytes: u64,
+    kv_type: KvType,
 ) -> Result<Option<usize>, ServeError> {
     let Some(memory) = target.limits.memory_bytes else {
         return Ok(None);
     };
     if placement == Placement::Single {
-        let per_block = kv_bytes_per_position(handle).saturating_mul(block_tokens as u64);
+        let per_block = kv_bytes_per_position(handle, kv_type).saturating_mul(block_tokens as u64);
         return Ok(Some(blocks_that_fit(memory, weight_bytes, per_block)));
     }
     let targets = vec![target.clone(); placement.devices()];
-    let planner = Planner::new(handle, &targets, placement)?;
+    let planner = Planner::new(handle, &targets, placement, kv_type)?;
     Ok(planner
         .devices()
         .iter()
@@ -564,20 +574,33 @@ mod tests {
         // tiny-chat: 2 layers of 2 key/value heads of 16, f32 keys and values: 512 B per
         // position, 8 KiB per block of 16; 0.8 GiB usable of 2 GiB less 1 GiB of scratch.
         let usable = 2 * gib / 10 * 9 - gib;
-        let one = blocks_on_every_device(&handle, &target, Placement::Single, 16, weights)
+        let f32_kv = KvType::F32;
+        let one = blocks_on_every_device(&handle, &target, Placement::Single, 16, weights, f32_kv)
             .unwrap()
             .unwrap();
         assert_eq!(one as u64, (usable - weights) / 8192);
+        // f16 keys and values: twice the blocks.
+        let half = blocks_on_every_device(
+            &handle,
+            &target,
+            Placement::Single,
+            16,
+            weights,
+            KvType::F16,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(half as u64, (usable - weights) / 4096);
         // Each of two stages holds one layer's half of every block, beside its weights.
         let pp = Placement::Pipeline { stages: 2 };
-        let planner = Planner::new(&handle, &[target.clone(), target.clone()], pp).unwrap();
+        let planner = Planner::new(&handle, &[target.clone(), target.clone()], pp, f32_kv).unwrap();
         let heaviest = planner
             .devices()
             .iter()
             .map(|d| d.weight_bytes)
             .max()
             .unwrap();
-        let two = blocks_on_every_device(&handle, &target, pp, 16, weights)
+        let two = blocks_on_every_device(&handle, &target, pp, 16, weights, f32_kv)
             .unwrap()
             .unwrap();
         assert_eq!(two as u64, (usable - heaviest) / 4096);
@@ -585,7 +608,7 @@ mod tests {
         // No memory size: not capped.
         target.limits.memory_bytes = None;
         assert_eq!(
-            blocks_on_every_device(&handle, &target, pp, 16, weights).unwrap(),
+            blocks_on_every_device(&handle, &target, pp, 16, weights, f32_kv).unwrap(),
             None
         );
     }

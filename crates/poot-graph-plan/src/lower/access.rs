@@ -43,6 +43,32 @@ pub fn to_word(e: Expr, d: DType) -> Expr {
     }
 }
 
+/// The bits of `x` rounded to the nearest f16 (ties to even), in the low 16 bits of a u32:
+/// what a buffer of halves stores. Integer operations only, so every backend rounds alike.
+pub fn f16_bits(cx: &mut KernelCtx, x: Expr) -> Expr {
+    let r = cx.kb.let_(Ty::F32, un(UnOp::RoundF16, x));
+    let u = cx.kb.let_(Ty::U32, un(UnOp::BitsToU32, r.clone()));
+    let sign = (u.clone() >> u32c(16)) & u32c(0x8000);
+    let exp = cx.kb.let_(Ty::U32, (u.clone() >> u32c(23)) & u32c(0xff));
+    // A normal f16 (biased f32 exponent 113..=142): the exponent rebiased, 10 mantissa bits
+    // kept (the rounding left the 13 dropped ones zero).
+    let normal = ((exp.clone() - u32c(112)) << u32c(10)) | ((u.clone() >> u32c(13)) & u32c(0x3ff));
+    // Zero or subnormal: the value is a whole number of 2^-24.
+    let small = cast(Ty::U32, un(UnOp::Abs, r) * Expr::F32(16_777_216.0));
+    // Infinity (the rounding's overflow) or NaN (kept quiet).
+    let special = select(
+        cmp(CmpOp::Ne, u & u32c(0x7f_ffff), u32c(0)),
+        u32c(0x7e00),
+        u32c(0x7c00),
+    );
+    let magnitude = select(
+        eq(exp.clone(), u32c(0xff)),
+        special,
+        select(ge(exp, u32c(113)), normal, small),
+    );
+    sign | magnitude
+}
+
 /// Row-major flat index of `idx` in `dims`.
 pub fn flatten(idx: &[Expr], dims: &[usize]) -> Expr {
     let mut flat: Option<Expr> = None;
@@ -205,6 +231,9 @@ impl Lowering<'_> {
                     return Err(self.unsupported("load", v, dtype));
                 }
             });
+        }
+        if self.halves(buf) {
+            return Ok(load_half(cx.param(buf, Word::U32, false), flat, Half::F16));
         }
         let word = device_word(dtype);
         let x = load(cx.param(buf, word, false), flat);

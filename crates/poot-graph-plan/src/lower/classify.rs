@@ -294,6 +294,12 @@ pub fn classify(
             | OpKind::Broadcast { .. }
             | OpKind::Transpose { .. }
             | OpKind::Slice { .. } => true,
+            // Widening a half to f32 (an f16 KV cache read by attention) is exact and costs
+            // no more than the load.
+            OpKind::Cast { to: DType::F32 } => matches!(
+                g.values()[e.inputs[0].index()].ty.dtype,
+                DType::F16 | DType::BF16
+            ),
             // A dense gather through a buffered index (a paged KV cache read through its block
             // table) is index arithmetic plus one index load per element.
             OpKind::Gather { .. } => {

@@ -2,18 +2,18 @@
 //! correct first versions of each kernel shape; speed comes from specializing them, behind the
 //! same oracle checks.
 
-use poot_graph_ir::{OpKind, ReduceOp, Storage, ValueId};
+use poot_graph_ir::{DType, OpKind, ReduceOp, Storage, ValueId};
 
-use super::access::{device_word, flatten, kty, to_word, unflatten};
+use super::access::{device_word, f16_bits, flatten, kty, to_word, unflatten};
 use super::classify::Placement;
 use super::context::{KernelCtx, LBuf};
 use super::{Lowering, fault, split};
 use crate::refusal::PlanError;
 use poot_kernel::build::{bin, cmp, shuffle_xor};
 use poot_kernel::build::{
-    eq, group_count_x, group_id, load, load_shared, local_id, lt, select, u32c, un,
+    eq, group_count_x, group_id, load, load_half, load_shared, local_id, lt, select, u32c, un,
 };
-use poot_kernel::{BinOp, CmpOp, Expr, ParamId, SharedId, Ty, UnOp, Word};
+use poot_kernel::{BinOp, CmpOp, Expr, Half, ParamId, SharedId, Ty, UnOp, Word};
 
 /// How a tree reduction merges two threads' partial values (one expression per shared array).
 type Combine<'a> = dyn Fn(&[Expr], &[Expr]) -> Vec<Expr> + 'a;
@@ -259,12 +259,62 @@ impl Lowering<'_> {
         let n = self.n_elems(v)?;
         let word = device_word(self.g.values()[v.index()].ty.dtype);
         let mut cx = KernelCtx::labelled("copy", self.label(v), ELEMENTWISE_THREADS);
-        let (s, d) = (cx.param(src, word, false), cx.param(dst, word, true));
-        let i = Self::begin_grid_stride(&mut cx, n);
-        cx.kb.store(d, i.clone(), load(s, i));
+        let grid = match (self.halves(src), self.halves(dst)) {
+            (false, false) => {
+                let (s, d) = (cx.param(src, word, false), cx.param(dst, word, true));
+                let i = Self::begin_grid_stride(&mut cx, n);
+                cx.kb.store(d, i.clone(), load(s, i));
+                self.groups_for(n, ELEMENTWISE_THREADS)
+            }
+            (true, true) => {
+                let words = n.div_ceil(2);
+                let (s, d) = (
+                    cx.param(src, Word::U32, false),
+                    cx.param(dst, Word::U32, true),
+                );
+                let i = Self::begin_grid_stride(&mut cx, words);
+                cx.kb.store(d, i.clone(), load(s, i));
+                self.groups_for(words, ELEMENTWISE_THREADS)
+            }
+            (true, false) => {
+                let (s, d) = (cx.param(src, Word::U32, false), cx.param(dst, word, true));
+                let i = Self::begin_grid_stride(&mut cx, n);
+                cx.kb.store(d, i.clone(), load_half(s, i, Half::F16));
+                self.groups_for(n, ELEMENTWISE_THREADS)
+            }
+            (false, true) => {
+                if n % 2 != 0 {
+                    return Err(self.unsupported("copy into an f16 state", v, DType::F16));
+                }
+                let (s, d) = (cx.param(src, word, false), cx.param(dst, Word::U32, true));
+                let i = Self::begin_grid_stride(&mut cx, n / 2);
+                let lo = f16_bits(&mut cx, load(s, i.clone() * u32c(2)));
+                let hi = f16_bits(&mut cx, load(s, i.clone() * u32c(2) + u32c(1)));
+                cx.kb.store(d, i, lo | (hi << u32c(16)));
+                self.groups_for(n / 2, ELEMENTWISE_THREADS)
+            }
+        };
         cx.kb.end();
-        let grid = self.groups_for(n, ELEMENTWISE_THREADS);
         self.push_kernel(cx, grid)
+    }
+
+    /// The word holding `x`'s elements at `idx` and at its last axis's next index, as f16
+    /// halves (the first in the low half).
+    fn half_pair(
+        &mut self,
+        cx: &mut KernelCtx,
+        x: ValueId,
+        idx: &[Expr],
+    ) -> Result<Expr, PlanError> {
+        let mut next = idx.to_vec();
+        if let Some(last) = next.last_mut() {
+            *last = last.clone() + u32c(1);
+        }
+        let lo = self.value_at(cx, x, idx)?;
+        let lo = f16_bits(cx, lo);
+        let hi = self.value_at(cx, x, &next)?;
+        let hi = f16_bits(cx, hi);
+        Ok(lo | (hi << u32c(16)))
     }
 
     pub(super) fn emit_reduce(&mut self, i: usize) -> Result<(), PlanError> {
@@ -505,9 +555,24 @@ impl Lowering<'_> {
         let op_dims = self.g.values()[operand.index()].ty.dims().to_vec();
         let upd_dims = self.g.values()[update.index()].ty.dims().to_vec();
         let dtype = self.g.values()[v.index()].ty.dtype;
-        let n = self.n_elems(update)?;
         let out = self.update_target(operand, v)?;
-        let outp = cx.param(out, device_word(dtype), true);
+        let halves = self.halves(out);
+        if halves && !whole_even_rows(&op_dims, &upd_dims) {
+            return Err(self.unsupported("update of an f16 state", v, dtype));
+        }
+        // Over a buffer of halves each thread writes a word: two neighbours of the last axis.
+        let per = if halves { 2 } else { 1 };
+        let mut iter_dims = upd_dims.clone();
+        if let Some(last) = iter_dims.last_mut() {
+            *last /= per;
+        }
+        let n = self.n_elems(update)? / per as u32;
+        let word = if halves {
+            Word::U32
+        } else {
+            device_word(dtype)
+        };
+        let outp = cx.param(out, word, true);
         let mut starts = Vec::with_capacity(op_dims.len());
         for (j, (&d, &u)) in op_dims.iter().zip(&upd_dims).enumerate() {
             let s = self.value_at(cx, e.inputs[2 + j], &[])?;
@@ -516,21 +581,27 @@ impl Lowering<'_> {
         }
         let rows = self.cls.reads_row_reduce[update.index()] && !upd_dims.is_empty();
         let (uidx, grid) = if rows {
-            let (uidx, _, rows) = Self::begin_row_loops(cx, &upd_dims);
+            let (uidx, _, rows) = Self::begin_row_loops(cx, &iter_dims);
             (uidx, self.groups_for(rows, 1))
         } else {
             let flat = Self::begin_grid_stride(cx, n);
-            let uidx = unflatten(cx, flat, &upd_dims);
+            let uidx = unflatten(cx, flat, &iter_dims);
             (uidx, self.groups_for(n, cx.kb.workgroup()))
         };
+        let uidx = first_of_word(uidx, per);
         let oidx: Vec<Expr> = uidx
             .iter()
             .zip(&starts)
             .map(|(u, s)| u.clone() + s.clone())
             .collect();
-        let value = self.value_at(cx, update, &uidx)?;
-        cx.kb
-            .store(outp, flatten(&oidx, &op_dims), to_word(value, dtype));
+        let at = flatten(&oidx, &op_dims);
+        if halves {
+            let pair = self.half_pair(cx, update, &uidx)?;
+            cx.kb.store(outp, at >> u32c(1), pair);
+        } else {
+            let value = self.value_at(cx, update, &uidx)?;
+            cx.kb.store(outp, at, to_word(value, dtype));
+        }
         if rows {
             Self::end_row_loops(cx);
         } else {
@@ -545,19 +616,40 @@ impl Lowering<'_> {
         let op_dims = self.g.values()[operand.index()].ty.dims().to_vec();
         let upd_dims = self.g.values()[updates.index()].ty.dims().to_vec();
         let dtype = self.g.values()[v.index()].ty.dtype;
-        let n = self.n_elems(updates)?;
         let out = self.update_target(operand, v)?;
+        let halves = self.halves(out);
+        if halves && (axis + 1 >= op_dims.len() || !whole_even_rows(&op_dims, &upd_dims)) {
+            return Err(self.unsupported("scatter into an f16 state", v, dtype));
+        }
+        // Over a buffer of halves each thread writes a word: two neighbours of the last axis.
+        let per = if halves { 2 } else { 1 };
+        let mut iter_dims = upd_dims.clone();
+        if let Some(last) = iter_dims.last_mut() {
+            *last /= per;
+        }
+        let n = self.n_elems(updates)? / per as u32;
         let mut cx = KernelCtx::labelled("scatter", self.label(v), ELEMENTWISE_THREADS);
-        let outp = cx.param(out, device_word(dtype), true);
+        let word = if halves {
+            Word::U32
+        } else {
+            device_word(dtype)
+        };
+        let outp = cx.param(out, word, true);
         let flat = Self::begin_grid_stride(&mut cx, n);
-        let uidx = unflatten(&mut cx, flat, &upd_dims);
+        let uidx = unflatten(&mut cx, flat, &iter_dims);
+        let uidx = first_of_word(uidx, per);
         let at = self.value_at(&mut cx, indices, std::slice::from_ref(&uidx[axis]))?;
         let at = self.checked_index(&mut cx, at, op_dims[axis], fault::SCATTER_INDEX);
         let mut oidx = uidx.clone();
         oidx[axis] = at;
-        let value = self.value_at(&mut cx, updates, &uidx)?;
-        cx.kb
-            .store(outp, flatten(&oidx, &op_dims), to_word(value, dtype));
+        let at = flatten(&oidx, &op_dims);
+        if halves {
+            let pair = self.half_pair(&mut cx, updates, &uidx)?;
+            cx.kb.store(outp, at >> u32c(1), pair);
+        } else {
+            let value = self.value_at(&mut cx, updates, &uidx)?;
+            cx.kb.store(outp, at, to_word(value, dtype));
+        }
         cx.kb.end();
         let grid = self.groups_for(n, ELEMENTWISE_THREADS);
         self.push_kernel(cx, grid)
@@ -752,4 +844,21 @@ pub(super) fn combine(op: ReduceOp, a: Expr, b: Expr) -> Expr {
         ReduceOp::Max => bin(BinOp::Max, a, b),
         ReduceOp::Min => bin(BinOp::Min, a, b),
     }
+}
+
+/// Whether an update of `upd` into `op` writes whole words of a buffer of halves: both share
+/// an even last axis, so every written pair starts at an even element.
+fn whole_even_rows(op: &[usize], upd: &[usize]) -> bool {
+    matches!((op.last(), upd.last()), (Some(&a), Some(&b)) if a == b && a % 2 == 0)
+}
+
+/// `idx` over dims whose last axis counts words of `per` elements, as the index of each
+/// word's first element.
+fn first_of_word(mut idx: Vec<Expr>, per: usize) -> Vec<Expr> {
+    if per > 1
+        && let Some(last) = idx.last_mut()
+    {
+        *last = last.clone() * u32c(per as u32);
+    }
+    idx
 }

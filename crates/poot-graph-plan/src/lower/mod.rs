@@ -75,6 +75,9 @@ pub mod fault {
 struct LBufInfo {
     role: BufferRole,
     size_bytes: u64,
+    /// Holds f16 elements two to a word (an f16 KV cache), read with half loads and written
+    /// a word (two elements) at a time.
+    halves: bool,
 }
 
 /// The state of one lowering.
@@ -288,8 +291,17 @@ impl<'g> Lowering<'g> {
     }
 
     pub(super) fn new_buffer(&mut self, role: BufferRole, size_bytes: u64) -> LBuf {
-        self.bufs.push(LBufInfo { role, size_bytes });
+        self.bufs.push(LBufInfo {
+            role,
+            size_bytes,
+            halves: false,
+        });
         LBuf(self.bufs.len() as u32 - 1)
+    }
+
+    /// Whether buffer `b` holds f16 elements two to a word.
+    pub(super) fn halves(&self, b: LBuf) -> bool {
+        self.bufs[b.0 as usize].halves
     }
 
     fn table_buffer(&mut self, t: FormatTable) -> LBuf {
@@ -362,6 +374,11 @@ impl<'g> Lowering<'g> {
                     BufferRole::Slot { slot: slot.clone() },
                     4 * self.n_elems(v)? as u64,
                 ),
+                // An f16 state (a KV cache) is stored as halves: half the memory and traffic.
+                Storage::State(name) if ty.dtype == DType::F16 => (
+                    BufferRole::State { name: name.clone() },
+                    (self.n_elems(v)? as u64).div_ceil(2) * 4,
+                ),
                 Storage::State(name) => (
                     BufferRole::State { name: name.clone() },
                     4 * self.n_elems(v)? as u64,
@@ -369,6 +386,8 @@ impl<'g> Lowering<'g> {
             };
             self.check_size(v, size)?;
             let b = self.new_buffer(role, size.max(4));
+            self.bufs[b.0 as usize].halves =
+                matches!(info.storage, Storage::State(_)) && ty.dtype == DType::F16;
             self.lbuf[i] = Some(b);
         }
         Ok(())
@@ -483,6 +502,11 @@ impl<'g> Lowering<'g> {
             (_, d) => crate::plan::device_words(d),
         };
         let b = self.buffer_of(v)?;
+        let words = if self.halves(b) {
+            DeviceWords::F16Pairs
+        } else {
+            words
+        };
         Ok((
             b,
             HostValue {

@@ -23,8 +23,8 @@ use poot_executor::{
 use poot_graph_ir::{Slot, TraceLimits};
 use poot_models::pipeline::broadcast_outputs;
 use poot_models::{
-    KvLayout, LogitsMode, LoraError, LoraShape, LoraTables, Shard, Stage, StepShape, StepSpec,
-    TraceError,
+    KvLayout, KvType, LogitsMode, LoraError, LoraShape, LoraTables, Shard, Stage, StepShape,
+    StepSpec, TraceError,
 };
 
 use crate::guide::{Constraint, GuideError};
@@ -70,6 +70,8 @@ pub struct DriverOptions {
     /// LoRA adapter tables every step reads (vLLM's `--max-loras`, `--max-lora-rank`); `None`
     /// serves the base model only.
     pub lora: Option<LoraShape>,
+    /// What the KV cache stores (f16 unless set, as llama.cpp's and vLLM's defaults).
+    pub kv_type: KvType,
 }
 
 impl DriverOptions {
@@ -85,7 +87,14 @@ impl DriverOptions {
             max_batched_tokens: prefill_chunk.max(1) + 1,
             speculation: Speculation::OFF,
             lora: None,
+            kv_type: KvType::default(),
         }
+    }
+
+    /// Stores the KV cache as `kv_type`.
+    pub fn with_kv_type(mut self, kv_type: KvType) -> DriverOptions {
+        self.kv_type = kv_type;
+        self
     }
 
     /// Compiles every step with adapter tables of this capacity (see [`Driver::load_lora`]).
@@ -565,7 +574,8 @@ impl<S> Driver<S> {
 
     fn prepare(&mut self, layout: Layout, key: EntryKey) -> Result<(), DriverError> {
         let mut shape = StepShape::new(key.rows, key.tokens, self.options.capacity)
-            .with_lora(self.options.lora);
+            .with_lora(self.options.lora)
+            .with_kv_type(self.options.kv_type);
         if key.head.verifies() {
             shape = shape.with_logits(LogitsMode::All);
         }

@@ -156,8 +156,8 @@ impl<'m> Step<'m> {
     }
 
     /// Writes this step's keys and values `[rows, kv_heads, tokens, head_dim]` into layer
-    /// `layer`'s caches and returns each row's whole cache `[rows, kv_heads, capacity,
-    /// head_dim]` for attention. Declares and pairs the states. A contiguous cache is written at
+    /// `layer`'s caches (rounded to the cache's [`KvType`](crate::KvType)) and returns each
+    /// row's whole cache `[rows, kv_heads, capacity, head_dim]` for attention, in f32. Declares and pairs the states. A contiguous cache is written at
     /// each row's first position; a paged pool is written through the write map and read
     /// through the block table (the contract is on [`KvLayout`]).
     pub fn write_kv(
@@ -179,12 +179,20 @@ impl<'m> Step<'m> {
                 });
             }
         };
+        let kv_dtype = self.shape.kv_type.dtype();
         let mut out = [k, k];
         for (i, (role, new)) in [(StateRole::Keys, k), (StateRole::Values, v)]
             .into_iter()
             .enumerate()
         {
             let name = kv_state_name(layer, role);
+            // The rounding to the cache's type is written here, so the oracle stores what the
+            // device stores.
+            let new = if kv_dtype == DType::F32 {
+                new
+            } else {
+                b.cast(new, kv_dtype)?
+            };
             let (cache_in, written, cache) = match self.shape.kv {
                 KvLayout::Contiguous => {
                     let (cache_in, cache) =
@@ -197,7 +205,11 @@ impl<'m> Step<'m> {
                 } => self.write_paged(b, &name, new, heads, head_dim, block_tokens, blocks)?,
             };
             self.states.borrow_mut().push((cache_in, written));
-            out[i] = cache;
+            out[i] = if kv_dtype == DType::F32 {
+                cache
+            } else {
+                b.cast(cache, DType::F32)?
+            };
         }
         Ok((out[0], out[1]))
     }
@@ -213,7 +225,7 @@ impl<'m> Step<'m> {
         head_dim: usize,
     ) -> Result<(Traced, Traced), TraceError> {
         let cache_ty = TensorType::new(
-            DType::F32,
+            self.shape.kv_type.dtype(),
             vec![self.shape.rows, heads, self.shape.capacity, head_dim],
         );
         let cache_in = b.state_input(name, cache_ty)?;
@@ -258,7 +270,7 @@ impl<'m> Step<'m> {
         let (table, write) = self.paged_slots(b, block_tokens)?;
         let pool_in = b.state_input(
             name,
-            TensorType::new(DType::F32, vec![slots, heads, head_dim]),
+            TensorType::new(self.shape.kv_type.dtype(), vec![slots, heads, head_dim]),
         )?;
         // Token-major rows: one pool slot per new token.
         let updates = b.transpose(new, vec![0, 2, 1, 3])?;
