@@ -184,8 +184,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
     pub prefill_chunk: Option<u32>,
 
-    /// What the KV cache stores: f16 (keys and values rounded to f16 as written) or f32.
-    #[arg(long, value_name = "TYPE", default_value = "f16")]
+    /// What the KV cache stores: f32, or f16 (half the memory; keys and values rounded to f16
+    /// as written).
+    #[arg(long, value_name = "TYPE", default_value = "f32")]
     pub kv_type: KvType,
 
     /// Size of each of the two buffers the bandwidth probe copies between, in MiB (capped at
@@ -459,8 +460,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
     pub prefill_chunk: Option<u32>,
 
-    /// What the KV cache stores: f16 (keys and values rounded to f16 as written) or f32.
-    #[arg(long, value_name = "TYPE", default_value = "f16")]
+    /// What the KV cache stores: f32, or f16 (half the memory; keys and values rounded to f16
+    /// as written).
+    #[arg(long, value_name = "TYPE", default_value = "f32")]
     pub kv_type: KvType,
 
     /// Print JSON lines instead of text: one `{"id", "text"}` object per generated token

@@ -3,7 +3,7 @@
 //! backend compiles (under `POOT_TUNING`, as the backend reads it), readable without a GPU.
 //!
 //!   dump_kernels <checkpoint> <out-dir> [--capacity N] [--tokens T] [--rows R]
-//!                [--paged-blocks B] [--cpu] [--adjusted] [--kv-f32]
+//!                [--paged-blocks B] [--cpu] [--adjusted] [--kv-f16]
 //!
 //! `--cpu` writes the C the CPU backend compiles instead (planned for the CPU preset).
 //! `--paged-blocks B` plans the step over a paged pool of B blocks of 16 positions, as a
@@ -45,11 +45,11 @@ fn main() {
     );
     let rows = flag(&args, "--rows", 1);
     let limits = TraceLimits::standard((rows * tokens) as u64);
-    // --kv-f32: the f32 cache instead of the driver's default f16 one.
-    let kv_type = if args.iter().any(|a| a == "--kv-f32") {
-        KvType::F32
-    } else {
+    // --kv-f16: an f16 cache instead of the default f32 one.
+    let kv_type = if args.iter().any(|a| a == "--kv-f16") {
         KvType::F16
+    } else {
+        KvType::F32
     };
     let mut shape = StepShape::new(rows, tokens, capacity).with_kv_type(kv_type);
     let blocks = flag(&args, "--paged-blocks", 0);

@@ -6,7 +6,7 @@
 //!
 //!   profile <checkpoint> [--capacity N] [--position P] [--reps R] [--top K] [--tokens T]
 //!           [--rows R] [--prefill T] [--backend ptx|wgpu|vulkan|rocm|cpu] [--paged] [--adjusted]
-//!           [--kv-f32]
+//!           [--kv-f16]
 
 #![allow(clippy::unwrap_used)]
 
@@ -94,11 +94,11 @@ fn main() {
     println!("device: {} ({})", opened.device_name, opened.backend);
     let rows = flag(&args, "--rows", 1);
     let prefill = flag(&args, "--prefill", 0);
-    // --kv-f32: the f32 cache instead of the default f16 one.
-    let kv_type = if args.iter().any(|a| a == "--kv-f32") {
-        KvType::F32
-    } else {
+    // --kv-f16: an f16 cache instead of the default f32 one.
+    let kv_type = if args.iter().any(|a| a == "--kv-f16") {
         KvType::F16
+    } else {
+        KvType::F32
     };
     let options = DriverOptions::new(capacity, prefill.max(16).min(capacity))
         .with_rows(rows)

@@ -155,9 +155,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub block_size: u32,
 
-    /// What the KV cache stores: f16 (half the memory and attention traffic; keys and values
-    /// rounded to f16 as written) or f32.
-    #[arg(long, value_name = "TYPE", default_value = "f16")]
+    /// What the KV cache stores: f32, or f16 (half the memory, so twice the blocks; keys and
+    /// values rounded to f16 as written).
+    #[arg(long, value_name = "TYPE", default_value = "f32")]
     pub kv_type: KvType,
 
     /// KV blocks in the pool (default: enough for every row at full context). Fewer blocks

@@ -70,7 +70,7 @@ pub struct DriverOptions {
     /// LoRA adapter tables every step reads (vLLM's `--max-loras`, `--max-lora-rank`); `None`
     /// serves the base model only.
     pub lora: Option<LoraShape>,
-    /// What the KV cache stores (f16 unless set, as llama.cpp's and vLLM's defaults).
+    /// What the KV cache stores (f32 unless set; f16 takes half the memory).
     pub kv_type: KvType,
 }
 
