@@ -11,6 +11,7 @@ mod limits;
 #[cfg(feature = "suite")]
 pub mod suite;
 pub mod wait;
+pub mod wgsl;
 
 pub use chain::{ChainCounter, ChainFeed, PagedFeed};
 pub use coordinator::{Coordinator, GroupAbort, RankExecutor};
