@@ -7,7 +7,9 @@ mod device;
 mod engine;
 mod error;
 mod executor;
+pub mod in_flight;
 mod limits;
+pub mod poison;
 #[cfg(feature = "suite")]
 pub mod suite;
 pub mod wait;
