@@ -678,21 +678,9 @@ impl RocmDevice {
                 format!("buffer {i} belongs to another device"),
             ));
         }
-        let [x, y, z] = l.grid;
-        let lim = &self.limits;
-        if !(1..=lim.max_groups_x).contains(&x)
-            || !(1..=lim.max_groups_yz).contains(&y)
-            || !(1..=lim.max_groups_yz).contains(&z)
-        {
-            return Err(bad_launch(
-                &k.name,
-                format!(
-                    "a grid of {:?} workgroups; the device allows 1..={} along x and 1..={} along y and z",
-                    l.grid, lim.max_groups_x, lim.max_groups_yz
-                ),
-            ));
-        }
-        Ok(())
+        self.limits
+            .check_grid(l.grid)
+            .map_err(|reason| bad_launch(&k.name, reason))
     }
 
     /// The kernel arguments of `kernel` over buffer addresses `args`: each pointer in order,
