@@ -7,10 +7,13 @@ mod device;
 mod engine;
 mod error;
 mod executor;
+pub mod in_flight;
 mod limits;
+pub mod poison;
 #[cfg(feature = "suite")]
 pub mod suite;
 pub mod wait;
+pub mod wgsl;
 
 pub use chain::{ChainCounter, ChainFeed, PagedFeed};
 pub use coordinator::{Coordinator, GroupAbort, RankExecutor};

@@ -64,4 +64,58 @@ impl DeviceLimits {
             tuning: Tuning::default(),
         }
     }
+
+    /// Refuses a grid of `grid` workgroups outside the device's counts, with the reason.
+    pub fn check_grid(&self, grid: [u32; 3]) -> Result<(), String> {
+        let [x, y, z] = grid;
+        if (1..=self.max_groups_x).contains(&x)
+            && (1..=self.max_groups_yz).contains(&y)
+            && (1..=self.max_groups_yz).contains(&z)
+        {
+            return Ok(());
+        }
+        Err(format!(
+            "a grid of {grid:?} workgroups; the device allows 1..={} along x and 1..={} along y and z",
+            self.max_groups_x, self.max_groups_yz
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grids_outside_the_counts_are_refused() {
+        let limits = DeviceLimits {
+            name: "test".into(),
+            max_buffer_bytes: 1 << 30,
+            memory_bytes: None,
+            max_groups_x: 100,
+            max_groups_yz: 10,
+            max_workgroup_threads: 256,
+            max_shared_bytes: 1 << 14,
+            max_bindings: 8,
+            subgroup_sizes: (32, 32),
+            multiprocessors: None,
+            group_ranks: 1,
+            max_loop_iterations: None,
+            matrix_tf32: false,
+            library_gemm: false,
+            library_exact: false,
+            library_integer_rows: None,
+        };
+        assert_eq!(limits.check_grid([100, 10, 10]), Ok(()));
+        for grid in [[0, 1, 1], [101, 1, 1], [1, 11, 1], [1, 1, 0]] {
+            assert!(limits.check_grid(grid).is_err(), "{grid:?}");
+        }
+        assert_eq!(
+            limits.check_grid([1, 1, 11]),
+            Err(
+                "a grid of [1, 1, 11] workgroups; the device allows 1..=100 along x and 1..=10 \
+                 along y and z"
+                    .to_string()
+            )
+        );
+    }
 }

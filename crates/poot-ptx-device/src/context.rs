@@ -17,9 +17,10 @@ use std::time::Duration;
 
 use cudarc::driver::sys::{self, CUcontext, CUdeviceptr, CUresult, CUstream};
 use poot_executor::DeviceError;
+use poot_executor::poison::PoisonCell;
 use poot_kernel::render::{FAULT_CODE_WORD, FAULT_FLAG_WORD, FAULT_WORDS};
 
-use crate::fault::{PoisonCell, cuda_error_text};
+use crate::fault::cuda_error_text;
 use poot_executor::wait::{Poll, WaitError, bounded_wait, timeout_seconds};
 
 /// Turns a CUDA status into a `Result`.

@@ -23,13 +23,14 @@ use std::time::Duration;
 
 use cudarc::driver::sys::{self, CUdevice_attribute, CUdeviceptr, CUgraphExec, CUresult};
 use poot_executor::LaunchOverlap;
+use poot_executor::in_flight::{InFlight, recording_label};
 use poot_executor::{Command, Device, DeviceError, DeviceLimits, Launch};
 use poot_kernel::Kernel;
 
 use crate::buffer::{Allocation, PtxBuffer};
 use crate::cache::{self, CacheKey, DiskCache};
 use crate::context::{Context, cu};
-use crate::fault::{InFlight, classify, cuda_error_text, is_sticky};
+use crate::fault::{classify, cuda_error_text, is_sticky};
 use crate::kernel::{LoadedModule, PtxKernel};
 use crate::library::Library;
 use crate::nccl::NcclComm;
@@ -187,21 +188,6 @@ fn is_image_rejection(e: CUresult) -> bool {
             | CUresult::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED
             | CUresult::CUDA_ERROR_OUT_OF_MEMORY
     )
-}
-
-/// How fault reports name a recording: its serial number and (some of) its kernels.
-pub(crate) fn recording_label(serial: u64, kernels: &[&str]) -> String {
-    const SHOW: usize = 4;
-    let names = if kernels.len() <= SHOW {
-        kernels.join(", ")
-    } else {
-        format!(
-            "{}, …, {}",
-            kernels[..SHOW - 1].join(", "),
-            kernels[kernels.len() - 1]
-        )
-    };
-    format!("recording #{serial} ({} launches: {names})", kernels.len())
 }
 
 /// The outcome of loading one PTX image.
@@ -639,21 +625,9 @@ impl PtxDevice {
                 format!("buffer {i} belongs to another device"),
             ));
         }
-        let [x, y, z] = l.grid;
-        let lim = &self.limits;
-        if !(1..=lim.max_groups_x).contains(&x)
-            || !(1..=lim.max_groups_yz).contains(&y)
-            || !(1..=lim.max_groups_yz).contains(&z)
-        {
-            return Err(bad_launch(
-                &k.name,
-                format!(
-                    "a grid of {:?} workgroups; the device allows 1..={} along x and 1..={} along y and z",
-                    l.grid, lim.max_groups_x, lim.max_groups_yz
-                ),
-            ));
-        }
-        Ok(())
+        self.limits
+            .check_grid(l.grid)
+            .map_err(|reason| bad_launch(&k.name, reason))
     }
 
     /// Submits the group's collective `op` over `n_elems` 32-bit words from `src` into `dst`
@@ -1320,19 +1294,6 @@ impl std::fmt::Debug for PtxDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn recording_labels_name_the_kernels() {
-        assert_eq!(
-            recording_label(1, &["a", "b"]),
-            "recording #1 (2 launches: a, b)"
-        );
-        assert_eq!(
-            recording_label(2, &["a", "b", "c", "d", "e", "f"]),
-            "recording #2 (6 launches: a, b, c, …, f)"
-        );
-        assert_eq!(recording_label(3, &[]), "recording #3 (0 launches: )");
-    }
 
     #[test]
     fn handles_can_move_between_threads() {

@@ -21,9 +21,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use poot_executor::DeviceError;
+use poot_executor::poison::PoisonCell;
 use poot_kernel::render::{FAULT_CODE_WORD, FAULT_FLAG_WORD, FAULT_WORDS};
 
-use crate::fault::{PoisonCell, on_queue_error};
+use crate::fault::on_queue_error;
 use crate::hsa::{self, Agent, Hsa, MemoryPool, Queue, Signal};
 use crate::packet::PACKET_WORDS;
 use poot_executor::wait::{Poll, WaitError, bounded_wait, timeout_seconds};

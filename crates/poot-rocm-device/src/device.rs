@@ -16,6 +16,7 @@ use std::ffi::{CString, c_void};
 use std::sync::Arc;
 use std::time::Duration;
 
+use poot_executor::in_flight::{InFlight, recording_label};
 use poot_executor::{Device, DeviceError, DeviceLimits, Launch};
 use poot_kernel::Kernel;
 use poot_kernel::render::{can_fault, entry_name, render_hip};
@@ -26,7 +27,7 @@ use crate::buffer::{Allocation, HostBlock, RocmBuffer};
 use crate::builtin;
 use crate::code_object::{CodeObject, unbundle};
 use crate::context::{Context, CopyFailure, WaitFailure};
-use crate::fault::{InFlight, classify, watch_memory_faults};
+use crate::fault::{classify, watch_memory_faults};
 use crate::hiprtc::{Hiprtc, hiprtc};
 use crate::hsa::{self, Agent, Executable, ExecutableSymbol, Hsa, MemoryPool, hsa};
 use crate::kernel::{LoadedExecutable, RocmKernel};
@@ -121,21 +122,6 @@ fn host_block(ctx: &Arc<Context>, bytes: usize) -> Result<HostBlock, DeviceError
     HostBlock::new(ctx, bytes.max(8)).map_err(|_| DeviceError::OutOfMemory {
         bytes: bytes as u64,
     })
-}
-
-/// How fault reports name a recording: its serial number and (some of) its kernels.
-fn recording_label(serial: u64, kernels: &[&str]) -> String {
-    const SHOW: usize = 4;
-    let names = if kernels.len() <= SHOW {
-        kernels.join(", ")
-    } else {
-        format!(
-            "{}, …, {}",
-            kernels[..SHOW - 1].join(", "),
-            kernels[kernels.len() - 1]
-        )
-    };
-    format!("recording #{serial} ({} launches: {names})", kernels.len())
 }
 
 /// The options every kernel is compiled with: the architecture and its wavefront width, full
@@ -692,21 +678,9 @@ impl RocmDevice {
                 format!("buffer {i} belongs to another device"),
             ));
         }
-        let [x, y, z] = l.grid;
-        let lim = &self.limits;
-        if !(1..=lim.max_groups_x).contains(&x)
-            || !(1..=lim.max_groups_yz).contains(&y)
-            || !(1..=lim.max_groups_yz).contains(&z)
-        {
-            return Err(bad_launch(
-                &k.name,
-                format!(
-                    "a grid of {:?} workgroups; the device allows 1..={} along x and 1..={} along y and z",
-                    l.grid, lim.max_groups_x, lim.max_groups_yz
-                ),
-            ));
-        }
-        Ok(())
+        self.limits
+            .check_grid(l.grid)
+            .map_err(|reason| bad_launch(&k.name, reason))
     }
 
     /// The kernel arguments of `kernel` over buffer addresses `args`: each pointer in order,
@@ -1089,18 +1063,6 @@ impl std::fmt::Debug for RocmDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn recording_labels_name_the_kernels() {
-        assert_eq!(
-            recording_label(1, &["a", "b"]),
-            "recording #1 (2 launches: a, b)"
-        );
-        assert_eq!(
-            recording_label(2, &["a", "b", "c", "d", "e", "f"]),
-            "recording #2 (6 launches: a, b, c, …, f)"
-        );
-    }
 
     #[test]
     fn handles_can_move_between_threads() {

@@ -1,5 +1,5 @@
-//! Faults: the poison that makes every later call refuse without touching the device, what was
-//! in flight when a wait failed, and the two ways HSA reports a failure asynchronously.
+//! Faults: how a failed wait is told against the work in flight, and the two ways HSA reports a
+//! failure asynchronously, each poisoning the context (`poot_executor::poison`).
 //!
 //! - **The queue's error callback** (`hsa_queue_create`'s): a kernel that traps (a failed
 //!   check), executes an illegal instruction or otherwise raises an exception puts its queue in
@@ -16,118 +16,10 @@
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use poot_executor::DeviceError;
+use poot_executor::in_flight::InFlight;
+use poot_executor::poison::PoisonCell;
 
 use crate::hsa::{self, Agent, Event, Hsa, Status};
-
-/// The first failure of a device; set once, never cleared.
-#[derive(Debug)]
-pub(crate) struct Poison {
-    /// The report every later call returns as [`DeviceError::Poisoned`].
-    pub(crate) first: String,
-    /// Whether work may still be running on the device (a wait timed out), so nothing may be
-    /// freed or destroyed.
-    pub(crate) work_may_run: bool,
-}
-
-/// The poison cell shared by a context and everything allocated in it.
-#[derive(Debug, Default)]
-pub(crate) struct PoisonCell(OnceLock<Poison>);
-
-impl PoisonCell {
-    /// Refuses when poisoned.
-    pub(crate) fn check(&self) -> Result<(), DeviceError> {
-        match self.0.get() {
-            Some(p) => Err(DeviceError::Poisoned {
-                first: p.first.clone(),
-            }),
-            None => Ok(()),
-        }
-    }
-
-    pub(crate) fn is_poisoned(&self) -> bool {
-        self.0.get().is_some()
-    }
-
-    /// Whether a timed-out wait left work running: nothing of this context may be freed.
-    pub(crate) fn work_may_run(&self) -> bool {
-        self.0.get().is_some_and(|p| p.work_may_run)
-    }
-
-    /// Records `err` as the first failure (a later one does not replace it) and returns it. A
-    /// queue error leaves the queue unusable, and after a timeout work may still run.
-    pub(crate) fn record(&self, err: DeviceError, detail: Option<&str>) -> DeviceError {
-        let work_may_run = matches!(err, DeviceError::Timeout { .. });
-        let first = match detail {
-            Some(d) => format!("{err} ({d})"),
-            None => err.to_string(),
-        };
-        let _ = self.0.set(Poison {
-            first,
-            work_may_run,
-        });
-        err
-    }
-
-    /// Records a failure caught on the host before anything reached HSA (a copy out of bounds):
-    /// it poisons only where [`DeviceError::poisons`] says so.
-    pub(crate) fn record_host(&self, err: DeviceError) -> DeviceError {
-        if err.poisons() {
-            self.record(err, Some("refused before reaching the device"))
-        } else {
-            err
-        }
-    }
-}
-
-/// Which work could have raised an asynchronous error: the launches and replays submitted since
-/// the stream was last seen idle.
-#[derive(Debug, Default)]
-pub(crate) struct InFlight {
-    /// The most recent submissions, oldest first (at most [`InFlight::KEEP`]).
-    recent: Vec<Arc<str>>,
-    /// All submissions since the last idle stream, including those no longer in `recent`.
-    count: u64,
-}
-
-impl InFlight {
-    const KEEP: usize = 8;
-
-    pub(crate) fn push(&mut self, what: Arc<str>) {
-        if self.recent.len() == Self::KEEP {
-            self.recent.remove(0);
-        }
-        self.recent.push(what);
-        self.count += 1;
-    }
-
-    /// The stream was seen idle: nothing is in flight.
-    pub(crate) fn clear(&mut self) {
-        self.recent.clear();
-        self.count = 0;
-    }
-
-    /// The culprit when exactly one submission is in flight; otherwise a description of the
-    /// candidates, newest first; `None` when nothing was submitted.
-    pub(crate) fn suspect(&self) -> Option<String> {
-        let last = self.recent.last()?;
-        if self.count == 1 {
-            return Some(last.to_string());
-        }
-        let mut names: Vec<&str> = self.recent.iter().rev().map(|s| &**s).collect();
-        names.dedup();
-        let more = self.count.saturating_sub(self.recent.len() as u64);
-        let tail = if more > 0 {
-            format!(" and {more} earlier")
-        } else {
-            String::new()
-        };
-        Some(format!(
-            "one of {} submissions since the last sync: {}{tail}",
-            self.count,
-            names.join(", ")
-        ))
-    }
-}
 
 /// The poison cells of the live contexts, by agent, for the system event handler.
 type Registry = Mutex<Vec<(Agent, Weak<PoisonCell>)>>;
@@ -268,32 +160,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn poison_keeps_the_first_failure() {
-        let p = PoisonCell::default();
-        assert!(p.check().is_ok());
-        let e = p.record_host(DeviceError::Compile {
-            kernel: "k".into(),
-            log: "bad".into(),
-        });
-        assert!(matches!(e, DeviceError::Compile { .. }));
-        assert!(p.check().is_ok());
-        p.record(
-            DeviceError::Lost {
-                reason: "the HSA queue reported an error".into(),
-            },
-            Some("queue callback"),
-        );
-        p.record(DeviceError::Timeout { seconds: 1 }, None);
-        match p.check() {
-            Err(DeviceError::Poisoned { first }) => {
-                assert!(first.contains("queue reported"), "{first}");
-            }
-            other => panic!("expected Poisoned, got {other:?}"),
-        }
-        assert!(!p.work_may_run());
-    }
-
-    #[test]
     fn a_recorded_check_or_an_exception_is_a_kernel_fault() {
         let mut f = InFlight::default();
         let lost = || DeviceError::Lost {
@@ -356,18 +222,5 @@ mod tests {
         };
         assert!(p.is_poisoned());
         assert!(matches!(p.check(), Err(DeviceError::Poisoned { .. })));
-    }
-
-    #[test]
-    fn suspects() {
-        let mut f = InFlight::default();
-        assert_eq!(f.suspect(), None);
-        f.push("a".into());
-        assert_eq!(f.suspect().as_deref(), Some("a"));
-        f.push("b".into());
-        let s = f.suspect().unwrap_or_default();
-        assert!(s.contains("one of 2") && s.contains("b, a"), "{s}");
-        f.clear();
-        assert_eq!(f.suspect(), None);
     }
 }

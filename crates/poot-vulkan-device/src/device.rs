@@ -6,23 +6,23 @@ use std::time::Duration;
 
 use ash::vk;
 use gpu_allocator::MemoryLocation;
+use poot_executor::wgsl::{loop_iteration_budget, render_shader};
 use poot_executor::{Device, DeviceError, DeviceLimits, Launch};
 use poot_kernel::Kernel;
+use poot_kernel::render::WgslShader;
 
 use crate::buffer::{RawBuffer, STORAGE_USAGE, VulkanBuffer};
 use crate::context::Context;
 use crate::fault::FaultLog;
 use crate::health::Health;
-use crate::kernel::{Pipeline, PipelineKey, VulkanKernel, WgslShader, build_pipeline};
+use crate::kernel::{Pipeline, PipelineKey, VulkanKernel, build_pipeline};
 use crate::launch::{self, EagerSets};
 use crate::options::VulkanOptions;
 use crate::physical::{
     self, CooperativeMatrix, DeviceKind, MIN_API, RESERVED_BINDINGS, unavailable,
 };
-use crate::probe;
 use crate::queue::Queue;
 use crate::recording::{self, VulkanRecording};
-use crate::render;
 use crate::spirv::SpirvTarget;
 use crate::staging::{MAX_READBACK_BYTES, Readback, Uploads};
 
@@ -235,7 +235,8 @@ impl VulkanDevice {
             health: Health::default(),
             loop_iteration_budget: None,
         };
-        opened.loop_iteration_budget = probe::loop_iteration_budget(&mut opened)?;
+        opened.loop_iteration_budget =
+            loop_iteration_budget(&mut opened, VulkanDevice::compile_wgsl)?;
         opened.limits.max_loop_iterations = opened.loop_iteration_budget;
         Ok(opened)
     }
@@ -550,7 +551,7 @@ impl Device for VulkanDevice {
     /// Renders the kernel to WGSL and compiles it; the same WGSL compiles once.
     fn compile(&mut self, kernel: &Kernel) -> Result<VulkanKernel, DeviceError> {
         self.guarded(|d| {
-            let rendered = render::render(kernel)?;
+            let rendered = render_shader(kernel)?;
             d.compile_shader(&rendered.shader())
         })
     }

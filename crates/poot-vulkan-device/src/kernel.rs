@@ -7,26 +7,10 @@ use std::sync::Arc;
 use ash::vk;
 use poot_executor::DeviceError;
 use poot_kernel::Access;
+use poot_kernel::render::WgslShader;
 
 use crate::context::{Context, Retired};
 use crate::spirv::SpirvTarget;
-
-/// A WGSL compute shader and the bindings it declares: what the WGSL renderer produces for a
-/// kernel description, or a hand-written kernel.
-#[derive(Clone, Copy, Debug)]
-pub struct WgslShader<'a> {
-    /// The kernel's name, for compile errors and fault reports.
-    pub name: &'a str,
-    pub source: &'a str,
-    /// The `@compute` entry point.
-    pub entry: &'a str,
-    /// The buffer parameters at `@group(0) @binding(i)`, in order: read-only or read-write
-    /// storage of 32-bit words.
-    pub params: &'a [Access],
-    /// The binding of the fault words (`var<storage, read_write> _: array<atomic<u32>>`) when
-    /// the kernel can fault; it must follow the parameters.
-    pub fault_binding: Option<u32>,
-}
 
 /// What identifies a pipeline: its shader and bindings. Kernel names do not take part, so
 /// identical shaders under different names compile once.

@@ -31,18 +31,18 @@ mod kernel;
 mod launch;
 mod options;
 mod physical;
-mod probe;
 mod queue;
 mod recording;
-mod render;
 mod spirv;
 mod staging;
 
 pub use buffer::VulkanBuffer;
 pub use device::{VulkanDevice, VulkanInfo};
-pub use kernel::{VulkanKernel, WgslShader};
+pub use kernel::VulkanKernel;
+// Defined beside the WGSL renderer; re-exported for `VulkanDevice::compile_wgsl`.
 pub use options::{DEFAULT_WAIT_TIMEOUT, DEVICE_ENV, VulkanOptions};
 pub use physical::{CooperativeMatrix, DeviceKind, MatrixShape};
+pub use poot_kernel::render::WgslShader;
 pub use recording::VulkanRecording;
 
 /// The backend's name in `DeviceError::Unavailable`.

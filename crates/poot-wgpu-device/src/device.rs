@@ -4,20 +4,20 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use poot_executor::wgsl::{loop_iteration_budget, render_shader};
 use poot_executor::{Device, DeviceError, DeviceLimits, Launch};
 use poot_kernel::Kernel;
+use poot_kernel::render::WgslShader;
 
 use crate::adapter;
 use crate::buffer::{STORAGE_USAGE, WORD_BYTES, WgpuBuffer, alloc_bytes, word_span};
 use crate::fault::FaultLog;
 use crate::health::Health;
-use crate::kernel::{Pipeline, PipelineKey, WgpuKernel, WgslShader, build_pipeline};
+use crate::kernel::{Pipeline, PipelineKey, WgpuKernel, build_pipeline};
 use crate::launch;
 use crate::options::WgpuOptions;
-use crate::probe;
 use crate::readback::{Staging, submit_and_wait};
 use crate::recording::{Dispatch, WgpuRecording};
-use crate::render;
 
 /// A wgpu device on a Vulkan adapter.
 ///
@@ -98,7 +98,8 @@ impl WgpuDevice {
             busy: false,
             loop_iteration_budget: None,
         };
-        opened.loop_iteration_budget = probe::loop_iteration_budget(&mut opened)?;
+        opened.loop_iteration_budget =
+            loop_iteration_budget(&mut opened, WgpuDevice::compile_wgsl)?;
         opened.limits.max_loop_iterations = opened.loop_iteration_budget;
         Ok(opened)
     }
@@ -476,7 +477,7 @@ impl Device for WgpuDevice {
     /// Renders the kernel to WGSL and compiles it; the same WGSL compiles once.
     fn compile(&mut self, kernel: &Kernel) -> Result<WgpuKernel, DeviceError> {
         self.guarded(|d| {
-            let rendered = render::render(kernel)?;
+            let rendered = render_shader(kernel)?;
             d.compile_shader(&rendered.shader())
         })
     }

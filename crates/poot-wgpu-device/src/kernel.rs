@@ -7,23 +7,7 @@ use std::sync::Arc;
 
 use poot_executor::DeviceError;
 use poot_kernel::Access;
-
-/// A WGSL compute shader and the bindings it declares: what the WGSL renderer produces for a
-/// kernel description, or a hand-written kernel.
-#[derive(Clone, Copy, Debug)]
-pub struct WgslShader<'a> {
-    /// The kernel's name, for compile errors and fault reports.
-    pub name: &'a str,
-    pub source: &'a str,
-    /// The `@compute` entry point.
-    pub entry: &'a str,
-    /// The buffer parameters at `@group(0) @binding(i)`, in order: read-only or read-write
-    /// storage of 32-bit words.
-    pub params: &'a [Access],
-    /// The binding of the fault word (`var<storage, read_write> _: array<atomic<u32>>`) when the
-    /// kernel can fault; it must follow the parameters.
-    pub fault_binding: Option<u32>,
-}
+use poot_kernel::render::WgslShader;
 
 /// A compiled kernel. Cheap to clone; kernels with the same shader share one pipeline.
 #[derive(Clone, Debug)]

@@ -27,13 +27,13 @@ mod health;
 mod kernel;
 mod launch;
 mod options;
-mod probe;
 mod readback;
 mod recording;
-mod render;
 
 pub use buffer::WgpuBuffer;
 pub use device::WgpuDevice;
-pub use kernel::{WgpuKernel, WgslShader};
+pub use kernel::WgpuKernel;
+// Defined beside the WGSL renderer; re-exported for `WgpuDevice::compile_wgsl`.
 pub use options::{ADAPTER_ENV, DEFAULT_WAIT_TIMEOUT, WgpuOptions};
+pub use poot_kernel::render::WgslShader;
 pub use recording::WgpuRecording;

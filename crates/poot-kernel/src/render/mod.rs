@@ -93,7 +93,7 @@ pub use fault::{FAULT_CODE_WORD, FAULT_FLAG_WORD, FAULT_WORDS, can_fault};
 pub use hip::render_hip;
 pub use host_c::render_host_c;
 pub use names::entry_name;
-pub use wgsl::{BindingInfo, WgslKernel, render_wgsl};
+pub use wgsl::{BindingInfo, WgslKernel, WgslShader, render_wgsl};
 
 /// A kernel the renderers cannot turn into source (a planner bug, never user input).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

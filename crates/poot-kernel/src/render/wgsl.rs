@@ -37,6 +37,23 @@ pub struct WgslKernel {
     pub fault_binding: Option<u32>,
 }
 
+/// A WGSL compute shader and the bindings it declares, as the WGSL devices (wgpu, raw Vulkan)
+/// compile it: a rendered kernel, or a hand-written one.
+#[derive(Clone, Copy, Debug)]
+pub struct WgslShader<'a> {
+    /// The kernel's name, for compile errors and fault reports.
+    pub name: &'a str,
+    pub source: &'a str,
+    /// The `@compute` entry point.
+    pub entry: &'a str,
+    /// The buffer parameters at `@group(0) @binding(i)`, in order: read-only or read-write
+    /// storage of 32-bit words.
+    pub params: &'a [Access],
+    /// The binding of the fault words (`var<storage, read_write> _: array<atomic<u32>>`) when
+    /// the kernel can fault; it must follow the parameters.
+    pub fault_binding: Option<u32>,
+}
+
 /// One buffer parameter's binding in group 0.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BindingInfo {
