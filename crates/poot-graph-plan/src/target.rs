@@ -141,6 +141,9 @@ pub struct Tuning {
     /// head (GQA) in one workgroup, each key and value read once for all of them
     /// (`decode_group=0|1`, on by default).
     pub decode_group_heads: bool,
+    /// Workgroups a decode attention launches at least per multiprocessor, by splitting each
+    /// row's positions into partitions (`decode_wgs=N`, 1 to 64; 2 by default).
+    pub decode_workgroups: usize,
     /// Whether attention over many query rows forms its two products on the matrix units,
     /// where the target has them ([`Target::attention_matrix_units`]; `attn_mma=0|1`, on by
     /// default), instead of the tiled kernel's FMA loops.
@@ -224,6 +227,7 @@ impl Default for Tuning {
             attention_tiles: true,
             decode_attention_rows: true,
             decode_group_heads: true,
+            decode_workgroups: 2,
             attention_mma: true,
             gemm_matrix_units: MatrixUnits::Tf32,
             library_gemm: true,
@@ -244,7 +248,7 @@ pub const CPU_INTEGER_ROWS: u32 = 16;
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -298,6 +302,13 @@ impl Tuning {
                 "decode_attn" => t.decode_attention_rows = flag()?,
                 "attn_mma" => t.attention_mma = flag()?,
                 "decode_group" => t.decode_group_heads = flag()?,
+                "decode_wgs" => {
+                    t.decode_workgroups = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=64).contains(n))
+                        .ok_or_else(bad)?
+                }
                 "lib" => t.library_gemm = flag()?,
                 "int8" => t.library_integer = flag()?,
                 "lib_decode" => t.library_decode = flag()?,
@@ -586,7 +597,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=64,waves=4,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,decode_group=0,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,decode_group=0,decode_wgs=8,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64",
         )
         .unwrap();
         assert_eq!(
@@ -610,6 +621,7 @@ mod tests {
                 attention_tiles: false,
                 decode_attention_rows: false,
                 decode_group_heads: false,
+                decode_workgroups: 8,
                 attention_mma: false,
                 gemm_matrix_units: MatrixUnits::Off,
                 library_gemm: true,

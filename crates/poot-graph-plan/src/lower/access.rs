@@ -160,6 +160,34 @@ impl Lowering<'_> {
         }
     }
 
+    /// Whether reading `v` element by element loads halves from a buffer of f16 pairs: `v`'s
+    /// own buffer holds them, or `v` is computed in place from such a buffer through movement
+    /// and widening (an f16 cache as attention reads it).
+    pub(super) fn reads_halves(&self, mut v: ValueId) -> bool {
+        loop {
+            match self.cls.placement[v.index()] {
+                Placement::Input | Placement::Materialized | Placement::View => {
+                    return self.lbuf[v.index()].is_some_and(|b| self.halves(b));
+                }
+                Placement::Inline => {
+                    let Some(e) = self.cls.producer[v.index()].map(|i| &self.g.eqns()[i]) else {
+                        return false;
+                    };
+                    match e.op {
+                        OpKind::Reshape { .. }
+                        | OpKind::Broadcast { .. }
+                        | OpKind::Transpose { .. }
+                        | OpKind::Slice { .. }
+                        | OpKind::Cast { .. }
+                        | OpKind::Gather { .. } => v = e.inputs[0],
+                        _ => return false,
+                    }
+                }
+                Placement::RowReduce | Placement::Absorbed => return false,
+            }
+        }
+    }
+
     /// Loads element `idx` of a buffered value in its storage layout.
     pub(super) fn load_value(
         &mut self,

@@ -353,6 +353,7 @@ impl Lowering<'_> {
         let decode_step = tokens == 1 && self.target.tuning.decode_attention_rows;
         if (rows < ROWS_WITHOUT_SPLIT || decode_step) && self.target.limits.subgroup_size > 1 {
             let sms = self.target.limits.multiprocessors;
+            let wgs = self.target.tuning.decode_workgroups;
             // Many rows decoding together: a workgroup serves the query heads that share a key
             // and value head, reading each key and value once for all of them (measured on an
             // H100, 64 rows of the 1B model: the decode attention was 1.49 of 1.86 ms a step,
@@ -368,12 +369,12 @@ impl Lowering<'_> {
             if group > 1
                 && group <= MAX_GROUPED_HEADS
                 && heads.is_multiple_of(group)
-                && let Some(layout) = DecodeLayout::new(rows / group, s_len, dqk, dv, sms)
+                && let Some(layout) = DecodeLayout::new(rows / group, s_len, dqk, dv, sms, wgs)
                 && layout.fits_group(group)
             {
                 return self.emit_attention_decode(a, layout, group);
             }
-            if let Some(layout) = DecodeLayout::new(rows, s_len, dqk, dv, sms) {
+            if let Some(layout) = DecodeLayout::new(rows, s_len, dqk, dv, sms, wgs) {
                 return self.emit_attention_decode(a, layout, 1);
             }
         }

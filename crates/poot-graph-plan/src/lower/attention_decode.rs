@@ -63,8 +63,6 @@ const LOADS_PER_LANE: usize = 32;
 /// Features of the query, key or value a lane holds at most; wider heads take the prefill
 /// kernel.
 const MAX_FEATURES_PER_LANE: usize = 16;
-/// Workgroups a decode attention should launch at least, per multiprocessor.
-const WORKGROUPS_PER_MULTIPROCESSOR: usize = 2;
 /// Multiprocessors assumed where the target does not say (an H200's).
 const DEFAULT_MULTIPROCESSORS: usize = 132;
 /// Steps a partition walks at most: a long cache's masked blocks cost a mask test each, so a
@@ -92,14 +90,16 @@ pub(super) struct DecodeLayout {
 
 impl DecodeLayout {
     /// The layout for `rows` rows over `positions` cache positions with query/key features
-    /// `dqk` and value features `dv` on a device of `multiprocessors`; `None` when a head is
-    /// too wide for a lane's registers.
+    /// `dqk` and value features `dv` on a device of `multiprocessors`, launching at least
+    /// `per_multiprocessor` workgroups on each; `None` when a head is too wide for a lane's
+    /// registers.
     pub(super) fn new(
         rows: usize,
         positions: usize,
         dqk: usize,
         dv: usize,
         multiprocessors: Option<u32>,
+        per_multiprocessor: usize,
     ) -> Option<DecodeLayout> {
         let widest = dqk.max(dv).max(1);
         let lanes = (widest.next_power_of_two() as u32).min(MAX_LANES);
@@ -112,7 +112,7 @@ impl DecodeLayout {
         let per_team = 1 << fit.min(MAX_PER_TEAM).ilog2();
         let blocks = positions.div_ceil((TEAMS * per_team) as usize).max(1);
         let sms = multiprocessors.map_or(DEFAULT_MULTIPROCESSORS, |n| n as usize);
-        let wanted = (WORKGROUPS_PER_MULTIPROCESSOR * sms).div_ceil(rows.max(1));
+        let wanted = (per_multiprocessor * sms).div_ceil(rows.max(1));
         let parts = wanted
             .max(blocks.div_ceil(MAX_STEPS))
             .clamp(1, MAX_PARTITIONS)
@@ -141,8 +141,16 @@ impl DecodeLayout {
 }
 
 /// Feature `f`'s index for lane `lane` (`lane + f * lanes`), and whether it may fall past
-/// `len` (only the lanes of a head's last, partial stripe need the test).
-fn feature(lane: &Expr, f: usize, lanes: u32, len: usize) -> (Expr, Option<Expr>) {
+/// `len` (only the lanes of a head's last, partial stripe need the test). `paired` (keys and
+/// values stored as f16 pairs, an even count of features per lane): lane `l` holds features
+/// `2l` and `2l + 1` of each stripe of `2 * lanes`, both halves of one stored word.
+fn feature(lane: &Expr, f: usize, lanes: u32, len: usize, paired: bool) -> (Expr, Option<Expr>) {
+    if paired {
+        let first = (f / 2) as u32 * 2 * lanes;
+        let d = lane.clone() * u32c(2) + u32c(first + (f % 2) as u32);
+        let partial = first + 2 * lanes > len as u32;
+        return (d.clone(), partial.then(|| lt(d, u32c(len as u32))));
+    }
     let first = f as u32 * lanes;
     let d = lane.clone() + u32c(first);
     let partial = first + lanes > len as u32;
@@ -226,6 +234,11 @@ impl Lowering<'_> {
         } = layout;
         let wg = lanes * teams;
         let steps = blocks.div_ceil(parts);
+        // Keys and values stored as f16 pairs: each lane reads whole words.
+        let paired = qk_per_lane % 2 == 0
+            && v_per_lane % 2 == 0
+            && self.reads_halves(a.k)
+            && self.reads_halves(a.v);
         let block_positions = layout.block_positions();
         let (out, target) = self.attention_targets(a, parts)?;
         let shuffles = self.target.team_shuffles();
@@ -291,7 +304,7 @@ impl Lowering<'_> {
             .map(|i| {
                 (0..qk_per_lane)
                     .map(|f| {
-                        let (d, partial) = feature(&lane, f, lanes, dqk);
+                        let (d, partial) = feature(&lane, f, lanes, dqk, paired);
                         let base = (i * dqk) as u32;
                         let value = match partial {
                             None => load_shared(q_sh, plus(base, d)),
@@ -350,7 +363,7 @@ impl Lowering<'_> {
             cx.kb.begin_if(vis.clone());
             for (words, of, len) in [(&k, a.k, dqk), (&v, a.v, dv)] {
                 for (f, &w) in words.iter().enumerate() {
-                    let (d, partial) = feature(&lane, f, lanes, len);
+                    let (d, partial) = feature(&lane, f, lanes, len, paired);
                     if let Some(inside) = &partial {
                         cx.kb.begin_if(inside.clone());
                     }
@@ -470,7 +483,7 @@ impl Lowering<'_> {
         cx.kb.end();
         for (i, head_accs) in accs.iter().enumerate() {
             for (f, &acc) in head_accs.iter().enumerate() {
-                let (d, partial) = feature(&lane, f, lanes, dv);
+                let (d, partial) = feature(&lane, f, lanes, dv, paired);
                 if let Some(inside) = &partial {
                     cx.kb.begin_if(inside.clone());
                 }
@@ -560,39 +573,42 @@ mod tests {
     fn a_decode_step_fills_two_workgroups_per_multiprocessor() {
         // 32 heads of 64 features over 2048 positions: a warp per team, four positions per
         // team and step, nine partitions of 32-position blocks.
-        let l = DecodeLayout::new(32, 2048, 64, 64, Some(132)).unwrap();
+        let l = DecodeLayout::new(32, 2048, 64, 64, Some(132), 2).unwrap();
         assert_eq!(
             (l.lanes, l.per_team, l.qk_per_lane, l.v_per_lane),
             (32, 4, 2, 2)
         );
         assert_eq!((l.blocks, l.parts), (128, 9));
         assert!(32 * l.parts >= 2 * 132);
+        // Asked for eight a multiprocessor: four times the partitions, each walking a quarter.
+        let l = DecodeLayout::new(32, 2048, 64, 64, Some(132), 8).unwrap();
+        assert_eq!((l.blocks, l.parts), (128, 33));
     }
 
     #[test]
     fn a_long_cache_is_cut_so_no_partition_walks_more_than_max_steps() {
         // 131072 positions in 8192 blocks of 16: 256 partitions of 32 steps.
-        let l = DecodeLayout::new(32, 131_072, 128, 128, Some(132)).unwrap();
+        let l = DecodeLayout::new(32, 131_072, 128, 128, Some(132), 2).unwrap();
         assert_eq!((l.per_team, l.blocks, l.parts), (4, 8192, 256));
         // Past MAX_PARTITIONS the steps grow instead.
-        let l = DecodeLayout::new(32, 1 << 20, 128, 128, Some(132)).unwrap();
+        let l = DecodeLayout::new(32, 1 << 20, 128, 128, Some(132), 2).unwrap();
         assert_eq!(l.parts, MAX_PARTITIONS);
     }
 
     #[test]
     fn wide_heads_take_fewer_positions_per_step_and_the_widest_none() {
-        let l = DecodeLayout::new(8, 4096, 256, 256, None).unwrap();
+        let l = DecodeLayout::new(8, 4096, 256, 256, None, 2).unwrap();
         assert_eq!((l.lanes, l.per_team, l.qk_per_lane), (32, 2, 8));
-        let l = DecodeLayout::new(8, 4096, 320, 320, None).unwrap();
+        let l = DecodeLayout::new(8, 4096, 320, 320, None, 2).unwrap();
         assert_eq!((l.per_team, l.qk_per_lane), (1, 10));
-        assert_eq!(DecodeLayout::new(8, 4096, 1024, 1024, None), None);
+        assert_eq!(DecodeLayout::new(8, 4096, 1024, 1024, None, 2), None);
     }
 
     #[test]
     fn short_caches_and_narrow_heads_keep_at_least_a_block_per_partition() {
-        let l = DecodeLayout::new(6, 12, 16, 16, None).unwrap();
+        let l = DecodeLayout::new(6, 12, 16, 16, None, 2).unwrap();
         assert_eq!((l.lanes, l.blocks, l.parts), (16, 1, 1));
-        let l = DecodeLayout::new(6, 150, 6, 10, None).unwrap();
+        let l = DecodeLayout::new(6, 150, 6, 10, None, 2).unwrap();
         assert_eq!((l.lanes, l.qk_per_lane, l.v_per_lane), (16, 1, 1));
         assert!(l.parts <= l.blocks);
     }
