@@ -90,8 +90,8 @@ pub enum KvLayout {
 /// rounds each to the nearest f16 as it is written (an op of the graph, so the oracle sees the
 /// same rounding) and widens it exactly when attention reads it: half the memory and the
 /// attention's traffic of an f32 cache, at a relative error of at most 2^-11 per element.
-/// f32 is the default while the attention kernels read halves one at a time, which measured
-/// slower than f32 on the H100 (bench/runs/2026-12-06-h100-session17).
+/// f32 is the default: on the H100 an f16 cache decodes many rows faster but prefills slower
+/// (the prefill attention stages halves one at a time; bench/runs/2026-12-06-h100-session17).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum KvType {
     #[default]
