@@ -445,8 +445,8 @@ fn llama_3_1_8b_splits_its_embedding_and_head_below_the_buffer_limit() {
 /// Llama 3.1 8B (GQA 4; on PTX only, its bf16 weights alone fill the wgpu preset's memory), a
 /// paged decode of 8 rows and a prefill chunk. The pool is half the f32 pool's bytes, the state words are f16 pairs, the steps
 /// keep the f32 cache's dispatch count and add no scratch (no widened copy of the cache:
-/// attention reads the halves in place), and each layer writes its keys and values a word
-/// (two halves) per thread.
+/// attention reads the halves in place), each layer writes its keys and values a word (two
+/// halves) per thread, and on PTX the decode attention's lanes read a word per two features.
 #[test]
 fn an_f16_kv_cache_halves_the_pool_and_adds_no_dispatch() {
     let both = vec![Target::ptx_preset(), Target::wgpu_preset()];
@@ -496,6 +496,20 @@ fn an_f16_kv_cache_halves_the_pool_and_adds_no_dispatch() {
                     .filter(|k| k.name.starts_with("scatter"))
                     .count();
                 assert!(writes >= 1, "{what}: no scatter kernel");
+                // The decode attention's lanes each read both halves of a stored word: its
+                // second feature of a pair is the first's neighbour (`2 * lane + 1`).
+                if rows > 1 && target.backend == Target::ptx_preset().backend {
+                    let decode = half
+                        .kernels
+                        .iter()
+                        .find(|k| k.name.starts_with("attention_decode"))
+                        .unwrap_or_else(|| panic!("{what}: no decode attention"));
+                    let cuda = poot_kernel::render::render_cuda(decode).unwrap();
+                    assert!(
+                        cuda.contains("poot_load_f16") && cuda.contains("* 2u) + 1u)"),
+                        "{what}: the decode attention does not read word pairs"
+                    );
+                }
                 for k in half
                     .kernels
                     .iter()
