@@ -298,6 +298,61 @@ impl Lowering<'_> {
         self.push_kernel(cx, grid)
     }
 
+    /// How the writes of `x`'s elements (an update's new values) into buffer `out` spread over
+    /// threads: one element a thread, or into a buffer of halves one word, two neighbours of
+    /// the last axis, a thread (refused as `what` unless the words are whole: `whole_words`).
+    fn element_writes(
+        &self,
+        v: ValueId,
+        out: LBuf,
+        x: ValueId,
+        whole_words: bool,
+        what: &'static str,
+    ) -> Result<ElementWrites, PlanError> {
+        let dtype = self.g.values()[v.index()].ty.dtype;
+        let halves = self.halves(out);
+        if halves && !whole_words {
+            return Err(self.unsupported(what, v, dtype));
+        }
+        let per = if halves { 2 } else { 1 };
+        let mut iter_dims = self.g.values()[x.index()].ty.dims().to_vec();
+        if let Some(last) = iter_dims.last_mut() {
+            *last /= per;
+        }
+        Ok(ElementWrites {
+            halves,
+            iter_dims,
+            n: self.n_elems(x)? / per as u32,
+            word: if halves {
+                Word::U32
+            } else {
+                device_word(dtype)
+            },
+            dtype,
+        })
+    }
+
+    /// Stores `x` at `idx` into element `at` of `outp` as `writes` says: the element, or the
+    /// word of halves holding it and its last-axis neighbour.
+    fn store_element(
+        &mut self,
+        cx: &mut KernelCtx,
+        writes: &ElementWrites,
+        outp: ParamId,
+        at: Expr,
+        x: ValueId,
+        idx: &[Expr],
+    ) -> Result<(), PlanError> {
+        if writes.halves {
+            let pair = self.half_pair(cx, x, idx)?;
+            cx.kb.store(outp, at >> u32c(1), pair);
+        } else {
+            let value = self.value_at(cx, x, idx)?;
+            cx.kb.store(outp, at, to_word(value, writes.dtype));
+        }
+        Ok(())
+    }
+
     /// The word holding `x`'s elements at `idx` and at its last axis's next index, as f16
     /// halves (the first in the low half).
     fn half_pair(
@@ -554,25 +609,11 @@ impl Lowering<'_> {
         let (v, operand, update) = (e.out, e.inputs[0], e.inputs[1]);
         let op_dims = self.g.values()[operand.index()].ty.dims().to_vec();
         let upd_dims = self.g.values()[update.index()].ty.dims().to_vec();
-        let dtype = self.g.values()[v.index()].ty.dtype;
         let out = self.update_target(operand, v)?;
-        let halves = self.halves(out);
-        if halves && !whole_even_rows(&op_dims, &upd_dims) {
-            return Err(self.unsupported("update of an f16 state", v, dtype));
-        }
-        // Over a buffer of halves each thread writes a word: two neighbours of the last axis.
-        let per = if halves { 2 } else { 1 };
-        let mut iter_dims = upd_dims.clone();
-        if let Some(last) = iter_dims.last_mut() {
-            *last /= per;
-        }
-        let n = self.n_elems(update)? / per as u32;
-        let word = if halves {
-            Word::U32
-        } else {
-            device_word(dtype)
-        };
-        let outp = cx.param(out, word, true);
+        let whole_words = whole_even_rows(&op_dims, &upd_dims);
+        let writes = self.element_writes(v, out, update, whole_words, "update of an f16 state")?;
+        let (iter_dims, n) = (&writes.iter_dims, writes.n);
+        let outp = cx.param(out, writes.word, true);
         let mut starts = Vec::with_capacity(op_dims.len());
         for (j, (&d, &u)) in op_dims.iter().zip(&upd_dims).enumerate() {
             let s = self.value_at(cx, e.inputs[2 + j], &[])?;
@@ -581,27 +622,21 @@ impl Lowering<'_> {
         }
         let rows = self.cls.reads_row_reduce[update.index()] && !upd_dims.is_empty();
         let (uidx, grid) = if rows {
-            let (uidx, _, rows) = Self::begin_row_loops(cx, &iter_dims);
+            let (uidx, _, rows) = Self::begin_row_loops(cx, iter_dims);
             (uidx, self.groups_for(rows, 1))
         } else {
             let flat = Self::begin_grid_stride(cx, n);
-            let uidx = unflatten(cx, flat, &iter_dims);
+            let uidx = unflatten(cx, flat, iter_dims);
             (uidx, self.groups_for(n, cx.kb.workgroup()))
         };
-        let uidx = first_of_word(uidx, per);
+        let uidx = writes.first_of_word(uidx);
         let oidx: Vec<Expr> = uidx
             .iter()
             .zip(&starts)
             .map(|(u, s)| u.clone() + s.clone())
             .collect();
         let at = flatten(&oidx, &op_dims);
-        if halves {
-            let pair = self.half_pair(cx, update, &uidx)?;
-            cx.kb.store(outp, at >> u32c(1), pair);
-        } else {
-            let value = self.value_at(cx, update, &uidx)?;
-            cx.kb.store(outp, at, to_word(value, dtype));
-        }
+        self.store_element(cx, &writes, outp, at, update, &uidx)?;
         if rows {
             Self::end_row_loops(cx);
         } else {
@@ -615,41 +650,22 @@ impl Lowering<'_> {
         let (v, operand, indices, updates) = (e.out, e.inputs[0], e.inputs[1], e.inputs[2]);
         let op_dims = self.g.values()[operand.index()].ty.dims().to_vec();
         let upd_dims = self.g.values()[updates.index()].ty.dims().to_vec();
-        let dtype = self.g.values()[v.index()].ty.dtype;
         let out = self.update_target(operand, v)?;
-        let halves = self.halves(out);
-        if halves && (axis + 1 >= op_dims.len() || !whole_even_rows(&op_dims, &upd_dims)) {
-            return Err(self.unsupported("scatter into an f16 state", v, dtype));
-        }
-        // Over a buffer of halves each thread writes a word: two neighbours of the last axis.
-        let per = if halves { 2 } else { 1 };
-        let mut iter_dims = upd_dims.clone();
-        if let Some(last) = iter_dims.last_mut() {
-            *last /= per;
-        }
-        let n = self.n_elems(updates)? / per as u32;
+        let whole_words = axis + 1 < op_dims.len() && whole_even_rows(&op_dims, &upd_dims);
+        let writes =
+            self.element_writes(v, out, updates, whole_words, "scatter into an f16 state")?;
+        let n = writes.n;
         let mut cx = KernelCtx::labelled("scatter", self.label(v), ELEMENTWISE_THREADS);
-        let word = if halves {
-            Word::U32
-        } else {
-            device_word(dtype)
-        };
-        let outp = cx.param(out, word, true);
+        let outp = cx.param(out, writes.word, true);
         let flat = Self::begin_grid_stride(&mut cx, n);
-        let uidx = unflatten(&mut cx, flat, &iter_dims);
-        let uidx = first_of_word(uidx, per);
+        let uidx = unflatten(&mut cx, flat, &writes.iter_dims);
+        let uidx = writes.first_of_word(uidx);
         let at = self.value_at(&mut cx, indices, std::slice::from_ref(&uidx[axis]))?;
         let at = self.checked_index(&mut cx, at, op_dims[axis], fault::SCATTER_INDEX);
         let mut oidx = uidx.clone();
         oidx[axis] = at;
         let at = flatten(&oidx, &op_dims);
-        if halves {
-            let pair = self.half_pair(&mut cx, updates, &uidx)?;
-            cx.kb.store(outp, at >> u32c(1), pair);
-        } else {
-            let value = self.value_at(&mut cx, updates, &uidx)?;
-            cx.kb.store(outp, at, to_word(value, dtype));
-        }
+        self.store_element(&mut cx, &writes, outp, at, updates, &uidx)?;
         cx.kb.end();
         let grid = self.groups_for(n, ELEMENTWISE_THREADS);
         self.push_kernel(cx, grid)
@@ -852,13 +868,28 @@ fn whole_even_rows(op: &[usize], upd: &[usize]) -> bool {
     matches!((op.last(), upd.last()), (Some(&a), Some(&b)) if a == b && a % 2 == 0)
 }
 
-/// `idx` over dims whose last axis counts words of `per` elements, as the index of each
-/// word's first element.
-fn first_of_word(mut idx: Vec<Expr>, per: usize) -> Vec<Expr> {
-    if per > 1
-        && let Some(last) = idx.last_mut()
-    {
-        *last = last.clone() * u32c(per as u32);
+/// How a kernel's threads write an update's elements ([`Lowering::element_writes`]).
+struct ElementWrites {
+    /// Into a buffer of halves, a word (two elements) a thread.
+    halves: bool,
+    /// The update's dims with the last counted in words.
+    iter_dims: Vec<usize>,
+    /// Writes (threads' iterations) in all.
+    n: u32,
+    /// The word the written buffer is bound as.
+    word: Word,
+    /// The written value's type.
+    dtype: DType,
+}
+
+impl ElementWrites {
+    /// An index over `iter_dims` as the index of its word's first element.
+    fn first_of_word(&self, mut idx: Vec<Expr>) -> Vec<Expr> {
+        if self.halves
+            && let Some(last) = idx.last_mut()
+        {
+            *last = last.clone() * u32c(2);
+        }
+        idx
     }
-    idx
 }

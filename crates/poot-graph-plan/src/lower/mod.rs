@@ -355,6 +355,7 @@ impl<'g> Lowering<'g> {
         for (i, info) in self.g.values().iter().enumerate() {
             let v = ValueId(i as u32);
             let ty = &info.ty;
+            let halves = matches!(info.storage, Storage::State(_)) && ty.dtype == DType::F16;
             let (role, size) = match &info.storage {
                 Storage::Device => continue,
                 Storage::Const(name) if matches!(ty.dtype, DType::Components(_)) => {
@@ -375,19 +376,18 @@ impl<'g> Lowering<'g> {
                     4 * self.n_elems(v)? as u64,
                 ),
                 // An f16 state (a KV cache) is stored as halves: half the memory and traffic.
-                Storage::State(name) if ty.dtype == DType::F16 => (
-                    BufferRole::State { name: name.clone() },
-                    (self.n_elems(v)? as u64).div_ceil(2) * 4,
-                ),
                 Storage::State(name) => (
                     BufferRole::State { name: name.clone() },
-                    4 * self.n_elems(v)? as u64,
+                    if halves {
+                        (self.n_elems(v)? as u64).div_ceil(2) * 4
+                    } else {
+                        4 * self.n_elems(v)? as u64
+                    },
                 ),
             };
             self.check_size(v, size)?;
             let b = self.new_buffer(role, size.max(4));
-            self.bufs[b.0 as usize].halves =
-                matches!(info.storage, Storage::State(_)) && ty.dtype == DType::F16;
+            self.bufs[b.0 as usize].halves = halves;
             self.lbuf[i] = Some(b);
         }
         Ok(())
