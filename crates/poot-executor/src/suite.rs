@@ -2776,6 +2776,9 @@ pub fn open_engine<D: crate::Device>(
     match open() {
         Ok(device) => {
             let mut target = device.limits().target(backend);
+            // A planner setting to check on this device (`POOT_TUNING`, as backends read it).
+            target.tuning = poot_graph_plan::Tuning::from_env()
+                .unwrap_or_else(|e| panic!("POOT_TUNING for the suite: {e}"));
             if let Some(limit) = max_buffer_bytes {
                 target.limits.max_buffer_bytes = limit;
             }

@@ -25,7 +25,9 @@ pub use plan::{
     LibraryOperands, MemoryUse, Plan, StoredWeights, WeightWords,
 };
 pub use refusal::PlanError;
-pub use target::{Backend, LaunchOverlap, MatrixUnits, Target, TargetLimits, Tuning, TuningError};
+pub use target::{
+    Backend, BlockTiles, LaunchOverlap, MatrixUnits, Target, TargetLimits, Tuning, TuningError,
+};
 
 /// Plans `graph` for `target`: rounds the left sides of contractions the target multiplies in
 /// half precision ([`precision::round_half_operands`]) or in 8-bit integers

@@ -20,6 +20,12 @@
 //! may be off by up to 2^-25 absolutely (adding at most 2^-25 `sum |w_k|` to a sum), and above
 //! 65504 it becomes infinite, which normalized activations do not reach. bf16 has f32's range.
 //!
+//! Block-quantized weights are decoded and rounded to f16 the same way (with the left side) for
+//! the library over many rows, and, where the target stages them in tiles
+//! ([`Target::block_tiles`]), for tiled contractions of fewer rows: `Cast { to: F32 }(Cast {
+//! to: F16 }(Gather(w, every row)))`. The kernels read the stored blocks; the graph says what
+//! they compute, so the oracle rounds each decoded weight to f16 as they do.
+//!
 //! A graph already rounded this way is left as it is, so the rewrite may run twice.
 
 use std::borrow::Cow;
@@ -39,7 +45,8 @@ pub fn round_half_operands<'g>(
     graph: &'g Graph,
     target: &Target,
 ) -> Result<Cow<'g, Graph>, PlanError> {
-    if !target.half_operands() {
+    let half_weights_rounded = target.half_operands();
+    if !half_weights_rounded && !target.block_tiles() {
         return Ok(Cow::Borrowed(graph));
     }
     let library = target.library_contractions();
@@ -47,8 +54,11 @@ pub fn round_half_operands<'g>(
     let wanted = |j: usize| -> Option<Rounding> {
         let e = &graph.eqns()[j];
         let (half, decode) = match half_weights(graph, j, min_rows) {
-            Some(half) => (half, None),
-            None if library && decoded_for_library(graph, j, target) => {
+            Some(half) if half_weights_rounded => (half, None),
+            Some(_) => return None,
+            None if (library && decoded_for_library(graph, j, target))
+                || decoded_for_tiles(graph, j, target) =>
+            {
                 (DType::F16, Some(e.inputs[1]))
             }
             None => return None,
@@ -280,6 +290,33 @@ pub(crate) fn decoded_for_library(g: &Graph, eqn: usize, target: &Target) -> boo
         && dims.len() == 2
         && dims.iter().all(|d| d.is_multiple_of(8))
         && i32::try_from(dims[0]).is_ok()
+}
+
+/// Whether contraction `eqn` is one whose block-quantized weights a tiled kernel multiplies in
+/// f16 on the matrix units, decoding them slice by slice ([`Target::block_tiles`]): a tiled
+/// contraction against a stored rank-2 GGUF block constant, `[columns, depth]`, that the
+/// library does not take (fewer rows than
+/// [`Tuning::library_packed_rows`](crate::Tuning::library_packed_rows), or no library).
+pub(crate) fn decoded_for_tiles(g: &Graph, eqn: usize, target: &Target) -> bool {
+    let e = &g.eqns()[eqn];
+    if !target.block_tiles()
+        || e.op
+            != (OpKind::MatMul {
+                transpose_rhs: true,
+            })
+        || !crate::lower::tiled_contraction(g, eqn, target.tiled_min_rows())
+        || (target.library_contractions() && decoded_for_library(g, eqn, target))
+    {
+        return false;
+    }
+    let w = &g.values()[e.inputs[1].index()];
+    let (DType::Packed(t), &[n, k]) = (w.ty.dtype, w.ty.dims()) else {
+        return false;
+    };
+    let Ok(Some(poot_formats::PackedFormat::Block(format))) = t.packed_format() else {
+        return false;
+    };
+    matches!(w.storage, Storage::Const(_)) && crate::lower::stages_blocks(format, n, k)
 }
 
 /// The half type (F16 or BF16) of the weights of contraction `eqn` when it is tiled against

@@ -172,6 +172,28 @@ pub struct Tuning {
     /// Whether the exact library multiplies block-quantized weights in 8-bit integers where it
     /// can ([`TargetLimits::library_integer_rows`]; `int8=0|1`, on by default).
     pub library_integer: bool,
+    /// Whether a tiled contraction against block-quantized weights below the library's rows
+    /// (`lib_rows`: a batched decode step's 9 to 127 rows, a short prompt chunk) multiplies in
+    /// f16 on the matrix units, the weights decoded a unit per thread into each staged slice
+    /// (`block_tiles=0|1|2`, on where there are matrix units by default): the graph rounds both sides to f16 as it does for
+    /// the library ([`crate::precision`]), but the decoded weights never leave the
+    /// multiprocessor. Off, such contractions take the tf32 tiles, a weight element decoded
+    /// per staged element.
+    pub block_tiles: BlockTiles,
+}
+
+/// Where tiled contractions against block-quantized weights stage them a unit at a time, both
+/// sides rounded to f16 in the graph ([`Tuning::block_tiles`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockTiles {
+    /// Nowhere: the weights are decoded element by element, in f32 (`block_tiles=0`).
+    Off,
+    /// Where the target has matrix units, which multiply the f16 values (`block_tiles=1`, the
+    /// default).
+    MatrixUnits,
+    /// On every target, FMA pipes included (`block_tiles=2`): what the shared suite runs on
+    /// lavapipe and the CPU device to check the staging the matrix-unit kernels use.
+    Everywhere,
 }
 
 /// How tiled contractions (a prefill's, a batched step's) use a target's matrix units.
@@ -235,6 +257,7 @@ impl Default for Tuning {
             library_packed_rows: 128,
             library_decode: true,
             library_integer: true,
+            block_tiles: BlockTiles::MatrixUnits,
         }
     }
 }
@@ -248,7 +271,7 @@ pub const CPU_INTEGER_ROWS: u32 = 16;
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -312,6 +335,14 @@ impl Tuning {
                 "lib" => t.library_gemm = flag()?,
                 "int8" => t.library_integer = flag()?,
                 "lib_decode" => t.library_decode = flag()?,
+                "block_tiles" => {
+                    t.block_tiles = match value {
+                        "0" => BlockTiles::Off,
+                        "1" => BlockTiles::MatrixUnits,
+                        "2" => BlockTiles::Everywhere,
+                        _ => return Err(bad()),
+                    }
+                }
                 "lib_rows" => {
                     t.library_packed_rows =
                         value.parse().ok().filter(|&r| r >= 9).ok_or_else(bad)?
@@ -532,6 +563,17 @@ impl Target {
         }
     }
 
+    /// Whether tiled contractions of fewer rows than the library's against block-quantized
+    /// weights multiply in f16 on the matrix units, their weights decoded per staged slice
+    /// ([`Tuning::block_tiles`]): where the device has matrix units and the tuning allows.
+    pub fn block_tiles(&self) -> bool {
+        match self.tuning.block_tiles {
+            BlockTiles::Off => false,
+            BlockTiles::MatrixUnits => self.matrix_units() != MatrixUnits::Off,
+            BlockTiles::Everywhere => true,
+        }
+    }
+
     /// Whether attention over many query rows may use the matrix units (tf32 products split for
     /// f32 accuracy): where the device has them and the tuning allows.
     pub fn attention_matrix_units(&self) -> bool {
@@ -597,7 +639,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=64,waves=4,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,decode_group=0,decode_wgs=8,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,decode_group=0,decode_wgs=8,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64,block_tiles=0",
         )
         .unwrap();
         assert_eq!(
@@ -629,6 +671,7 @@ mod tests {
                 library_packed_rows: 64,
                 library_decode: false,
                 library_integer: false,
+                block_tiles: BlockTiles::Off,
             }
         );
         for (spec, units) in [

@@ -8,7 +8,8 @@ use poot_graph_plan::lower::dequant::{
     words_of_bytes,
 };
 use poot_graph_plan::lower::dequant_unit::{
-    PairFormat, Unit, decode_pair, decode_unit, decode_whole, units_per_block,
+    PairFormat, Unit, decode_pair, decode_unit, decode_whole, unit_window, units_per_block,
+    units_per_window,
 };
 use poot_kernel::build::{KernelBuilder, load, u32c};
 use poot_kernel::expr_eval::{Env, Value};
@@ -308,7 +309,14 @@ fn declare(env: &mut Env, body: &[Stmt], what: &str) {
 /// Checks each element of `unit` (times its group's scale, in one f32 multiply, plus its bias)
 /// against `want` (the elements of the unit's block, or pair of blocks) bit for bit, marks it in
 /// `seen` (an element decoded twice fails), and checks the padding invariant of its offset.
-fn check_elements(env: &Env, unit: &Unit, want: &[f32], seen: &mut [bool], what: &str) {
+fn check_elements(
+    env: &Env,
+    unit: &Unit,
+    want: &[f32],
+    seen: &mut [bool],
+    window: Option<(u32, u32)>,
+    what: &str,
+) {
     let first = env.eval_u32(&unit.first).expect("first element");
     for group in &unit.groups {
         for (off, value) in &group.elements {
@@ -322,6 +330,14 @@ fn check_elements(env: &Env, unit: &Unit, want: &[f32], seen: &mut [bool], what:
                 first / 32 + off / 32,
                 "{what}: offset {off} from {first} crosses a multiple of 32"
             );
+            if let Some((size, index)) = window {
+                assert_eq!(
+                    (first + off) / size,
+                    index,
+                    "{what}: element {} outside window {index} of {size}",
+                    first + off
+                );
+            }
             let j = (first + off) as usize;
             assert!(!seen[j], "{what}: element {j} decoded twice");
             seen[j] = true;
@@ -397,7 +413,9 @@ fn check_unit_bytes(format: BlockFormat, prefix: &[u8], bytes: &[u8], case: &str
             let what = format!("{format:?} ({case}) block {block} unit {s}");
             declare(&mut env, &kernel.body[2..], &what);
             let block_want = &want[block * format.block_elems()..][..format.block_elems()];
-            check_elements(&env, &unit, block_want, &mut seen, &what);
+            // Each unit keeps to its window, which tiled kernels stage a slice of at a time.
+            let window = (unit_window(format), s / units_per_window(format));
+            check_elements(&env, &unit, block_want, &mut seen, Some(window), &what);
         }
         assert!(
             seen.iter().all(|&s| s),
@@ -524,7 +542,14 @@ fn check_large_units(pair: PairFormat, reading: Reading, bytes: &[u8], case: &st
         declare(&mut env, &kernel.body[1..], &what);
         let span = reading.blocks() * format.block_elems();
         let mut seen = vec![false; span];
-        check_elements(&env, &unit, &want[p * span..][..span], &mut seen, &what);
+        check_elements(
+            &env,
+            &unit,
+            &want[p * span..][..span],
+            &mut seen,
+            None,
+            &what,
+        );
         assert!(seen.iter().all(|&s| s), "{what}: missed elements");
     }
 }

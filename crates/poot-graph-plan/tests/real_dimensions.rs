@@ -526,3 +526,134 @@ fn an_f16_kv_cache_halves_the_pool_and_adds_no_dispatch() {
         }
     }
 }
+
+/// Every statement of `body`, nested ones included.
+fn statements(body: &[poot_kernel::Stmt]) -> Vec<&poot_kernel::Stmt> {
+    use poot_kernel::Stmt;
+    let mut out = Vec::new();
+    for s in body {
+        out.push(s);
+        match s {
+            Stmt::If {
+                then, otherwise, ..
+            } => {
+                out.extend(statements(then));
+                out.extend(statements(otherwise));
+            }
+            Stmt::For { body, .. } => out.extend(statements(body)),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn batched_steps_multiply_block_weights_in_f16_tiles_decoded_per_slice() {
+    use poot_kernel::Stmt;
+    let r = llama_3_1_8b_q4_k();
+    let model = build(&r);
+    let capacity = 1024;
+    let kv = KvLayout::Paged {
+        block_tokens: BLOCK_TOKENS,
+        blocks: 64 * capacity / BLOCK_TOKENS + 1,
+    };
+    let mut off = Target::ptx_preset();
+    off.tuning.block_tiles = poot_graph_plan::BlockTiles::Off;
+    // 16 rows take 32-row tiles (slices of 64 elements fit beside two weight slices); 64 rows
+    // take 64-row tiles, whose gate and up slices fit in 48 KiB at 32 elements.
+    for (rows, gate_up_slice) in [(16, 64), (64, 32)] {
+        let shape = StepShape::new(rows, 1, capacity).with_kv(kv);
+        let graph = model
+            .trace(
+                &StepSpec::step(shape),
+                TraceLimits::standard(MAX_STEP_TOKENS),
+            )
+            .unwrap();
+        let plan = compile(&graph, &Target::ptx_preset()).unwrap();
+        let before = compile(&graph, &off).unwrap();
+        let what = format!("{} {rows} rows", r.name);
+        // No decoded copy of any weight, and the same steps as the tf32 tiles'.
+        let (weights, _, scratch) = buffer_bytes(&plan);
+        let (before_weights, _, before_scratch) = buffer_bytes(&before);
+        assert_eq!(weights, before_weights, "{what}");
+        assert!(
+            scratch <= before_scratch + (1 << 20),
+            "{what}: scratch {scratch} B against {before_scratch} B"
+        );
+        let names = |p: &Plan| {
+            let mut n = std::collections::BTreeMap::new();
+            for d in &p.dispatches {
+                let k = &p.kernels[d.kernel];
+                *n.entry(k.name.split('_').take(2).collect::<Vec<_>>().join("_"))
+                    .or_insert(0) += 1;
+            }
+            n
+        };
+        assert_eq!(
+            plan.dispatches.len(),
+            before.dispatches.len(),
+            "{what}: {:?} / {:?}",
+            names(&plan),
+            names(&before)
+        );
+        let tiled: Vec<_> = plan
+            .kernels
+            .iter()
+            .filter(|k| k.name.starts_with("gemm") && !k.name.starts_with("gemm_combine"))
+            .collect();
+        // Q, K and V; the output projection; gate and up; down: per layer.
+        let launches = plan
+            .dispatches
+            .iter()
+            .filter(|d| plan.kernels[d.kernel].name.starts_with("gemm_split"))
+            .count()
+            + plan
+                .dispatches
+                .iter()
+                .filter(|d| plan.kernels[d.kernel].name.starts_with("gemm_epilogue"))
+                .count();
+        assert!(
+            launches >= 4 * model.config().n_layers,
+            "{what}: {launches} tiled launches"
+        );
+        for k in &tiled {
+            k.validate().unwrap();
+            let body = statements(&k.body);
+            assert!(
+                body.iter().any(|s| matches!(
+                    s,
+                    Stmt::MmaHalf {
+                        half: poot_kernel::Half::F16,
+                        ..
+                    }
+                )),
+                "{what}: {} multiplies no f16 products",
+                k.name
+            );
+            assert!(
+                !body.iter().any(|s| matches!(s, Stmt::MmaTf32 { .. })),
+                "{what}: {} still takes tf32 products",
+                k.name
+            );
+            // Slices of `tk` elements and 8 words of padding a weight column.
+            let slice = k
+                .shared
+                .iter()
+                .find(|a| a.name == "tile_b1")
+                .map(|a| a.len / 64 - 8);
+            if let Some(tk) = slice {
+                assert_eq!(tk, gate_up_slice, "{what}: {}", k.name);
+            }
+            let cuda = poot_kernel::render::render_cuda(k).unwrap();
+            if let Ok(dir) = std::env::var("POOT_DUMP_TILES") {
+                std::fs::write(format!("{dir}/{rows}_{}.cu", k.name), cuda).unwrap();
+            }
+        }
+        println!(
+            "{what}: {} tiled kernels, scratch {:.1} MiB (tf32 tiles: {:.1} MiB)",
+            tiled.len(),
+            scratch as f64 / f64::from(1 << 20),
+            before_scratch as f64 / f64::from(1 << 20)
+        );
+    }
+}

@@ -45,6 +45,31 @@ pub fn units_per_block(format: BlockFormat) -> u32 {
     }
 }
 
+/// The aligned run of a row's elements that each unit of `format` stays within: unit `sub` of a
+/// block holds elements of window `sub / units_per_window` only, counted from the block's
+/// first element in windows of this many. A block of 32 elements for the 32-element formats, a
+/// 64-element chunk for Q4_K and Q5_K, a 128-element half for Q6_K, a 32-element sub-block for
+/// IQ4_XS, and the unit's own 16 elements where it decodes element by element.
+pub fn unit_window(format: BlockFormat) -> u32 {
+    match format {
+        BlockFormat::Q4_0
+        | BlockFormat::IQ4_NL
+        | BlockFormat::Q4_1
+        | BlockFormat::Q5_0
+        | BlockFormat::Q5_1
+        | BlockFormat::Q8_0
+        | BlockFormat::IQ4_XS => 32,
+        BlockFormat::Q4_K | BlockFormat::Q5_K => 64,
+        BlockFormat::Q6_K => 128,
+        _ => UNIT_ELEMS,
+    }
+}
+
+/// Units of `format` in each of its windows ([`unit_window`]).
+pub fn units_per_window(format: BlockFormat) -> u32 {
+    units_per_block(format) * unit_window(format) / format.block_elems() as u32
+}
+
 /// Stored bytes per unit of `format`, on average (the block's bytes over its units).
 pub fn unit_bytes(format: BlockFormat) -> u32 {
     (format.block_bytes() as u32).div_ceil(units_per_block(format))

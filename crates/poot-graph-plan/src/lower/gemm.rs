@@ -33,6 +33,14 @@
 //! half step ([`Mma::Tf32`]). The staging is the same for both: f32 slices in shared memory, a
 //! row per left-side row or weight column.
 //!
+//! Block-quantized weights that the graph decodes and rounds to f16 for these tiles
+//! ([`crate::precision::decoded_for_tiles`]: a batched decode step's rows, a short prompt
+//! chunk) are staged from their stored blocks: each thread decodes whole units of a block
+//! ([`super::dequant_unit`]), its scales once, into a slice of 64 (or 32) elements, so a staged
+//! step costs two barriers per 64 elements and no element is decoded twice. On the matrix units
+//! the products are then f16 ones, one per pair; the decoded weights never leave the
+//! multiprocessor, where a library would first write them out in full.
+//!
 //! Each sum adds its products one at a time in `k` order (the oracle keeps eight interleaved
 //! partial sums), then the splits in order: the results differ from the oracle's by
 //! reassociation only (on the matrix units, in the units' order within a product). A kernel that would not fit the target's workgroup, shared memory or
@@ -45,9 +53,11 @@ use super::classify::{Placement, is_identity_elementwise};
 use super::context::{KernelCtx, LBuf, TileRow};
 use super::emit::{combine, reduce_init};
 use super::{Lowering, PlanError};
+use super::{dequant, dequant_unit};
 use crate::plan::BufferRole;
-use crate::precision::half_operand;
-use crate::target::MatrixUnits;
+use crate::precision::{DecodedBlocks, decoded_blocks, half_operand};
+use crate::target::{MatrixUnits, Target};
+use poot_formats::BlockFormat;
 use poot_kernel::build::{bin, eq, load, load_shared, local_id, lt, min, mul_add, u32c, un};
 use poot_kernel::{BinOp, Expr, Half, ParamId, SharedId, Ty, UnOp, Var, Word};
 
@@ -72,6 +82,9 @@ const MMA_ROW: u32 = TK + 4;
 /// A staged row on the half-precision path: [`TK`] elements and 8 words of padding, so the pairs
 /// each half of a warp reads in one 8-byte load (4 rows by 4 pairs) fall in 32 different banks.
 const MMA_HALF_ROW: u32 = TK + 8;
+/// Slice widths tried, widest first, for weights decoded from their blocks; each a multiple of
+/// [`TK`] (the matrix-unit steps) and every block of at least 32 elements divides 32 of them.
+const BLOCK_TK: [u32; 2] = [64, 32];
 /// Contractions shorter than this are not split (their tiles finish in a few steps).
 const SPLIT_K_MIN_LEN: u32 = 256;
 /// The fewest contraction elements one split walks.
@@ -87,6 +100,39 @@ pub(crate) fn tiled(g: &Graph, eqn: usize, min_rows: usize) -> bool {
     let out = g.values()[e.out.index()].ty.dims();
     let rows: usize = out[..out.len().saturating_sub(1)].iter().product();
     g.values()[e.inputs[1].index()].ty.rank() == 2 && rows >= min_rows
+}
+
+/// The f16 decoding of contraction `eqn`'s block weights, when a tiled kernel stages them
+/// from the stored blocks ([`crate::precision::decoded_for_tiles`] wrote it): `None` where the
+/// target does not, or the decoding is the library's.
+pub(crate) fn block_tiled(g: &Graph, eqn: usize, target: &Target) -> Option<DecodedBlocks> {
+    let e = &g.eqns()[eqn];
+    if !target.block_tiles()
+        || e.op
+            != (OpKind::MatMul {
+                transpose_rhs: true,
+            })
+        || !tiled(g, eqn, target.tiled_min_rows())
+    {
+        return None;
+    }
+    let out = g.values()[e.out.index()].ty.dims();
+    let rows: usize = out[..out.len() - 1].iter().product();
+    if target.library_contractions() && rows >= target.tuning.library_packed_rows {
+        return None;
+    }
+    decoded_blocks(g, e.inputs[1])
+}
+
+/// Whether a tiled kernel can stage `[n, k]` weights in block format `f` a unit at a time: rows
+/// of whole blocks whose fields sit at even bytes (MXFP4's are read byte by byte), every byte
+/// addressed in 32 bits.
+pub(crate) fn stages_blocks(f: BlockFormat, n: usize, k: usize) -> bool {
+    let Some(row_bytes) = dequant::row_bytes(f, k) else {
+        return false;
+    };
+    (row_bytes % 2 == 0 || f == BlockFormat::MXFP4)
+        && (n as u64).saturating_mul(row_bytes as u64) <= u64::from(u32::MAX)
 }
 
 /// Rows of a tile for `m` rows in all.
@@ -119,12 +165,16 @@ struct Pass {
 }
 
 /// The tiles of a kernel: `m` rows over the leading axes `lead`, `tm` rows a tile.
+#[derive(Clone)]
 struct Tiles {
     m: u32,
     lead: Vec<usize>,
     tm: u32,
     tiles_m: u32,
     tiles_n: u32,
+    /// Contraction elements staged per step: [`TK`], or more where weights are decoded from
+    /// their blocks a unit per thread ([`Lowering::stage_block_units`]).
+    tk: u32,
     /// Whether the products are formed on matrix units ([`Lowering::mma_step`],
     /// [`Lowering::mma_half_step`]), and in which precision: the shared slices are then stored
     /// row by row (a row's [`TK`] elements, padded to [`Tiles::mma_row`]), and each warp owns a block
@@ -152,6 +202,7 @@ impl Tiles {
             tm,
             tiles_m: (m as u32).div_ceil(tm),
             tiles_n,
+            tk: TK,
             mma: None,
         }
     }
@@ -163,8 +214,8 @@ impl Tiles {
     /// The words of a staged row on the matrix-unit paths.
     fn mma_row(&self) -> u32 {
         match self.mma {
-            Some(Mma::Half(_)) => MMA_HALF_ROW,
-            Some(Mma::Tf32) | None => MMA_ROW,
+            Some(Mma::Half(_)) => self.tk + MMA_HALF_ROW - TK,
+            Some(Mma::Tf32) | None => self.tk + MMA_ROW - TK,
         }
     }
 
@@ -173,7 +224,7 @@ impl Tiles {
         if self.mma.is_some() {
             (self.tm * self.mma_row(), TN * self.mma_row())
         } else {
-            (TK * (self.tm + 1), TK * (TN + 1))
+            (self.tk * (self.tm + 1), self.tk * (TN + 1))
         }
     }
 
@@ -233,7 +284,7 @@ impl Tiled {
 
     /// Contraction elements of `pass` each split walks: whole steps.
     fn k_part(&self, pass: &Pass) -> u32 {
-        pass.k_len.div_ceil(self.splits).div_ceil(TK) * TK
+        pass.k_len.div_ceil(self.splits).div_ceil(self.t.tk) * self.t.tk
     }
 
     /// Output columns over every sum and weight choice.
@@ -444,12 +495,29 @@ impl Lowering<'_> {
     /// sums and a kernel adding them up and finishing; `false` when they would not fit.
     fn emit_tiled(&mut self, mut tiled: Tiled) -> Result<bool, PlanError> {
         tiled.t.mma = self.matrix_precision(&tiled);
-        let t = &tiled.t;
         let widest = tiled.passes.iter().map(|p| p.sums.len()).max().unwrap_or(1);
         let limits = &self.target.limits;
-        let (a_words, b_words) = t.slice_words();
-        let words = a_words + widest as u32 * b_words;
-        if THREADS > limits.max_workgroup_threads || 4 * words > limits.max_shared_bytes {
+        let fits = |t: &Tiles| {
+            let (a_words, b_words) = t.slice_words();
+            4 * (a_words + widest as u32 * b_words) <= limits.max_shared_bytes
+        };
+        // Weights decoded from their blocks are staged in the widest slices that fit and
+        // divide every contraction: a unit per thread, and fewer barriers per element.
+        if self.decodes_blocks(&tiled) {
+            let mut t = Tiles {
+                tk: TK,
+                ..tiled.t.clone()
+            };
+            for tk in BLOCK_TK {
+                t.tk = tk;
+                if fits(&t) && tiled.passes.iter().all(|p| p.k_len.is_multiple_of(tk)) {
+                    tiled.t.tk = tk;
+                    break;
+                }
+            }
+        }
+        let t = &tiled.t;
+        if THREADS > limits.max_workgroup_threads || !fits(t) {
             return Ok(false);
         }
         let split = tiled.splits > 1;
@@ -521,9 +589,7 @@ impl Lowering<'_> {
             for pass in &tiled.passes {
                 let h = half_operand(self.g, pass.lhs)?;
                 let weights = pass.sums.iter().flatten();
-                let same = weights
-                    .map(|w| self.g.values()[w.rhs.index()].ty.dtype)
-                    .all(|d| d == h);
+                let same = weights.map(|w| self.weight_type(w.rhs)).all(|d| d == h);
                 if !same || found.is_some_and(|f| f != h) {
                     return None;
                 }
@@ -535,11 +601,38 @@ impl Lowering<'_> {
                 _ => None,
             }
         };
+        // Weights decoded from blocks for these tiles were rounded to f16 for this.
+        let all_decoded = tiled
+            .passes
+            .iter()
+            .flat_map(|p| p.sums.iter().flatten())
+            .all(|w| decoded_blocks(self.g, w.rhs).is_some());
         match self.target.matrix_units() {
             MatrixUnits::Off => None,
+            MatrixUnits::Tf32 if all_decoded && self.target.block_tiles() => {
+                Some(half().map_or(Mma::Tf32, Mma::Half))
+            }
             MatrixUnits::Tf32 => Some(Mma::Tf32),
             MatrixUnits::Half => Some(half().map_or(Mma::Tf32, Mma::Half)),
         }
+    }
+
+    /// The type a tiled kernel multiplies weights `rhs` in: their stored type, or f16 for
+    /// block weights the graph decodes and rounds to f16 ([`crate::precision`]).
+    fn weight_type(&self, rhs: ValueId) -> DType {
+        match decoded_blocks(self.g, rhs) {
+            Some(_) => DType::F16,
+            None => self.g.values()[rhs.index()].ty.dtype,
+        }
+    }
+
+    /// Whether some weight of `tiled` is staged from its stored blocks.
+    fn decodes_blocks(&self, tiled: &Tiled) -> bool {
+        tiled
+            .passes
+            .iter()
+            .flat_map(|p| p.sums.iter().flatten())
+            .any(|w| w.transpose && decoded_blocks(self.g, w.rhs).is_some())
     }
 
     /// Whether kernel `cx`, with `more` bindings yet to add, fits the target's shared memory
@@ -681,13 +774,15 @@ impl Lowering<'_> {
         t: &Tiles,
         w: &MmaAt,
         (a_sh, b_sh): (SharedId, &[SharedId]),
+        k0: u32,
         accs: &[Vec<Var>],
     ) {
+        let stride = t.mma_row();
         let parts = |cx: &mut KernelCtx, arr: SharedId, row: Expr, k: Expr| -> (Expr, Expr) {
-            tf32_parts(cx, load_shared(arr, row * u32c(MMA_ROW) + k))
+            tf32_parts(cx, load_shared(arr, row * u32c(stride) + k))
         };
         for half in [0, 8] {
-            let k = |off: u32| w.q.clone() + u32c(half + off);
+            let k = |off: u32| w.q.clone() + u32c(k0 + half + off);
             // A's fragments for each of the warp's row blocks: rows g, g + 8; elements q, q + 4.
             let a: Vec<([Expr; 4], [Expr; 4])> = (0..t.tm / 32)
                 .map(|mi| {
@@ -724,19 +819,21 @@ impl Lowering<'_> {
     /// pair: the warp's blocks for the step's [`TK`] = 16 elements at once. The staged f32
     /// values are exact in `half` (the graph rounded the left side, the weights are stored in
     /// it), so packing them into pairs loses nothing and every product is exact in f32.
+    #[allow(clippy::too_many_arguments)]
     fn mma_half_step(
         cx: &mut KernelCtx,
         t: &Tiles,
         w: &MmaAt,
         half: Half,
         (a_sh, b_sh): (SharedId, &[SharedId]),
+        k0: u32,
         accs: &[Vec<Var>],
     ) {
-        // Elements `2q + off` and `2q + off + 1` of staged row `row`, in one 8-byte load (rows
-        // are an even number of words apart, `off` is even).
-        debug_assert_eq!(t.mma_row(), MMA_HALF_ROW);
+        // Elements `k0 + 2q + off` and the next of staged row `row`, in one 8-byte load (rows
+        // are an even number of words apart, `k0` and `off` are even).
+        let stride = t.mma_row();
         let pair = |cx: &mut KernelCtx, arr: SharedId, row: Expr, off: u32| -> Vec<Expr> {
-            let at = row * u32c(MMA_HALF_ROW) + w.q.clone() * u32c(2) + u32c(off);
+            let at = row * u32c(stride) + w.q.clone() * u32c(2) + u32c(k0 + off);
             cx.kb.let_shared(arr, at, 2)
         };
         // A's fragments for each of the warp's row blocks: rows g, g + 8 by elements 2q, 2q + 1,
@@ -1079,6 +1176,116 @@ impl Lowering<'_> {
         Ok(())
     }
 
+    /// Stages the slice `[kt, kt + tk)` of the contraction axis of a tile's weight columns from
+    /// their stored blocks (`w`'s weights are `d`, a decoding of them the graph rounds to f16):
+    /// each thread decodes whole units ([`dequant_unit::decode_unit`]), the block's scales
+    /// once per unit, where staging element by element decodes every element's scales again.
+    /// A unit keeps to its window ([`dequant_unit::unit_window`]): a slice holds whole windows,
+    /// or lies in one, whose units then store only their elements inside the slice. Each value
+    /// is the oracle's decoding bit for bit; on the half-precision matrix units the product
+    /// rounds it to f16 as the graph does, elsewhere it is rounded here. Columns past the
+    /// weight's are left as they are: no product reaches an output from them.
+    fn stage_block_units(
+        &mut self,
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        (w, d): (&Weights, &DecodedBlocks),
+        (kt, col0): (&Expr, &Expr),
+        arr: SharedId,
+    ) -> Result<(), PlanError> {
+        let f = d.format;
+        let info = &self.g.values()[d.weights.index()];
+        let k = info.ty.dims()[1];
+        let (row_bytes, size) = match (dequant::row_bytes(f, k), info.ty.size_bytes()) {
+            (Some(r), Some(size)) => (r as u32, size),
+            _ => {
+                return Err(PlanError::Unplaced {
+                    label: self.label(w.rhs),
+                });
+            }
+        };
+        let last_word = (size.div_ceil(4).max(1) - 1) as u32;
+        let buf = self.buffer_of(d.weights)?;
+        let param = cx.param(buf, Word::U32, false);
+        let tables = self.tables_for(cx, f);
+        let (block_elems, block_bytes) = (f.block_elems() as u32, f.block_bytes() as u32);
+        let window = dequant_unit::unit_window(f);
+        let per_window = dequant_unit::units_per_window(f);
+        // Units per column of the slice, and whether some of their elements fall outside it.
+        let (per_column, partial) = if window <= t.tk {
+            (t.tk / window * per_window, false)
+        } else {
+            (per_window, true)
+        };
+        let round = !matches!(t.mma, Some(Mma::Half(Half::F16)));
+        let units = TN * per_column;
+        for j in 0..units.div_ceil(THREADS) {
+            let unit = cx.kb.let_(Ty::U32, local_id() + u32c(THREADS * j));
+            let n_in = cx.kb.let_(Ty::U32, unit.clone() / u32c(per_column));
+            let r = cx.kb.let_(Ty::U32, unit.clone() % u32c(per_column));
+            let col = cx.kb.let_(Ty::U32, col0.clone() + n_in.clone());
+            let inside = all([
+                (units < THREADS * (j + 1)).then(|| lt(unit.clone(), u32c(units))),
+                (!w.n.is_multiple_of(TN)).then(|| lt(col.clone(), u32c(w.n))),
+            ]);
+            if let Some(c) = inside.clone() {
+                cx.kb.begin_if(c);
+            }
+            // The unit's window along the row, and its place among the window's units.
+            let (index, place) = if partial {
+                (kt.clone() / u32c(window), r)
+            } else {
+                (
+                    kt.clone() / u32c(window) + r.clone() / u32c(per_window),
+                    r % u32c(per_window),
+                )
+            };
+            let start = cx.kb.let_(Ty::U32, index * u32c(window));
+            let block = cx.kb.let_(Ty::U32, start.clone() / u32c(block_elems));
+            let sub = cx.kb.let_(
+                Ty::U32,
+                start % u32c(block_elems) / u32c(window) * u32c(per_window) + place,
+            );
+            let base = cx.kb.let_(
+                Ty::U32,
+                col * u32c(row_bytes) + block.clone() * u32c(block_bytes),
+            );
+            let decoded =
+                dequant_unit::decode_unit(&mut cx.kb, f, param, &tables, base, sub, last_word)?;
+            // Where the unit's offset 0 falls in the slice (wrapping below it when partial).
+            let origin = cx.kb.let_(
+                Ty::U32,
+                block * u32c(block_elems) + decoded.first - kt.clone(),
+            );
+            for group in decoded.groups {
+                for (off, e) in group.elements {
+                    let value = match (&group.scale, &group.bias) {
+                        (Some(scale), Some(bias)) => scale.clone() * e + bias.clone(),
+                        (Some(scale), None) => scale.clone() * e,
+                        (None, _) => e,
+                    };
+                    let value = if round {
+                        un(UnOp::RoundF16, value)
+                    } else {
+                        value
+                    };
+                    let at = cx.kb.let_(Ty::U32, origin.clone() + u32c(off));
+                    if partial {
+                        cx.kb.begin_if(lt(at.clone(), u32c(t.tk)));
+                    }
+                    cx.kb.store_shared(arr, t.slot(n_in.clone(), at, TN), value);
+                    if partial {
+                        cx.kb.end();
+                    }
+                }
+            }
+            if inside.is_some() {
+                cx.kb.end();
+            }
+        }
+        Ok(())
+    }
+
     /// Stores into `arr[slot]` the value `value` builds where `inside` holds (always when
     /// `None`), zero elsewhere.
     fn stage(
@@ -1126,32 +1333,36 @@ impl Lowering<'_> {
             })
             .collect();
         let k_len = pass.k_len;
-        let k_ragged = !k_len.is_multiple_of(TK);
-        let kt = cx.kb.begin_for(k_start, k_end, u32c(TK));
-        // The left side: row `ty + 16 i`, element `tx` of the slice, stored transposed.
-        let k = cx.kb.let_(Ty::U32, kt.clone() + at.tx.clone());
-        for i in 0..t.rows_per_thread() {
-            let offset = cx.kb.let_(Ty::U32, at.ty.clone() + u32c(SIDE * i));
-            let m = cx.kb.let_(Ty::U32, at.m0.clone() + offset.clone());
-            let inside = all([
-                t.ragged().then(|| lt(m.clone(), u32c(t.m))),
-                k_ragged.then(|| lt(k.clone(), u32c(k_len))),
-            ]);
-            let slot = t.slot(offset.clone(), at.tx.clone(), t.tm);
-            let (lhs, lead, k) = (pass.lhs, t.lead.clone(), k.clone());
-            self.stage(cx, inside, a_sh, slot, |this, cx| {
-                let row = row_index(cx, m, &lead);
-                cx.set_tile_row(Some(TileRow {
-                    row: row.clone(),
-                    dims: lead,
-                    offset,
-                }));
-                let mut idx = row;
-                idx.push(k);
-                let a = this.value_at(cx, lhs, &idx);
-                cx.set_tile_row(None);
-                a
-            })?;
+        let tk = t.tk;
+        let k_ragged = !k_len.is_multiple_of(tk);
+        let kt = cx.kb.begin_for(k_start, k_end, u32c(tk));
+        // The left side: row `ty + 16 i`, element `tx + 16 h` of the slice.
+        for h in 0..tk / SIDE {
+            let kk = cx.kb.let_(Ty::U32, at.tx.clone() + u32c(SIDE * h));
+            let k = cx.kb.let_(Ty::U32, kt.clone() + kk.clone());
+            for i in 0..t.rows_per_thread() {
+                let offset = cx.kb.let_(Ty::U32, at.ty.clone() + u32c(SIDE * i));
+                let m = cx.kb.let_(Ty::U32, at.m0.clone() + offset.clone());
+                let inside = all([
+                    t.ragged().then(|| lt(m.clone(), u32c(t.m))),
+                    k_ragged.then(|| lt(k.clone(), u32c(k_len))),
+                ]);
+                let slot = t.slot(offset.clone(), kk.clone(), t.tm);
+                let (lhs, lead, k) = (pass.lhs, t.lead.clone(), k.clone());
+                self.stage(cx, inside, a_sh, slot, |this, cx| {
+                    let row = row_index(cx, m, &lead);
+                    cx.set_tile_row(Some(TileRow {
+                        row: row.clone(),
+                        dims: lead,
+                        offset,
+                    }));
+                    let mut idx = row;
+                    idx.push(k);
+                    let a = this.value_at(cx, lhs, &idx);
+                    cx.set_tile_row(None);
+                    a
+                })?;
+            }
         }
         // The weights: `[N, K]` read along K like the left side, `[K, N]` along N.
         for (s, choices) in pass.sums.iter().enumerate() {
@@ -1163,9 +1374,19 @@ impl Lowering<'_> {
                 let col0 = cx
                     .kb
                     .let_(Ty::U32, (at.tile_n.clone() - u32c(w.first_tile)) * u32c(TN));
-                for j in 0..TN * TK / THREADS {
+                if let Some(d) = decoded_blocks(self.g, w.rhs).filter(|_| w.transpose) {
+                    self.stage_block_units(cx, t, (&w, &d), (&kt, &col0), b_sh[s])?;
+                    if branch {
+                        cx.kb.otherwise();
+                    }
+                    continue;
+                }
+                for j in 0..TN * tk / THREADS {
                     let (n_in, kk) = if w.transpose {
-                        (at.ty.clone() + u32c(SIDE * j), at.tx.clone())
+                        (
+                            at.ty.clone() + u32c(SIDE * (j % COLS_PER_THREAD)),
+                            at.tx.clone() + u32c(SIDE * (j / COLS_PER_THREAD)),
+                        )
                     } else {
                         (
                             local_id() % u32c(TN),
@@ -1199,12 +1420,14 @@ impl Lowering<'_> {
             }
         }
         cx.kb.barrier();
-        match (&at.mma, t.mma) {
-            (Some(w), Some(Mma::Half(half))) => {
-                Self::mma_half_step(cx, t, w, half, (a_sh, b_sh), &accs)
+        for k0 in (0..tk).step_by(TK as usize) {
+            match (&at.mma, t.mma) {
+                (Some(w), Some(Mma::Half(half))) => {
+                    Self::mma_half_step(cx, t, w, half, (a_sh, b_sh), k0, &accs)
+                }
+                (Some(w), _) => Self::mma_step(cx, t, w, (a_sh, b_sh), k0, &accs),
+                (None, _) => Self::fma_step(cx, t, at, (a_sh, b_sh), k0, &accs),
             }
-            (Some(w), _) => Self::mma_step(cx, t, w, (a_sh, b_sh), &accs),
-            (None, _) => Self::fma_step(cx, t, at, (a_sh, b_sh), &accs),
         }
         // Every thread is done with the slices before the next step stages its own.
         cx.kb.barrier();
@@ -1219,9 +1442,10 @@ impl Lowering<'_> {
         t: &Tiles,
         at: &At,
         (a_sh, b_sh): (SharedId, &[SharedId]),
+        k0: u32,
         accs: &[Vec<Var>],
     ) {
-        for kk in 0..TK {
+        for kk in k0..k0 + TK {
             let a: Vec<Expr> = (0..t.rows_per_thread())
                 .map(|i| {
                     let at_a = u32c(kk * (t.tm + 1) + SIDE * i) + at.ty.clone();
@@ -1265,9 +1489,11 @@ mod tests {
     /// is the render golden's to check.)
     #[test]
     fn half_fragments_follow_the_ptx_layout() {
-        for tm in [32, 64] {
+        // Each tile height, in a 16-element slice and at the last step of a 64-element one.
+        for (tm, tk, k0) in [(32, 16, 0), (64, 16, 0), (32, 64, 48), (64, 64, 48)] {
             let mut t = Tiles::new(&[tm as usize], 1);
             t.mma = Some(Mma::Half(Half::F16));
+            t.tk = tk;
             let mut cx = KernelCtx::labelled("gemm", "t".to_string(), 32);
             let (a_sh, b_sh) = Lowering::tile_arrays(&mut cx, &t, 1);
             let lane = local_id() % u32c(32);
@@ -1282,20 +1508,21 @@ mod tests {
                     .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
                     .collect(),
             ];
-            Lowering::mma_half_step(&mut cx, &t, &w, Half::F16, (a_sh, &b_sh), &accs);
+            Lowering::mma_half_step(&mut cx, &t, &w, Half::F16, (a_sh, &b_sh), k0, &accs);
             let k = cx.kb.finish();
-            // Staged slices: the warp's rows (tm / 2) and 16 columns, small integers (exact).
-            let row = MMA_HALF_ROW as usize;
+            // Staged slices: the warp's rows (tm / 2) and 16 columns, small integers (exact),
+            // at the step's 16 elements; NaN elsewhere.
+            let row = t.mma_row() as usize;
             let a_val = |m: usize, kk: usize| ((m * 7 + kk * 3) % 11) as f32 - 5.0;
             let b_val = |n: usize, kk: usize| ((n * 5 + kk * 2) % 13) as f32 - 6.0;
             let mut a = vec![Value::F32(f32::NAN); tm as usize * row];
             let mut b = vec![Value::F32(f32::NAN); TN as usize * row];
             for kk in 0..TK as usize {
                 for m in 0..tm as usize {
-                    a[m * row + kk] = Value::F32(a_val(m, kk));
+                    a[m * row + k0 as usize + kk] = Value::F32(a_val(m, kk));
                 }
                 for n in 0..TN as usize {
-                    b[n * row + kk] = Value::F32(b_val(n, kk));
+                    b[n * row + k0 as usize + kk] = Value::F32(b_val(n, kk));
                 }
             }
             // Each lane's variables, statement by statement; the products' operands per lane.

@@ -18,6 +18,7 @@ use super::classify::Placement;
 use super::context::KernelCtx;
 use super::emit::row_threads;
 use super::{Lowering, PlanError};
+use crate::precision::decoded_blocks;
 use poot_kernel::build::{eq, load_shared, local_id, lt, u32c};
 use poot_kernel::{Expr, Ty, Word};
 
@@ -40,7 +41,8 @@ impl Lowering<'_> {
                         .all(|&w| self.available_before(w, i))
                 })
             }
-            Placement::Absorbed => false,
+            // A decoding of stored blocks that a tiled kernel reads from the blocks themselves.
+            Placement::Absorbed => decoded_blocks(self.g, v).is_some(),
         }
     }
 
@@ -59,7 +61,10 @@ impl Lowering<'_> {
                 }
                 Some(())
             }
-            Placement::Absorbed => None,
+            Placement::Absorbed => {
+                out.push(decoded_blocks(self.g, v)?.weights);
+                Some(())
+            }
         }
     }
 

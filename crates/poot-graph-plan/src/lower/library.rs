@@ -124,7 +124,15 @@ fn library_operands(
         // Rounded weights are decoded by the device from the stored blocks, or computed in full
         // into a buffer of f32 words, `[columns, depth]`.
         (Storage::Device, DType::F32) if transpose_rhs => {
-            let (words, source) = match decoded_blocks(g, rhs) {
+            let decoded = decoded_blocks(g, rhs);
+            // Fewer rows than the library takes: the decoding is the tiled kernels' (see
+            // `crate::precision::decoded_for_tiles`).
+            let out = g.values()[e.out.index()].ty.dims();
+            let rows: usize = out[..out.len().saturating_sub(1)].iter().product();
+            if decoded.is_some() && rows < target.tuning.library_packed_rows {
+                return None;
+            }
+            let (words, source) = match decoded {
                 Some(d) if target.library_decodes(d.format) => {
                     (WeightWords::Blocks(d.format), d.weights)
                 }
@@ -215,14 +223,15 @@ pub(super) fn absorb_roundings(
 }
 
 /// Marks each decoding of block weights (its row indices, decoded words and roundings) that only
-/// library contractions taking the stored blocks read as absorbed.
+/// library contractions taking the stored blocks, or tiled kernels decoding them per slice
+/// ([`super::gemm::block_tiled`]), read as absorbed.
 fn absorb_decodings(
     g: &Graph,
     target: &Target,
     library: &HashSet<usize>,
     cls: &mut Classification,
 ) {
-    let decoding: HashSet<usize> = library
+    let mut decoding: HashSet<usize> = library
         .iter()
         .copied()
         .filter(|&i| {
@@ -232,6 +241,11 @@ fn absorb_decodings(
             )
         })
         .collect();
+    // Tiled kernels decode the stored blocks themselves too, slice by slice.
+    decoding.extend(
+        (0..g.eqns().len())
+            .filter(|i| !library.contains(i) && super::gemm::block_tiled(g, *i, target).is_some()),
+    );
     let mut done = HashSet::new();
     for &i in &decoding {
         let operand = g.eqns()[i].inputs[1];
