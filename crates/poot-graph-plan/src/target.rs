@@ -180,6 +180,12 @@ pub struct Tuning {
     /// multiprocessor. Off, such contractions take the tf32 tiles, a weight element decoded
     /// per staged element.
     pub block_tiles: BlockTiles,
+    /// Workgroups per multiprocessor that such a kernel's grid aims for, splitting the
+    /// contraction axis to get them (`block_wgs=N`, 1 to 64; 4 by default).
+    pub block_workgroups: u32,
+    /// Workgroups of such a kernel each multiprocessor should be able to hold at once, a bound
+    /// on its registers (`tile_resident=N`; 4 by default, 64 registers a thread; 0: no bound).
+    pub block_min_resident: u32,
 }
 
 /// Where tiled contractions against block-quantized weights stage them a unit at a time, both
@@ -258,6 +264,8 @@ impl Default for Tuning {
             library_decode: true,
             library_integer: true,
             block_tiles: BlockTiles::MatrixUnits,
+            block_workgroups: 4,
+            block_min_resident: 4,
         }
     }
 }
@@ -271,7 +279,7 @@ pub const CPU_INTEGER_ROWS: u32 = 16;
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -335,6 +343,14 @@ impl Tuning {
                 "lib" => t.library_gemm = flag()?,
                 "int8" => t.library_integer = flag()?,
                 "lib_decode" => t.library_decode = flag()?,
+                "block_wgs" => {
+                    t.block_workgroups = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=64).contains(n))
+                        .ok_or_else(bad)?
+                }
+                "tile_resident" => t.block_min_resident = value.parse().ok().ok_or_else(bad)?,
                 "block_tiles" => {
                     t.block_tiles = match value {
                         "0" => BlockTiles::Off,
@@ -672,6 +688,8 @@ mod tests {
                 library_decode: false,
                 library_integer: false,
                 block_tiles: BlockTiles::Off,
+                block_workgroups: 4,
+                block_min_resident: 0,
             }
         );
         for (spec, units) in [

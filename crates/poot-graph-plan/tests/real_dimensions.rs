@@ -572,29 +572,21 @@ fn batched_steps_multiply_block_weights_in_f16_tiles_decoded_per_slice() {
         let plan = compile(&graph, &Target::ptx_preset()).unwrap();
         let before = compile(&graph, &off).unwrap();
         let what = format!("{} {rows} rows", r.name);
-        // No decoded copy of any weight, and the same steps as the tf32 tiles'.
+        // No decoded copy of any weight (the largest would be 1.9 GB of f32 words): the new
+        // scratch is the left sides computed once and the partial sums of split tiles.
         let (weights, _, scratch) = buffer_bytes(&plan);
         let (before_weights, _, before_scratch) = buffer_bytes(&before);
         assert_eq!(weights, before_weights, "{what}");
         assert!(
-            scratch <= before_scratch + (1 << 20),
+            scratch <= before_scratch + (64 << 20),
             "{what}: scratch {scratch} B against {before_scratch} B"
         );
-        let names = |p: &Plan| {
-            let mut n = std::collections::BTreeMap::new();
-            for d in &p.dispatches {
-                let k = &p.kernels[d.kernel];
-                *n.entry(k.name.split('_').take(2).collect::<Vec<_>>().join("_"))
-                    .or_insert(0) += 1;
-            }
-            n
-        };
-        assert_eq!(
+        // At most a left side's kernel and a combining kernel more per projection.
+        assert!(
+            plan.dispatches.len() <= before.dispatches.len() + 8 * model.config().n_layers + 4,
+            "{what}: {} dispatches against {}",
             plan.dispatches.len(),
-            before.dispatches.len(),
-            "{what}: {:?} / {:?}",
-            names(&plan),
-            names(&before)
+            before.dispatches.len()
         );
         let tiled: Vec<_> = plan
             .kernels

@@ -272,7 +272,7 @@ impl Tiled {
             .unwrap_or(1);
         let t = Tiles::new(lead, tiles_n);
         let k_max = passes.iter().map(|p| p.k_len).max().unwrap_or(0);
-        let splits = k_splits(t.tiles_m * t.tiles_n, k_max);
+        let splits = k_splits(t.tiles_m * t.tiles_n, k_max, SPLIT_K_WORKGROUPS);
         Tiled {
             label,
             passes,
@@ -298,13 +298,13 @@ impl Tiled {
 }
 
 /// Splits of a contraction over `k_len` elements whose outputs are `tiles` tiles: enough for
-/// about [`SPLIT_K_WORKGROUPS`] workgroups, each walking at least [`SPLIT_K_MIN_PART`]
+/// about `workgroups` workgroups, each walking at least [`SPLIT_K_MIN_PART`]
 /// elements; none for a short contraction or enough tiles.
-fn k_splits(tiles: u32, k_len: u32) -> u32 {
-    if k_len < SPLIT_K_MIN_LEN || tiles >= SPLIT_K_WORKGROUPS {
+fn k_splits(tiles: u32, k_len: u32, workgroups: u32) -> u32 {
+    if k_len < SPLIT_K_MIN_LEN || tiles >= workgroups {
         return 1;
     }
-    SPLIT_K_WORKGROUPS
+    workgroups
         .div_ceil(tiles)
         .min(k_len / SPLIT_K_MIN_PART)
         .max(1)
@@ -515,6 +515,16 @@ impl Lowering<'_> {
                     break;
                 }
             }
+            // Each workgroup walks its slices one after another, waiting on every slice's
+            // loads: several per multiprocessor hide each other's waits. And its left side is
+            // read from a buffer computed once, not recomputed by every column tile.
+            let workgroups = self.target.tuning.block_workgroups
+                * limits.multiprocessors.unwrap_or(SPLIT_K_WORKGROUPS);
+            let k_max = tiled.passes.iter().map(|p| p.k_len).max().unwrap_or(0);
+            tiled.splits = k_splits(tiled.t.tiles_m * tiled.t.tiles_n, k_max, workgroups);
+            for pass in &tiled.passes {
+                self.materialized(pass.lhs)?;
+            }
         }
         let t = &tiled.t;
         if THREADS > limits.max_workgroup_threads || !fits(t) {
@@ -527,6 +537,10 @@ impl Lowering<'_> {
             (Finish::Epilogue { .. }, false) => "gemm_epilogue",
         };
         let mut cx = KernelCtx::labelled(kind, self.label(tiled.label), THREADS);
+        if t.tk > TK {
+            cx.kb
+                .set_min_resident(self.target.tuning.block_min_resident);
+        }
         let (a_sh, b_sh) = Self::tile_arrays(&mut cx, t, widest);
         let at = Self::open_tiles(&mut cx, t, tiled.splits);
         let mut accs = Vec::with_capacity(tiled.passes.len());
