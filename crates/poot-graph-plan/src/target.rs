@@ -162,8 +162,12 @@ pub struct Tuning {
     /// 32).
     pub gemv_rows: usize,
     /// Left-side rows from which a contraction against block-quantized weights goes to the
-    /// library (`lib_rows=N`): its weights are then decoded to f16 in full for every step,
-    /// which pays only over many rows (a prefill chunk), not for a small batched decode step.
+    /// library (`lib_rows=N`, 64 by default): its weights are then decoded to f16 in full for
+    /// every step, which pays over many rows (a prefill chunk, 64 rows decoding together), not
+    /// for a smaller batched step, whose block tiles read the stored blocks once
+    /// ([`Tuning::block_tiles`]). On the H100 (session 18) 16 rows decoded 27% faster in block
+    /// tiles than in the library on a 1B Q4_0 model and 2% slower on an 8B Q4_K_M one; at 64
+    /// rows the library was as fast (1B) or 37% faster (8B Q4_K_M).
     pub library_packed_rows: usize,
     /// Whether the library's device decodes block-quantized weights to f16 itself, in one pass
     /// ([`crate::plan::WeightWords::Blocks`]), instead of a kernel writing their f32 words
@@ -173,12 +177,12 @@ pub struct Tuning {
     /// can ([`TargetLimits::library_integer_rows`]; `int8=0|1`, on by default).
     pub library_integer: bool,
     /// Whether a tiled contraction against block-quantized weights below the library's rows
-    /// (`lib_rows`: a batched decode step's 9 to 127 rows, a short prompt chunk) multiplies in
-    /// f16 on the matrix units, the weights decoded a unit per thread into each staged slice
-    /// (`block_tiles=0|1|2`, on where there are matrix units by default): the graph rounds both sides to f16 as it does for
-    /// the library ([`crate::precision`]), but the decoded weights never leave the
+    /// (`lib_rows`: a batched decode step's 9 to 63 rows, a short prompt chunk) multiplies in
+    /// f16, the weights decoded a unit per thread into each staged slice (`block_tiles=0|1|2`,
+    /// on where there are matrix units by default): the graph rounds both sides to f16 as it
+    /// does for the library ([`crate::precision`]), but the decoded weights never leave the
     /// multiprocessor. Off, such contractions take the tf32 tiles, a weight element decoded
-    /// per staged element.
+    /// per staged element (2.1x slower for 16 rows of a 1B Q4_0 model on the H100).
     pub block_tiles: BlockTiles,
     /// Workgroups per multiprocessor that such a kernel's grid aims for, splitting the
     /// contraction axis to get them (`block_wgs=N`, 1 to 64; 4 by default).
@@ -260,7 +264,7 @@ impl Default for Tuning {
             gemm_matrix_units: MatrixUnits::Tf32,
             library_gemm: true,
             gemv_rows: 8,
-            library_packed_rows: 128,
+            library_packed_rows: 64,
             library_decode: true,
             library_integer: true,
             block_tiles: BlockTiles::MatrixUnits,
@@ -655,7 +659,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=64,waves=4,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,decode_group=0,decode_wgs=8,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64,block_tiles=0",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,decode_group=0,decode_wgs=8,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64,block_tiles=0,block_wgs=2,tile_resident=3",
         )
         .unwrap();
         assert_eq!(
@@ -688,8 +692,8 @@ mod tests {
                 library_decode: false,
                 library_integer: false,
                 block_tiles: BlockTiles::Off,
-                block_workgroups: 4,
-                block_min_resident: 0,
+                block_workgroups: 2,
+                block_min_resident: 3,
             }
         );
         for (spec, units) in [
@@ -717,6 +721,8 @@ mod tests {
             "word_columns=0",
             "overlap=3",
             "mma=f32",
+            "block_tiles=3",
+            "block_wgs=0",
         ] {
             let e = Tuning::parse(bad).unwrap_err();
             assert_eq!(e.item, bad);

@@ -33,13 +33,17 @@ fn decode_plan(r: &Reference) -> (Plan, usize) {
 /// Plans `r`'s step of `tokens` tokens and prints its dispatch counts; returns the plan and
 /// layer count.
 fn step_plan(r: &Reference, tokens: usize) -> (Plan, usize) {
+    step_plan_on(r, tokens, &Target::ptx_preset())
+}
+
+fn step_plan_on(r: &Reference, tokens: usize, target: &Target) -> (Plan, usize) {
     let model = build(r);
     let layers = model.config().n_layers;
     let spec = StepSpec::step(StepShape::new(1, tokens, CAPACITY));
     let graph = model
         .trace(&spec, TraceLimits::standard(MAX_STEP_TOKENS))
         .unwrap();
-    let plan = compile(&graph, &Target::ptx_preset()).unwrap();
+    let plan = compile(&graph, target).unwrap();
     let in_layer = |l: usize| {
         let prefix = format!("l{l}.");
         plan.dispatches
@@ -158,10 +162,50 @@ fn prefill_chunks_of_64_run_tiled_projections() {
         &["row_map"],
     ]
     .concat();
+    // The tf32 tiles, which block weights take with `block_tiles=0` below the library's rows.
+    let mut tf32_tiles = Target::ptx_preset();
+    tf32_tiles.tuning = poot_graph_plan::Tuning::parse("block_tiles=0,lib_rows=128").unwrap();
     for (r, layer) in [(smollm2_135m(), smollm2), (gemma3_270m(), gemma3)] {
-        let (plan, layers) = step_plan(&r, 64);
+        let (plan, layers) = step_plan_on(&r, 64, &tf32_tiles);
         for l in 0..layers {
             assert_eq!(layer_kinds(&plan, l), layer, "{} layer {l}", r.name);
         }
     }
+}
+
+#[test]
+fn prefill_chunks_of_block_weights_go_to_block_tiles_then_the_library() {
+    // By default a chunk below the library's 64 rows stages its block weights in f16 tiles:
+    // each left side (a norm or the attention's output, rounded to f16) computed once by a
+    // kernel of its own, the projections split along the contraction axis (the residual adds
+    // and the SiLU product in the kernels adding the splits up). From 64 rows the library
+    // multiplies, with nothing of the projections left in kernels but their norms and
+    // epilogues.
+    let split = ["gemm_split", "gemm_combine"];
+    let tiles = [
+        &["row_map"][..],
+        &split,
+        &["update_slice", "attention_mma", "map"],
+        &split,
+        &["row_map"],
+        &split,
+        &split,
+    ]
+    .concat();
+    let r = smollm2_135m();
+    let (plan, layers) = step_plan(&r, 32);
+    for l in 0..layers {
+        assert_eq!(layer_kinds(&plan, l), tiles, "32 tokens, layer {l}");
+    }
+    assert!(plan.contractions.is_empty());
+    // Q, K, V, the output projection, gate, up and down: seven library products a layer.
+    let (plan, layers) = step_plan(&r, 64);
+    for l in 0..layers {
+        assert!(
+            !layer_kinds(&plan, l).iter().any(|k| k.starts_with("gemm")),
+            "64 tokens, layer {l}: {:?}",
+            layer_kinds(&plan, l)
+        );
+    }
+    assert!(plan.contractions.len() >= 7 * layers);
 }

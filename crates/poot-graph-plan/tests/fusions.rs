@@ -14,8 +14,8 @@ use poot_graph_ir::{OpKind, UnaryOp};
 use poot_graph_plan::activation_blocks::round_activation_blocks;
 use poot_graph_plan::precision::round_half_operands;
 use poot_graph_plan::{
-    BufferRole, HalfType, LibraryOperands, MatrixUnits, Plan, StoredWeights, Target, Tuning,
-    WeightWords, compile,
+    BlockTiles, BufferRole, HalfType, LibraryOperands, MatrixUnits, Plan, StoredWeights, Target,
+    Tuning, WeightWords, compile,
 };
 use poot_kernel::{Expr, Half, Stmt};
 
@@ -599,15 +599,27 @@ fn few_rows_and_other_weights_keep_their_precision() {
     let g = half_layer(9, DType::F16);
     let (tf32, half) = mma_counts(&compile(&g, &with_units(MatrixUnits::Half)).unwrap());
     assert!(tf32 == 0 && half > 0, "{tf32} {half}");
-    // f32 and packed weights: no rounding, tf32 products.
-    for dtype in [DType::F32, DType::Packed(GgmlType::Q8_0)] {
+    // f32 weights, and packed weights without block tiles: no rounding, tf32 products.
+    let mut no_block_tiles = with_units(MatrixUnits::Half);
+    no_block_tiles.tuning.block_tiles = BlockTiles::Off;
+    for (dtype, target) in [
+        (DType::F32, with_units(MatrixUnits::Half)),
+        (DType::Packed(GgmlType::Q8_0), no_block_tiles),
+    ] {
         let g = half_layer(64, dtype);
-        assert_eq!(
-            *round_half_operands(&g, &with_units(MatrixUnits::Half)).unwrap(),
-            g
-        );
-        let (tf32, half) = mma_counts(&compile(&g, &with_units(MatrixUnits::Half)).unwrap());
+        assert_eq!(*round_half_operands(&g, &target).unwrap(), g);
+        let (tf32, half) = mma_counts(&compile(&g, &target).unwrap());
         assert!(tf32 > 0 && half == 0, "{dtype}: {tf32} {half}");
+    }
+    // Packed weights in block tiles (the default): decoded and rounded to f16 in the graph
+    // (per weight an iota, a gather and two casts; per left side two casts), f16 products.
+    for units in [MatrixUnits::Tf32, MatrixUnits::Half] {
+        let g = half_layer(64, DType::Packed(GgmlType::Q8_0));
+        let target = with_units(units);
+        let rounded = round_half_operands(&g, &target).unwrap();
+        assert_eq!(rounded.eqns().len(), g.eqns().len() + 5 * 4 + 2 * 2);
+        let (tf32, half) = mma_counts(&compile(&g, &target).unwrap());
+        assert!(tf32 == 0 && half > 0, "{units:?}: {tf32} {half}");
     }
 }
 
@@ -849,18 +861,11 @@ fn block_weights_are_decoded_for_the_library_over_many_rows() {
     assert_eq!(rounded.eqns().len(), g.eqns().len() + 5 * 4 + 2 * 2);
     let again = round_half_operands(&rounded, &with_library()).unwrap();
     assert_eq!(*again, *rounded);
-    // A batched decode step's rows (under 128) keep the quantized kernels, as does a device
-    // without the library.
-    assert!(
-        compile(&half_layer(64, q8), &with_library())
-            .unwrap()
-            .contractions
-            .is_empty()
-    );
-    assert_eq!(
-        *round_half_operands(&half_layer(64, q8), &with_library()).unwrap(),
-        half_layer(64, q8)
-    );
+    // A batched decode step's rows (under 64) stay in kernels, block tiles multiplying in f16,
+    // as on a device without the library.
+    let batched = compile(&half_layer(32, q8), &with_library()).unwrap();
+    assert!(batched.contractions.is_empty());
+    assert!(mma_counts(&batched).1 > 0);
     assert!(
         compile(&g, &with_units(MatrixUnits::Tf32))
             .unwrap()

@@ -557,7 +557,10 @@ fn batched_steps_multiply_block_weights_in_f16_tiles_decoded_per_slice() {
         block_tokens: BLOCK_TOKENS,
         blocks: 64 * capacity / BLOCK_TOKENS + 1,
     };
-    let mut off = Target::ptx_preset();
+    // The library from 128 rows, so 64 rows are tiled too (by default they are the library's).
+    let mut on = Target::ptx_preset();
+    on.tuning.library_packed_rows = 128;
+    let mut off = on.clone();
     off.tuning.block_tiles = poot_graph_plan::BlockTiles::Off;
     // 16 rows take 32-row tiles (slices of 64 elements fit beside two weight slices); 64 rows
     // take 64-row tiles, whose gate and up slices fit in 48 KiB at 32 elements.
@@ -569,7 +572,7 @@ fn batched_steps_multiply_block_weights_in_f16_tiles_decoded_per_slice() {
                 TraceLimits::standard(MAX_STEP_TOKENS),
             )
             .unwrap();
-        let plan = compile(&graph, &Target::ptx_preset()).unwrap();
+        let plan = compile(&graph, &on).unwrap();
         let before = compile(&graph, &off).unwrap();
         let what = format!("{} {rows} rows", r.name);
         // No decoded copy of any weight (the largest would be 1.9 GB of f32 words): the new
