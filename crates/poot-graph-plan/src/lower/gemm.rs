@@ -135,6 +135,14 @@ pub(crate) fn stages_blocks(f: BlockFormat, n: usize, k: usize) -> bool {
         && (n as u64).saturating_mul(row_bytes as u64) <= u64::from(u32::MAX)
 }
 
+/// Units of block format `f` a tiled kernel with slices of `t.tk` elements decodes per weight
+/// slice: every unit of the windows a slice holds, or of the one window it lies in.
+fn block_units(t: &Tiles, f: BlockFormat) -> u32 {
+    let window = dequant_unit::unit_window(f);
+    let per_window = dequant_unit::units_per_window(f);
+    TN * per_window * (t.tk / window).max(1)
+}
+
 /// Rows of a tile for `m` rows in all.
 fn tile_rows(m: usize) -> u32 {
     if m <= 32 { 32 } else { 64 }
@@ -1204,7 +1212,7 @@ impl Lowering<'_> {
         cx: &mut KernelCtx,
         t: &Tiles,
         (w, d): (&Weights, &DecodedBlocks),
-        (kt, col0): (&Expr, &Expr),
+        (kt, col0, first_thread): (&Expr, &Expr, u32),
         arr: SharedId,
     ) -> Result<(), PlanError> {
         let f = d.format;
@@ -1226,20 +1234,21 @@ impl Lowering<'_> {
         let window = dequant_unit::unit_window(f);
         let per_window = dequant_unit::units_per_window(f);
         // Units per column of the slice, and whether some of their elements fall outside it.
-        let (per_column, partial) = if window <= t.tk {
-            (t.tk / window * per_window, false)
-        } else {
-            (per_window, true)
-        };
+        let partial = window > t.tk;
+        let per_column = block_units(t, f) / TN;
         let round = !matches!(t.mma, Some(Mma::Half(Half::F16)));
         let units = TN * per_column;
-        for j in 0..units.div_ceil(THREADS) {
-            let unit = cx.kb.let_(Ty::U32, local_id() + u32c(THREADS * j));
+        // Thread `first_thread` takes unit 0 (the threads before it wrap past every unit).
+        for j in 0..(first_thread + units).div_ceil(THREADS) {
+            let unit = cx
+                .kb
+                .let_(Ty::U32, local_id() + u32c(THREADS * j) - u32c(first_thread));
             let n_in = cx.kb.let_(Ty::U32, unit.clone() / u32c(per_column));
             let r = cx.kb.let_(Ty::U32, unit.clone() % u32c(per_column));
             let col = cx.kb.let_(Ty::U32, col0.clone() + n_in.clone());
             let inside = all([
-                (units < THREADS * (j + 1)).then(|| lt(unit.clone(), u32c(units))),
+                (first_thread > 0 || units < THREADS * (j + 1))
+                    .then(|| lt(unit.clone(), u32c(units))),
                 (!w.n.is_multiple_of(TN)).then(|| lt(col.clone(), u32c(w.n))),
             ]);
             if let Some(c) = inside.clone() {
@@ -1378,8 +1387,17 @@ impl Lowering<'_> {
                 })?;
             }
         }
-        // The weights: `[N, K]` read along K like the left side, `[K, N]` along N.
+        // The weights: `[N, K]` read along K like the left side, `[K, N]` along N. Sums staged
+        // from blocks in fewer units than threads start where the sum before them ended, so
+        // two sums' units (gate and up) are decoded by different threads at once.
+        let mut first_thread = 0u32;
         for (s, choices) in pass.sums.iter().enumerate() {
+            let units = choices
+                .iter()
+                .filter(|w| w.transpose)
+                .filter_map(|w| decoded_blocks(self.g, w.rhs))
+                .map(|d| block_units(t, d.format))
+                .max();
             for (c, &w) in choices.iter().enumerate() {
                 let branch = c + 1 < choices.len();
                 if branch {
@@ -1389,7 +1407,8 @@ impl Lowering<'_> {
                     .kb
                     .let_(Ty::U32, (at.tile_n.clone() - u32c(w.first_tile)) * u32c(TN));
                 if let Some(d) = decoded_blocks(self.g, w.rhs).filter(|_| w.transpose) {
-                    self.stage_block_units(cx, t, (&w, &d), (&kt, &col0), b_sh[s])?;
+                    let at = (&kt, &col0, first_thread);
+                    self.stage_block_units(cx, t, (&w, &d), at, b_sh[s])?;
                     if branch {
                         cx.kb.otherwise();
                     }
@@ -1431,6 +1450,9 @@ impl Lowering<'_> {
             }
             for _ in 1..choices.len() {
                 cx.kb.end();
+            }
+            if let Some(units) = units {
+                first_thread = (first_thread + units) % THREADS;
             }
         }
         cx.kb.barrier();
