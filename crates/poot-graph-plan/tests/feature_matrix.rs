@@ -161,7 +161,7 @@ fn generate() -> String {
     }
     let _ = writeln!(
         out,
-        "\n### Real dimensions\n\nPublished configs with zero-byte synthetic weights (BF16 unless stated): decode and a 512-token prefill over the model's whole context.\n"
+        "\n### Real dimensions\n\nPublished configs with zero-byte synthetic weights (BF16 unless stated; gpt-oss-20b's experts MXFP4, as released): decode and a 512-token prefill over the model's whole context.\n"
     );
     header(&mut out, "Model");
     for r in [
@@ -171,6 +171,10 @@ fn generate() -> String {
         llama_3_1_8b_q4_k(),
         llama_3_1_8b_gptq(),
         gemma3_27b(),
+        qwen3_30b_a3b(),
+        gpt_oss_20b(),
+        mixtral_8x7b(),
+        mixtral_8x22b(),
     ] {
         let model = build(&r);
         let graphs = decoder_graphs(model.as_ref(), model.config().max_positions, 512);

@@ -259,6 +259,61 @@ fn llama_3_1_8b_q4_k_plans_at_real_dimensions() {
     plans_at_real_dimensions(llama_3_1_8b_q4_k(), None);
 }
 
+#[test]
+fn qwen3_30b_a3b_plans_at_real_dimensions() {
+    plans_at_real_dimensions(qwen3_30b_a3b(), None);
+}
+
+#[test]
+fn mixtral_8x7b_plans_at_real_dimensions() {
+    plans_at_real_dimensions(mixtral_8x7b(), None);
+}
+
+/// MXFP4 expert stacks bound packed (12.9 GiB of weights). Its attention adds a learned sink
+/// to each softmax, which the fused attention kernels do not take: the scores are computed in
+/// full, so a 512-token prefill over the whole 131072-position context is refused (its
+/// `64 x 512 x 131072` scores pass 32-bit indexing) and plans over 32768 positions.
+#[test]
+fn gpt_oss_20b_plans_at_real_dimensions() {
+    plans_at_real_dimensions(gpt_oss_20b(), Some(32768));
+    let model = build(&gpt_oss_20b());
+    let graph = model
+        .trace(
+            &StepSpec::step(StepShape::new(1, PREFILL_TOKENS, 131072)),
+            TraceLimits::standard(MAX_STEP_TOKENS),
+        )
+        .unwrap();
+    let err = compile(&graph, &Target::ptx_preset()).unwrap_err();
+    assert!(
+        matches!(err.root(), PlanError::IndexOverflow { label, .. } if label.contains("attn")),
+        "{err}"
+    );
+}
+
+/// Mixtral-8x22B's expert stacks (8 x 16384 x 6144 BF16, 1.5 GiB each) are over wgpu's
+/// single-buffer limit (1.25 GiB): refused there, naming the stack, as the spec says.
+#[test]
+fn mixtral_8x22b_is_refused_on_wgpus_buffer_limit() {
+    let r = mixtral_8x22b();
+    let model = build(&r);
+    let graph = model
+        .trace(
+            &StepSpec::step(StepShape::new(1, 1, 4096)),
+            TraceLimits::standard(MAX_STEP_TOKENS),
+        )
+        .unwrap();
+    let err = compile(&graph, &Target::wgpu_preset()).unwrap_err();
+    println!("{}: {err}", r.name);
+    assert!(
+        matches!(
+            err.root(),
+            PlanError::ConstantNotRowSplittable { name, needed_bytes, .. }
+                if name.contains("experts") && *needed_bytes == 8 * 16384 * 6144 * 2
+        ),
+        "{err}"
+    );
+}
+
 /// GPTQ int4 (group 128, act-order) projections with zero-byte components: every projection is
 /// one component-format constant decoded inside its contraction, and the weights take about a
 /// third of the BF16 8B's.

@@ -72,7 +72,12 @@ impl TensorIndex for SyntheticIndex {
 impl SyntheticIndex {
     /// The Hugging Face tensors of `shape`: norms, biases, embedding and head in `dense`, the
     /// seven projections of every layer in `projections`.
-    pub fn hugging_face(shape: &DecoderShape, dense: StoredType, projections: Projections) -> Self {
+    pub fn hugging_face(
+        shape: &DecoderShape,
+        dense: StoredType,
+        projections: Projections,
+        experts: Option<Experts>,
+    ) -> Self {
         let mut packed = HashMap::new();
         let mut tensors = HashMap::new();
         let mut put = |name: String, dims: &[u64], stored: StoredType| {
@@ -104,15 +109,54 @@ impl SyntheticIndex {
                     dense,
                 );
             }
-            for (proj, rows, cols) in [
-                ("self_attn.q_proj", q_out, d),
-                ("self_attn.k_proj", kv_out, d),
-                ("self_attn.v_proj", kv_out, d),
-                ("self_attn.o_proj", d, q_out),
-                ("mlp.gate_proj", ff, d),
-                ("mlp.up_proj", ff, d),
-                ("mlp.down_proj", d, ff),
-            ] {
+            let mut linears = vec![
+                ("self_attn.q_proj".to_string(), q_out, d),
+                ("self_attn.k_proj".to_string(), kv_out, d),
+                ("self_attn.v_proj".to_string(), kv_out, d),
+                ("self_attn.o_proj".to_string(), d, q_out),
+            ];
+            match experts {
+                None => linears.extend([
+                    ("mlp.gate_proj".to_string(), ff, d),
+                    ("mlp.up_proj".to_string(), ff, d),
+                    ("mlp.down_proj".to_string(), d, ff),
+                ]),
+                Some(Experts::PerExpert {
+                    count,
+                    expert_ff,
+                    router,
+                    gate,
+                    up,
+                    down,
+                }) => {
+                    put(format!("{p}.{router}"), &[count, d], dense);
+                    for e in 0..count {
+                        let named = |n: &str| n.replace("{e}", &e.to_string());
+                        linears.extend([
+                            (named(gate), expert_ff, d),
+                            (named(up), expert_ff, d),
+                            (named(down), d, expert_ff),
+                        ]);
+                    }
+                }
+                Some(Experts::GptOssMxfp4 { count, expert_ff }) => {
+                    let u8s = StoredType::Dense(DenseType::U8);
+                    put(format!("{p}.mlp.router.weight"), &[count, d], dense);
+                    put(format!("{p}.mlp.router.bias"), &[count], dense);
+                    for (stack, out, inner) in [
+                        ("gate_up_proj", 2 * expert_ff, d),
+                        ("down_proj", d, expert_ff),
+                    ] {
+                        let e = format!("{p}.mlp.experts.{stack}");
+                        put(format!("{e}_blocks"), &[count, out, inner / 32, 16], u8s);
+                        put(format!("{e}_scales"), &[count, out, inner / 32], u8s);
+                        put(format!("{e}_bias"), &[count, out], dense);
+                    }
+                    put(format!("{p}.self_attn.sinks"), &[shape.n_heads], dense);
+                    put(format!("{p}.self_attn.o_proj.bias"), &[d], dense);
+                }
+            }
+            for (proj, rows, cols) in linears {
                 match projections {
                     Projections::Stored(t) => put(format!("{p}.{proj}.weight"), &[rows, cols], t),
                     Projections::Packed(format) => {
@@ -166,6 +210,29 @@ pub struct Reference {
     pub config_json: String,
     pub shape: DecoderShape,
     pub projections: Projections,
+    /// Routed experts in place of every layer's feed-forward.
+    pub experts: Option<Experts>,
+}
+
+/// A mixture-of-experts checkpoint's expert tensors, as its family's Hugging Face layout names
+/// them.
+#[derive(Clone, Copy, Debug)]
+pub enum Experts {
+    /// A router `[count, hidden]` and one gate, up and down tensor per expert, in the
+    /// projections' type: names under the layer's prefix (`model.layers.{l}.`), `{e}` the
+    /// expert.
+    PerExpert {
+        count: u64,
+        expert_ff: u64,
+        router: &'static str,
+        gate: &'static str,
+        up: &'static str,
+        down: &'static str,
+    },
+    /// gpt-oss as released: a biased router, MXFP4 stacks of every expert (`{stack}_blocks` U8
+    /// `[count, out, in / 32, 16]`, `{stack}_scales` U8 `[count, out, in / 32]`, gate and up
+    /// rows interleaved in one stack) with BF16 biases, attention sinks and an output bias.
+    GptOssMxfp4 { count: u64, expert_ff: u64 },
 }
 
 pub fn qwen2_5_0_5b() -> Reference {
@@ -193,6 +260,7 @@ pub fn qwen2_5_0_5b() -> Reference {
             sandwich_norms: false,
         },
         projections: Projections::Stored(BF16),
+        experts: None,
     }
 }
 
@@ -222,6 +290,7 @@ pub fn qwen3_0_6b() -> Reference {
             sandwich_norms: false,
         },
         projections: Projections::Stored(BF16),
+        experts: None,
     }
 }
 
@@ -254,6 +323,7 @@ pub fn smollm2_135m() -> Reference {
             sandwich_norms: false,
         },
         projections: Projections::Stored(Q4_1),
+        experts: None,
     }
 }
 
@@ -287,6 +357,7 @@ pub fn gemma3_270m() -> Reference {
             sandwich_norms: true,
         },
         projections: Projections::Stored(Q5_0),
+        experts: None,
     }
 }
 
@@ -320,6 +391,7 @@ pub fn llama_3_1_8b() -> Reference {
         config_json: LLAMA_3_1_8B_CONFIG.into(),
         shape: LLAMA_3_1_8B_SHAPE,
         projections: Projections::Stored(BF16),
+        experts: None,
     }
 }
 
@@ -331,6 +403,7 @@ pub fn llama_3_1_8b_q4_k() -> Reference {
         config_json: LLAMA_3_1_8B_CONFIG.into(),
         shape: LLAMA_3_1_8B_SHAPE,
         projections: Projections::Stored(Q4_K),
+        experts: None,
     }
 }
 
@@ -347,6 +420,7 @@ pub fn llama_3_1_8b_gptq() -> Reference {
             act_order: true,
             zeros: GptqZeros::V1PlusOne,
         })),
+        experts: None,
     }
 }
 
@@ -373,6 +447,7 @@ pub fn one_layer(name: &'static str, projections: Projections) -> Reference {
             sandwich_norms: false,
         },
         projections,
+        experts: None,
     }
 }
 
@@ -405,6 +480,158 @@ pub fn gemma3_27b() -> Reference {
             sandwich_norms: true,
         },
         projections: Projections::Stored(BF16),
+        experts: None,
+    }
+}
+
+/// Qwen3-30B-A3B: 128 routed experts of 768 features a layer, 8 per token, renormalized.
+pub fn qwen3_30b_a3b() -> Reference {
+    Reference {
+        name: "Qwen3-30B-A3B",
+        config_json: r#"{
+            "model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48,
+            "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+            "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+            "num_experts_per_tok": 8, "norm_topk_prob": true, "decoder_sparse_step": 1,
+            "mlp_only_layers": [], "vocab_size": 151936, "max_position_embeddings": 40960,
+            "rope_theta": 1000000.0, "rms_norm_eps": 1e-06, "hidden_act": "silu",
+            "tie_word_embeddings": false, "attention_bias": false, "use_sliding_window": false,
+            "sliding_window": null, "bos_token_id": 151643, "eos_token_id": 151645,
+            "torch_dtype": "bfloat16"
+        }"#
+        .into(),
+        shape: DecoderShape {
+            hidden: 2048,
+            layers: 48,
+            n_heads: 32,
+            n_kv_heads: 4,
+            head_dim: 128,
+            intermediate: 6144,
+            vocab: 151936,
+            tied: false,
+            qkv_bias: false,
+            qk_norm: true,
+            sandwich_norms: false,
+        },
+        projections: Projections::Stored(BF16),
+        experts: Some(Experts::PerExpert {
+            count: 128,
+            expert_ff: 768,
+            router: "mlp.gate.weight",
+            gate: "mlp.experts.{e}.gate_proj",
+            up: "mlp.experts.{e}.up_proj",
+            down: "mlp.experts.{e}.down_proj",
+        }),
+    }
+}
+
+/// Mixtral with `hidden`, `layers`, `n_heads`, `ff` and `vocab` as published, 8 experts, 2 a
+/// token.
+fn mixtral(
+    name: &'static str,
+    hidden: u64,
+    layers: usize,
+    n_heads: u64,
+    ff: u64,
+    vocab: u64,
+    positions: u64,
+) -> Reference {
+    Reference {
+        name,
+        config_json: format!(
+            r#"{{
+            "model_type": "mixtral", "hidden_size": {hidden}, "num_hidden_layers": {layers},
+            "num_attention_heads": {n_heads}, "num_key_value_heads": 8,
+            "intermediate_size": {ff}, "num_local_experts": 8, "num_experts_per_tok": 2,
+            "vocab_size": {vocab}, "max_position_embeddings": {positions},
+            "rope_theta": 1000000.0, "rms_norm_eps": 1e-05, "sliding_window": null,
+            "tie_word_embeddings": false, "hidden_act": "silu", "bos_token_id": 1,
+            "eos_token_id": 2, "torch_dtype": "bfloat16"
+        }}"#
+        ),
+        shape: DecoderShape {
+            hidden,
+            layers,
+            n_heads,
+            n_kv_heads: 8,
+            head_dim: hidden / n_heads,
+            intermediate: ff,
+            vocab,
+            tied: false,
+            qkv_bias: false,
+            qk_norm: false,
+            sandwich_norms: false,
+        },
+        projections: Projections::Stored(BF16),
+        // Mixtral's experts under `block_sparse_moe`: `w1` the gate, `w3` the up, `w2` the down.
+        experts: Some(Experts::PerExpert {
+            count: 8,
+            expert_ff: ff,
+            router: "block_sparse_moe.gate.weight",
+            gate: "block_sparse_moe.experts.{e}.w1",
+            up: "block_sparse_moe.experts.{e}.w3",
+            down: "block_sparse_moe.experts.{e}.w2",
+        }),
+    }
+}
+
+pub fn mixtral_8x7b() -> Reference {
+    mixtral("Mixtral-8x7B", 4096, 32, 32, 14336, 32000, 32768)
+}
+
+/// Its expert stacks (8 x 16384 x 6144 BF16, 1.6 GB a projection) are over wgpu's single-buffer
+/// limit.
+pub fn mixtral_8x22b() -> Reference {
+    mixtral("Mixtral-8x22B", 6144, 56, 48, 16384, 32000, 65536)
+}
+
+/// gpt-oss-20b as released: MXFP4 expert stacks (32 experts, 4 a token), attention sinks, every
+/// other layer sliding over 128 positions, YaRN.
+pub fn gpt_oss_20b() -> Reference {
+    let layer_types = (0..24)
+        .map(|l| {
+            if l % 2 == 0 {
+                "\"sliding_attention\""
+            } else {
+                "\"full_attention\""
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    Reference {
+        name: "gpt-oss-20b",
+        config_json: format!(
+            r#"{{
+            "model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
+            "num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8,
+            "head_dim": 64, "num_local_experts": 32, "num_experts_per_tok": 4,
+            "vocab_size": 201088, "max_position_embeddings": 131072, "rope_theta": 150000,
+            "rope_scaling": {{"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                "beta_slow": 1.0, "truncate": false, "original_max_position_embeddings": 4096}},
+            "sliding_window": 128, "layer_types": [{layer_types}], "attention_bias": true,
+            "rms_norm_eps": 1e-05, "hidden_act": "silu", "swiglu_limit": 7.0,
+            "tie_word_embeddings": false, "eos_token_id": 200002, "pad_token_id": 199999,
+            "torch_dtype": "bfloat16", "quantization_config": {{"quant_method": "mxfp4"}}
+        }}"#
+        ),
+        shape: DecoderShape {
+            hidden: 2880,
+            layers: 24,
+            n_heads: 64,
+            n_kv_heads: 8,
+            head_dim: 64,
+            intermediate: 2880,
+            vocab: 201088,
+            tied: false,
+            qkv_bias: true,
+            qk_norm: false,
+            sandwich_norms: false,
+        },
+        projections: Projections::Stored(BF16),
+        experts: Some(Experts::GptOssMxfp4 {
+            count: 32,
+            expert_ff: 2880,
+        }),
     }
 }
 
@@ -420,7 +647,7 @@ pub fn build(r: &Reference) -> Box<dyn Model> {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join(poot_load::CONFIG_FILE), &r.config_json).unwrap();
     let config = poot_load::peek_config(&dir).unwrap();
-    let index = SyntheticIndex::hugging_face(&r.shape, BF16, r.projections);
+    let index = SyntheticIndex::hugging_face(&r.shape, BF16, r.projections, r.experts);
     let registry = Registry::builtin().unwrap();
     let family = registry.resolve(&config).unwrap();
     (family.build)(&config, &index)
