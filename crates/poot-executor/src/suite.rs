@@ -2773,15 +2773,38 @@ pub fn open_engine<D: crate::Device>(
     open: impl FnOnce() -> Result<D, crate::DeviceError>,
     max_buffer_bytes: Option<u64>,
 ) -> Option<crate::Engine<D>> {
+    open_engine_with(backend, open, |target| {
+        if let Some(limit) = max_buffer_bytes {
+            target.limits.max_buffer_bytes = limit;
+        }
+    })
+}
+
+/// [`open_engine`] with block-quantized weights staged from their blocks in tiles on every
+/// target (`block_tiles=2`: products on the FMA pipes where the device has no matrix units).
+pub fn open_block_tiles_engine<D: crate::Device>(
+    backend: poot_graph_plan::Backend,
+    open: impl FnOnce() -> Result<D, crate::DeviceError>,
+) -> Option<crate::Engine<D>> {
+    open_engine_with(backend, open, |target| {
+        target.tuning.block_tiles = poot_graph_plan::BlockTiles::Everywhere;
+    })
+}
+
+/// Opens the device (`None`, with a `SKIP` line, where it is unavailable) with the target it
+/// reports under `POOT_TUNING`, then `adjust`ed.
+fn open_engine_with<D: crate::Device>(
+    backend: poot_graph_plan::Backend,
+    open: impl FnOnce() -> Result<D, crate::DeviceError>,
+    adjust: impl FnOnce(&mut poot_graph_plan::Target),
+) -> Option<crate::Engine<D>> {
     match open() {
         Ok(device) => {
             let mut target = device.limits().target(backend);
             // A planner setting to check on this device (`POOT_TUNING`, as backends read it).
             target.tuning = poot_graph_plan::Tuning::from_env()
                 .unwrap_or_else(|e| panic!("POOT_TUNING for the suite: {e}"));
-            if let Some(limit) = max_buffer_bytes {
-                target.limits.max_buffer_bytes = limit;
-            }
+            adjust(&mut target);
             Some(crate::Engine::new(device, target))
         }
         Err(crate::DeviceError::Unavailable { backend: b, reason }) => {
@@ -2790,6 +2813,21 @@ pub fn open_engine<D: crate::Device>(
         }
         Err(e) => panic!("opening the {backend} device failed: {e}"),
     }
+}
+
+/// The cases with block-quantized weights (every format's contractions over few and many rows,
+/// sibling and gated projections, decoder layers), printing one line each: what
+/// [`open_block_tiles_engine`]'s tiles stage from the blocks.
+pub fn run_block_weights(exec: &mut dyn Executor) -> Vec<Outcome> {
+    cases()
+        .into_iter()
+        .filter(|c| c.name.contains("weights") || c.name.contains("projections"))
+        .map(|case| {
+            let o = run_case(exec, &case);
+            report(&o);
+            o
+        })
+        .collect()
 }
 
 /// Every case, then [`check_copy`] and [`check_copy_bandwidth`], on `engine`; panics naming
@@ -2832,6 +2870,16 @@ macro_rules! device_suite {
             let limit = Some($crate::suite::SPLIT_LIMIT_BYTES);
             if let Some(mut engine) = $crate::suite::open_engine($backend, $open, limit) {
                 $crate::suite::assert_all_passed(&$crate::suite::run_split(&mut engine));
+            }
+        }
+
+        /// Block-quantized weights staged from their blocks a unit per thread and rounded to
+        /// f16 (`block_tiles=2`, on the FMA pipes where the device has no matrix units) match
+        /// the rounded oracle: the staging the matrix-unit kernels use, on every backend.
+        #[test]
+        fn block_tiles_match_the_rounded_oracle() {
+            if let Some(mut engine) = $crate::suite::open_block_tiles_engine($backend, $open) {
+                $crate::suite::assert_all_passed(&$crate::suite::run_block_weights(&mut engine));
             }
         }
 
