@@ -2643,18 +2643,13 @@ pub fn cases() -> Vec<Case> {
 /// set, only the cases whose names contain it run (a `SKIP` line names each other one).
 pub fn run(exec: &mut dyn Executor) -> Vec<Outcome> {
     let only = std::env::var("POOT_SUITE_ONLY").ok();
-    let mut outcomes = Vec::new();
-    for case in cases() {
-        if let Some(only) = &only
-            && !case.name.contains(only.as_str())
-        {
-            println!("SKIP {} (POOT_SUITE_ONLY={only})", case.name);
-            continue;
+    let mut outcomes = run_matching(exec, |name| match &only {
+        Some(only) if !name.contains(only.as_str()) => {
+            println!("SKIP {name} (POOT_SUITE_ONLY={only})");
+            false
         }
-        let o = run_case(exec, &case);
-        report(&o);
-        outcomes.push(o);
-    }
+        _ => true,
+    });
     let (case, _) = overlapped_case();
     if only
         .as_ref()
@@ -2819,9 +2814,16 @@ fn open_engine_with<D: crate::Device>(
 /// sibling and gated projections, decoder layers), printing one line each: what
 /// [`open_block_tiles_engine`]'s tiles stage from the blocks.
 pub fn run_block_weights(exec: &mut dyn Executor) -> Vec<Outcome> {
+    run_matching(exec, |name| {
+        name.contains("weights") || name.contains("projections")
+    })
+}
+
+/// Runs the cases whose names `wanted` takes, printing one line each.
+fn run_matching(exec: &mut dyn Executor, mut wanted: impl FnMut(&str) -> bool) -> Vec<Outcome> {
     cases()
         .into_iter()
-        .filter(|c| c.name.contains("weights") || c.name.contains("projections"))
+        .filter(|case| wanted(&case.name))
         .map(|case| {
             let o = run_case(exec, &case);
             report(&o);

@@ -49,14 +49,13 @@ pub fn round_half_operands<'g>(
     if !half_weights_rounded && !target.block_tiles() {
         return Ok(Cow::Borrowed(graph));
     }
-    let library = target.library_contractions();
     let min_rows = target.tiled_min_rows();
     let wanted = |j: usize| -> Option<Rounding> {
         let e = &graph.eqns()[j];
         let (half, decode) = match half_weights(graph, j, min_rows) {
             Some(half) if half_weights_rounded => (half, None),
             Some(_) => return None,
-            None if (library && decoded_for_library(graph, j, target))
+            None if decoded_for_library(graph, j, target)
                 || decoded_for_tiles(graph, j, target) =>
             {
                 (DType::F16, Some(e.inputs[1]))
@@ -259,7 +258,7 @@ pub(crate) fn append(
 }
 
 /// Whether contraction `eqn` is one whose block-quantized weights a device library multiplies
-/// once decoded to f16: a tiled contraction of at least
+/// once decoded to f16 (where the device has one): a tiled contraction of at least
 /// [`Tuning::library_packed_rows`](crate::Tuning::library_packed_rows) rows against
 /// a stored rank-2 GGUF block constant, `[columns, depth]` as checkpoints store it, with both a
 /// multiple of 8.
@@ -274,8 +273,7 @@ pub(crate) fn decoded_for_library(g: &Graph, eqn: usize, target: &Target) -> boo
         return false;
     }
     let w = &g.values()[e.inputs[1].index()];
-    let out = g.values()[e.out.index()].ty.dims();
-    let rows: usize = out[..out.len() - 1].iter().product();
+    let rows = crate::lower::contraction_rows(g, eqn);
     let dims = w.ty.dims();
     let block = match w.ty.dtype {
         DType::Packed(t) => matches!(
@@ -286,7 +284,7 @@ pub(crate) fn decoded_for_library(g: &Graph, eqn: usize, target: &Target) -> boo
     };
     block
         && matches!(w.storage, Storage::Const(_))
-        && rows >= target.tuning.library_packed_rows
+        && target.library_takes_blocks(rows)
         && dims.len() == 2
         && dims.iter().all(|d| d.is_multiple_of(8))
         && i32::try_from(dims[0]).is_ok()
@@ -305,7 +303,7 @@ pub(crate) fn decoded_for_tiles(g: &Graph, eqn: usize, target: &Target) -> bool 
                 transpose_rhs: true,
             })
         || !crate::lower::tiled_contraction(g, eqn, target.tiled_min_rows())
-        || (target.library_contractions() && decoded_for_library(g, eqn, target))
+        || decoded_for_library(g, eqn, target)
     {
         return false;
     }

@@ -583,6 +583,13 @@ impl Target {
         }
     }
 
+    /// Whether the library takes a contraction of `rows` left-side rows against
+    /// block-quantized weights (decoded to f16 for it): from
+    /// [`Tuning::library_packed_rows`] rows, where the device has a library.
+    pub fn library_takes_blocks(&self, rows: usize) -> bool {
+        self.library_contractions() && rows >= self.tuning.library_packed_rows
+    }
+
     /// Whether tiled contractions of fewer rows than the library's against block-quantized
     /// weights multiply in f16 on the matrix units, their weights decoded per staged slice
     /// ([`Tuning::block_tiles`]): where the device has matrix units and the tuning allows.

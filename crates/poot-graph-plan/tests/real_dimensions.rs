@@ -277,12 +277,7 @@ fn mixtral_8x7b_plans_at_real_dimensions() {
 fn gpt_oss_20b_plans_at_real_dimensions() {
     plans_at_real_dimensions(gpt_oss_20b(), Some(32768));
     let model = build(&gpt_oss_20b());
-    let graph = model
-        .trace(
-            &StepSpec::step(StepShape::new(1, PREFILL_TOKENS, 131072)),
-            TraceLimits::standard(MAX_STEP_TOKENS),
-        )
-        .unwrap();
+    let graph = trace_step(model.as_ref(), PREFILL_TOKENS, 131072);
     let err = compile(&graph, &Target::ptx_preset()).unwrap_err();
     assert!(
         matches!(err.root(), PlanError::IndexOverflow { label, .. } if label.contains("attn")),
@@ -296,12 +291,7 @@ fn gpt_oss_20b_plans_at_real_dimensions() {
 fn mixtral_8x22b_is_refused_on_wgpus_buffer_limit() {
     let r = mixtral_8x22b();
     let model = build(&r);
-    let graph = model
-        .trace(
-            &StepSpec::step(StepShape::new(1, 1, 4096)),
-            TraceLimits::standard(MAX_STEP_TOKENS),
-        )
-        .unwrap();
+    let graph = trace_decode(model.as_ref());
     let err = compile(&graph, &Target::wgpu_preset()).unwrap_err();
     println!("{}: {err}", r.name);
     assert!(
@@ -360,9 +350,18 @@ fn llama_3_1_8b_gptq_plans_at_real_dimensions() {
 }
 
 fn trace_decode(model: &dyn poot_models::Model) -> poot_graph_ir::Graph {
+    trace_step(model, 1, 4096)
+}
+
+/// One row's step of `tokens` over `capacity` positions.
+fn trace_step(
+    model: &dyn poot_models::Model,
+    tokens: usize,
+    capacity: usize,
+) -> poot_graph_ir::Graph {
     model
         .trace(
-            &StepSpec::step(StepShape::new(1, 1, 4096)),
+            &StepSpec::step(StepShape::new(1, tokens, capacity)),
             TraceLimits::standard(MAX_STEP_TOKENS),
         )
         .unwrap()
@@ -694,10 +693,7 @@ fn batched_steps_multiply_block_weights_in_f16_tiles_decoded_per_slice() {
             if let Some(tk) = slice {
                 assert_eq!(tk, gate_up_slice, "{what}: {}", k.name);
             }
-            let cuda = poot_kernel::render::render_cuda(k).unwrap();
-            if let Ok(dir) = std::env::var("POOT_DUMP_TILES") {
-                std::fs::write(format!("{dir}/{rows}_{}.cu", k.name), cuda).unwrap();
-            }
+            poot_kernel::render::render_cuda(k).unwrap();
         }
         println!(
             "{what}: {} tiled kernels, scratch {:.1} MiB (tf32 tiles: {:.1} MiB)",

@@ -94,12 +94,15 @@ const SPLIT_K_MIN_PART: u32 = 64;
 /// every row (rank 2) with at least `min_rows` rows ([`Target::tiled_min_rows`]).
 pub(crate) fn tiled(g: &Graph, eqn: usize, min_rows: usize) -> bool {
     let e = &g.eqns()[eqn];
-    if !matches!(e.op, OpKind::MatMul { .. }) {
-        return false;
-    }
-    let out = g.values()[e.out.index()].ty.dims();
-    let rows: usize = out[..out.len().saturating_sub(1)].iter().product();
-    g.values()[e.inputs[1].index()].ty.rank() == 2 && rows >= min_rows
+    matches!(e.op, OpKind::MatMul { .. })
+        && g.values()[e.inputs[1].index()].ty.rank() == 2
+        && contraction_rows(g, eqn) >= min_rows
+}
+
+/// The left-side rows of contraction `eqn`: its output's elements over its last axis.
+pub(crate) fn contraction_rows(g: &Graph, eqn: usize) -> usize {
+    let out = g.values()[g.eqns()[eqn].out.index()].ty.dims();
+    out[..out.len().saturating_sub(1)].iter().product()
 }
 
 /// The f16 decoding of contraction `eqn`'s block weights, when a tiled kernel stages them
@@ -116,9 +119,7 @@ pub(crate) fn block_tiled(g: &Graph, eqn: usize, target: &Target) -> Option<Deco
     {
         return None;
     }
-    let out = g.values()[e.out.index()].ty.dims();
-    let rows: usize = out[..out.len() - 1].iter().product();
-    if target.library_contractions() && rows >= target.tuning.library_packed_rows {
+    if target.library_takes_blocks(contraction_rows(g, eqn)) {
         return None;
     }
     decoded_blocks(g, e.inputs[1])
@@ -279,8 +280,11 @@ impl Tiled {
             .max()
             .unwrap_or(1);
         let t = Tiles::new(lead, tiles_n);
-        let k_max = passes.iter().map(|p| p.k_len).max().unwrap_or(0);
-        let splits = k_splits(t.tiles_m * t.tiles_n, k_max, SPLIT_K_WORKGROUPS);
+        let splits = k_splits(
+            t.tiles_m * t.tiles_n,
+            max_k_len(&passes),
+            SPLIT_K_WORKGROUPS,
+        );
         Tiled {
             label,
             passes,
@@ -297,12 +301,18 @@ impl Tiled {
 
     /// Output columns over every sum and weight choice.
     fn columns(&self) -> u64 {
-        self.passes
-            .iter()
-            .flat_map(|p| p.sums.iter().flatten())
-            .map(|w| u64::from(w.n))
-            .sum()
+        self.weights().map(|w| u64::from(w.n)).sum()
     }
+
+    /// Every weight choice of every sum of every pass.
+    fn weights(&self) -> impl Iterator<Item = &Weights> {
+        self.passes.iter().flat_map(|p| p.sums.iter().flatten())
+    }
+}
+
+/// The longest contraction axis of `passes`.
+fn max_k_len(passes: &[Pass]) -> u32 {
+    passes.iter().map(|p| p.k_len).max().unwrap_or(0)
 }
 
 /// Splits of a contraction over `k_len` elements whose outputs are `tiles` tiles: enough for
@@ -512,10 +522,7 @@ impl Lowering<'_> {
         // Weights decoded from their blocks are staged in the widest slices that fit and
         // divide every contraction: a unit per thread, and fewer barriers per element.
         if self.decodes_blocks(&tiled) {
-            let mut t = Tiles {
-                tk: TK,
-                ..tiled.t.clone()
-            };
+            let mut t = tiled.t.clone();
             for tk in BLOCK_TK {
                 t.tk = tk;
                 if fits(&t) && tiled.passes.iter().all(|p| p.k_len.is_multiple_of(tk)) {
@@ -528,8 +535,11 @@ impl Lowering<'_> {
             // read from a buffer computed once, not recomputed by every column tile.
             let workgroups = self.target.tuning.block_workgroups
                 * limits.multiprocessors.unwrap_or(SPLIT_K_WORKGROUPS);
-            let k_max = tiled.passes.iter().map(|p| p.k_len).max().unwrap_or(0);
-            tiled.splits = k_splits(tiled.t.tiles_m * tiled.t.tiles_n, k_max, workgroups);
+            tiled.splits = k_splits(
+                tiled.t.tiles_m * tiled.t.tiles_n,
+                max_k_len(&tiled.passes),
+                workgroups,
+            );
             for pass in &tiled.passes {
                 self.materialized(pass.lhs)?;
             }
@@ -625,9 +635,7 @@ impl Lowering<'_> {
         };
         // Weights decoded from blocks for these tiles were rounded to f16 for this.
         let all_decoded = tiled
-            .passes
-            .iter()
-            .flat_map(|p| p.sums.iter().flatten())
+            .weights()
             .all(|w| decoded_blocks(self.g, w.rhs).is_some());
         match self.target.matrix_units() {
             MatrixUnits::Off => None,
@@ -651,9 +659,7 @@ impl Lowering<'_> {
     /// Whether some weight of `tiled` is staged from its stored blocks.
     fn decodes_blocks(&self, tiled: &Tiled) -> bool {
         tiled
-            .passes
-            .iter()
-            .flat_map(|p| p.sums.iter().flatten())
+            .weights()
             .any(|w| w.transpose && decoded_blocks(self.g, w.rhs).is_some())
     }
 

@@ -127,9 +127,9 @@ fn library_operands(
             let decoded = decoded_blocks(g, rhs);
             // Fewer rows than the library takes: the decoding is the tiled kernels' (see
             // `crate::precision::decoded_for_tiles`).
-            let out = g.values()[e.out.index()].ty.dims();
-            let rows: usize = out[..out.len().saturating_sub(1)].iter().product();
-            if decoded.is_some() && rows < target.tuning.library_packed_rows {
+            if decoded.is_some()
+                && !target.library_takes_blocks(super::gemm::contraction_rows(g, i))
+            {
                 return None;
             }
             let (words, source) = match decoded {

@@ -23,8 +23,8 @@ mod library;
 mod rows;
 mod split;
 
-pub(crate) use gemm::stages_blocks;
 pub(crate) use gemm::tiled as tiled_contraction;
+pub(crate) use gemm::{contraction_rows, stages_blocks};
 pub(crate) use library::exact_operands as exact_library_weights;
 
 use std::collections::{HashMap, HashSet};
