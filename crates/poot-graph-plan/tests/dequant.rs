@@ -318,6 +318,27 @@ fn check_elements(
     what: &str,
 ) {
     let first = env.eval_u32(&unit.first).expect("first element");
+    if window.is_some() {
+        // A unit's elements come in aligned runs of 8 (the tiles store them 4 words at a time
+        // as packed pairs of halves).
+        let mut offs: Vec<u32> = unit
+            .groups
+            .iter()
+            .flat_map(|g| g.elements.iter().map(|e| e.0))
+            .collect();
+        offs.sort_unstable();
+        assert_eq!(
+            first % 8,
+            0,
+            "{what}: first element {first} is not a multiple of 8"
+        );
+        for run in offs.chunks(8) {
+            assert!(
+                run.len() == 8 && run[0] % 8 == 0 && run.iter().zip(run[0]..).all(|(&o, w)| o == w),
+                "{what}: offsets {run:?} are not an aligned run of 8"
+            );
+        }
+    }
     for group in &unit.groups {
         for (off, value) in &group.elements {
             let value = match (&group.scale, &group.bias) {

@@ -616,9 +616,9 @@ fn batched_steps_multiply_block_weights_in_f16_tiles_decoded_per_slice() {
     on.tuning.library_packed_rows = 128;
     let mut off = on.clone();
     off.tuning.block_tiles = poot_graph_plan::BlockTiles::Off;
-    // 16 rows take 32-row tiles (slices of 64 elements fit beside two weight slices); 64 rows
-    // take 64-row tiles, whose gate and up slices fit in 48 KiB at 32 elements.
-    for (rows, gate_up_slice) in [(16, 64), (64, 32)] {
+    // 16 rows take 32-row tiles, 64 rows 64-row tiles: staged as pairs of halves, both fit
+    // slices of 64 elements beside two weight slices.
+    for (rows, gate_up_slice) in [(16, 64), (64, 64)] {
         let shape = StepShape::new(rows, 1, capacity).with_kv(kv);
         let graph = model
             .trace(
@@ -684,12 +684,12 @@ fn batched_steps_multiply_block_weights_in_f16_tiles_decoded_per_slice() {
                 "{what}: {} still takes tf32 products",
                 k.name
             );
-            // Slices of `tk` elements and 8 words of padding a weight column.
+            // Slices of `tk` elements packed in pairs and 4 words of padding a weight column.
             let slice = k
                 .shared
                 .iter()
                 .find(|a| a.name == "tile_b1")
-                .map(|a| a.len / 64 - 8);
+                .map(|a| (a.len / 64 - 4) * 2);
             if let Some(tk) = slice {
                 assert_eq!(tk, gate_up_slice, "{what}: {}", k.name);
             }

@@ -744,6 +744,7 @@ fn the_table_covers_every_variant() {
         "TeamSum",
         "MmaTf32",
         "MmaHalf",
+        "StoreSharedHalves",
         "Barrier",
         "Fault",
     ] {
@@ -775,6 +776,11 @@ fn walk(body: &[Stmt], stmts: &mut Vec<&'static str>, exprs: &mut Vec<&'static s
             Stmt::TeamSum { .. } => ("TeamSum", vec![], vec![]),
             Stmt::MmaTf32 { a, b, .. } => ("MmaTf32", a.iter().chain(b).collect(), vec![]),
             Stmt::MmaHalf { a, b, .. } => ("MmaHalf", a.iter().chain(b).collect(), vec![]),
+            Stmt::StoreSharedHalves { index, values, .. } => (
+                "StoreSharedHalves",
+                std::iter::once(index).chain(values).collect(),
+                vec![],
+            ),
             Stmt::Barrier => ("Barrier", vec![], vec![]),
             Stmt::Fault { .. } => ("Fault", vec![], vec![]),
         };

@@ -191,10 +191,27 @@ impl KernelBuilder {
         self.push(Stmt::MmaTf32 { acc, a, b });
     }
 
-    /// Adds the product of the warp's `half` tiles `a` and `b` (f32 values, rounded to `half`)
-    /// to its sums `acc` ([`Stmt::MmaHalf`]).
-    pub fn mma_half(&mut self, half: Half, acc: [Var; 4], a: [Expr; 8], b: [Expr; 4]) {
+    /// Adds the product of the warp's `half` tiles `a` and `b` (u32 words of packed pairs) to
+    /// its sums `acc` ([`Stmt::MmaHalf`]).
+    pub fn mma_half(&mut self, half: Half, acc: [Var; 4], a: [Expr; 4], b: [Expr; 2]) {
         self.push(Stmt::MmaHalf { half, acc, a, b });
+    }
+
+    /// Stores `values` rounded to `half` and packed in pairs into the words of u32 shared array
+    /// `arr` from `index` ([`Stmt::StoreSharedHalves`]).
+    pub fn store_shared_halves(
+        &mut self,
+        half: Half,
+        arr: SharedId,
+        index: Expr,
+        values: Vec<Expr>,
+    ) {
+        self.push(Stmt::StoreSharedHalves {
+            half,
+            arr,
+            index,
+            values,
+        });
     }
 
     pub fn fault(&mut self, code: u32) {

@@ -276,19 +276,30 @@ pub enum Stmt {
     },
     /// The warp's 16 x 8 tile of f32 sums plus the product of a 16 x 16 tile of A and a 16 x 8
     /// tile of B, both in `half` precision, on the matrix units: PTX's
-    /// `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32`. The operands are f32
-    /// values, each rounded to the nearest `half` value (ties to even) and packed in pairs
-    /// before the product: exact for values the graph already rounded to `half`, whose products
-    /// f32 then holds exactly. With `g` the lane / 4 and `t` the lane % 4, a lane holds the sums
-    /// `acc` as in [`Stmt::MmaTf32`] and passes `a` = `A[g][2t], A[g][2t+1], A[g+8][2t],
-    /// A[g+8][2t+1], A[g][2t+8], A[g][2t+9], A[g+8][2t+8], A[g+8][2t+9]` and `b` = `B[2t][g],
-    /// B[2t+1][g], B[2t+8][g], B[2t+9][g]`. Every thread of the warp reaches it together; only
-    /// for targets with matrix units (the planner's `Target::matrix_units`).
+    /// `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32`. Each operand is a u32
+    /// word holding two `half` values, the first in its low 16 bits (as
+    /// [`Stmt::StoreSharedHalves`] packs them); f32 holds every product exactly. With `g` the
+    /// lane / 4 and `t` the lane % 4, a lane holds the sums `acc` as in [`Stmt::MmaTf32`] and
+    /// passes `a` = the pairs `A[g][2t..2t+2], A[g+8][2t..2t+2], A[g][2t+8..2t+10],
+    /// A[g+8][2t+8..2t+10]` and `b` = `B[2t..2t+2][g], B[2t+8..2t+10][g]`. Every thread of the
+    /// warp reaches it together; only for targets with matrix units (the planner's
+    /// `Target::matrix_units`).
     MmaHalf {
         half: Half,
         acc: [Var; 4],
-        a: [Expr; 8],
-        b: [Expr; 4],
+        a: [Expr; 4],
+        b: [Expr; 2],
+    },
+    /// Stores f32 `values` (2, 4 or 8) rounded to the nearest `half` value (ties to even) and
+    /// packed in pairs, the first of each pair in the low 16 bits, as `values.len() / 2`
+    /// consecutive words from `index` of u32 shared array `arr`, in one wide store. `index` is
+    /// a multiple of the word count (the planner proves it). The staging of
+    /// [`Stmt::MmaHalf`]'s operands: only for targets with matrix units.
+    StoreSharedHalves {
+        half: Half,
+        arr: SharedId,
+        index: Expr,
+        values: Vec<Expr>,
     },
     /// A workgroup barrier; only in control flow every thread of the workgroup takes.
     Barrier,
@@ -565,6 +576,31 @@ impl Kernel {
                 Stmt::MmaHalf { half: _, acc, a, b } => {
                     self.expect_vars(acc, Ty::F32, "matrix tile sums in")?;
                     for e in a.iter().chain(b) {
+                        self.expect(e, Ty::U32)?;
+                    }
+                }
+                Stmt::StoreSharedHalves {
+                    half: _,
+                    arr,
+                    index,
+                    values,
+                } => {
+                    let arr_ty = self
+                        .shared
+                        .get(arr.0 as usize)
+                        .ok_or_else(|| self.unknown("shared array", arr.0))?
+                        .ty;
+                    if !matches!(values.len(), 2 | 4 | 8) || arr_ty != Ty::U32 {
+                        return Err(KernelError::Type {
+                            kernel: self.name.clone(),
+                            what: format!(
+                                "{} halves stored into a {arr_ty} shared array",
+                                values.len()
+                            ),
+                        });
+                    }
+                    self.expect(index, Ty::U32)?;
+                    for e in values {
                         self.expect(e, Ty::F32)?;
                     }
                 }

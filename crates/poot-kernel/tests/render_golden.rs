@@ -1,7 +1,9 @@
 //! The exact CUDA and WGSL text of one small kernel, so any change to the renderers' output
 //! shows up in review (and in the PTX cache, which keys on this text).
 
-use poot_kernel::build::{KernelBuilder, f32c, group_id, load, load_half, local_id, lt, max, u32c};
+use poot_kernel::build::{
+    KernelBuilder, f32c, group_id, load, load_half, load_shared, local_id, lt, max, u32c,
+};
 use poot_kernel::render::{RenderError, render_cuda, render_wgsl};
 use poot_kernel::{Access, Expr, Half, Kernel, Ty, Word};
 
@@ -40,33 +42,38 @@ fn golden_wgsl() {
     assert_eq!(got.fault_binding, Some(3));
 }
 
-/// One warp's half-precision matrix product: the 12 operands of lane `l` at `x[12 l..]`, its 4
-/// sums to `y[4 l..]`.
+/// One warp's half-precision matrix product: the 12 operands of lane `l` at `x[12 l..]`, staged
+/// as 6 packed words in shared memory (4 in one store, 2 in another), its 4 sums to `y[4 l..]`.
 fn half_tile_kernel(half: Half) -> Kernel {
     let mut b = KernelBuilder::new("tile", 32);
     let x = b.param("x", Word::F32, Access::Read);
     let y = b.param("y", Word::F32, Access::ReadWrite);
+    let sh = b.shared("pairs", Ty::U32, 32 * 8);
     let at = |i: u32| load(x, local_id() * u32c(12) + u32c(i));
     let ops: Vec<Expr> = (0..12).map(|i| b.let_(Ty::F32, at(i))).collect();
+    let base = local_id() * u32c(8);
+    b.store_shared_halves(half, sh, base.clone(), ops[..8].to_vec());
+    b.store_shared_halves(half, sh, base.clone() + u32c(4), ops[8..].to_vec());
+    let word = |i: u32| load_shared(sh, base.clone() + u32c(i));
     let acc = [0, 1, 2, 3].map(|_| b.var(Ty::F32, f32c(0.0)));
-    let a: [Expr; 8] = std::array::from_fn(|i| ops[i].clone());
-    let w: [Expr; 4] = std::array::from_fn(|i| ops[8 + i].clone());
-    b.mma_half(half, acc, a, w);
+    b.mma_half(half, acc, [0, 1, 2, 3].map(word), [4, 5].map(word));
     for (i, v) in acc.into_iter().enumerate() {
         b.store(y, local_id() * u32c(4) + u32c(i as u32), Expr::Var(v));
     }
     b.finish()
 }
 
-/// The statement's exact CUDA: each operand pair rounded and packed by one `cvt` (the first
-/// of a pair in the low half), then one `mma.sync`; WGSL refuses it by name.
+/// The statements' exact CUDA: each operand pair rounded and packed by one `cvt` (the first
+/// of a pair in the low half) and stored in one wide store, then one `mma.sync` on the words;
+/// WGSL refuses them by name.
 #[test]
 fn golden_half_matrix_tile() {
     let got = render_cuda(&half_tile_kernel(Half::F16)).expect("renders");
     let start = got
         .find("    {\n        unsigned poot_h0")
-        .expect("the product's block");
-    let end = start + got[start..].find("\n    }\n").expect("its end") + 7;
+        .expect("the staging's block");
+    let end = start + got[start..].find("asm volatile").expect("the product");
+    let end = end + got[end..].find('\n').expect("its end") + 1;
     assert_eq!(&got[start..end], GOLDEN_HALF_TILE, "{got}");
     let bf16 = render_cuda(&half_tile_kernel(Half::Bf16)).expect("renders");
     assert!(bf16.contains("cvt.rn.bf16x2.f32"));
@@ -74,7 +81,7 @@ fn golden_half_matrix_tile() {
     assert!(matches!(
         render_wgsl(&half_tile_kernel(Half::F16)),
         Err(RenderError::Unsupported {
-            what: "a half-precision matrix tile",
+            what: "a half-precision matrix tile's staging",
             language: "WGSL",
             ..
         })
@@ -86,10 +93,18 @@ const GOLDEN_HALF_TILE: &str = r#"    {
         unsigned poot_h1; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(poot_h1) : "f"(v3), "f"(v2));
         unsigned poot_h2; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(poot_h2) : "f"(v5), "f"(v4));
         unsigned poot_h3; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(poot_h3) : "f"(v7), "f"(v6));
-        unsigned poot_h4; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(poot_h4) : "f"(v9), "f"(v8));
-        unsigned poot_h5; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(poot_h5) : "f"(v11), "f"(v10));
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};" : "+f"(v12), "+f"(v13), "+f"(v14), "+f"(v15) : "r"(poot_h0), "r"(poot_h1), "r"(poot_h2), "r"(poot_h3), "r"(poot_h4), "r"(poot_h5));
+        *reinterpret_cast<poot_words4*>(&s0_pairs[(threadIdx.x * 8u)]) = poot_words4{poot_h0, poot_h1, poot_h2, poot_h3};
     }
+    {
+        unsigned poot_h0; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(poot_h0) : "f"(v9), "f"(v8));
+        unsigned poot_h1; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(poot_h1) : "f"(v11), "f"(v10));
+        *reinterpret_cast<poot_words2*>(&s0_pairs[((threadIdx.x * 8u) + 4u)]) = poot_words2{poot_h0, poot_h1};
+    }
+    float v12 = 0.0f;
+    float v13 = 0.0f;
+    float v14 = 0.0f;
+    float v15 = 0.0f;
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};" : "+f"(v12), "+f"(v13), "+f"(v14), "+f"(v15) : "r"(s0_pairs[((threadIdx.x * 8u) + 0u)]), "r"(s0_pairs[((threadIdx.x * 8u) + 1u)]), "r"(s0_pairs[((threadIdx.x * 8u) + 2u)]), "r"(s0_pairs[((threadIdx.x * 8u) + 3u)]), "r"(s0_pairs[((threadIdx.x * 8u) + 4u)]), "r"(s0_pairs[((threadIdx.x * 8u) + 5u)]));
 "#;
 
 const GOLDEN_CUDA: &str = r#"// poot kernel k_scale_relu_b685c54b: rendered from a kernel description, do not edit.

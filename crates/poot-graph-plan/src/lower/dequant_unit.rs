@@ -79,7 +79,9 @@ pub fn unit_bytes(format: BlockFormat) -> u32 {
 /// `first + offset` of the block has value `scale * value` (f32), or `value` where the group has
 /// no scale. Offsets are constants and never carry `first` across a multiple of 32:
 /// `(first + offset) / 32 = first / 32 + offset / 32` for every element, so a reader can pad
-/// its own copy of the row every 32 elements at the cost of one shift per unit.
+/// its own copy of the row every 32 elements at the cost of one shift per unit. And `first` is a
+/// multiple of 8 and the offsets are whole runs of 8 from multiples of 8, so a reader can store
+/// a unit 8 elements at a time at aligned places.
 pub struct Unit {
     pub first: Expr,
     pub groups: Vec<Group>,

@@ -79,12 +79,17 @@ const TF32_MASK: u32 = 0xffff_e000;
 /// A staged row on the tf32 matrix-unit path: [`TK`] elements and 4 words of padding, so the
 /// fragments a warp reads (8 rows by 4 elements) fall in 32 different banks.
 const MMA_ROW: u32 = TK + 4;
-/// A staged row on the half-precision path: [`TK`] elements and 8 words of padding, so the pairs
-/// each half of a warp reads in one 8-byte load (4 rows by 4 pairs) fall in 32 different banks.
-const MMA_HALF_ROW: u32 = TK + 8;
-/// Slice widths tried, widest first, for weights decoded from their blocks; each a multiple of
-/// [`TK`] (the matrix-unit steps) and every block of at least 32 elements divides 32 of them.
-const BLOCK_TK: [u32; 2] = [64, 32];
+/// Words of padding after a staged row of packed pairs on the half-precision path (`tk / 2`
+/// words): the row is then 4 banks past a multiple of 32 (for `tk` of 16, 32 or 64 words an odd
+/// multiple of 4), so the words a warp reads for a fragment (8 rows by 4 words) fall in 32
+/// different banks, and so do those 8 threads store 4 at a time in 8 consecutive rows.
+const HALF_ROW_PAD: u32 = 4;
+/// Values a thread packs into one wide store on the half-precision path, at most.
+const HALF_STORE: u32 = 8;
+/// Slice widths tried, widest first, for weights decoded from their blocks (from the tuning's
+/// widest); each a multiple of [`TK`] (the matrix-unit steps) and every block of at least 32
+/// elements divides 32 of them.
+const BLOCK_TK: [u32; 3] = [128, 64, 32];
 /// Contractions shorter than this are not split (their tiles finish in a few steps).
 const SPLIT_K_MIN_LEN: u32 = 256;
 /// The fewest contraction elements one split walks.
@@ -220,12 +225,25 @@ impl Tiles {
         self.tm / SIDE
     }
 
-    /// The words of a staged row on the matrix-unit paths.
+    /// The words of a staged row on the matrix-unit paths: f32 elements, or pairs of halves.
     fn mma_row(&self) -> u32 {
         match self.mma {
-            Some(Mma::Half(_)) => self.tk + MMA_HALF_ROW - TK,
+            Some(Mma::Half(_)) => self.tk / 2 + HALF_ROW_PAD,
             Some(Mma::Tf32) | None => self.tk + MMA_ROW - TK,
         }
+    }
+
+    /// The half precision the slices are staged in as packed pairs, if any.
+    fn half(&self) -> Option<Half> {
+        match self.mma {
+            Some(Mma::Half(h)) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// Values each thread packs per store when `rows` rows of a slice are staged in halves.
+    fn half_store(&self, rows: u32) -> u32 {
+        (rows * self.tk / THREADS).min(HALF_STORE)
     }
 
     /// The words of the left side's shared slice and of one weight's.
@@ -523,7 +541,8 @@ impl Lowering<'_> {
         // divide every contraction: a unit per thread, and fewer barriers per element.
         if self.decodes_blocks(&tiled) {
             let mut t = tiled.t.clone();
-            for tk in BLOCK_TK {
+            let widest_slice = self.target.tuning.block_slice;
+            for tk in BLOCK_TK.into_iter().filter(|&tk| tk <= widest_slice) {
                 t.tk = tk;
                 if fits(&t) && tiled.passes.iter().all(|p| p.k_len.is_multiple_of(tk)) {
                     tiled.t.tk = tk;
@@ -844,9 +863,9 @@ impl Lowering<'_> {
     }
 
     /// The products of one staged step on the matrix units in half precision, one product per
-    /// pair: the warp's blocks for the step's [`TK`] = 16 elements at once. The staged f32
-    /// values are exact in `half` (the graph rounded the left side, the weights are stored in
-    /// it), so packing them into pairs loses nothing and every product is exact in f32.
+    /// pair: the warp's blocks for the step's [`TK`] = 16 elements at once, from the packed
+    /// pairs the staging rounded to `half` (the graph rounded the left side and the weights to
+    /// it, so every product is exact in f32).
     #[allow(clippy::too_many_arguments)]
     fn mma_half_step(
         cx: &mut KernelCtx,
@@ -857,33 +876,31 @@ impl Lowering<'_> {
         k0: u32,
         accs: &[Vec<Var>],
     ) {
-        // Elements `k0 + 2q + off` and the next of staged row `row`, in one 8-byte load (rows
-        // are an even number of words apart, `k0` and `off` are even).
+        // The pair of elements `k0 + 2q + off` and the next of staged row `row`: one word.
         let stride = t.mma_row();
-        let pair = |cx: &mut KernelCtx, arr: SharedId, row: Expr, off: u32| -> Vec<Expr> {
-            let at = row * u32c(stride) + w.q.clone() * u32c(2) + u32c(k0 + off);
-            cx.kb.let_shared(arr, at, 2)
+        let word = |cx: &mut KernelCtx, arr: SharedId, row: Expr, off: u32| -> Expr {
+            let at = row * u32c(stride) + w.q.clone() + u32c((k0 + off) / 2);
+            cx.kb.let_(Ty::U32, load_shared(arr, at))
         };
-        // A's fragments for each of the warp's row blocks: rows g, g + 8 by elements 2q, 2q + 1,
-        // then the same rows by elements 2q + 8, 2q + 9.
-        let a: Vec<[Expr; 8]> = (0..t.tm / 32)
+        // A's fragments for each of the warp's row blocks: rows g, g + 8 by pair q, then the
+        // same rows by pair q + 4.
+        let a: Vec<[Expr; 4]> = (0..t.tm / 32)
             .map(|mi| {
                 let lo = w.row0.clone() + w.g.clone() + u32c(mi * 16);
                 let hi = lo.clone() + u32c(8);
-                let mut f = pair(cx, a_sh, lo.clone(), 0);
-                f.extend(pair(cx, a_sh, hi.clone(), 0));
-                f.extend(pair(cx, a_sh, lo, 8));
-                f.extend(pair(cx, a_sh, hi, 8));
-                std::array::from_fn(|i| f[i].clone())
+                [
+                    word(cx, a_sh, lo.clone(), 0),
+                    word(cx, a_sh, hi.clone(), 0),
+                    word(cx, a_sh, lo, 8),
+                    word(cx, a_sh, hi, 8),
+                ]
             })
             .collect();
         for (s, sum_accs) in accs.iter().enumerate() {
             for ni in 0..2 {
-                // B's fragment: column g of the block by elements 2q, 2q + 1, 2q + 8, 2q + 9.
+                // B's fragment: column g of the block by pairs q and q + 4.
                 let col = w.col0.clone() + w.g.clone() + u32c(ni * 8);
-                let mut f = pair(cx, b_sh[s], col.clone(), 0);
-                f.extend(pair(cx, b_sh[s], col, 8));
-                let b: [Expr; 4] = std::array::from_fn(|i| f[i].clone());
+                let b = [word(cx, b_sh[s], col.clone(), 0), word(cx, b_sh[s], col, 8)];
                 for (mi, a) in a.iter().enumerate() {
                     let slot = (mi * 2 + ni as usize) * 4;
                     let acc = [0, 1, 2, 3].map(|r| sum_accs[slot + r]);
@@ -1048,9 +1065,11 @@ impl Lowering<'_> {
     /// tile row or column.
     fn tile_arrays(cx: &mut KernelCtx, t: &Tiles, weights: usize) -> (SharedId, Vec<SharedId>) {
         let (a_words, b_words) = t.slice_words();
-        let a = cx.kb.shared("tile_a", Ty::F32, a_words);
+        // Packed pairs of halves are u32 words.
+        let ty = if t.half().is_some() { Ty::U32 } else { Ty::F32 };
+        let a = cx.kb.shared("tile_a", ty, a_words);
         let b = (0..weights)
-            .map(|s| cx.kb.shared(format!("tile_b{s}"), Ty::F32, b_words))
+            .map(|s| cx.kb.shared(format!("tile_b{s}"), ty, b_words))
             .collect();
         (a, b)
     }
@@ -1249,8 +1268,10 @@ impl Lowering<'_> {
             let unit = cx
                 .kb
                 .let_(Ty::U32, local_id() + u32c(THREADS * j) - u32c(first_thread));
-            let n_in = cx.kb.let_(Ty::U32, unit.clone() / u32c(per_column));
-            let r = cx.kb.let_(Ty::U32, unit.clone() % u32c(per_column));
+            // Consecutive threads take consecutive columns: their stores fall in different
+            // banks.
+            let n_in = cx.kb.let_(Ty::U32, unit.clone() % u32c(TN));
+            let r = cx.kb.let_(Ty::U32, unit.clone() / u32c(TN));
             let col = cx.kb.let_(Ty::U32, col0.clone() + n_in.clone());
             let inside = all([
                 (first_thread > 0 || units < THREADS * (j + 1))
@@ -1286,13 +1307,23 @@ impl Lowering<'_> {
                 Ty::U32,
                 block * u32c(block_elems) + decoded.first - kt.clone(),
             );
-            for group in decoded.groups {
-                for (off, e) in group.elements {
-                    let value = match (&group.scale, &group.bias) {
+            let values = decoded.groups.into_iter().flat_map(|group| {
+                let (scale, bias) = (group.scale, group.bias);
+                group.elements.into_iter().map(move |(off, e)| {
+                    let value = match (&scale, &bias) {
                         (Some(scale), Some(bias)) => scale.clone() * e + bias.clone(),
                         (Some(scale), None) => scale.clone() * e,
                         (None, _) => e,
                     };
+                    (off, value)
+                })
+            });
+            if let Some(half) = t.half() {
+                let mut values: Vec<(u32, Expr)> = values.collect();
+                values.sort_by_key(|v| v.0);
+                self.store_unit_halves(cx, t, half, (arr, &n_in), (&origin, partial), values, w)?;
+            } else {
+                for (off, value) in values {
                     let value = if round {
                         un(UnOp::RoundF16, value)
                     } else {
@@ -1313,6 +1344,66 @@ impl Lowering<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Stores a decoded unit's `values` (sorted by offset from `origin`, where the unit's
+    /// offset 0 falls in the slice) into column `n_in` of `arr` as packed pairs of halves, 8
+    /// values a store: every unit's elements come in aligned runs of 8 from an element that is
+    /// a multiple of 8 ([`dequant_unit`]'s tests check it), so each run is 4 whole words at a
+    /// multiple of 4, and lies wholly inside a slice or outside it (`partial`).
+    #[allow(clippy::too_many_arguments)]
+    fn store_unit_halves(
+        &self,
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        half: Half,
+        (arr, n_in): (SharedId, &Expr),
+        (origin, partial): (&Expr, bool),
+        values: Vec<(u32, Expr)>,
+        w: &Weights,
+    ) -> Result<(), PlanError> {
+        for run in values.chunks(HALF_STORE as usize) {
+            let start = run[0].0;
+            let whole = run.len() == HALF_STORE as usize
+                && start.is_multiple_of(HALF_STORE)
+                && run.iter().zip(start..).all(|(v, off)| v.0 == off);
+            if !whole {
+                return Err(PlanError::Unplaced {
+                    label: self.label(w.rhs),
+                });
+            }
+            let at = cx.kb.let_(Ty::U32, origin.clone() + u32c(start));
+            if partial {
+                cx.kb.begin_if(lt(at.clone(), u32c(t.tk)));
+            }
+            let word = n_in.clone() * u32c(t.mma_row()) + (at >> u32c(1));
+            let run = run.iter().map(|v| v.1.clone()).collect();
+            cx.kb.store_shared_halves(half, arr, word, run);
+            if partial {
+                cx.kb.end();
+            }
+        }
+        Ok(())
+    }
+
+    /// A variable holding the value `value` builds where `inside` holds (always when `None`),
+    /// zero elsewhere.
+    fn staged_value(
+        &mut self,
+        cx: &mut KernelCtx,
+        inside: Option<Expr>,
+        value: impl FnOnce(&mut Self, &mut KernelCtx) -> Result<Expr, PlanError>,
+    ) -> Result<Expr, PlanError> {
+        let Some(c) = inside else {
+            let x = value(self, cx)?;
+            return Ok(cx.kb.let_(Ty::F32, x));
+        };
+        let var = cx.kb.var(Ty::F32, Expr::F32(0.0));
+        cx.kb.begin_if(c);
+        let x = value(self, cx)?;
+        cx.kb.set(var, x);
+        cx.kb.end();
+        Ok(Expr::Var(var))
     }
 
     /// Stores into `arr[slot]` the value `value` builds where `inside` holds (always when
@@ -1365,8 +1456,15 @@ impl Lowering<'_> {
         let tk = t.tk;
         let k_ragged = !k_len.is_multiple_of(tk);
         let kt = cx.kb.begin_for(k_start, k_end, u32c(tk));
-        // The left side: row `ty + 16 i`, element `tx + 16 h` of the slice.
-        for h in 0..tk / SIDE {
+        // The left side: packed in pairs, or row `ty + 16 i`, element `tx + 16 h` of the slice.
+        let f32_columns = match t.half() {
+            Some(half) => {
+                self.stage_lhs_halves(cx, t, at, pass, half, a_sh, &kt)?;
+                0
+            }
+            None => tk / SIDE,
+        };
+        for h in 0..f32_columns {
             let kk = cx.kb.let_(Ty::U32, at.tx.clone() + u32c(SIDE * h));
             let k = cx.kb.let_(Ty::U32, kt.clone() + kk.clone());
             for i in 0..t.rows_per_thread() {
@@ -1415,6 +1513,13 @@ impl Lowering<'_> {
                 if let Some(d) = decoded_blocks(self.g, w.rhs).filter(|_| w.transpose) {
                     let at = (&kt, &col0, first_thread);
                     self.stage_block_units(cx, t, (&w, &d), at, b_sh[s])?;
+                    if branch {
+                        cx.kb.otherwise();
+                    }
+                    continue;
+                }
+                if let Some(half) = t.half() {
+                    self.stage_weight_halves(cx, t, (&w, k_len), half, (&kt, &col0), b_sh[s])?;
                     if branch {
                         cx.kb.otherwise();
                     }
@@ -1475,6 +1580,97 @@ impl Lowering<'_> {
         cx.kb.barrier();
         cx.kb.end();
         Ok(accs)
+    }
+
+    /// Stages the left side's slice at `kt` as packed pairs of `half`: each thread a run of
+    /// [`Tiles::half_store`] elements of one row, in one wide store; zero past the rows and the
+    /// contraction.
+    #[allow(clippy::too_many_arguments)]
+    fn stage_lhs_halves(
+        &mut self,
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        at: &At,
+        pass: &Pass,
+        half: Half,
+        a_sh: SharedId,
+        kt: &Expr,
+    ) -> Result<(), PlanError> {
+        let per = t.half_store(t.tm);
+        let runs = t.tk / per;
+        for j in 0..t.tm * runs / THREADS {
+            let run = cx.kb.let_(Ty::U32, local_id() + u32c(THREADS * j));
+            let offset = cx.kb.let_(Ty::U32, run.clone() / u32c(runs));
+            let kk = cx.kb.let_(Ty::U32, run % u32c(runs) * u32c(per));
+            let m = cx.kb.let_(Ty::U32, at.m0.clone() + offset.clone());
+            let row = row_index(cx, m.clone(), &t.lead);
+            let mut values = Vec::with_capacity(per as usize);
+            for e in 0..per {
+                let k = cx.kb.let_(Ty::U32, kt.clone() + kk.clone() + u32c(e));
+                let inside = all([
+                    t.ragged().then(|| lt(m.clone(), u32c(t.m))),
+                    (!pass.k_len.is_multiple_of(t.tk)).then(|| lt(k.clone(), u32c(pass.k_len))),
+                ]);
+                let tile_row = TileRow {
+                    row: row.clone(),
+                    dims: t.lead.clone(),
+                    offset: offset.clone(),
+                };
+                let mut idx = row.clone();
+                idx.push(k);
+                values.push(self.staged_value(cx, inside, |this, cx| {
+                    cx.set_tile_row(Some(tile_row));
+                    let a = this.value_at(cx, pass.lhs, &idx);
+                    cx.set_tile_row(None);
+                    a
+                })?);
+            }
+            let word = offset * u32c(t.mma_row()) + (kk >> u32c(1));
+            cx.kb.store_shared_halves(half, a_sh, word, values);
+        }
+        Ok(())
+    }
+
+    /// Stages weights `w` (a contraction of `k_len`) at `kt` for the column tile from `col0`
+    /// as packed pairs of `half`: each thread a run of [`Tiles::half_store`] elements of one
+    /// column, consecutive threads in consecutive columns; zero past the columns and the
+    /// contraction.
+    fn stage_weight_halves(
+        &mut self,
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        (w, k_len): (&Weights, u32),
+        half: Half,
+        (kt, col0): (&Expr, &Expr),
+        arr: SharedId,
+    ) -> Result<(), PlanError> {
+        let per = t.half_store(TN);
+        let runs = t.tk / per;
+        for j in 0..TN * runs / THREADS {
+            let run = cx.kb.let_(Ty::U32, local_id() + u32c(THREADS * j));
+            let n_in = cx.kb.let_(Ty::U32, run.clone() % u32c(TN));
+            let kk = cx.kb.let_(Ty::U32, run / u32c(TN) * u32c(per));
+            let col = cx.kb.let_(Ty::U32, col0.clone() + n_in.clone());
+            let mut values = Vec::with_capacity(per as usize);
+            for e in 0..per {
+                let kw = cx.kb.let_(Ty::U32, kt.clone() + kk.clone() + u32c(e));
+                let inside = all([
+                    (!w.n.is_multiple_of(TN)).then(|| lt(col.clone(), u32c(w.n))),
+                    (!k_len.is_multiple_of(t.tk)).then(|| lt(kw.clone(), u32c(k_len))),
+                ]);
+                let idx = if w.transpose {
+                    vec![col.clone(), kw]
+                } else {
+                    vec![kw, col.clone()]
+                };
+                values.push(
+                    self.staged_value(cx, inside, |this, cx| this.value_at(cx, w.rhs, &idx))?,
+                );
+            }
+            let word = n_in * u32c(t.mma_row()) + (kk >> u32c(1));
+            cx.kb.store_shared_halves(half, arr, word, values);
+        }
+        Ok(())
     }
 
     /// The products of one staged step on the FMA pipes: each thread's 4 x 4 (or 2 x 4) sums,
@@ -1553,25 +1749,35 @@ mod tests {
             Lowering::mma_half_step(&mut cx, &t, &w, Half::F16, (a_sh, &b_sh), k0, &accs);
             let k = cx.kb.finish();
             // Staged slices: the warp's rows (tm / 2) and 16 columns, small integers (exact),
-            // at the step's 16 elements; NaN elsewhere.
+            // packed in pairs of f16 at the step's 16 elements; NaN elsewhere.
             let row = t.mma_row() as usize;
             let a_val = |m: usize, kk: usize| ((m * 7 + kk * 3) % 11) as f32 - 5.0;
             let b_val = |n: usize, kk: usize| ((n * 5 + kk * 2) % 13) as f32 - 6.0;
-            let mut a = vec![Value::F32(f32::NAN); tm as usize * row];
-            let mut b = vec![Value::F32(f32::NAN); TN as usize * row];
-            for kk in 0..TK as usize {
+            let pack = |lo: f32, hi: f32| {
+                let bits = |x: f32| u32::from(half::f16::from_f32(x).to_bits());
+                Value::U32(bits(lo) | bits(hi) << 16)
+            };
+            let nan = Value::U32(0x7e00_7e00);
+            let mut a = vec![nan; tm as usize * row];
+            let mut b = vec![nan; TN as usize * row];
+            for p in 0..TK as usize / 2 {
+                let at = k0 as usize / 2 + p;
                 for m in 0..tm as usize {
-                    a[m * row + k0 as usize + kk] = Value::F32(a_val(m, kk));
+                    a[m * row + at] = pack(a_val(m, 2 * p), a_val(m, 2 * p + 1));
                 }
                 for n in 0..TN as usize {
-                    b[n * row + k0 as usize + kk] = Value::F32(b_val(n, kk));
+                    b[n * row + at] = pack(b_val(n, 2 * p), b_val(n, 2 * p + 1));
                 }
             }
             // Each lane's variables, statement by statement; the products' operands per lane.
             let mut vars: Vec<Vec<(Var, Value)>> = vec![Vec::new(); 32];
-            // A product's A and B operands and its sums, as one lane passes them.
+            // A product's A and B operands (unpacked) and its sums, as one lane passes them.
             type Operands = ([f32; 8], [f32; 4], [Var; 4]);
             let mut products: Vec<Vec<Operands>> = vec![Vec::new(); 32];
+            let unpack = |w: u32| {
+                let f = |h: u32| half::f16::from_bits(h as u16).to_f32();
+                [f(w & 0xffff), f(w >> 16)]
+            };
             for (l, (vs, ps)) in vars.iter_mut().zip(&mut products).enumerate() {
                 let env = |vs: &[(Var, Value)]| {
                     let mut env = Env::new();
@@ -1588,23 +1794,14 @@ mod tests {
                             let x = env(vs).eval(value).unwrap();
                             vs.push((*var, x));
                         }
-                        Stmt::LetShared {
-                            vars: out,
-                            arr,
-                            index,
-                        } => {
-                            let at = env(vs).eval_u32(index).unwrap() as usize;
-                            assert_eq!(at % out.len(), 0, "an unaligned wide load");
-                            let src = if *arr == a_sh { &a } else { &b };
-                            for (i, &v) in out.iter().enumerate() {
-                                vs.push((v, src[at + i]));
-                            }
-                        }
                         Stmt::MmaHalf { half, acc, a, b } => {
                             assert_eq!(*half, Half::F16);
                             let e = env(vs);
-                            let f = |x: &Expr| e.eval_f32(x).unwrap();
-                            ps.push((a.each_ref().map(f), b.each_ref().map(f), *acc));
+                            let mut f = a.iter().chain(b).map(|x| unpack(e.eval_u32(x).unwrap()));
+                            let mut next = || f.next().unwrap();
+                            let a = [next(), next(), next(), next()].concat();
+                            let b = [next(), next()].concat();
+                            ps.push((a.try_into().unwrap(), b.try_into().unwrap(), *acc));
                         }
                         other => panic!("unexpected statement {other:?}"),
                     }

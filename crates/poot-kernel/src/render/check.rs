@@ -172,6 +172,15 @@ impl Scopes<'_> {
             }
             Stmt::MmaTf32 { acc, a, b } => self.mma(acc, a.iter().chain(b)),
             Stmt::MmaHalf { half: _, acc, a, b } => self.mma(acc, a.iter().chain(b)),
+            Stmt::StoreSharedHalves {
+                half: _,
+                arr: _,
+                index,
+                values,
+            } => {
+                self.expr(index)?;
+                values.iter().try_for_each(|e| self.expr(e))
+            }
             Stmt::Barrier | Stmt::Fault { code: _ } => Ok(()),
         }
     }

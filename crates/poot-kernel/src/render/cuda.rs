@@ -201,7 +201,11 @@ impl Dialect for Cuda {
         match s {
             // The host target has no subgroups or matrix units, and its renderer splits the
             // kernel at its barriers before rendering the phases between them.
-            Stmt::TeamSum { .. } | Stmt::MmaTf32 { .. } | Stmt::MmaHalf { .. } | Stmt::Barrier
+            Stmt::TeamSum { .. }
+            | Stmt::MmaTf32 { .. }
+            | Stmt::MmaHalf { .. }
+            | Stmt::StoreSharedHalves { .. }
+            | Stmt::Barrier
                 if self.host() =>
             {
                 Err(unsupported(
@@ -212,9 +216,15 @@ impl Dialect for Cuda {
             }
             // `mma.sync` is PTX; AMD's matrix cores take other tiles (the planner gives the
             // ROCm target none).
-            Stmt::MmaTf32 { .. } | Stmt::MmaHalf { .. } if self.language == Language::Hip => Err(
-                unsupported(k, "a matrix-unit product (mma.sync)", self.language()),
-            ),
+            Stmt::MmaTf32 { .. } | Stmt::MmaHalf { .. } | Stmt::StoreSharedHalves { .. }
+                if self.language == Language::Hip =>
+            {
+                Err(unsupported(
+                    k,
+                    "a matrix-unit product or its staging (mma.sync)",
+                    self.language(),
+                ))
+            }
             _ => Ok(()),
         }
     }
@@ -509,30 +519,59 @@ impl Dialect for Cuda {
         ));
     }
 
-    fn mma_half(&mut self, out: &mut Code, half: Half, acc: &[Var; 4], pairs: &[(String, String)]) {
-        let kind = match half {
-            Half::F16 => "f16",
-            Half::Bf16 => "bf16",
-        };
-        // Each pair of operands rounded and packed into one word, the first in the low half
-        // (`cvt` puts its first source in the high half). Not volatile: the compiler may share a
-        // conversion among the products that read it.
-        out.open("{");
-        let mut words = Vec::with_capacity(6);
-        for (i, (lo, hi)) in pairs.iter().enumerate() {
-            out.line(format!(
-                "unsigned poot_h{i}; asm(\"cvt.rn.{kind}x2.f32 %0, %1, %2;\" \
-                 : \"=r\"(poot_h{i}) : \"f\"({hi}), \"f\"({lo}));"
-            ));
-            words.push(format!("\"r\"(poot_h{i})"));
-        }
+    fn mma_half(&mut self, out: &mut Code, half: Half, acc: &[Var; 4], words: &[String]) {
+        let kind = half_kind(half);
+        let ins: Vec<String> = words.iter().map(|e| format!("\"r\"({e})")).collect();
         out.line(format!(
             "asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 \
              {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\" \
              : {} : {});",
             Cuda::sums(acc),
-            words.join(", ")
+            ins.join(", ")
         ));
+    }
+
+    fn store_halves(
+        &mut self,
+        out: &mut Code,
+        half: Half,
+        array: &str,
+        index: &str,
+        pairs: &[(String, String)],
+    ) {
+        let kind = half_kind(half);
+        // Each pair rounded and packed into one word, the first in the low half (`cvt` puts its
+        // first source in the high half).
+        out.open("{");
+        let mut words = Vec::with_capacity(pairs.len());
+        for (i, (lo, hi)) in pairs.iter().enumerate() {
+            out.line(format!(
+                "unsigned poot_h{i}; asm(\"cvt.rn.{kind}x2.f32 %0, %1, %2;\" \
+                 : \"=r\"(poot_h{i}) : \"f\"({hi}), \"f\"({lo}));"
+            ));
+            words.push(format!("poot_h{i}"));
+        }
+        let words = words.join(", ");
+        let wide = match pairs.len() {
+            1 => None,
+            2 => Some((CudaLib::Words2, "poot_words2")),
+            _ => Some((CudaLib::Words4, "poot_words4")),
+        };
+        out.line(match wide {
+            None => format!("{array}[{index}] = {words};"),
+            Some((lib, ty)) => {
+                self.libs.insert(lib);
+                format!("*reinterpret_cast<{ty}*>(&{array}[{index}]) = {ty}{{{words}}};")
+            }
+        });
         out.close("}");
+    }
+}
+
+/// PTX's name of `half`.
+fn half_kind(half: Half) -> &'static str {
+    match half {
+        Half::F16 => "f16",
+        Half::Bf16 => "bf16",
     }
 }

@@ -248,12 +248,12 @@ static __device__ __forceinline__ unsigned int poot_group_count_x() {
 ";
 
 const WORDS2: &str = "\
-// Two u32 words read in one 8-byte load.
+// Two u32 words read or written in one 8-byte access.
 struct alignas(8) poot_words2 { unsigned int x, y; };
 ";
 
 const WORDS4: &str = "\
-// Four u32 words read in one 16-byte load.
+// Four u32 words read or written in one 16-byte access.
 struct alignas(16) poot_words4 { unsigned int x, y, z, w; };
 ";
 

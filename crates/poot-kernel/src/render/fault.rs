@@ -62,6 +62,7 @@ fn block_faults(body: &[Stmt]) -> bool {
         | Stmt::Set { .. }
         | Stmt::Store { .. }
         | Stmt::StoreShared { .. }
+        | Stmt::StoreSharedHalves { .. }
         | Stmt::LetWords { .. }
         | Stmt::LetShared { .. }
         | Stmt::TeamSum { .. }

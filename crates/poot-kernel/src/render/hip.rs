@@ -186,8 +186,8 @@ mod tests {
         let mut b = KernelBuilder::new("mma", 32);
         let out = b.param("out", Word::F32, Access::ReadWrite);
         let acc: [crate::Var; 4] = std::array::from_fn(|_| b.var(Ty::F32, crate::Expr::F32(0.0)));
-        let a: [crate::Expr; 8] = std::array::from_fn(|_| crate::Expr::F32(1.0));
-        let w: [crate::Expr; 4] = std::array::from_fn(|_| crate::Expr::F32(1.0));
+        let a: [crate::Expr; 4] = std::array::from_fn(|_| crate::Expr::U32(0x3c00_3c00));
+        let w: [crate::Expr; 2] = std::array::from_fn(|_| crate::Expr::U32(0x3c00_3c00));
         b.mma_half(Half::F16, acc, a, w);
         b.store(out, local_id(), crate::Expr::Var(acc[0]));
         match render_hip(&b.finish()) {

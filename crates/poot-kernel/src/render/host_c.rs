@@ -307,6 +307,10 @@ fn stmt_refs(s: &Stmt, out: &mut HashSet<Var>) {
             out.extend(acc.iter().copied());
             a.iter().chain(b).for_each(|e| expr_refs(e, out));
         }
+        Stmt::StoreSharedHalves { index, values, .. } => {
+            expr_refs(index, out);
+            values.iter().for_each(|e| expr_refs(e, out));
+        }
         Stmt::Barrier | Stmt::Fault { .. } => {}
     }
 }

@@ -150,10 +150,23 @@ pub(super) trait Dialect {
         let _ = (out, acc, ins);
     }
 
-    /// A half-precision matrix-unit product into `acc` of the operand pairs (low, high) of `a`
-    /// then `b`.
-    fn mma_half(&mut self, out: &mut Code, half: Half, acc: &[Var; 4], pairs: &[(String, String)]) {
-        let _ = (out, half, acc, pairs);
+    /// A half-precision matrix-unit product into `acc` of the packed operand words of `a` then
+    /// `b`.
+    fn mma_half(&mut self, out: &mut Code, half: Half, acc: &[Var; 4], words: &[String]) {
+        let _ = (out, half, acc, words);
+    }
+
+    /// Stores the value pairs (low, high), rounded to `half` and packed a pair a word, as the
+    /// words of shared `array` from `index`, in one wide store.
+    fn store_halves(
+        &mut self,
+        out: &mut Code,
+        half: Half,
+        array: &str,
+        index: &str,
+        pairs: &[(String, String)],
+    ) {
+        let _ = (out, half, array, index, pairs);
     }
 }
 
@@ -296,11 +309,25 @@ impl<'k, D: Dialect> Walker<'k, D> {
                 self.d.mma_tf32(out, acc, &ins);
             }
             Stmt::MmaHalf { half, acc, a, b } => {
-                let mut pairs = Vec::with_capacity(6);
-                for pair in a.chunks(2).chain(b.chunks(2)) {
+                let mut words = Vec::with_capacity(6);
+                for e in a.iter().chain(b) {
+                    words.push(self.expr(e)?);
+                }
+                self.d.mma_half(out, *half, acc, &words);
+            }
+            Stmt::StoreSharedHalves {
+                half,
+                arr,
+                index,
+                values,
+            } => {
+                let a = names::shared_of(self.k, *arr)?;
+                let index = self.expr(index)?;
+                let mut pairs = Vec::with_capacity(values.len() / 2);
+                for pair in values.chunks(2) {
                     pairs.push((self.expr(&pair[0])?, self.expr(&pair[1])?));
                 }
-                self.d.mma_half(out, *half, acc, &pairs);
+                self.d.store_halves(out, *half, &a, &index, &pairs);
             }
             Stmt::Barrier => out.line(self.d.barrier()),
             Stmt::Fault { code } => self.d.fault(out, *code),

@@ -190,6 +190,7 @@ impl Dialect for Wgsl {
             Stmt::TeamSum { .. } => "a team sum (subgroup shuffle)",
             Stmt::MmaTf32 { .. } => "a tf32 matrix tile",
             Stmt::MmaHalf { .. } => "a half-precision matrix tile",
+            Stmt::StoreSharedHalves { .. } => "a half-precision matrix tile's staging",
             _ => return Ok(()),
         };
         Err(unsupported(k, what, "WGSL"))
