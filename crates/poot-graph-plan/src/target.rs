@@ -193,6 +193,10 @@ pub struct Tuning {
     /// Contraction elements such a kernel stages per slice, at most (`block_tk=32|64|128`; 64
     /// by default): narrower where the slices would not fit.
     pub block_slice: u32,
+    /// Sets of slices such a kernel stages in turn (`tile_buffers=1|2`; 2 by default, where
+    /// they fit): with two, one barrier a slice, and a warp done multiplying one set stages
+    /// the other while the rest still multiply.
+    pub block_buffers: u32,
 }
 
 /// Where tiled contractions against block-quantized weights stage them a unit at a time, both
@@ -274,6 +278,7 @@ impl Default for Tuning {
             block_workgroups: 4,
             block_min_resident: 4,
             block_slice: 64,
+            block_buffers: 2,
         }
     }
 }
@@ -287,7 +292,7 @@ pub const CPU_INTEGER_ROWS: u32 = 16;
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -359,6 +364,13 @@ impl Tuning {
                         .ok_or_else(bad)?
                 }
                 "tile_resident" => t.block_min_resident = value.parse().ok().ok_or_else(bad)?,
+                "tile_buffers" => {
+                    t.block_buffers = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=2).contains(n))
+                        .ok_or_else(bad)?
+                }
                 "block_tk" => {
                     t.block_slice = value
                         .parse()
@@ -677,7 +689,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=64,waves=4,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,decode_group=0,decode_wgs=8,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64,block_tiles=0,block_wgs=2,tile_resident=3,block_tk=128",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,decode_group=0,decode_wgs=8,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64,block_tiles=0,block_wgs=2,tile_resident=3,block_tk=128,tile_buffers=1",
         )
         .unwrap();
         assert_eq!(
@@ -713,6 +725,7 @@ mod tests {
                 block_workgroups: 2,
                 block_min_resident: 3,
                 block_slice: 128,
+                block_buffers: 1,
             }
         );
         for (spec, units) in [
@@ -743,6 +756,7 @@ mod tests {
             "block_tiles=3",
             "block_wgs=0",
             "block_tk=16",
+            "tile_buffers=3",
         ] {
             let e = Tuning::parse(bad).unwrap_err();
             assert_eq!(e.item, bad);

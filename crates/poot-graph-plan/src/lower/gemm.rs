@@ -189,6 +189,9 @@ struct Tiles {
     /// Contraction elements staged per step: [`TK`], or more where weights are decoded from
     /// their blocks a unit per thread ([`Lowering::stage_block_units`]).
     tk: u32,
+    /// Sets of slices staged in turn (1, or 2 for [`Tiled`] kernels staging block weights
+    /// where they fit: [`Lowering::tile_pass`]).
+    buffers: u32,
     /// Whether the products are formed on matrix units ([`Lowering::mma_step`],
     /// [`Lowering::mma_half_step`]), and in which precision: the shared slices are then stored
     /// row by row (a row's [`TK`] elements, padded to [`Tiles::mma_row`]), and each warp owns a block
@@ -217,6 +220,7 @@ impl Tiles {
             tiles_m: (m as u32).div_ceil(tm),
             tiles_n,
             tk: TK,
+            buffers: 1,
             mma: None,
         }
     }
@@ -270,6 +274,9 @@ impl Tiles {
         !self.m.is_multiple_of(self.tm)
     }
 }
+
+/// A set of staged slices: the left side's and one per weight of a sum.
+type Slices = (SharedId, Vec<SharedId>);
 
 /// What a tiled kernel does with its sums.
 enum Finish {
@@ -535,7 +542,7 @@ impl Lowering<'_> {
         let limits = &self.target.limits;
         let fits = |t: &Tiles| {
             let (a_words, b_words) = t.slice_words();
-            4 * (a_words + widest as u32 * b_words) <= limits.max_shared_bytes
+            4 * t.buffers * (a_words + widest as u32 * b_words) <= limits.max_shared_bytes
         };
         // Weights decoded from their blocks are staged in the widest slices that fit and
         // divide every contraction: a unit per thread, and fewer barriers per element.
@@ -548,6 +555,11 @@ impl Lowering<'_> {
                     tiled.t.tk = tk;
                     break;
                 }
+            }
+            t.tk = tiled.t.tk;
+            t.buffers = self.target.tuning.block_buffers;
+            if fits(&t) {
+                tiled.t.buffers = t.buffers;
             }
             // Each workgroup walks its slices one after another, waiting on every slice's
             // loads: several per multiprocessor hide each other's waits. And its left side is
@@ -578,7 +590,9 @@ impl Lowering<'_> {
             cx.kb
                 .set_min_resident(self.target.tuning.block_min_resident);
         }
-        let (a_sh, b_sh) = Self::tile_arrays(&mut cx, t, widest);
+        let sets: Vec<Slices> = (0..t.buffers)
+            .map(|set| Self::tile_arrays(&mut cx, t, widest, set))
+            .collect();
         let at = Self::open_tiles(&mut cx, t, tiled.splits);
         let mut accs = Vec::with_capacity(tiled.passes.len());
         for pass in &tiled.passes {
@@ -588,7 +602,7 @@ impl Lowering<'_> {
             let end = cx
                 .kb
                 .let_(Ty::U32, min(start.clone() + u32c(part), u32c(pass.k_len)));
-            accs.push(self.tile_pass(&mut cx, t, &at, pass, (a_sh, &b_sh), (start, end))?);
+            accs.push(self.tile_pass(&mut cx, t, &at, pass, &sets, (start, end))?);
         }
         let grid = t.tiles_m * t.tiles_n * tiled.splits;
         if !split {
@@ -1063,13 +1077,19 @@ impl Lowering<'_> {
 
     /// The left side's staging array and one per weight tile, each `TK` rows of one padded
     /// tile row or column.
-    fn tile_arrays(cx: &mut KernelCtx, t: &Tiles, weights: usize) -> (SharedId, Vec<SharedId>) {
+    fn tile_arrays(cx: &mut KernelCtx, t: &Tiles, weights: usize, set: u32) -> Slices {
         let (a_words, b_words) = t.slice_words();
         // Packed pairs of halves are u32 words.
         let ty = if t.half().is_some() { Ty::U32 } else { Ty::F32 };
-        let a = cx.kb.shared("tile_a", ty, a_words);
+        // The first set's names as before; a second set's with its number.
+        let tag = if set == 0 {
+            String::new()
+        } else {
+            format!("_{set}")
+        };
+        let a = cx.kb.shared(format!("tile_a{tag}"), ty, a_words);
         let b = (0..weights)
-            .map(|s| cx.kb.shared(format!("tile_b{s}"), ty, b_words))
+            .map(|s| cx.kb.shared(format!("tile_b{s}{tag}"), ty, b_words))
             .collect();
         (a, b)
     }
@@ -1439,7 +1459,7 @@ impl Lowering<'_> {
         t: &Tiles,
         at: &At,
         pass: &Pass,
-        (a_sh, b_sh): (SharedId, &[SharedId]),
+        sets: &[Slices],
         (k_start, k_end): (Expr, Expr),
     ) -> Result<Vec<Vec<Var>>, PlanError> {
         let per_thread = t.rows_per_thread() * COLS_PER_THREAD;
@@ -1452,10 +1472,47 @@ impl Lowering<'_> {
                     .collect()
             })
             .collect();
+        let tk = t.tk;
+        if let [first, second] = sets {
+            // Two sets of slices, a step each: a set is staged again only after the barrier
+            // that follows the other's staging, which every thread reaches after multiplying
+            // this set's. One barrier a slice, and a warp done multiplying stages the next
+            // slice while others still multiply.
+            let kt = cx.kb.begin_for(k_start, k_end.clone(), u32c(2 * tk));
+            self.tile_slice(cx, t, at, pass, first, &kt, &accs)?;
+            let next = cx.kb.let_(Ty::U32, kt + u32c(tk));
+            cx.kb.begin_if(lt(next.clone(), k_end));
+            self.tile_slice(cx, t, at, pass, second, &next, &accs)?;
+            cx.kb.end();
+            cx.kb.end();
+            // Every thread is done with the slices before anything stages again.
+            cx.kb.barrier();
+        } else {
+            let kt = cx.kb.begin_for(k_start, k_end, u32c(tk));
+            self.tile_slice(cx, t, at, pass, &sets[0], &kt, &accs)?;
+            cx.kb.end();
+        }
+        Ok(accs)
+    }
+
+    /// One step of [`Lowering::tile_pass`]: stages the left side's and each weight's slice at
+    /// `kt` into `set`, then adds their products into the sums `accs`.
+    #[allow(clippy::too_many_arguments)]
+    fn tile_slice(
+        &mut self,
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        at: &At,
+        pass: &Pass,
+        set: &Slices,
+        kt: &Expr,
+        accs: &[Vec<Var>],
+    ) -> Result<(), PlanError> {
+        let (a_sh, b_sh) = (set.0, &set.1[..]);
+        let kt = kt.clone();
         let k_len = pass.k_len;
         let tk = t.tk;
         let k_ragged = !k_len.is_multiple_of(tk);
-        let kt = cx.kb.begin_for(k_start, k_end, u32c(tk));
         // The left side: packed in pairs, or row `ty + 16 i`, element `tx + 16 h` of the slice.
         let f32_columns = match t.half() {
             Some(half) => {
@@ -1570,16 +1627,17 @@ impl Lowering<'_> {
         for k0 in (0..tk).step_by(TK as usize) {
             match (&at.mma, t.mma) {
                 (Some(w), Some(Mma::Half(half))) => {
-                    Self::mma_half_step(cx, t, w, half, (a_sh, b_sh), k0, &accs)
+                    Self::mma_half_step(cx, t, w, half, (a_sh, b_sh), k0, accs)
                 }
-                (Some(w), _) => Self::mma_step(cx, t, w, (a_sh, b_sh), k0, &accs),
-                (None, _) => Self::fma_step(cx, t, at, (a_sh, b_sh), k0, &accs),
+                (Some(w), _) => Self::mma_step(cx, t, w, (a_sh, b_sh), k0, accs),
+                (None, _) => Self::fma_step(cx, t, at, (a_sh, b_sh), k0, accs),
             }
         }
-        // Every thread is done with the slices before the next step stages its own.
-        cx.kb.barrier();
-        cx.kb.end();
-        Ok(accs)
+        if t.buffers == 1 {
+            // Every thread is done with the slices before the next step stages its own.
+            cx.kb.barrier();
+        }
+        Ok(())
     }
 
     /// Stages the left side's slice at `kt` as packed pairs of `half`: each thread a run of
@@ -1733,7 +1791,7 @@ mod tests {
             t.mma = Some(Mma::Half(Half::F16));
             t.tk = tk;
             let mut cx = KernelCtx::labelled("gemm", "t".to_string(), 32);
-            let (a_sh, b_sh) = Lowering::tile_arrays(&mut cx, &t, 1);
+            let (a_sh, b_sh) = Lowering::tile_arrays(&mut cx, &t, 1, 0);
             let lane = local_id() % u32c(32);
             let w = MmaAt {
                 row0: u32c(0),
