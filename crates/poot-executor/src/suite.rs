@@ -2006,6 +2006,105 @@ fn fusion_cases() -> Vec<Case> {
         cases.push(c.finish(name, Outputs::new(o), reassociated(len)));
     }
 
+    // Sinks (gpt-oss): a learned logit per query head in each row's softmax denominator,
+    // applied once a row's partitions meet. Each case's heads take sinks of 8 (dominating the
+    // row), -8 (negligible) and between. A decode row split into partitions; many rows decoding
+    // together under GQA 4, the sinks computed in the graph; tiles of queries; prefill rows
+    // whose value heads the tiles do not take, under a window; heads too wide for the decode
+    // kernel, split. Each but the first has a row that sees nothing (the oracle gives it 0).
+    for (i, (name, rows, t, hq, hkv, pos, len, dqk, dv, window, computed)) in [
+        (
+            "attention with sinks, decode row, GQA 4, split positions",
+            1,
+            1,
+            4,
+            1,
+            vec![450],
+            600,
+            64,
+            64,
+            None,
+            false,
+        ),
+        (
+            "attention with sinks, 40 rows decoding together, GQA 4, computed sinks, a row with nothing visible",
+            40,
+            1,
+            4,
+            1,
+            (0..40).map(|r| if r == 7 { -1 } else { (r * 37) % 160 }).collect(),
+            160,
+            64,
+            64,
+            None,
+            true,
+        ),
+        (
+            "attention with sinks, tiles of queries, GQA 2, a row with nothing visible",
+            1,
+            37,
+            4,
+            2,
+            (0..37).map(|r| if r == 1 { -1 } else { 50 + r }).collect(),
+            100,
+            64,
+            64,
+            None,
+            false,
+        ),
+        (
+            "attention with sinks, prefill rows (160), GQA 4, v dim 24, window, a row with nothing visible",
+            1,
+            20,
+            8,
+            2,
+            (20..40).map(|p| if p == 23 { -1 } else { p }).collect(),
+            40,
+            32,
+            24,
+            Some(8),
+            false,
+        ),
+        (
+            "attention with sinks, head dim 640, split, a row with nothing visible",
+            2,
+            1,
+            2,
+            1,
+            vec![450, -1],
+            600,
+            640,
+            640,
+            None,
+            false,
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = CaseBuilder::new(290 + i as u64);
+        let q = c.f32("q", &[rows, hq, t, dqk]);
+        let k = c.f32("k", &[rows, hkv, len, dqk]);
+        let v = c.positive("v", &[rows, hkv, len, dv]);
+        let logits: Vec<f32> = [8.0, -8.0, 0.5, -1.5, 2.0, -0.25, 1.0, -3.0]
+            .into_iter()
+            .cycle()
+            .take(hq)
+            .collect();
+        let sinks = if computed {
+            let negated = c.f32_values("negated_sinks", &[hq], logits.iter().map(|x| -x).collect());
+            c.b.neg(negated).expect("sinks")
+        } else {
+            c.f32_values("sinks", &[hq], logits)
+        };
+        let pos = c.slot_i32(Slot::Pos, pos, &[rows, t]);
+        let mask = ops::causal_mask(&c.b, pos, len, window).expect("mask");
+        let options = attention_options(hq, hkv, dqk, None);
+        let o = ops::attention_masked_sinks(&c.b, q, k, v, mask, options, Some(sinks))
+            .expect("attn");
+        cases.push(c.finish(name, Outputs::new(o), reassociated(len)));
+    }
+
     // The probabilities are an output too: not rewritten, planned unfused.
     let mut c = CaseBuilder::new(96);
     let q = c.f32("q", &[1, 2, 2, 8]);

@@ -269,20 +269,18 @@ fn mixtral_8x7b_plans_at_real_dimensions() {
     plans_at_real_dimensions(mixtral_8x7b(), None);
 }
 
-/// MXFP4 expert stacks bound packed (12.9 GiB of weights). Its attention adds a learned sink
-/// to each softmax, which the fused attention kernels do not take: the scores are computed in
-/// full, so a 512-token prefill over the whole 131072-position context is refused (its
-/// `64 x 512 x 131072` scores pass 32-bit indexing) and plans over 32768 positions.
+/// MXFP4 expert stacks bound packed (12.9 GiB of weights), over the whole 131072-position
+/// context. Its attention adds a learned sink to each softmax, which the fused kernels take: a
+/// 512-token prefill never forms its `64 x 512 x 131072` scores (they passed 32-bit indexing,
+/// and took 12.1 GiB of scratch over 32768 positions), so its scratch stays under 1 GiB.
 #[test]
 fn gpt_oss_20b_plans_at_real_dimensions() {
-    plans_at_real_dimensions(gpt_oss_20b(), Some(32768));
+    plans_at_real_dimensions(gpt_oss_20b(), None);
     let model = build(&gpt_oss_20b());
     let graph = trace_step(model.as_ref(), PREFILL_TOKENS, 131072);
-    let err = compile(&graph, &Target::ptx_preset()).unwrap_err();
-    assert!(
-        matches!(err.root(), PlanError::IndexOverflow { label, .. } if label.contains("attn")),
-        "{err}"
-    );
+    let plan = compile(&graph, &Target::ptx_preset()).unwrap();
+    let (_, _, scratch) = buffer_bytes(&plan);
+    assert!(scratch < 1 << 30, "scratch {:.2} GiB", gib(scratch));
 }
 
 /// Mixtral-8x22B's expert stacks (8 x 16384 x 6144 BF16, 1.5 GiB each) are over wgpu's

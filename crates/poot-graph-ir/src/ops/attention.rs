@@ -109,7 +109,8 @@ pub struct ScoreTerms {
 
 /// [`attention_masked`] with the extra score terms of `terms`. A bias stays a same-shape
 /// element-wise step between the scores and the mask, so the flash-attention rewrite computes
-/// it with the rest of the logits; a sink changes the softmax, which the rewrite does not take.
+/// it with the rest of the logits; a sink changes the softmax, which the rewrite recognises and
+/// applies once each row's maximum and sum are whole.
 pub fn attention_masked_with(
     b: &Builder,
     q: Traced,

@@ -8,6 +8,9 @@
 //! out    = p @ v                       [B, H, T, Dv]
 //! ```
 //!
+//! or, with a learned sink logit per head (gpt-oss), `sink = broadcast(reshape(sinks [H]))`,
+//! `m = max(max(x), sink)` and `p = exp(x - m) / (sum(exp(x - m)) + exp(sink - m))`.
+//!
 //! [`find`] recognises exactly that shape (every intermediate read only inside it, the floor
 //! the literal `f32::MIN`) and anything else is planned unfused. The rewrite computes `out` with
 //! one workgroup per (row, head, token) and partition of the cache positions: it stages the
@@ -34,6 +37,12 @@
 //! visible logit of the row exceeds `f32::MIN + 104` (the oracle's `exp(MIN - max)` underflows
 //! to zero there, for any realistic scores); a row with no visible position is the mean of the
 //! values, as in the oracle.
+//!
+//! A sink enters once a row's maximum `m`, sum `l` and weighted values `acc` are whole (after
+//! the threads, teams and partitions meet, so in the combine where there are partitions):
+//! with `M = max(m, sink)`, `out = acc exp(m - M) / (l exp(m - M) + exp(sink - M))`. A row with
+//! no visible position is then 0, as in the oracle (its floored logits underflow beside the
+//! sink). Every kernel below applies it, except the matrix units' one, which declines it.
 
 use std::collections::HashMap;
 
@@ -78,6 +87,9 @@ pub struct Attention {
     pub logits: ValueId,
     /// Where positions are visible, `[B, H, T, S]` (bool).
     pub mask: Option<ValueId>,
+    /// The learned sink logit of each query head, `[H]` (f32): one more term of each row's
+    /// softmax denominator, carrying no value.
+    pub sinks: Option<ValueId>,
     /// The equation computing the scores (its query operand is read once per workgroup).
     pub scores_eqn: usize,
     /// Values only the rewrite computes (the scores, the softmax, the masked logits).
@@ -110,23 +122,42 @@ pub fn find(
     if pd.len() != 4 || vd.len() != 4 || od.len() != 4 || vd[..2] != pd[..2] {
         return None;
     }
-    // p = e / broadcast(sum(e))
+    // p = e / broadcast(sum(e)), with a sink: e / broadcast(sum(e) + exp(sink - m))
     let (e_val, sb) = binary(eqn(p)?, BinaryOp::Div)?;
-    let ssum = broadcast_of(eqn(sb)?, &pd)?;
+    let total = broadcast_of(eqn(sb)?, &pd)?;
+    let (ssum, sink_share) = match binary(eqn(total)?, BinaryOp::Add) {
+        Some((sum, share)) => (sum, Some(share)),
+        None => (total, None),
+    };
     let (ss_in, ss_op) = reduce_last(eqn(ssum)?)?;
     if ss_in != e_val || ss_op != ReduceOp::Sum {
         return None;
     }
-    // e = exp(x - broadcast(max(x)))
+    // e = exp(x - broadcast(m)), m = max(x), with a sink: m = max(max(x), sink)
     let dm = unary(eqn(e_val)?, UnaryOp::Exp)?;
     let (x, mb) = binary(eqn(dm)?, BinaryOp::Sub)?;
     let m = broadcast_of(eqn(mb)?, &pd)?;
-    let (m_in, m_op) = reduce_last(eqn(m)?)?;
+    let (row_max, sink) = match sink_share {
+        Some(share) => {
+            let (row_max, sink) = binary(eqn(m)?, BinaryOp::Max)?;
+            (
+                row_max,
+                Some(find_sink(g, producer, &only_here, sink, m, share, &pd)?),
+            )
+        }
+        None => (m, None),
+    };
+    let (m_in, m_op) = reduce_last(eqn(row_max)?)?;
     if m_in != x || m_op != ReduceOp::Max || dims(x) != pd {
         return None;
     }
-    let single = [p, sb, ssum, dm, mb, m];
-    if !single.iter().all(|&w| only_here(w, 1)) || !only_here(e_val, 2) || !only_here(x, 2) {
+    let m_uses = if sink.is_some() { 2 } else { 1 };
+    let single = [p, sb, ssum, dm, mb, row_max];
+    if !single.iter().all(|&w| only_here(w, 1))
+        || !only_here(m, m_uses)
+        || !only_here(e_val, 2)
+        || !only_here(x, 2)
+    {
         return None;
     }
     // x = select(mask, logits, MIN), or the logits themselves.
@@ -164,6 +195,10 @@ pub fn find(
     if logits != x {
         internal.push(logits);
     }
+    if let Some(s) = &sink {
+        internal.extend([row_max, total]);
+        internal.extend(s.internal);
+    }
     Some(Attention {
         out,
         q,
@@ -172,8 +207,55 @@ pub fn find(
         scores,
         logits,
         mask,
+        sinks: sink.map(|s| s.sinks),
         scores_eqn: producer[scores.index()]?,
         internal,
+    })
+}
+
+/// A recognised sink term of the softmax: the `[H]` logits and the values that spread them over
+/// the rows.
+struct Sink {
+    sinks: ValueId,
+    internal: [ValueId; 4],
+}
+
+/// The sink of a softmax whose row maximum is `m = max(max(x), sink)` and whose denominator adds
+/// `share`: `sink = broadcast(reshape(sinks [H], [1, H, 1, 1]), [B, H, T, 1])` and
+/// `share = exp(sink - m)`, every intermediate read only there.
+fn find_sink(
+    g: &Graph,
+    producer: &[Option<usize>],
+    only_here: &dyn Fn(ValueId, u32) -> bool,
+    sink: ValueId,
+    m: ValueId,
+    share: ValueId,
+    scores_shape: &[usize],
+) -> Option<Sink> {
+    let eqn = |v: ValueId| producer[v.index()].map(|i| &g.eqns()[i]);
+    let dims = |v: ValueId| g.values()[v.index()].ty.dims().to_vec();
+    let diff = unary(eqn(share)?, UnaryOp::Exp)?;
+    if binary(eqn(diff)?, BinaryOp::Sub)? != (sink, m) {
+        return None;
+    }
+    let rows = [scores_shape[0], scores_shape[1], scores_shape[2], 1];
+    let per_head = broadcast_of(eqn(sink)?, &rows)?;
+    let reshaped = eqn(per_head)?;
+    if !matches!(reshaped.op, OpKind::Reshape { .. }) {
+        return None;
+    }
+    let sinks = reshaped.inputs[0];
+    let heads = scores_shape[1];
+    if dims(per_head) != [1, heads, 1, 1] || dims(sinks) != [heads] {
+        return None;
+    }
+    let single = [share, diff, per_head];
+    if !single.iter().all(|&w| only_here(w, 1)) || !only_here(sink, 2) {
+        return None;
+    }
+    Some(Sink {
+        sinks,
+        internal: [sink, per_head, diff, share],
     })
 }
 
@@ -328,6 +410,27 @@ pub(super) fn rescale(cx: &mut KernelCtx, m: Var, m_new: &Expr) -> (Expr, Expr) 
 
 pub(super) fn and(a: Expr, b: Expr) -> Expr {
     poot_kernel::build::bin(BinOp::And, a, b)
+}
+
+/// The factor turning a row's weighted values into its output where the softmax has a sink
+/// `sink`, from the row's running maximum `m` and sum `l`: with `M = max(m, sink)`,
+/// `exp(m - M) / (l exp(m - M) + exp(sink - M))`. A row with nothing visible (`m` = -inf) gets
+/// 0, as in the oracle (its floored logits underflow against the sink).
+pub(super) fn sink_factor(cx: &mut KernelCtx, sink: Expr, m: Expr, l: Expr) -> Expr {
+    let big_m = cx.kb.let_(Ty::F32, max(m.clone(), sink.clone()));
+    let kept = cx.kb.let_(Ty::F32, exp(m - big_m.clone()));
+    cx.kb
+        .let_(Ty::F32, kept.clone() / (l * kept + exp(sink - big_m)))
+}
+
+/// How an item's weighted values end: in its partition's record, or as its row's output.
+pub(super) enum Finish {
+    /// The partition's record at this offset, for the combine (which applies any sink).
+    Record(Expr),
+    /// `weighted / l`, or the mean of the values where nothing was `seen`.
+    Divide { l: Expr, seen: Expr },
+    /// `weighted` times [`sink_factor`]'s factor.
+    Sink(Expr),
 }
 
 impl Lowering<'_> {
@@ -493,17 +596,24 @@ impl Lowering<'_> {
         let l_total = cx.kb.let_(Ty::F32, load_shared(red, u32c(0)));
         cx.kb.barrier();
         if parts == 1 {
+            let factor = self
+                .sink_logit(&mut cx, a, &bht[1])?
+                .map(|sink| sink_factor(&mut cx, sink, Expr::Var(m), l_total.clone()));
             for (j, &acc) in accs.iter().enumerate() {
                 let dj = cx.kb.let_(Ty::U32, local_id() + u32c(j as u32 * wg));
                 cx.kb.begin_if(lt(dj.clone(), u32c(dv as u32)));
                 let o =
                     poot_kernel::build::bin(BinOp::Add, row.clone() * u32c(dv as u32), dj.clone());
-                cx.kb.begin_if(eq(Expr::Var(m), neg_inf()));
-                let mean = self.mean_of_values(&mut cx, a, bht, dj, s_len)?;
-                cx.kb.store(outp, o.clone(), mean);
-                cx.kb.otherwise();
-                cx.kb.store(outp, o, Expr::Var(acc) / l_total.clone());
-                cx.kb.end();
+                if let Some(factor) = &factor {
+                    cx.kb.store(outp, o, Expr::Var(acc) * factor.clone());
+                } else {
+                    cx.kb.begin_if(eq(Expr::Var(m), neg_inf()));
+                    let mean = self.mean_of_values(&mut cx, a, bht, dj, s_len)?;
+                    cx.kb.store(outp, o.clone(), mean);
+                    cx.kb.otherwise();
+                    cx.kb.store(outp, o, Expr::Var(acc) / l_total.clone());
+                    cx.kb.end();
+                }
                 cx.kb.end();
             }
         } else {
@@ -620,33 +730,67 @@ impl Lowering<'_> {
         Ok(cx.kb.let_(Ty::Bool, vis))
     }
 
-    /// Feature `dj` of an item's result: `weighted / l` into the output row `row` (the values'
-    /// mean where nothing was `seen`), or with a partition's `record` the unnormalised
-    /// `weighted` into it, for the combine.
+    /// Head `head`'s sink logit where `a` has sinks, as a variable.
+    pub(super) fn sink_logit(
+        &mut self,
+        cx: &mut KernelCtx,
+        a: &Attention,
+        head: &Expr,
+    ) -> Result<Option<Expr>, PlanError> {
+        let Some(sinks) = a.sinks else {
+            return Ok(None);
+        };
+        let sink = self.value_at(cx, sinks, std::slice::from_ref(head))?;
+        Ok(Some(cx.kb.let_(Ty::F32, sink)))
+    }
+
+    /// How the item of row `bht` ends: its partition's `record` where there is one, else its
+    /// row's output from the row's maximum `m`, sum `l` and whether anything was `seen`.
+    pub(super) fn finish_item(
+        &mut self,
+        cx: &mut KernelCtx,
+        a: &Attention,
+        record: Option<Expr>,
+        bht: &[Expr],
+        (m, l, seen): (Expr, Expr, Expr),
+    ) -> Result<Finish, PlanError> {
+        if let Some(record) = record {
+            return Ok(Finish::Record(record));
+        }
+        Ok(match self.sink_logit(cx, a, &bht[1])? {
+            Some(sink) => Finish::Sink(sink_factor(cx, sink, m, l)),
+            None => Finish::Divide { l, seen },
+        })
+    }
+
+    /// Feature `dj` of an item's result, its `weighted` values ended as `finish` says: into the
+    /// output row `row`, or unnormalised into the partition's record.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn store_item_feature(
         &mut self,
         cx: &mut KernelCtx,
         a: &Attention,
         outp: ParamId,
-        record: Option<&Expr>,
+        finish: &Finish,
         (row, bht): (&Expr, &[Expr]),
         dj: Expr,
-        (weighted, l, seen): (Expr, Expr, Expr),
+        weighted: Expr,
     ) -> Result<(), PlanError> {
         let dv = self.g.values()[a.out.index()].ty.dims()[3] as u32;
         let s_len = self.g.values()[a.scores.index()].ty.dims()[3];
-        match record {
-            None => {
-                let o = row.clone() * u32c(dv) + dj.clone();
-                cx.kb.begin_if(seen);
-                cx.kb.store(outp, o.clone(), weighted / l);
+        let o = || row.clone() * u32c(dv) + dj.clone();
+        match finish {
+            Finish::Divide { l, seen } => {
+                let o = o();
+                cx.kb.begin_if(seen.clone());
+                cx.kb.store(outp, o.clone(), weighted / l.clone());
                 cx.kb.otherwise();
                 let mean = self.mean_of_values(cx, a, bht, dj, s_len)?;
                 cx.kb.store(outp, o, mean);
                 cx.kb.end();
             }
-            Some(record) => cx.kb.store(outp, record.clone() + u32c(2) + dj, weighted),
+            Finish::Sink(factor) => cx.kb.store(outp, o(), weighted * factor.clone()),
+            Finish::Record(record) => cx.kb.store(outp, record.clone() + u32c(2) + dj, weighted),
         }
         Ok(())
     }
@@ -719,11 +863,20 @@ impl Lowering<'_> {
         self.tree_reduce(&mut cx, &[red], &|x, y| vec![x[0].clone() + y[0].clone()]);
         let big_l = cx.kb.let_(Ty::F32, load_shared(red, u32c(0)));
         cx.kb.barrier();
+        // The sink enters once, against the partitions' combined maximum and sum.
+        let factor = self
+            .sink_logit(&mut cx, a, &bht[1])?
+            .map(|sink| sink_factor(&mut cx, sink, big_m.clone(), big_l.clone()));
         let dj = cx.kb.begin_for(local_id(), u32c(dv as u32), u32c(wg));
         let o = row.clone() * u32c(dv as u32) + dj.clone();
+        // Where no partition saw anything the weights are undefined (-inf - -inf): the row is
+        // the oracle's without reading them.
         cx.kb.begin_if(eq(big_m, neg_inf()));
-        let mean = self.mean_of_values(&mut cx, a, &bht, dj.clone(), s_len)?;
-        cx.kb.store(outp, o.clone(), mean);
+        let unseen = match factor {
+            Some(_) => Expr::F32(0.0),
+            None => self.mean_of_values(&mut cx, a, &bht, dj.clone(), s_len)?,
+        };
+        cx.kb.store(outp, o.clone(), unseen);
         cx.kb.otherwise();
         let acc = cx.kb.var(Ty::F32, Expr::F32(0.0));
         let p = cx.kb.begin_for(u32c(0), u32c(parts as u32), u32c(1));
@@ -731,7 +884,11 @@ impl Lowering<'_> {
         cx.kb
             .set(acc, Expr::Var(acc) + load(pp, at_p) * load_shared(w_sh, p));
         cx.kb.end();
-        cx.kb.store(outp, o, Expr::Var(acc) / big_l);
+        let result = match factor {
+            Some(factor) => Expr::Var(acc) * factor,
+            None => Expr::Var(acc) / big_l,
+        };
+        cx.kb.store(outp, o, result);
         cx.kb.end();
         cx.kb.end();
         // The weights are rewritten for the next row only after everyone read them.

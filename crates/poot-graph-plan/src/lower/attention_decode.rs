@@ -23,8 +23,8 @@
 //!   rescaled when the maximum grows. A step where nothing is visible is skipped whole where
 //!   the team is one warp (the shuffles need no barrier); elsewhere it runs with zero weights.
 //! - The teams' `(max, sum, values)` meet in shared memory (one barrier); the row's output is
-//!   divided once, or the partition's record is written for
-//!   [`emit_attention_combine`](Lowering::emit_attention_combine).
+//!   divided once (a softmax sink entering there), or the partition's record is written for
+//!   [`emit_attention_combine`](Lowering::emit_attention_combine), which applies the sink.
 //!
 //! - Where many rows decode together under grouped-query attention, one workgroup serves the
 //!   query heads that share a key and value head (`decode_group`): each key and value word and
@@ -41,10 +41,10 @@
 //! position order), then across teams, then across partitions, and divided once at the end
 //! (the oracle divides each weight first). Masked positions contribute exactly zero whenever a
 //! visible logit of the row exceeds `f32::MIN + 104`, and a row with no visible position is the
-//! mean of the values, as in the prefill kernel.
+//! mean of the values (0 with a sink), as in the prefill kernel.
 
 use super::access::unflatten;
-use super::attention::{Attention, Item, MAX_PARTITIONS, and, at_s, exp, neg_inf, rescale};
+use super::attention::{Attention, Finish, Item, MAX_PARTITIONS, and, at_s, exp, neg_inf, rescale};
 use super::context::KernelCtx;
 use super::emit::pairwise;
 use super::{Lowering, PlanError};
@@ -523,6 +523,13 @@ impl Lowering<'_> {
             let big_l = cx.kb.let_(Ty::F32, big_l);
             let record =
                 (parts > 1).then(|| cx.kb.let_(Ty::U32, it.item.clone() * u32c((dv + 2) as u32)));
+            let finish = self.finish_item(
+                &mut cx,
+                a,
+                record,
+                &it.bht,
+                (big_m.clone(), big_l.clone(), seen.clone()),
+            )?;
             let dj = cx.kb.begin_for(local_id(), u32c(dv as u32), u32c(wg));
             let weighted = team_w
                 .iter()
@@ -534,17 +541,9 @@ impl Lowering<'_> {
                 .reduce(|a, b| a + b)
                 .unwrap_or(Expr::F32(0.0));
             let weighted = cx.kb.let_(Ty::F32, weighted);
-            self.store_item_feature(
-                &mut cx,
-                a,
-                outp,
-                record.as_ref(),
-                (&it.row, &it.bht),
-                dj,
-                (weighted, big_l.clone(), seen),
-            )?;
+            self.store_item_feature(&mut cx, a, outp, &finish, (&it.row, &it.bht), dj, weighted)?;
             cx.kb.end();
-            if let Some(record) = record {
+            if let Finish::Record(record) = finish {
                 cx.kb.begin_if(eq(local_id(), u32c(0)));
                 cx.kb.store(outp, record.clone(), big_m);
                 cx.kb.store(outp, record + u32c(1), big_l);

@@ -65,9 +65,9 @@ fn score_slot(i: usize) -> (usize, u32) {
 
 impl Lowering<'_> {
     /// Plans `a` on the matrix units; `false` (nothing planned) when the kernel does not apply:
-    /// a target without them, fewer tokens than a warp's rows, a query that reads a row
-    /// reduction, heads wider than [`MAX_HEAD`] or not a multiple of 8, or too little shared
-    /// memory.
+    /// a softmax with a sink, a target without them, fewer tokens than a warp's rows, a query
+    /// that reads a row reduction, heads wider than [`MAX_HEAD`] or not a multiple of 8, or too
+    /// little shared memory.
     pub(super) fn emit_attention_mma(&mut self, a: &Attention) -> Result<bool, PlanError> {
         let od = self.g.values()[a.out.index()].ty.dims().to_vec();
         let (bsz, heads, tokens, dv) = (od[0], od[1], od[2] as u32, od[3] as u32);
@@ -76,7 +76,9 @@ impl Lowering<'_> {
         let warps = tokens.div_ceil(WARP_QUERIES).min(MAX_WARPS);
         let threads = warps * WARP;
         let limits = &self.target.limits;
-        if !self.target.attention_matrix_units()
+        // A softmax sink is finished by the tiled FMA kernel, which takes the attention instead.
+        if a.sinks.is_some()
+            || !self.target.attention_matrix_units()
             || limits.subgroup_size != WARP
             || tokens < WARP_QUERIES
             || s_len == 0

@@ -13,9 +13,10 @@
 //!
 //! What it reassociates against the oracle: each dot product's sum (the compiler's vector
 //! order), the softmax sum and weighted values formed with running rescaling in position order
-//! per partition, then across partitions, divided once at the end.
+//! per partition, then across partitions, divided once at the end (where a softmax sink
+//! enters).
 
-use super::attention::{Attention, MAX_PARTITIONS, at_s, exp, neg_inf, rescale};
+use super::attention::{Attention, Finish, MAX_PARTITIONS, at_s, exp, neg_inf, rescale};
 use super::context::KernelCtx;
 use super::{Lowering, PlanError};
 use poot_kernel::build::{cmp, load_shared, lt, max, mul_add, select, u32c};
@@ -101,19 +102,13 @@ impl Lowering<'_> {
         let seen = cx
             .kb
             .let_(Ty::Bool, cmp(CmpOp::Ne, Expr::Var(m), neg_inf()));
+        let finish =
+            self.finish_item(&mut cx, a, record, bht, (Expr::Var(m), Expr::Var(l), seen))?;
         let dj = cx.kb.begin_for(u32c(0), u32c(dv as u32), u32c(1));
         let weighted = load_shared(acc_sh, dj.clone());
-        self.store_item_feature(
-            &mut cx,
-            a,
-            outp,
-            record.as_ref(),
-            (&row, bht),
-            dj,
-            (weighted, Expr::Var(l), seen),
-        )?;
+        self.store_item_feature(&mut cx, a, outp, &finish, (&row, bht), dj, weighted)?;
         cx.kb.end();
-        if let Some(record) = record {
+        if let Finish::Record(record) = finish {
             cx.kb.store(outp, record.clone(), Expr::Var(m));
             cx.kb.store(outp, record + u32c(1), Expr::Var(l));
         }

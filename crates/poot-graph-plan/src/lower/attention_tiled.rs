@@ -15,11 +15,12 @@
 //! It reassociates exactly what the one-row kernel does (the softmax sum and the weighted sum
 //! of values are formed per tile with running rescaling and divided once at the end); a
 //! masked position contributes exactly zero, and a row with no visible position is the mean of
-//! the values, as in the oracle. It is used where the query is computed element by element (a
+//! the values, as in the oracle. A softmax sink enters at each row's output (see
+//! [`attention`](super::attention)). It is used where the query is computed element by element (a
 //! rotary embedding, not a norm: a row reduction per query would have to be formed per tile row).
 
 use super::access::unflatten;
-use super::attention::{Attention, and, exp, neg_inf, rescale};
+use super::attention::{Attention, and, exp, neg_inf, rescale, sink_factor};
 use super::context::KernelCtx;
 use super::{Lowering, PlanError};
 use poot_kernel::build::{
@@ -270,6 +271,7 @@ impl Lowering<'_> {
             .store_shared(sh.rows, u32c(2 * QUERIES) + qi, Expr::Var(m_row));
         cx.kb.end();
         cx.kb.barrier();
+        let sink = self.sink_logit(&mut cx, a, &h)?;
         for (j, &acc) in accs.iter().enumerate() {
             let q = cx
                 .kb
@@ -279,14 +281,19 @@ impl Lowering<'_> {
             let row = (b.clone() * u32c(heads as u32) + h.clone()) * u32c(tokens) + t.clone();
             let o = cx.kb.let_(Ty::U32, row * u32c(dv) + oj.clone());
             let m = load_shared(sh.rows, u32c(2 * QUERIES) + q.clone());
-            cx.kb.begin_if(eq(m, neg_inf()));
-            let bht = [b.clone(), h.clone(), t];
-            let mean = self.mean_of_values(&mut cx, a, &bht, oj.clone(), s_len as usize)?;
-            cx.kb.store(outp, o.clone(), mean);
-            cx.kb.otherwise();
             let l = load_shared(sh.rows, u32c(QUERIES) + q);
-            cx.kb.store(outp, o, Expr::Var(acc) / l);
-            cx.kb.end();
+            if let Some(sink) = &sink {
+                let factor = sink_factor(&mut cx, sink.clone(), m, l);
+                cx.kb.store(outp, o, Expr::Var(acc) * factor);
+            } else {
+                cx.kb.begin_if(eq(m, neg_inf()));
+                let bht = [b.clone(), h.clone(), t];
+                let mean = self.mean_of_values(&mut cx, a, &bht, oj.clone(), s_len as usize)?;
+                cx.kb.store(outp, o.clone(), mean);
+                cx.kb.otherwise();
+                cx.kb.store(outp, o, Expr::Var(acc) / l);
+                cx.kb.end();
+            }
             cx.kb.end();
         }
         // The shared arrays are rewritten for the next tile of queries only after every read.
