@@ -22,7 +22,7 @@
 //! - **Faults** record their code as on CUDA, then `__builtin_trap()` (`s_trap 2`), which the
 //!   HSA queue reports to its error callback. See [`fault`](super::fault).
 //! - **No matrix-unit products**: `MmaTf32`/`MmaHalf` are PTX's `mma.sync` and are refused by
-//!   name (the planner gives the ROCm target none).
+//!   name, as is `StoreSharedHalves`, their staging (the planner gives the ROCm target none).
 //! - **Launch bounds** name the workgroup only: CUDA's second bound (workgroups resident per
 //!   multiprocessor, [`Kernel::min_resident`]) is tuned for NVIDIA GPUs and HIP reads a second
 //!   argument differently, so it is left out.
