@@ -1249,9 +1249,9 @@ impl Lowering<'_> {
     /// once per unit, where staging element by element decodes every element's scales again.
     /// A unit keeps to its window ([`dequant_unit::unit_window`]): a slice holds whole windows,
     /// or lies in one, whose units then store only their elements inside the slice. Each value
-    /// is the oracle's decoding bit for bit; on the half-precision matrix units the product
-    /// rounds it to f16 as the graph does, elsewhere it is rounded here. Columns past the
-    /// weight's are left as they are: no product reaches an output from them.
+    /// is the oracle's decoding bit for bit, rounded to f16 as the graph does: by the packing
+    /// on the half-precision matrix units ([`Lowering::store_unit_halves`]), else here. Columns
+    /// past the weight's are left as they are: no product reaches an output from them.
     fn stage_block_units(
         &mut self,
         cx: &mut KernelCtx,
@@ -1281,7 +1281,6 @@ impl Lowering<'_> {
         // Units per column of the slice, and whether some of their elements fall outside it.
         let partial = window > t.tk;
         let per_column = block_units(t, f) / TN;
-        let round = !matches!(t.mma, Some(Mma::Half(Half::F16)));
         let units = TN * per_column;
         // Thread `first_thread` takes unit 0 (the threads before it wrap past every unit).
         for j in 0..(first_thread + units).div_ceil(THREADS) {
@@ -1344,11 +1343,8 @@ impl Lowering<'_> {
                 self.store_unit_halves(cx, t, half, (arr, &n_in), (&origin, partial), values, w)?;
             } else {
                 for (off, value) in values {
-                    let value = if round {
-                        un(UnOp::RoundF16, value)
-                    } else {
-                        value
-                    };
+                    // Staged in f32: rounded here as the graph rounds it.
+                    let value = un(UnOp::RoundF16, value);
                     let at = cx.kb.let_(Ty::U32, origin.clone() + u32c(off));
                     if partial {
                         cx.kb.begin_if(lt(at.clone(), u32c(t.tk)));
