@@ -2885,6 +2885,21 @@ pub fn open_block_tiles_engine<D: crate::Device>(
     })
 }
 
+/// [`open_block_tiles_engine`] with 32-element slices (`block_tk=32`): two sets of f32 slices
+/// fit the FMA path's shared memory too, so its walk issues each slice's loads before the
+/// products of the one before it, as the matrix-unit kernels' walk does with wider slices.
+pub fn open_prefetching_block_tiles_engine<D: crate::Device>(
+    backend: poot_graph_plan::Backend,
+    open: impl FnOnce() -> Result<D, crate::DeviceError>,
+) -> Option<crate::Engine<D>> {
+    open_engine_with(backend, open, |target| {
+        target.tuning.block_tiles = poot_graph_plan::BlockTiles::Everywhere;
+        target.tuning.block_slice = 32;
+        target.tuning.block_buffers = 2;
+        target.tuning.block_prefetch = true;
+    })
+}
+
 /// Opens the device (`None`, with a `SKIP` line, where it is unavailable) with the target it
 /// reports under `POOT_TUNING`, then `adjust`ed.
 fn open_engine_with<D: crate::Device>(
@@ -2980,6 +2995,16 @@ macro_rules! device_suite {
         #[test]
         fn block_tiles_match_the_rounded_oracle() {
             if let Some(mut engine) = $crate::suite::open_block_tiles_engine($backend, $open) {
+                $crate::suite::assert_all_passed(&$crate::suite::run_block_weights(&mut engine));
+            }
+        }
+
+        /// The same with narrower slices in two sets, each slice's loads issued before the
+        /// products of the slice before it.
+        #[test]
+        fn prefetching_block_tiles_match_the_rounded_oracle() {
+            let open = $crate::suite::open_prefetching_block_tiles_engine($backend, $open);
+            if let Some(mut engine) = open {
                 $crate::suite::assert_all_passed(&$crate::suite::run_block_weights(&mut engine));
             }
         }

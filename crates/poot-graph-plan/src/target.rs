@@ -184,8 +184,9 @@ pub struct Tuning {
     /// multiprocessor. Off, such contractions take the tf32 tiles, a weight element decoded
     /// per staged element (2.1x slower for 16 rows of a 1B Q4_0 model on the H100).
     pub block_tiles: BlockTiles,
-    /// Workgroups per multiprocessor that such a kernel's grid aims for, splitting the
-    /// contraction axis to get them (`block_wgs=N`, 1 to 64; 4 by default).
+    /// Workgroups of such a kernel a multiprocessor runs at once, for choosing how many ways
+    /// to split the contraction axis so the grid fills whole waves (`block_wgs=N`, 1 to 64; 4
+    /// by default, as `tile_resident` bounds the registers for).
     pub block_workgroups: u32,
     /// Workgroups of such a kernel each multiprocessor should be able to hold at once, a bound
     /// on its registers (`tile_resident=N`; 4 by default, 64 registers a thread; 0: no bound).
@@ -197,6 +198,10 @@ pub struct Tuning {
     /// they fit): with two, one barrier a slice, and a warp done multiplying one set stages
     /// the other while the rest still multiply.
     pub block_buffers: u32,
+    /// Whether such a kernel with two sets of slices issues the next slice's loads (the block
+    /// words and the left side) before multiplying the current one, so their latency overlaps
+    /// the products (`tile_prefetch=0|1`; on by default).
+    pub block_prefetch: bool,
 }
 
 /// Where tiled contractions against block-quantized weights stage them a unit at a time, both
@@ -279,6 +284,7 @@ impl Default for Tuning {
             block_min_resident: 4,
             block_slice: 64,
             block_buffers: 2,
+            block_prefetch: true,
         }
     }
 }
@@ -292,7 +298,7 @@ pub const CPU_INTEGER_ROWS: u32 = 16;
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, tile_prefetch=0|1, gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -363,6 +369,7 @@ impl Tuning {
                         .filter(|n| (1..=64).contains(n))
                         .ok_or_else(bad)?
                 }
+                "tile_prefetch" => t.block_prefetch = flag()?,
                 "tile_resident" => t.block_min_resident = value.parse().ok().ok_or_else(bad)?,
                 "tile_buffers" => {
                     t.block_buffers = value
@@ -689,7 +696,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=64,waves=4,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,decode_group=0,decode_wgs=8,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64,block_tiles=0,block_wgs=2,tile_resident=3,block_tk=128,tile_buffers=1",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,decode_group=0,decode_wgs=8,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64,block_tiles=0,block_wgs=2,tile_resident=3,block_tk=128,tile_buffers=1,tile_prefetch=0",
         )
         .unwrap();
         assert_eq!(
@@ -726,6 +733,7 @@ mod tests {
                 block_min_resident: 3,
                 block_slice: 128,
                 block_buffers: 1,
+                block_prefetch: false,
             }
         );
         for (spec, units) in [

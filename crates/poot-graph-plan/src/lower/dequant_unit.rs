@@ -126,9 +126,46 @@ impl Group {
     }
 }
 
+/// Where a unit's loads land: in variables declared where the unit is decoded
+/// ([`DirectLoads`]), or in ones a reader filled earlier (a tiled kernel issues the next
+/// slice's loads before it multiplies the current one, and decodes them after).
+pub trait UnitLoads {
+    /// A variable of type `ty` holding `value`, a load.
+    fn load(&mut self, kb: &mut KernelBuilder, ty: Ty, value: Expr) -> Expr;
+    /// Words `index..index + n` of u32 buffer `buf`, in one wide load
+    /// ([`KernelBuilder::let_words`]).
+    fn load_words(
+        &mut self,
+        kb: &mut KernelBuilder,
+        buf: ParamId,
+        index: Expr,
+        n: u32,
+    ) -> Vec<Expr>;
+}
+
+/// Loads emitted where the unit is decoded.
+pub struct DirectLoads;
+
+impl UnitLoads for DirectLoads {
+    fn load(&mut self, kb: &mut KernelBuilder, ty: Ty, value: Expr) -> Expr {
+        kb.let_(ty, value)
+    }
+
+    fn load_words(
+        &mut self,
+        kb: &mut KernelBuilder,
+        buf: ParamId,
+        index: Expr,
+        n: u32,
+    ) -> Vec<Expr> {
+        kb.let_words(buf, index, n)
+    }
+}
+
 /// Where the unit's words are read from.
 struct Src<'a> {
     kb: &'a mut KernelBuilder,
+    loads: &'a mut dyn UnitLoads,
     weights: ParamId,
     /// The block's first byte (a variable).
     base: Expr,
@@ -140,7 +177,12 @@ impl Src<'_> {
     /// The aligned word at byte `offset` of a 4-byte-aligned block.
     fn word(&mut self, offset: Expr) -> Expr {
         let at = (self.base.clone() + offset) >> u32c(2);
-        self.kb.let_(Ty::U32, load(self.weights, at))
+        self.loads.load(self.kb, Ty::U32, load(self.weights, at))
+    }
+
+    /// Words `index..index + n` of the weights, in one wide load.
+    fn words(&mut self, index: Expr, n: u32) -> Vec<Expr> {
+        self.loads.load_words(self.kb, self.weights, index, n)
     }
 
     /// `n` consecutive u32 values at even byte `offset` of a 2-byte-aligned block: `n + 1`
@@ -161,7 +203,7 @@ impl Src<'_> {
                 } else {
                     index
                 };
-                self.kb.let_(Ty::U32, load(self.weights, index))
+                self.loads.load(self.kb, Ty::U32, load(self.weights, index))
             })
             .collect();
         (0..n as usize)
@@ -176,8 +218,8 @@ impl Src<'_> {
     /// The f16 at even byte `offset` of the block, as f32.
     fn f16(&mut self, offset: Expr) -> Expr {
         let at = (self.base.clone() + offset) >> u32c(1);
-        self.kb
-            .let_(Ty::F32, load_half(self.weights, at, Half::F16))
+        self.loads
+            .load(self.kb, Ty::F32, load_half(self.weights, at, Half::F16))
     }
 }
 
@@ -302,7 +344,6 @@ fn level(kvalues: ParamId, index: Expr) -> Expr {
 /// byte is `base` (a u32 variable, even but for MXFP4) in `weights`, whose last word is
 /// `last_word`. Emits the unit's word loads into `kb` as variables, loads first, and returns
 /// its elements, whose values are expressions over those variables.
-#[allow(clippy::too_many_arguments)]
 pub fn decode_unit(
     kb: &mut KernelBuilder,
     format: BlockFormat,
@@ -312,6 +353,20 @@ pub fn decode_unit(
     sub: Expr,
     last_word: u32,
 ) -> Result<Unit, DequantError> {
+    let at = (weights, base, sub, last_word);
+    decode_unit_with(kb, &mut DirectLoads, format, tables, at)
+}
+
+/// [`decode_unit`] with its word loads placed by `loads`: they are the same loads in the same
+/// order on every call for the same format, so a reader can issue them ahead of the decoding.
+/// (Formats decoded element by element read their bytes where they are decoded.)
+pub fn decode_unit_with(
+    kb: &mut KernelBuilder,
+    loads: &mut dyn UnitLoads,
+    format: BlockFormat,
+    tables: &FormatTables,
+    (weights, base, sub, last_word): (ParamId, Expr, Expr, u32),
+) -> Result<Unit, DequantError> {
     let table = |table: FormatTable| {
         tables
             .get(table)
@@ -319,6 +374,7 @@ pub fn decode_unit(
     };
     let mut s = Src {
         kb,
+        loads,
         weights,
         base,
         last_word,
@@ -454,6 +510,7 @@ pub fn decode_whole(
     let kind = pair.legacy(tables)?;
     let mut s = Src {
         kb,
+        loads: &mut DirectLoads,
         weights,
         base,
         last_word,
@@ -645,9 +702,9 @@ fn k4_scales(
 fn q4_k(s: &mut Src, sub: Expr) -> Unit {
     let chunk = s.kb.let_(Ty::U32, sub.clone() >> c(1));
     let l0 = s.kb.let_(Ty::U32, (sub.clone() & c(1)) << c(4));
-    let head = s.kb.let_words(s.weights, s.base.clone() >> c(2), 4);
+    let head = s.words(s.base.clone() >> c(2), 4);
     let codes = (s.base.clone() + c(16) + (sub << c(4))) >> c(2);
-    let q = s.kb.let_words(s.weights, codes, 4);
+    let q = s.words(codes, 4);
     let d = s.kb.let_(Ty::F32, un(UnOp::F16ToF32, head[0].clone()));
     let dmin =
         s.kb.let_(Ty::F32, un(UnOp::F16ToF32, head[0].clone() >> c(16)));

@@ -58,7 +58,9 @@ use crate::plan::BufferRole;
 use crate::precision::{DecodedBlocks, decoded_blocks, half_operand};
 use crate::target::{MatrixUnits, Target};
 use poot_formats::BlockFormat;
-use poot_kernel::build::{bin, eq, load, load_shared, local_id, lt, min, mul_add, u32c, un};
+use poot_kernel::build::{
+    KernelBuilder, Mark, bin, eq, load, load_shared, local_id, lt, min, mul_add, u32c, un,
+};
 use poot_kernel::{BinOp, Expr, Half, ParamId, SharedId, Ty, UnOp, Var, Word};
 
 /// Contraction elements staged per step.
@@ -192,6 +194,9 @@ struct Tiles {
     /// Sets of slices staged in turn (1, or 2 for [`Tiled`] kernels staging block weights
     /// where they fit: [`Lowering::tile_pass`]).
     buffers: u32,
+    /// Whether the walk issues each slice's loads before the products of the one before it
+    /// ([`Prefetch`]; two sets of block-decoding slices only).
+    prefetch: bool,
     /// Whether the products are formed on matrix units ([`Lowering::mma_step`],
     /// [`Lowering::mma_half_step`]), and in which precision: the shared slices are then stored
     /// row by row (a row's [`TK`] elements, padded to [`Tiles::mma_row`]), and each warp owns a block
@@ -221,12 +226,28 @@ impl Tiles {
             tiles_n,
             tk: TK,
             buffers: 1,
+            prefetch: false,
             mma: None,
         }
     }
 
     fn rows_per_thread(&self) -> u32 {
         self.tm / SIDE
+    }
+
+    /// On the matrix-unit path, the 16-row blocks and 8-column blocks each warp owns: warps in
+    /// a 2 x 4 grid of `tm / 2 x 16` blocks, or for a 16-row tile a row of 8 of `16 x 8`.
+    fn warp_blocks(&self) -> (u32, u32) {
+        if self.tm == 16 {
+            (1, 1)
+        } else {
+            (self.tm / 32, 2)
+        }
+    }
+
+    /// Warps along a row of the tile on the matrix-unit path.
+    fn warps_across(&self) -> u32 {
+        TN / (8 * self.warp_blocks().1)
     }
 
     /// The words of a staged row on the matrix-unit paths: f32 elements, or pairs of halves.
@@ -277,6 +298,171 @@ impl Tiles {
 
 /// A set of staged slices: the left side's and one per weight of a sum.
 type Slices = (SharedId, Vec<SharedId>);
+
+/// Loads of a slice issued before the products of the slice before it, so their latency
+/// overlaps those products: a fetching pass over a slice's staging code puts each load it
+/// would make (the block units' words, the left side's values) in a variable declared before
+/// the walk, and the staging pass that follows the next barrier reads them in the same order.
+/// Both passes emit the same loads in the same order, checked as they are read. Variables are
+/// pooled by type; loads no thread makes together (a sum's weight choices, units of different
+/// sums where every unit has its own thread) take the same ones.
+struct Prefetch {
+    /// Where the variables are declared: before the walk.
+    mark: Mark,
+    pools: Vec<Pool>,
+    fetching: bool,
+    /// Whether a staging pass found other loads than its fetching pass made.
+    mismatched: bool,
+}
+
+/// The prefetch variables of one type, and the next one of the pass.
+struct Pool {
+    ty: Ty,
+    vars: Vec<Var>,
+    next: usize,
+}
+
+/// A place in each pool of a [`Prefetch`].
+type Cursor = Vec<usize>;
+
+impl Prefetch {
+    fn new(mark: Mark) -> Prefetch {
+        Prefetch {
+            mark,
+            pools: Vec::new(),
+            fetching: true,
+            mismatched: false,
+        }
+    }
+
+    /// Starts a fetching pass (`true`) or a staging one.
+    fn begin(&mut self, fetching: bool) {
+        self.fetching = fetching;
+        for pool in &mut self.pools {
+            pool.next = 0;
+        }
+    }
+
+    /// Ends a pass; a staging pass must have read every variable.
+    fn end(&mut self) {
+        if !self.fetching && self.pools.iter().any(|p| p.next != p.vars.len()) {
+            self.mismatched = true;
+        }
+    }
+
+    /// Where the pass is in each pool (pools made later start at 0).
+    fn cursor(&self) -> Cursor {
+        self.pools.iter().map(|p| p.next).collect()
+    }
+
+    /// Goes back to `at`, for loads no thread makes together with those since.
+    fn rewind(&mut self, at: &[usize]) {
+        for (i, pool) in self.pools.iter_mut().enumerate() {
+            pool.next = at.get(i).copied().unwrap_or(0);
+        }
+    }
+
+    /// The furthest of `a` and the pass's place, pool by pool.
+    fn furthest(&self, a: &[usize]) -> Cursor {
+        let here = self.cursor();
+        (0..here.len().max(a.len()))
+            .map(|i| here.get(i).copied().max(a.get(i).copied()).unwrap_or(0))
+            .collect()
+    }
+
+    fn pool(&mut self, ty: Ty) -> &mut Pool {
+        let i = match self.pools.iter().position(|p| p.ty == ty) {
+            Some(i) => i,
+            None => {
+                self.pools.push(Pool {
+                    ty,
+                    vars: Vec::new(),
+                    next: 0,
+                });
+                self.pools.len() - 1
+            }
+        };
+        &mut self.pools[i]
+    }
+
+    /// The next variable of type `ty` of a fetching pass, declared before the walk the first
+    /// time it is needed.
+    fn slot(&mut self, kb: &mut KernelBuilder, ty: Ty) -> Var {
+        let mut mark = self.mark;
+        let pool = self.pool(ty);
+        let var = match pool.vars.get(pool.next) {
+            Some(&var) => var,
+            None => {
+                kb.begin_detached();
+                let var = kb.var(ty, zero(ty));
+                kb.insert_detached(&mut mark);
+                pool.vars.push(var);
+                var
+            }
+        };
+        pool.next += 1;
+        self.mark = mark;
+        var
+    }
+
+    /// The next variable of type `ty` of a staging pass.
+    fn fetched(&mut self, ty: Ty) -> Option<Expr> {
+        let pool = self.pool(ty);
+        match pool.vars.get(pool.next) {
+            Some(&var) => {
+                pool.next += 1;
+                Some(Expr::Var(var))
+            }
+            None => {
+                self.mismatched = true;
+                None
+            }
+        }
+    }
+}
+
+impl dequant_unit::UnitLoads for Prefetch {
+    fn load(&mut self, kb: &mut KernelBuilder, ty: Ty, value: Expr) -> Expr {
+        if self.fetching {
+            let var = self.slot(kb, ty);
+            kb.set(var, value);
+            return Expr::Var(var);
+        }
+        self.fetched(ty).unwrap_or_else(|| kb.let_(ty, value))
+    }
+
+    fn load_words(
+        &mut self,
+        kb: &mut KernelBuilder,
+        buf: ParamId,
+        index: Expr,
+        n: u32,
+    ) -> Vec<Expr> {
+        if self.fetching {
+            let words = kb.let_words(buf, index, n);
+            return words
+                .into_iter()
+                .map(|w| {
+                    let var = self.slot(kb, Ty::U32);
+                    kb.set(var, w);
+                    Expr::Var(var)
+                })
+                .collect();
+        }
+        let words: Option<Vec<Expr>> = (0..n).map(|_| self.fetched(Ty::U32)).collect();
+        words.unwrap_or_else(|| kb.let_words(buf, index, n))
+    }
+}
+
+/// The zero of `ty`.
+fn zero(ty: Ty) -> Expr {
+    match ty {
+        Ty::F32 => Expr::F32(0.0),
+        Ty::I32 => Expr::I32(0),
+        Ty::U32 => u32c(0),
+        Ty::Bool => Expr::Bool(false),
+    }
+}
 
 /// What a tiled kernel does with its sums.
 enum Finish {
@@ -353,6 +539,30 @@ fn k_splits(tiles: u32, k_len: u32, workgroups: u32) -> u32 {
         .max(1)
 }
 
+/// Splits of a contraction over `k_len` elements, staged `tk` at a time, whose outputs are
+/// `tiles` tiles, on a target running `workgroups` such workgroups at once: the count with the
+/// shortest walk in all, waves of workgroups times the slices each walks (one more for its
+/// start and finish), the fewest on a tie. A wave barely overfull costs a whole wave: 224 tiles
+/// of 64 slices on 528 workgroups take 2 splits (one wave of 448, 32 slices each), where aiming
+/// for 528 workgroups took 3 (two waves, 22 slices each). No split is left empty or walks fewer
+/// than [`SPLIT_K_MIN_PART`] elements, and a contraction shorter than [`SPLIT_K_MIN_LEN`] is
+/// not split.
+fn block_splits(tiles: u32, k_len: u32, tk: u32, workgroups: u32) -> u32 {
+    let slices = k_len.div_ceil(tk.max(1));
+    if k_len < SPLIT_K_MIN_LEN || slices < 2 {
+        return 1;
+    }
+    let cost = |s: u32| {
+        let waves = (tiles * s).div_ceil(workgroups.max(1));
+        waves * (slices.div_ceil(s) + 1)
+    };
+    (1..=slices)
+        .filter(|&s| (s - 1) * slices.div_ceil(s) < slices)
+        .filter(|&s| s == 1 || slices / s * tk >= SPLIT_K_MIN_PART)
+        .min_by_key(|&s| cost(s))
+        .unwrap_or(1)
+}
+
 /// Where a thread is: its tile (column tile, first row), its split of the contraction axis
 /// and its place in the 16 x 16 grid.
 struct At {
@@ -365,9 +575,9 @@ struct At {
     mma: Option<MmaAt>,
 }
 
-/// A thread's place on the matrix-unit path: its warp owns rows `row0..row0 + tm / 2` and
-/// columns `col0..col0 + 16` of the tile (warps in a 2 x 4 grid), and within each 16 x 8 block
-/// it holds rows `g`, `g + 8` and columns `2q`, `2q + 1`.
+/// A thread's place on the matrix-unit path: its warp owns the blocks of the tile from row
+/// `row0` and column `col0` ([`Tiles::warp_blocks`]), and within each 16 x 8 block it holds
+/// rows `g`, `g + 8` and columns `2q`, `2q + 1`.
 struct MmaAt {
     row0: Expr,
     col0: Expr,
@@ -556,19 +766,28 @@ impl Lowering<'_> {
                     break;
                 }
             }
+            // Up to 16 rows (a batched decode step's) on the matrix units: 16-row tiles, each
+            // warp a 16 x 8 block, where 32-row ones multiplied as many padding rows as rows.
+            // Each thread stages at least a pair of the left side's elements.
+            if t.m <= 16 && t.half().is_some() && tiled.t.tk * 16 >= 2 * THREADS {
+                tiled.t.tm = 16;
+            }
+            t.tm = tiled.t.tm;
             t.tk = tiled.t.tk;
             t.buffers = self.target.tuning.block_buffers;
             if fits(&t) {
                 tiled.t.buffers = t.buffers;
             }
+            tiled.t.prefetch = tiled.t.buffers == 2 && self.target.tuning.block_prefetch;
             // Each workgroup walks its slices one after another, waiting on every slice's
             // loads: several per multiprocessor hide each other's waits. And its left side is
             // read from a buffer computed once, not recomputed by every column tile.
             let workgroups = self.target.tuning.block_workgroups
                 * limits.multiprocessors.unwrap_or(SPLIT_K_WORKGROUPS);
-            tiled.splits = k_splits(
+            tiled.splits = block_splits(
                 tiled.t.tiles_m * tiled.t.tiles_n,
                 max_k_len(&tiled.passes),
+                tiled.t.tk,
                 workgroups,
             );
             for pass in &tiled.passes {
@@ -793,8 +1012,9 @@ impl Lowering<'_> {
         }
     }
 
-    /// [`Lowering::each_output`] on the matrix-unit path: slot `(mi * 2 + ni) * 4 + r` is the
-    /// sum at row `g + 8 (r / 2)` and column `2q + r % 2` of the warp's 16 x 8 block `(mi, ni)`.
+    /// [`Lowering::each_output`] on the matrix-unit path: slot `(mi * nb + ni) * 4 + r` (`nb`
+    /// the warp's column blocks) is the sum at row `g + 8 (r / 2)` and column `2q + r % 2` of
+    /// the warp's 16 x 8 block `(mi, ni)`.
     fn each_mma_output(
         cx: &mut KernelCtx,
         t: &Tiles,
@@ -804,8 +1024,9 @@ impl Lowering<'_> {
         col0: Expr,
         body: &mut dyn FnMut(&mut KernelCtx, usize, Expr, Expr),
     ) {
-        for mi in 0..t.tm / 32 {
-            for ni in 0..2 {
+        let (row_blocks, col_blocks) = t.warp_blocks();
+        for mi in 0..row_blocks {
+            for ni in 0..col_blocks {
                 for r in 0..4 {
                     let m = cx.kb.let_(
                         Ty::U32,
@@ -818,7 +1039,7 @@ impl Lowering<'_> {
                             + w.q.clone() * u32c(2)
                             + u32c(ni * 8 + r % 2),
                     );
-                    let slot = ((mi * 2 + ni) * 4 + r) as usize;
+                    let slot = ((mi * col_blocks + ni) * 4 + r) as usize;
                     Self::output_at(cx, t, n, (slot, m, col), body);
                 }
             }
@@ -842,10 +1063,11 @@ impl Lowering<'_> {
         let parts = |cx: &mut KernelCtx, arr: SharedId, row: Expr, k: Expr| -> (Expr, Expr) {
             tf32_parts(cx, load_shared(arr, row * u32c(stride) + k))
         };
+        let (row_blocks, col_blocks) = t.warp_blocks();
         for half in [0, 8] {
             let k = |off: u32| w.q.clone() + u32c(k0 + half + off);
             // A's fragments for each of the warp's row blocks: rows g, g + 8; elements q, q + 4.
-            let a: Vec<([Expr; 4], [Expr; 4])> = (0..t.tm / 32)
+            let a: Vec<([Expr; 4], [Expr; 4])> = (0..row_blocks)
                 .map(|mi| {
                     let row = w.row0.clone() + w.g.clone() + u32c(mi * 16);
                     let f = [
@@ -858,14 +1080,14 @@ impl Lowering<'_> {
                 })
                 .collect();
             for (s, sum_accs) in accs.iter().enumerate() {
-                for ni in 0..2 {
+                for ni in 0..col_blocks {
                     // B's fragment: column g of the block; elements q, q + 4.
                     let col = w.col0.clone() + w.g.clone() + u32c(ni * 8);
                     let (h0, l0) = parts(cx, b_sh[s], col.clone(), k(0));
                     let (h1, l1) = parts(cx, b_sh[s], col, k(4));
                     let (b_hi, b_lo) = ([h0, h1], [l0, l1]);
                     for (mi, (a_hi, a_lo)) in a.iter().enumerate() {
-                        let slot = (mi * 2 + ni as usize) * 4;
+                        let slot = (mi * col_blocks as usize + ni as usize) * 4;
                         let acc = [0, 1, 2, 3].map(|r| sum_accs[slot + r]);
                         cx.kb.mma_tf32(acc, a_lo.clone(), b_hi.clone());
                         cx.kb.mma_tf32(acc, a_hi.clone(), b_lo.clone());
@@ -898,7 +1120,8 @@ impl Lowering<'_> {
         };
         // A's fragments for each of the warp's row blocks: rows g, g + 8 by pair q, then the
         // same rows by pair q + 4.
-        let a: Vec<[Expr; 4]> = (0..t.tm / 32)
+        let (row_blocks, col_blocks) = t.warp_blocks();
+        let a: Vec<[Expr; 4]> = (0..row_blocks)
             .map(|mi| {
                 let lo = w.row0.clone() + w.g.clone() + u32c(mi * 16);
                 let hi = lo.clone() + u32c(8);
@@ -911,12 +1134,12 @@ impl Lowering<'_> {
             })
             .collect();
         for (s, sum_accs) in accs.iter().enumerate() {
-            for ni in 0..2 {
+            for ni in 0..col_blocks {
                 // B's fragment: column g of the block by pairs q and q + 4.
                 let col = w.col0.clone() + w.g.clone() + u32c(ni * 8);
                 let b = [word(cx, b_sh[s], col.clone(), 0), word(cx, b_sh[s], col, 8)];
                 for (mi, a) in a.iter().enumerate() {
-                    let slot = (mi * 2 + ni as usize) * 4;
+                    let slot = (mi * col_blocks as usize + ni as usize) * 4;
                     let acc = [0, 1, 2, 3].map(|r| sum_accs[slot + r]);
                     cx.kb.mma_half(half, acc, a.clone(), b.clone());
                 }
@@ -1108,9 +1331,15 @@ impl Lowering<'_> {
         let mma = t.mma.map(|_| {
             let warp = local_id() / u32c(32);
             let lane = local_id() % u32c(32);
+            let (across, (_, col_blocks)) = (t.warps_across(), t.warp_blocks());
             MmaAt {
-                row0: cx.kb.let_(Ty::U32, warp.clone() / u32c(4) * u32c(t.tm / 2)),
-                col0: cx.kb.let_(Ty::U32, warp % u32c(4) * u32c(16)),
+                row0: cx.kb.let_(
+                    Ty::U32,
+                    warp.clone() / u32c(across) * u32c(t.tm * across / 8),
+                ),
+                col0: cx
+                    .kb
+                    .let_(Ty::U32, warp % u32c(across) * u32c(8 * col_blocks)),
                 g: cx.kb.let_(Ty::U32, lane.clone() / u32c(4)),
                 q: cx.kb.let_(Ty::U32, lane % u32c(4)),
             }
@@ -1258,8 +1487,9 @@ impl Lowering<'_> {
         t: &Tiles,
         (w, d): (&Weights, &DecodedBlocks),
         (kt, col0, first_thread): (&Expr, &Expr, u32),
-        arr: SharedId,
+        (arr, mut pre): (Option<SharedId>, Option<&mut Prefetch>),
     ) -> Result<(), PlanError> {
+        let fetching = pre.as_ref().is_some_and(|p| p.fetching);
         let f = d.format;
         let info = &self.g.values()[d.weights.index()];
         let k = info.ty.dims()[1];
@@ -1319,8 +1549,21 @@ impl Lowering<'_> {
                 Ty::U32,
                 col * u32c(row_bytes) + block.clone() * u32c(block_bytes),
             );
-            let decoded =
-                dequant_unit::decode_unit(&mut cx.kb, f, param, &tables, base, sub, last_word)?;
+            let loads: &mut dyn dequant_unit::UnitLoads = match pre.as_deref_mut() {
+                Some(p) => p,
+                None => &mut dequant_unit::DirectLoads,
+            };
+            let unit = (param, base, sub, last_word);
+            let decoded = dequant_unit::decode_unit_with(&mut cx.kb, loads, f, &tables, unit)?;
+            let arr = match arr {
+                Some(arr) if !fetching => arr,
+                _ => {
+                    if inside.is_some() {
+                        cx.kb.end();
+                    }
+                    continue;
+                }
+            };
             // Where the unit's offset 0 falls in the slice (wrapping below it when partial).
             let origin = cx.kb.let_(
                 Ty::U32,
@@ -1459,6 +1702,7 @@ impl Lowering<'_> {
         (k_start, k_end): (Expr, Expr),
     ) -> Result<Vec<Vec<Var>>, PlanError> {
         let per_thread = t.rows_per_thread() * COLS_PER_THREAD;
+        let mark = cx.kb.mark();
         let accs: Vec<Vec<Var>> = pass
             .sums
             .iter()
@@ -1469,26 +1713,97 @@ impl Lowering<'_> {
             })
             .collect();
         let tk = t.tk;
-        if let [first, second] = sets {
-            // Two sets of slices, a step each: a set is staged again only after the barrier
-            // that follows the other's staging, which every thread reaches after multiplying
-            // this set's. One barrier a slice, and a warp done multiplying stages the next
-            // slice while others still multiply.
-            let kt = cx.kb.begin_for(k_start, k_end.clone(), u32c(2 * tk));
-            self.tile_slice(cx, t, at, pass, first, &kt, &accs)?;
-            let next = cx.kb.let_(Ty::U32, kt + u32c(tk));
-            cx.kb.begin_if(lt(next.clone(), k_end));
-            self.tile_slice(cx, t, at, pass, second, &next, &accs)?;
-            cx.kb.end();
-            cx.kb.end();
-            // Every thread is done with the slices before anything stages again.
-            cx.kb.barrier();
-        } else {
-            let kt = cx.kb.begin_for(k_start, k_end, u32c(tk));
-            self.tile_slice(cx, t, at, pass, &sets[0], &kt, &accs)?;
-            cx.kb.end();
+        match sets {
+            [first, second] if t.prefetch => {
+                let mut pre = Prefetch::new(mark);
+                // The first slice's loads, then each slice staged from the loads made before
+                // the products of the one before it.
+                cx.kb.begin_if(lt(k_start.clone(), k_end.clone()));
+                self.fetch_slice(cx, t, at, pass, &k_start, &mut pre)?;
+                cx.kb.end();
+                let kt = cx.kb.begin_for(k_start, k_end.clone(), u32c(2 * tk));
+                let next = cx.kb.let_(Ty::U32, kt.clone() + u32c(tk));
+                let after = cx.kb.let_(Ty::U32, next.clone() + u32c(tk));
+                self.stage_fetched(cx, t, at, pass, first, &kt, &mut pre)?;
+                cx.kb.barrier();
+                cx.kb.begin_if(lt(next.clone(), k_end.clone()));
+                self.fetch_slice(cx, t, at, pass, &next, &mut pre)?;
+                cx.kb.end();
+                Self::multiply_slice(cx, t, at, first, &accs);
+                cx.kb.begin_if(lt(next.clone(), k_end.clone()));
+                self.stage_fetched(cx, t, at, pass, second, &next, &mut pre)?;
+                cx.kb.barrier();
+                cx.kb.begin_if(lt(after, k_end));
+                self.fetch_slice(cx, t, at, pass, &(kt + u32c(2 * tk)), &mut pre)?;
+                cx.kb.end();
+                Self::multiply_slice(cx, t, at, second, &accs);
+                cx.kb.end();
+                cx.kb.end();
+                cx.kb.barrier();
+                if pre.mismatched {
+                    return Err(PlanError::Unplaced {
+                        label: self.label(pass.lhs),
+                    });
+                }
+            }
+            [first, second] => {
+                // Two sets of slices, a step each: a set is staged again only after the
+                // barrier that follows the other's staging, which every thread reaches after
+                // multiplying this set's. One barrier a slice, and a warp done multiplying
+                // stages the next slice while others still multiply.
+                let kt = cx.kb.begin_for(k_start, k_end.clone(), u32c(2 * tk));
+                self.tile_slice(cx, t, at, pass, first, &kt, &accs)?;
+                let next = cx.kb.let_(Ty::U32, kt + u32c(tk));
+                cx.kb.begin_if(lt(next.clone(), k_end));
+                self.tile_slice(cx, t, at, pass, second, &next, &accs)?;
+                cx.kb.end();
+                cx.kb.end();
+                // Every thread is done with the slices before anything stages again.
+                cx.kb.barrier();
+            }
+            _ => {
+                let kt = cx.kb.begin_for(k_start, k_end, u32c(tk));
+                self.tile_slice(cx, t, at, pass, &sets[0], &kt, &accs)?;
+                cx.kb.end();
+            }
         }
         Ok(accs)
+    }
+
+    /// The staging pass of [`Prefetch`] over the slice at `kt` into `set`.
+    #[allow(clippy::too_many_arguments)]
+    fn stage_fetched(
+        &mut self,
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        at: &At,
+        pass: &Pass,
+        set: &Slices,
+        kt: &Expr,
+        pre: &mut Prefetch,
+    ) -> Result<(), PlanError> {
+        pre.begin(false);
+        self.stage_slice(cx, t, at, pass, set, kt, Some(pre))?;
+        pre.end();
+        Ok(())
+    }
+
+    /// The fetching pass of [`Prefetch`] over the slice at `kt`: its loads, no stores.
+    fn fetch_slice(
+        &mut self,
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        at: &At,
+        pass: &Pass,
+        kt: &Expr,
+        pre: &mut Prefetch,
+    ) -> Result<(), PlanError> {
+        pre.begin(true);
+        // The set is not written by a fetching pass.
+        let unwritten = (SharedId(0), Vec::new());
+        self.stage_slice(cx, t, at, pass, &unwritten, kt, Some(pre))?;
+        pre.end();
+        Ok(())
     }
 
     /// One step of [`Lowering::tile_pass`]: stages the left side's and each weight's slice at
@@ -1504,6 +1819,46 @@ impl Lowering<'_> {
         kt: &Expr,
         accs: &[Vec<Var>],
     ) -> Result<(), PlanError> {
+        self.stage_slice(cx, t, at, pass, set, kt, None)?;
+        cx.kb.barrier();
+        Self::multiply_slice(cx, t, at, set, accs);
+        if t.buffers == 1 {
+            // Every thread is done with the slices before the next step stages its own.
+            cx.kb.barrier();
+        }
+        Ok(())
+    }
+
+    /// Adds the products of the slices staged in `set` into the sums `accs`.
+    fn multiply_slice(cx: &mut KernelCtx, t: &Tiles, at: &At, set: &Slices, accs: &[Vec<Var>]) {
+        let (a_sh, b_sh) = (set.0, &set.1[..]);
+        for k0 in (0..t.tk).step_by(TK as usize) {
+            match (&at.mma, t.mma) {
+                (Some(w), Some(Mma::Half(half))) => {
+                    Self::mma_half_step(cx, t, w, half, (a_sh, b_sh), k0, accs)
+                }
+                (Some(w), _) => Self::mma_step(cx, t, w, (a_sh, b_sh), k0, accs),
+                (None, _) => Self::fma_step(cx, t, at, (a_sh, b_sh), k0, accs),
+            }
+        }
+    }
+
+    /// Stages the left side's and each weight's slice at `kt` into `set`. With `pre`, in its
+    /// pass: a fetching pass makes only the loads [`Prefetch`] holds (the block units' words
+    /// and the packed left side's values) and stores nothing; a staging pass reads those and
+    /// makes every other load and store.
+    #[allow(clippy::too_many_arguments)]
+    fn stage_slice(
+        &mut self,
+        cx: &mut KernelCtx,
+        t: &Tiles,
+        at: &At,
+        pass: &Pass,
+        set: &Slices,
+        kt: &Expr,
+        mut pre: Option<&mut Prefetch>,
+    ) -> Result<(), PlanError> {
+        let fetching = pre.as_ref().is_some_and(|p| p.fetching);
         let (a_sh, b_sh) = (set.0, &set.1[..]);
         let kt = kt.clone();
         let k_len = pass.k_len;
@@ -1512,9 +1867,11 @@ impl Lowering<'_> {
         // The left side: packed in pairs, or row `ty + 16 i`, element `tx + 16 h` of the slice.
         let f32_columns = match t.half() {
             Some(half) => {
-                self.stage_lhs_halves(cx, t, at, pass, half, a_sh, &kt)?;
+                let to = (half, a_sh);
+                self.stage_lhs_halves(cx, t, at, pass, to, &kt, pre.as_deref_mut())?;
                 0
             }
+            None if fetching => 0,
             None => tk / SIDE,
         };
         for h in 0..f32_columns {
@@ -1547,15 +1904,31 @@ impl Lowering<'_> {
         // The weights: `[N, K]` read along K like the left side, `[K, N]` along N. Sums staged
         // from blocks in fewer units than threads start where the sum before them ended, so
         // two sums' units (gate and up) are decoded by different threads at once.
+        let sum_units: Vec<Option<u32>> = pass
+            .sums
+            .iter()
+            .map(|choices| {
+                choices
+                    .iter()
+                    .filter(|w| w.transpose)
+                    .filter_map(|w| decoded_blocks(self.g, w.rhs))
+                    .map(|d| block_units(t, d.format))
+                    .max()
+            })
+            .collect();
+        // Prefetched loads of different sums share variables where each unit has its own
+        // thread; a sum's weight choices always do (a workgroup takes one).
+        let own_threads = sum_units.iter().flatten().sum::<u32>() <= THREADS;
+        let start = pre.as_ref().map(|p| p.cursor()).unwrap_or_default();
+        let mut furthest = start.clone();
         let mut first_thread = 0u32;
         for (s, choices) in pass.sums.iter().enumerate() {
-            let units = choices
-                .iter()
-                .filter(|w| w.transpose)
-                .filter_map(|w| decoded_blocks(self.g, w.rhs))
-                .map(|d| block_units(t, d.format))
-                .max();
+            let units = sum_units[s];
+            let base = if own_threads { &start } else { &furthest }.clone();
             for (c, &w) in choices.iter().enumerate() {
+                if let Some(p) = pre.as_deref_mut() {
+                    p.rewind(&base);
+                }
                 let branch = c + 1 < choices.len();
                 if branch {
                     cx.kb.begin_if(lt(at.tile_n.clone(), u32c(w.end_tile())));
@@ -1565,20 +1938,25 @@ impl Lowering<'_> {
                     .let_(Ty::U32, (at.tile_n.clone() - u32c(w.first_tile)) * u32c(TN));
                 if let Some(d) = decoded_blocks(self.g, w.rhs).filter(|_| w.transpose) {
                     let at = (&kt, &col0, first_thread);
-                    self.stage_block_units(cx, t, (&w, &d), at, b_sh[s])?;
+                    let to = (b_sh.get(s).copied(), pre.as_deref_mut());
+                    self.stage_block_units(cx, t, (&w, &d), at, to)?;
+                    if let Some(p) = pre.as_deref_mut() {
+                        furthest = p.furthest(&furthest);
+                    }
                     if branch {
                         cx.kb.otherwise();
                     }
                     continue;
                 }
-                if let Some(half) = t.half() {
+                if let Some(half) = t.half().filter(|_| !fetching) {
                     self.stage_weight_halves(cx, t, (&w, k_len), half, (&kt, &col0), b_sh[s])?;
                     if branch {
                         cx.kb.otherwise();
                     }
                     continue;
                 }
-                for j in 0..TN * tk / THREADS {
+                let staged = if fetching { 0 } else { TN * tk / THREADS };
+                for j in 0..staged {
                     let (n_in, kk) = if w.transpose {
                         (
                             at.ty.clone() + u32c(SIDE * (j % COLS_PER_THREAD)),
@@ -1619,19 +1997,8 @@ impl Lowering<'_> {
                 first_thread = (first_thread + units) % THREADS;
             }
         }
-        cx.kb.barrier();
-        for k0 in (0..tk).step_by(TK as usize) {
-            match (&at.mma, t.mma) {
-                (Some(w), Some(Mma::Half(half))) => {
-                    Self::mma_half_step(cx, t, w, half, (a_sh, b_sh), k0, accs)
-                }
-                (Some(w), _) => Self::mma_step(cx, t, w, (a_sh, b_sh), k0, accs),
-                (None, _) => Self::fma_step(cx, t, at, (a_sh, b_sh), k0, accs),
-            }
-        }
-        if t.buffers == 1 {
-            // Every thread is done with the slices before the next step stages its own.
-            cx.kb.barrier();
+        if let Some(p) = pre {
+            p.rewind(&furthest);
         }
         Ok(())
     }
@@ -1646,10 +2013,11 @@ impl Lowering<'_> {
         t: &Tiles,
         at: &At,
         pass: &Pass,
-        half: Half,
-        a_sh: SharedId,
+        (half, a_sh): (Half, SharedId),
         kt: &Expr,
+        mut pre: Option<&mut Prefetch>,
     ) -> Result<(), PlanError> {
+        let fetching = pre.as_ref().is_some_and(|p| p.fetching);
         let per = t.half_store(t.tm);
         let runs = t.tk / per;
         for j in 0..t.tm * runs / THREADS {
@@ -1672,12 +2040,29 @@ impl Lowering<'_> {
                 };
                 let mut idx = row.clone();
                 idx.push(k);
-                values.push(self.staged_value(cx, inside, |this, cx| {
+                let value = |this: &mut Self, cx: &mut KernelCtx| {
                     cx.set_tile_row(Some(tile_row));
                     let a = this.value_at(cx, pass.lhs, &idx);
                     cx.set_tile_row(None);
                     a
-                })?);
+                };
+                let fetched = match pre.as_deref_mut() {
+                    Some(p) if fetching => {
+                        let var = p.slot(&mut cx.kb, Ty::F32);
+                        let x = self.staged_value(cx, inside, value)?;
+                        cx.kb.set(var, x);
+                        continue;
+                    }
+                    Some(p) => p.fetched(Ty::F32),
+                    None => None,
+                };
+                values.push(match fetched {
+                    Some(x) => x,
+                    None => self.staged_value(cx, inside, value)?,
+                });
+            }
+            if fetching {
+                continue;
             }
             let word = offset * u32c(t.mma_row()) + (kk >> u32c(1));
             cx.kb.store_shared_halves(half, a_sh, word, values);
@@ -1771,6 +2156,22 @@ mod tests {
     use poot_kernel::expr_eval::{Env, Value};
     use poot_kernel::{Builtin, Stmt};
 
+    #[test]
+    fn block_splits_fill_whole_waves() {
+        // 8B gate/up at 16 rows on 132 multiprocessors holding 4: one wave of 448.
+        assert_eq!(block_splits(224, 4096, 64, 528), 2);
+        // 8B down (64 tiles over 14336): 8 splits, 512 workgroups, one wave.
+        assert_eq!(block_splits(64, 14336, 64, 528), 8);
+        // A whole wave of tiles: no split; a wave and a bit: splits that even the waves out.
+        assert_eq!(block_splits(528, 4096, 64, 528), 1);
+        assert_eq!(block_splits(600, 4096, 64, 528), 5);
+        // Short contractions are not split, and no split is empty.
+        assert_eq!(block_splits(1, 128, 64, 528), 1);
+        let s = block_splits(1, 4096, 64, 528);
+        assert!((s - 1) * 64usize.div_ceil(s as usize) as u32 * 64 < 4096);
+        assert!(4096 / s >= SPLIT_K_MIN_PART);
+    }
+
     /// One warp's half-precision step, emulated lane by lane: the statements
     /// [`Lowering::mma_half_step`] emits are evaluated for each of the 32 lanes, the operands of
     /// each product gathered from all of them and multiplied as the PTX ISA lays out the
@@ -1782,10 +2183,19 @@ mod tests {
     #[test]
     fn half_fragments_follow_the_ptx_layout() {
         // Each tile height, in a 16-element slice and at the last step of a 64-element one.
-        for (tm, tk, k0) in [(32, 16, 0), (64, 16, 0), (32, 64, 48), (64, 64, 48)] {
+        for (tm, tk, k0) in [
+            (32, 16, 0),
+            (64, 16, 0),
+            (32, 64, 48),
+            (64, 64, 48),
+            (16, 64, 48),
+            (16, 32, 16),
+        ] {
             let mut t = Tiles::new(&[tm as usize], 1);
             t.mma = Some(Mma::Half(Half::F16));
+            t.tm = tm;
             t.tk = tk;
+            let (row_blocks, col_blocks) = t.warp_blocks();
             let mut cx = KernelCtx::labelled("gemm", "t".to_string(), 32);
             let (a_sh, b_sh) = Lowering::tile_arrays(&mut cx, &t, 1, 0);
             let lane = local_id() % u32c(32);
@@ -1876,7 +2286,7 @@ mod tests {
             let c_at =
                 |i: usize, g: usize, t: usize| (if i < 2 { g } else { g + 8 }, t * 2 + (i & 1));
             let n_products = products[0].len();
-            assert_eq!(n_products, (tm / 32 * 2) as usize);
+            assert_eq!(n_products, (row_blocks * col_blocks) as usize);
             let mut sums: HashMap<Var, [f32; 32]> = HashMap::new();
             for p in 0..n_products {
                 let mut am = [[f32::NAN; 16]; 16];
@@ -1901,12 +2311,13 @@ mod tests {
                     }
                 }
             }
-            // Slot (mi * 2 + ni) * 4 + r: row g + 8 (r / 2) of row block mi, column 2q + r % 2
+            // Slot (mi * nb + ni) * 4 + r: row g + 8 (r / 2) of row block mi, column 2q + r % 2
             // of column block ni.
-            for mi in 0..(tm / 32) as usize {
-                for ni in 0..2 {
+            let nb = col_blocks as usize;
+            for mi in 0..row_blocks as usize {
+                for ni in 0..nb {
                     for r in 0..4 {
-                        let lanes = &sums[&accs[0][(mi * 2 + ni) * 4 + r]];
+                        let lanes = &sums[&accs[0][(mi * nb + ni) * 4 + r]];
                         for (l, &got) in lanes.iter().enumerate() {
                             let (g, q) = (l / 4, l % 4);
                             let m = mi * 16 + g + r / 2 * 8;
