@@ -11,7 +11,7 @@ use poot_graph_plan::lower::dequant_unit::{
     PairFormat, Unit, decode_pair, decode_unit, decode_whole, unit_window, units_per_block,
     units_per_window,
 };
-use poot_kernel::build::{KernelBuilder, load, u32c};
+use poot_kernel::build::{KernelBuilder, load, mul_add, u32c};
 use poot_kernel::expr_eval::{Env, Value};
 use poot_kernel::{Access, Expr, ParamId, Stmt, Ty, Word};
 
@@ -340,11 +340,11 @@ fn check_elements(
         }
     }
     for group in &unit.groups {
-        for (off, value) in &group.elements {
+        for (off, code) in &group.elements {
             let value = match (&group.scale, &group.bias) {
-                (Some(scale), Some(bias)) => scale.clone() * value.clone() + bias.clone(),
-                (Some(scale), None) => scale.clone() * value.clone(),
-                (None, _) => value.clone(),
+                (Some(scale), Some(bias)) => scale.clone() * code.clone() + bias.clone(),
+                (Some(scale), None) => scale.clone() * code.clone(),
+                (None, _) => code.clone(),
             };
             assert_eq!(
                 (first + off) / 32,
@@ -372,6 +372,16 @@ fn check_elements(
                 got.to_bits() == w.to_bits()
             };
             assert!(same, "{what} element {j}: got {got:e}, want {w:e}");
+            // `scale * e` is exact in f32 for every affine format, so the fused form the tiled
+            // kernels use rounds once, as the two steps do.
+            if let (Some(scale), Some(bias)) = (&group.scale, &group.bias) {
+                let fused = mul_add(scale.clone(), code.clone(), bias.clone());
+                let got = env.eval_f32(&fused).expect("fused element");
+                assert!(
+                    got.to_bits() == w.to_bits() || (w.is_nan() && got.is_nan()),
+                    "{what} element {j}: fused {got:e}, want {w:e}"
+                );
+            }
         }
     }
 }

@@ -1573,7 +1573,10 @@ impl Lowering<'_> {
                 let (scale, bias) = (group.scale, group.bias);
                 group.elements.into_iter().map(move |(off, e)| {
                     let value = match (&scale, &bias) {
-                        (Some(scale), Some(bias)) => scale.clone() * e + bias.clone(),
+                        // `scale * e` is exact in f32 for the affine formats (an f16 times a
+                        // code of at most 11 bits all told), so one fused rounding is the
+                        // oracle's two (tests/dequant.rs checks it).
+                        (Some(scale), Some(bias)) => mul_add(scale.clone(), e, bias.clone()),
                         (Some(scale), None) => scale.clone() * e,
                         (None, _) => e,
                     };
