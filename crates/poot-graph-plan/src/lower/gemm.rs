@@ -36,10 +36,13 @@
 //! Block-quantized weights that the graph decodes and rounds to f16 for these tiles
 //! ([`crate::precision::decoded_for_tiles`]: a batched decode step's rows, a short prompt
 //! chunk) are staged from their stored blocks: each thread decodes whole units of a block
-//! ([`super::dequant_unit`]), its scales once, into a slice of 64 (or 32) elements, so a staged
-//! step costs two barriers per 64 elements and no element is decoded twice. On the matrix units
-//! the products are then f16 ones, one per pair; the decoded weights never leave the
-//! multiprocessor, where a library would first write them out in full.
+//! ([`super::dequant_unit`]), its scales once, into a slice of 64 (or 32, 128) elements, a
+//! column's consecutive units by consecutive threads, so no element is decoded twice and a
+//! warp's loads fall in few rows of the weights. Two sets of slices are staged in turn (one
+//! barrier a slice). On the matrix units the products are then f16 ones, one per pair, in
+//! 16-row tiles for up to 16 rows (each warp a 16 x 8 block); the decoded weights never leave
+//! the multiprocessor, where a library would first write them out in full. Their contraction
+//! axis is split so the grid fills whole waves of resident workgroups ([`block_splits`]).
 //!
 //! Each sum adds its products one at a time in `k` order (the oracle keeps eight interleaved
 //! partial sums), then the splits in order: the results differ from the oracle's by
@@ -1517,10 +1520,19 @@ impl Lowering<'_> {
             let unit = cx
                 .kb
                 .let_(Ty::U32, local_id() + u32c(THREADS * j) - u32c(first_thread));
-            // Consecutive threads take consecutive columns: their stores fall in different
-            // banks.
-            let n_in = cx.kb.let_(Ty::U32, unit.clone() % u32c(TN));
-            let r = cx.kb.let_(Ty::U32, unit.clone() / u32c(TN));
+            // Consecutive threads take a column's consecutive units (a warp's loads fall in
+            // fewer rows of the weights), or consecutive columns (their stores fall in
+            // different banks).
+            let (n_in, r) = if self.target.tuning.block_units_along {
+                (
+                    unit.clone() / u32c(per_column),
+                    unit.clone() % u32c(per_column),
+                )
+            } else {
+                (unit.clone() % u32c(TN), unit.clone() / u32c(TN))
+            };
+            let n_in = cx.kb.let_(Ty::U32, n_in);
+            let r = cx.kb.let_(Ty::U32, r);
             let col = cx.kb.let_(Ty::U32, col0.clone() + n_in.clone());
             let inside = all([
                 (first_thread > 0 || units < THREADS * (j + 1))
