@@ -1734,22 +1734,22 @@ impl Lowering<'_> {
                 // The first slice's loads, then each slice staged from the loads made before
                 // the products of the one before it.
                 cx.kb.begin_if(lt(k_start.clone(), k_end.clone()));
-                self.fetch_slice(cx, t, at, pass, &k_start, &mut pre)?;
+                self.prefetch_pass(cx, t, at, pass, (None, &k_start), &mut pre)?;
                 cx.kb.end();
                 let kt = cx.kb.begin_for(k_start, k_end.clone(), u32c(2 * tk));
                 let next = cx.kb.let_(Ty::U32, kt.clone() + u32c(tk));
                 let after = cx.kb.let_(Ty::U32, next.clone() + u32c(tk));
-                self.stage_fetched(cx, t, at, pass, first, &kt, &mut pre)?;
+                self.prefetch_pass(cx, t, at, pass, (Some(first), &kt), &mut pre)?;
                 cx.kb.barrier();
                 cx.kb.begin_if(lt(next.clone(), k_end.clone()));
-                self.fetch_slice(cx, t, at, pass, &next, &mut pre)?;
+                self.prefetch_pass(cx, t, at, pass, (None, &next), &mut pre)?;
                 cx.kb.end();
                 Self::multiply_slice(cx, t, at, first, &accs);
                 cx.kb.begin_if(lt(next.clone(), k_end.clone()));
-                self.stage_fetched(cx, t, at, pass, second, &next, &mut pre)?;
+                self.prefetch_pass(cx, t, at, pass, (Some(second), &next), &mut pre)?;
                 cx.kb.barrier();
-                cx.kb.begin_if(lt(after, k_end));
-                self.fetch_slice(cx, t, at, pass, &(kt + u32c(2 * tk)), &mut pre)?;
+                cx.kb.begin_if(lt(after.clone(), k_end));
+                self.prefetch_pass(cx, t, at, pass, (None, &after), &mut pre)?;
                 cx.kb.end();
                 Self::multiply_slice(cx, t, at, second, &accs);
                 cx.kb.end();
@@ -1785,38 +1785,23 @@ impl Lowering<'_> {
         Ok(accs)
     }
 
-    /// The staging pass of [`Prefetch`] over the slice at `kt` into `set`.
+    /// A pass of [`Prefetch`] over the slice at `kt`: staging into `set`, or with `None`
+    /// fetching (its loads, no stores).
     #[allow(clippy::too_many_arguments)]
-    fn stage_fetched(
+    fn prefetch_pass(
         &mut self,
         cx: &mut KernelCtx,
         t: &Tiles,
         at: &At,
         pass: &Pass,
-        set: &Slices,
-        kt: &Expr,
+        (set, kt): (Option<&Slices>, &Expr),
         pre: &mut Prefetch,
     ) -> Result<(), PlanError> {
-        pre.begin(false);
-        self.stage_slice(cx, t, at, pass, set, kt, Some(pre))?;
-        pre.end();
-        Ok(())
-    }
-
-    /// The fetching pass of [`Prefetch`] over the slice at `kt`: its loads, no stores.
-    fn fetch_slice(
-        &mut self,
-        cx: &mut KernelCtx,
-        t: &Tiles,
-        at: &At,
-        pass: &Pass,
-        kt: &Expr,
-        pre: &mut Prefetch,
-    ) -> Result<(), PlanError> {
-        pre.begin(true);
-        // The set is not written by a fetching pass.
+        pre.begin(set.is_none());
+        // A fetching pass writes no set.
         let unwritten = (SharedId(0), Vec::new());
-        self.stage_slice(cx, t, at, pass, &unwritten, kt, Some(pre))?;
+        let set = set.unwrap_or(&unwritten);
+        self.stage_slice(cx, t, at, pass, set, kt, Some(pre))?;
         pre.end();
         Ok(())
     }
