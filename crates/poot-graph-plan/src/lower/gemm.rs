@@ -1,7 +1,7 @@
 //! Tiled contractions for many left-side rows (a prefill chunk, an encoder batch).
 //!
 //! One workgroup of 256 threads computes a tile of `TM x 64` outputs (`TM` is 32 rows for up to
-//! 32 rows, else 64): thread `(tx, ty)` of the 16 x 16 grid owns rows `ty + 16 i` and columns
+//! 32 rows, else 64; 16 for up to 16 rows of block weights on the matrix units): thread `(tx, ty)` of the 16 x 16 grid owns rows `ty + 16 i` and columns
 //! `tx + 16 j` of the tile, `TM / 16 x 4` sums in registers. The contraction axis is walked
 //! [`TK`] = 16 elements at a time: the workgroup stages the left side's `TM x 16` slice and
 //! each weight's `64 x 16` slice in shared memory (so a packed weight element is decoded once
@@ -26,12 +26,13 @@
 //! epilogue reads is then computed by its own kernel).
 //!
 //! On a target with matrix units ([`crate::Target::matrix_units`]) the products of each staged
-//! step are formed by warps on them, each warp owning a `TM / 2 x 16` block of the tile: against
-//! f16 or bf16 weights whose left side the graph rounded to that type ([`crate::precision`]),
-//! one `m16n8k16` product per 16 x 8 block and step, in that precision ([`Mma::Half`]);
-//! otherwise each f32 factor split into two tf32 parts, three `m16n8k8` products per block and
-//! half step ([`Mma::Tf32`]). The staging is the same for both: f32 slices in shared memory, a
-//! row per left-side row or weight column.
+//! step are formed by warps on them, each warp owning a `TM / 2 x 16` block of the tile (a
+//! `16 x 8` one of a 16-row tile): against f16 or bf16 weights whose left side the graph
+//! rounded to that type ([`crate::precision`]), one `m16n8k16` product per 16 x 8 block and
+//! step, in that precision ([`Mma::Half`]); otherwise each f32 factor split into two tf32
+//! parts, three `m16n8k8` products per block and half step ([`Mma::Tf32`]). Slices are staged a
+//! row per left-side row or weight column: f32 values for tf32, packed pairs of halves
+//! ([`poot_kernel::Stmt::StoreSharedHalves`]) for half precision.
 //!
 //! Block-quantized weights that the graph decodes and rounds to f16 for these tiles
 //! ([`crate::precision::decoded_for_tiles`]: a batched decode step's rows, a short prompt
@@ -197,9 +198,6 @@ struct Tiles {
     /// Sets of slices staged in turn (1, or 2 for [`Tiled`] kernels staging block weights
     /// where they fit: [`Lowering::tile_pass`]).
     buffers: u32,
-    /// Whether the walk issues each slice's loads before the products of the one before it
-    /// ([`Prefetch`]; two sets of block-decoding slices only).
-    prefetch: bool,
     /// Whether the products are formed on matrix units ([`Lowering::mma_step`],
     /// [`Lowering::mma_half_step`]), and in which precision: the shared slices are then stored
     /// row by row (a row's [`TK`] elements, padded to [`Tiles::mma_row`]), and each warp owns a block
@@ -229,7 +227,6 @@ impl Tiles {
             tiles_n,
             tk: TK,
             buffers: 1,
-            prefetch: false,
             mma: None,
         }
     }
@@ -781,7 +778,6 @@ impl Lowering<'_> {
             if fits(&t) {
                 tiled.t.buffers = t.buffers;
             }
-            tiled.t.prefetch = tiled.t.buffers == 2 && self.target.tuning.block_prefetch;
             // Each workgroup walks its slices one after another, waiting on every slice's
             // loads: several per multiprocessor hide each other's waits. And its left side is
             // read from a buffer computed once, not recomputed by every column tile.
@@ -1729,7 +1725,8 @@ impl Lowering<'_> {
             .collect();
         let tk = t.tk;
         match sets {
-            [first, second] if t.prefetch => {
+            // Two sets are staged only for block weights ([`Lowering::emit_tiled`]).
+            [first, second] if self.target.tuning.block_prefetch => {
                 let mut pre = Prefetch::new(mark);
                 // The first slice's loads, then each slice staged from the loads made before
                 // the products of the one before it.
