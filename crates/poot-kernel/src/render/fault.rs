@@ -62,6 +62,7 @@ fn block_faults(body: &[Stmt]) -> bool {
         | Stmt::Set { .. }
         | Stmt::Store { .. }
         | Stmt::StoreShared { .. }
+        | Stmt::Prefetch { .. }
         | Stmt::StoreSharedHalves { .. }
         | Stmt::LetWords { .. }
         | Stmt::LetShared { .. }
