@@ -209,10 +209,6 @@ pub struct Tuning {
     /// 16 rows of a 1B Q4_0 model 5146 -> 6941 tok/s, of a 1B Q4_K_M 6411 -> 6882), or
     /// consecutive columns (`across`: stores that never share a bank).
     pub block_units_along: bool,
-    /// How far ahead along the contraction axis, in elements, such a kernel hints each weight
-    /// load it makes into the L2 cache (`tile_ahead=N`, 0 for none): the load a later slice
-    /// makes then waits on the L2 rather than on the device memory. A hint changes no result.
-    pub block_ahead: u32,
 }
 
 /// Where tiled contractions against block-quantized weights stage them a unit at a time, both
@@ -297,7 +293,6 @@ impl Default for Tuning {
             block_buffers: 2,
             block_prefetch: false,
             block_units_along: true,
-            block_ahead: 0,
         }
     }
 }
@@ -311,7 +306,7 @@ pub const CPU_INTEGER_ROWS: u32 = 16;
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, tile_prefetch=0|1, tile_units=across|along, tile_ahead=N (elements, 0..=4096), gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, tile_prefetch=0|1, tile_units=across|along, gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -383,9 +378,6 @@ impl Tuning {
                         .ok_or_else(bad)?
                 }
                 "tile_prefetch" => t.block_prefetch = flag()?,
-                "tile_ahead" => {
-                    t.block_ahead = value.parse().ok().filter(|n| *n <= 4096).ok_or_else(bad)?
-                }
                 "tile_units" => {
                     t.block_units_along = match value {
                         "across" => false,
@@ -719,7 +711,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=64,waves=4,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,decode_group=0,decode_wgs=8,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64,block_tiles=0,block_wgs=2,tile_resident=3,block_tk=128,tile_buffers=1,tile_prefetch=1,tile_units=across,tile_ahead=512",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,decode_group=0,decode_wgs=8,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64,block_tiles=0,block_wgs=2,tile_resident=3,block_tk=128,tile_buffers=1,tile_prefetch=1,tile_units=across",
         )
         .unwrap();
         assert_eq!(
@@ -758,7 +750,6 @@ mod tests {
                 block_buffers: 1,
                 block_prefetch: true,
                 block_units_along: false,
-                block_ahead: 512,
             }
         );
         for (spec, units) in [

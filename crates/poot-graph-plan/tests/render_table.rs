@@ -759,7 +759,6 @@ fn walk(body: &[Stmt], stmts: &mut Vec<&'static str>, exprs: &mut Vec<&'static s
             Stmt::Set { value, .. } => ("Set", vec![value], vec![]),
             Stmt::Store { index, value, .. } => ("Store", vec![index, value], vec![]),
             Stmt::StoreShared { index, value, .. } => ("StoreShared", vec![index, value], vec![]),
-            Stmt::Prefetch { index, .. } => ("Prefetch", vec![index], vec![]),
             Stmt::If {
                 cond,
                 then,

@@ -148,11 +148,6 @@ impl KernelBuilder {
         self.push(Stmt::StoreShared { arr, index, value });
     }
 
-    /// Hints that word `index` of `buf` will be read soon ([`Stmt::Prefetch`]).
-    pub fn prefetch(&mut self, buf: ParamId, index: Expr) {
-        self.push(Stmt::Prefetch { buf, index });
-    }
-
     pub fn barrier(&mut self) {
         self.push(Stmt::Barrier);
     }

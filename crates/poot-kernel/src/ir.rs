@@ -301,11 +301,6 @@ pub enum Stmt {
         index: Expr,
         values: Vec<Expr>,
     },
-    /// A hint that word `index` (u32, within the buffer) of `buf` will be read soon: the device
-    /// may start bringing it toward the multiprocessors (PTX's `prefetch.global.L2`). It reads
-    /// and writes nothing a kernel can observe, so a backend without such a hint renders
-    /// nothing.
-    Prefetch { buf: ParamId, index: Expr },
     /// A workgroup barrier; only in control flow every thread of the workgroup takes.
     Barrier,
     /// A failed kernel check: the thread records `code` and the step's results are discarded
@@ -499,10 +494,6 @@ impl Kernel {
                     }
                     self.expect(index, Ty::U32)?;
                     self.expect(value, p.word.ty())?;
-                }
-                Stmt::Prefetch { buf, index } => {
-                    self.param(*buf)?;
-                    self.expect(index, Ty::U32)?;
                 }
                 Stmt::StoreShared { arr, index, value } => {
                     let t = self

@@ -454,55 +454,6 @@ impl dequant_unit::UnitLoads for Prefetch {
     }
 }
 
-/// Direct loads of a unit's words, each also hinted into the L2 cache `ahead` words further on
-/// (the same unit of a slice a few slices later: [`crate::target::Tuning::block_ahead`]),
-/// clamped to the buffer's last word.
-struct AheadLoads {
-    weights: ParamId,
-    ahead: u32,
-    last_word: u32,
-}
-
-impl AheadLoads {
-    fn hint(&self, kb: &mut KernelBuilder, word: Expr) {
-        kb.prefetch(
-            self.weights,
-            min(word + u32c(self.ahead), u32c(self.last_word)),
-        );
-    }
-}
-
-impl dequant_unit::UnitLoads for AheadLoads {
-    fn load(&mut self, kb: &mut KernelBuilder, ty: Ty, value: Expr) -> Expr {
-        match &value {
-            Expr::Load { buf, index } if *buf == self.weights => {
-                self.hint(kb, (**index).clone());
-            }
-            Expr::LoadHalf { buf, index, .. } if *buf == self.weights => {
-                self.hint(kb, (**index).clone() >> u32c(1));
-            }
-            Expr::LoadByte { buf, byte } if *buf == self.weights => {
-                self.hint(kb, (**byte).clone() >> u32c(2));
-            }
-            _ => {}
-        }
-        kb.let_(ty, value)
-    }
-
-    fn load_words(
-        &mut self,
-        kb: &mut KernelBuilder,
-        buf: ParamId,
-        index: Expr,
-        n: u32,
-    ) -> Vec<Expr> {
-        if buf == self.weights {
-            self.hint(kb, index.clone());
-        }
-        kb.let_words(buf, index, n)
-    }
-}
-
 /// The zero of `ty`.
 fn zero(ty: Ty) -> Expr {
     match ty {
@@ -1606,16 +1557,8 @@ impl Lowering<'_> {
                 Ty::U32,
                 col * u32c(row_bytes) + block.clone() * u32c(block_bytes),
             );
-            // Whole blocks ahead, at least the tuning's elements.
-            let ahead_blocks = self.target.tuning.block_ahead.div_ceil(block_elems);
-            let mut ahead = AheadLoads {
-                weights: param,
-                ahead: ahead_blocks * block_bytes / 4,
-                last_word,
-            };
             let loads: &mut dyn dequant_unit::UnitLoads = match pre.as_deref_mut() {
                 Some(p) => p,
-                None if ahead.ahead > 0 => &mut ahead,
                 None => &mut dequant_unit::DirectLoads,
             };
             let unit = (param, base, sub, last_word);

@@ -114,7 +114,6 @@ impl Scopes<'_> {
                 self.expr(index)?;
                 self.expr(value)
             }
-            Stmt::Prefetch { buf: _, index } => self.expr(index),
             Stmt::If {
                 cond,
                 then,

@@ -467,16 +467,6 @@ impl Dialect for Cuda {
         "__syncthreads();"
     }
 
-    fn prefetch(&mut self, out: &mut Code, array: &str, index: &str) {
-        // PTX's hint into the L2 cache; HIP and the host have none worth a spelling.
-        if self.language == Language::Cuda {
-            out.line(format!(
-                "asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"({array} + {}));",
-                strip_parens(index)
-            ));
-        }
-    }
-
     fn let_wide(
         &mut self,
         out: &mut Code,

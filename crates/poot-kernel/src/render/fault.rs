@@ -62,7 +62,6 @@ fn block_faults(body: &[Stmt]) -> bool {
         | Stmt::Set { .. }
         | Stmt::Store { .. }
         | Stmt::StoreShared { .. }
-        | Stmt::Prefetch { .. }
         | Stmt::StoreSharedHalves { .. }
         | Stmt::LetWords { .. }
         | Stmt::LetShared { .. }

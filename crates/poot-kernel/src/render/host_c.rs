@@ -271,7 +271,6 @@ fn stmt_refs(s: &Stmt, out: &mut HashSet<Var>) {
             expr_refs(index, out);
             expr_refs(value, out);
         }
-        Stmt::Prefetch { index, .. } => expr_refs(index, out),
         Stmt::If {
             cond,
             then,

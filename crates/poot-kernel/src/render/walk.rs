@@ -125,12 +125,6 @@ pub(super) trait Dialect {
 
     fn barrier(&self) -> &'static str;
 
-    /// A hint that element `index` of buffer `array` will be read soon; nothing where the
-    /// language has no such hint (it changes no result).
-    fn prefetch(&mut self, out: &mut Code, array: &str, index: &str) {
-        let _ = (out, array, index);
-    }
-
     /// `vars` as consecutive elements from `index` of `array`, of type `elem`: a buffer's words
     /// or, where `shared`, a shared array's elements.
     fn let_wide(
@@ -262,11 +256,6 @@ impl<'k, D: Dialect> Walker<'k, D> {
                 let a = names::shared_of(self.k, *arr)?;
                 let (index, value) = (self.expr(index)?, self.expr(value)?);
                 out.line(format!("{a}[{index}] = {value};"));
-            }
-            Stmt::Prefetch { buf, index } => {
-                let p = names::param_of(self.k, *buf)?;
-                let index = self.expr(index)?;
-                self.d.prefetch(out, &p, &index);
             }
             Stmt::If {
                 cond,
