@@ -44,7 +44,20 @@ pub struct KernelBuilder {
     shared: Vec<Shared>,
     vars: Vec<Ty>,
     blocks: Vec<Vec<Stmt>>,
+    /// An id for each block of `blocks`, unique within the kernel.
+    block_ids: Vec<u64>,
+    next_block_id: u64,
     open: Vec<Open>,
+    /// Values declared by [`KernelBuilder::let_reused`], each with its block's id.
+    reusable: Vec<Reusable>,
+}
+
+/// A value [`KernelBuilder::let_reused`] declared, and where.
+struct Reusable {
+    block: u64,
+    ty: Ty,
+    value: Expr,
+    var: Var,
 }
 
 impl KernelBuilder {
@@ -57,7 +70,10 @@ impl KernelBuilder {
             shared: Vec::new(),
             vars: Vec::new(),
             blocks: vec![Vec::new()],
+            block_ids: vec![0],
+            next_block_id: 1,
             open: Vec::new(),
+            reusable: Vec::new(),
         }
     }
 
@@ -103,9 +119,82 @@ impl KernelBuilder {
     }
 
     fn push(&mut self, s: Stmt) {
+        self.forget_changed(&s);
         if let Some(block) = self.blocks.last_mut() {
             block.push(s);
         }
+    }
+
+    fn open_block(&mut self) {
+        self.blocks.push(Vec::new());
+        self.block_ids.push(self.next_block_id);
+        self.next_block_id += 1;
+    }
+
+    fn close_block(&mut self) -> Vec<Stmt> {
+        if let Some(id) = self.block_ids.pop() {
+            self.reusable.retain(|r| r.block != id);
+        }
+        self.blocks.pop().unwrap_or_default()
+    }
+
+    /// `value` as a variable: the one an earlier call with the same type and value declared in
+    /// the current block where nothing it reads has been assigned or stored since (`false`:
+    /// no new statement), or a new one (`true`). Only the declaring block reuses it, so a loop's
+    /// body never reads a value from before an assignment of a later iteration.
+    pub fn let_reused(&mut self, ty: Ty, value: Expr) -> (Expr, bool) {
+        let block = self.block_ids.last().copied().unwrap_or(0);
+        if let Some(r) = self
+            .reusable
+            .iter()
+            .find(|r| r.block == block && r.ty == ty && r.value == value)
+        {
+            return (Expr::Var(r.var), false);
+        }
+        let var = self.let_(ty, value.clone());
+        if let Expr::Var(v) = var {
+            self.reusable.push(Reusable {
+                block,
+                ty,
+                value,
+                var: v,
+            });
+        }
+        (var, true)
+    }
+
+    /// Forgets the reusable values statement `s` may change: those reading a variable it
+    /// assigns, a buffer it stores to or shared memory it writes (or a barrier lets other
+    /// threads write).
+    fn forget_changed(&mut self, s: &Stmt) {
+        if self.reusable.is_empty() {
+            return;
+        }
+        let assigned: Vec<Var> = match s {
+            Stmt::Set { var, .. } | Stmt::TeamSum { var, .. } => vec![*var],
+            Stmt::MmaTf32 { acc, .. } | Stmt::MmaHalf { acc, .. } => acc.to_vec(),
+            _ => Vec::new(),
+        };
+        let (buf, shared) = match s {
+            Stmt::Store { buf, .. } => (Some(*buf), false),
+            Stmt::StoreShared { .. } | Stmt::StoreSharedHalves { .. } | Stmt::Barrier => {
+                (None, true)
+            }
+            _ => (None, false),
+        };
+        if assigned.is_empty() && buf.is_none() && !shared {
+            return;
+        }
+        self.reusable.retain(|r| {
+            !reads(&r.value, &|e| match e {
+                Expr::Var(v) => assigned.contains(v),
+                Expr::Load { buf: b, .. }
+                | Expr::LoadByte { buf: b, .. }
+                | Expr::LoadHalf { buf: b, .. } => buf == Some(*b),
+                Expr::LoadShared { .. } => shared,
+                _ => false,
+            })
+        });
     }
 
     /// The element type of a shared array.
@@ -230,12 +319,12 @@ impl KernelBuilder {
         then: impl FnOnce(&mut KernelBuilder),
         otherwise: impl FnOnce(&mut KernelBuilder),
     ) {
-        self.blocks.push(Vec::new());
+        self.open_block();
         then(self);
-        let then = self.blocks.pop().unwrap_or_default();
-        self.blocks.push(Vec::new());
+        let then = self.close_block();
+        self.open_block();
         otherwise(self);
-        let otherwise = self.blocks.pop().unwrap_or_default();
+        let otherwise = self.close_block();
         self.push(Stmt::If {
             cond,
             then,
@@ -253,9 +342,9 @@ impl KernelBuilder {
     ) {
         let var = Var(self.vars.len() as u32);
         self.vars.push(Ty::U32);
-        self.blocks.push(Vec::new());
+        self.open_block();
         body(self, Expr::Var(var));
-        let block = self.blocks.pop().unwrap_or_default();
+        let block = self.close_block();
         self.push(Stmt::For {
             var,
             start,
@@ -276,7 +365,7 @@ impl KernelBuilder {
             end,
             step,
         });
-        self.blocks.push(Vec::new());
+        self.open_block();
         Expr::Var(var)
     }
 
@@ -284,15 +373,15 @@ impl KernelBuilder {
     /// with [`KernelBuilder::otherwise`] first.
     pub fn begin_if(&mut self, cond: Expr) {
         self.open.push(Open::If { cond });
-        self.blocks.push(Vec::new());
+        self.open_block();
     }
 
     /// Switches an open `if` to its else branch.
     pub fn otherwise(&mut self) {
         if let Some(Open::If { cond }) = self.open.pop() {
-            let then = self.blocks.pop().unwrap_or_default();
+            let then = self.close_block();
             self.open.push(Open::Else { cond, then });
-            self.blocks.push(Vec::new());
+            self.open_block();
         }
     }
 
@@ -314,7 +403,7 @@ impl KernelBuilder {
     /// places them at a mark.
     pub fn begin_detached(&mut self) {
         self.open.push(Open::Detached);
-        self.blocks.push(Vec::new());
+        self.open_block();
     }
 
     /// Ends the innermost detached block and inserts its statements at `mark`, which then
@@ -324,7 +413,7 @@ impl KernelBuilder {
             return;
         }
         self.open.pop();
-        let body = self.blocks.pop().unwrap_or_default();
+        let body = self.close_block();
         let n = body.len();
         if let Some(block) = self.blocks.get_mut(mark.depth) {
             let at = mark.index.min(block.len());
@@ -335,7 +424,7 @@ impl KernelBuilder {
 
     /// Closes the innermost open block.
     pub fn end(&mut self) {
-        let body = self.blocks.pop().unwrap_or_default();
+        let body = self.close_block();
         let stmt = match self.open.pop() {
             Some(Open::For {
                 var,
@@ -368,6 +457,8 @@ impl KernelBuilder {
             }
             None => {
                 self.blocks.push(body);
+                self.block_ids.push(self.next_block_id);
+                self.next_block_id += 1;
                 return;
             }
         };
@@ -378,7 +469,7 @@ impl KernelBuilder {
         while !self.open.is_empty() {
             self.end();
         }
-        let body = self.blocks.pop().unwrap_or_default();
+        let body = self.close_block();
         Kernel {
             name: self.name,
             params: self.params,
@@ -388,6 +479,33 @@ impl KernelBuilder {
             vars: self.vars,
             body,
         }
+    }
+}
+
+/// Whether `e` or a subexpression of it satisfies `hit`.
+fn reads(e: &Expr, hit: &dyn Fn(&Expr) -> bool) -> bool {
+    if hit(e) {
+        return true;
+    }
+    match e {
+        Expr::F32(_)
+        | Expr::I32(_)
+        | Expr::U32(_)
+        | Expr::Bool(_)
+        | Expr::Var(_)
+        | Expr::Builtin(_) => false,
+        Expr::Load { index, .. }
+        | Expr::LoadHalf { index, .. }
+        | Expr::LoadShared { index, .. } => reads(index, hit),
+        Expr::LoadByte { byte, .. } => reads(byte, hit),
+        Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::ShuffleXor { value: x, .. } => reads(x, hit),
+        Expr::Binary(_, a, b) | Expr::Cmp(_, a, b) => reads(a, hit) || reads(b, hit),
+        Expr::Select {
+            cond,
+            on_true,
+            on_false,
+        } => reads(cond, hit) || reads(on_true, hit) || reads(on_false, hit),
+        Expr::MulAdd(a, b, c) => reads(a, hit) || reads(b, hit) || reads(c, hit),
     }
 }
 
@@ -529,5 +647,45 @@ impl ops::Neg for Expr {
     type Output = Expr;
     fn neg(self) -> Expr {
         un(UnOp::Neg, self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{Access, Word};
+
+    fn lets(body: &[Stmt]) -> usize {
+        body.iter()
+            .map(|s| match s {
+                Stmt::Let { .. } => 1,
+                Stmt::If { then, .. } => lets(then),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    #[test]
+    fn a_value_is_reused_in_its_block_until_what_it_reads_changes() {
+        let mut kb = KernelBuilder::new("reuse", 32);
+        let table = kb.param("table", Word::U32, Access::ReadWrite);
+        let x = kb.var(Ty::U32, u32c(3));
+        let entry = || load(table, Expr::Var(x) / u32c(16));
+        let (a, fresh_a) = kb.let_reused(Ty::U32, entry());
+        let (b, fresh_b) = kb.let_reused(Ty::U32, entry());
+        assert!(fresh_a && !fresh_b);
+        assert_eq!(a, b);
+        // A nested block declares its own.
+        kb.begin_if(Expr::Bool(true));
+        assert!(kb.let_reused(Ty::U32, entry()).1);
+        kb.end();
+        // Assigning what it reads, or storing to the buffer it loads, forgets it.
+        kb.set(x, u32c(4));
+        assert!(kb.let_reused(Ty::U32, entry()).1);
+        kb.store(table, u32c(0), u32c(1));
+        assert!(kb.let_reused(Ty::U32, entry()).1);
+        assert!(!kb.let_reused(Ty::U32, entry()).1);
+        // `x`, then the four values declared.
+        assert_eq!(lets(&kb.finish().body), 5);
     }
 }

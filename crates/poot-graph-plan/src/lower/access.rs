@@ -121,20 +121,21 @@ pub fn reshape_index(
     in_idx
 }
 
-/// The multi-index of flat index `flat` in `dims`, as variables.
+/// The multi-index of flat index `flat` in `dims`, as variables (the same ones for the same
+/// index in the same block: [`KernelBuilder::let_reused`](poot_kernel::build::KernelBuilder::let_reused)).
 pub fn unflatten(cx: &mut KernelCtx, flat: Expr, dims: &[usize]) -> Vec<Expr> {
     let mut out = vec![u32c(0); dims.len()];
     let mut rest = flat;
     for (i, &d) in dims.iter().enumerate().rev() {
         if i == 0 {
-            out[0] = cx.kb.let_(Ty::U32, rest.clone());
+            out[0] = cx.kb.let_reused(Ty::U32, rest.clone()).0;
             break;
         }
         if d == 1 {
             continue;
         }
-        out[i] = cx.kb.let_(Ty::U32, rest.clone() % u32c(d as u32));
-        rest = cx.kb.let_(Ty::U32, rest / u32c(d as u32));
+        out[i] = cx.kb.let_reused(Ty::U32, rest.clone() % u32c(d as u32)).0;
+        rest = cx.kb.let_reused(Ty::U32, rest / u32c(d as u32)).0;
     }
     out
 }
@@ -466,6 +467,8 @@ impl Lowering<'_> {
 
     /// `index` (i32 or u32) as a u32 below `bound`: an index at or past the bound faults with
     /// `code`, and the returned value is clamped so the faulting lane still loads in bounds.
+    /// The same index checked again in the same block is the same variable, read and checked
+    /// once: a paged cache's block-table entry serves every feature of a position.
     pub(super) fn checked_index(
         &mut self,
         cx: &mut KernelCtx,
@@ -473,9 +476,11 @@ impl Lowering<'_> {
         bound: usize,
         code: u32,
     ) -> Expr {
-        let i = cx.kb.let_(Ty::U32, cast_index(index));
+        let (i, fresh) = cx.kb.let_reused(Ty::U32, cast_index(index));
         let bound = u32c(bound as u32);
-        cx.kb.if_(ge(i.clone(), bound.clone()), |k| k.fault(code));
+        if fresh {
+            cx.kb.if_(ge(i.clone(), bound.clone()), |k| k.fault(code));
+        }
         min(i, bound - u32c(1))
     }
 }
