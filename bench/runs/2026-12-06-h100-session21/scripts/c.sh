@@ -23,9 +23,10 @@ wait_model "$M1" 100
 echo "== one row, contiguous and paged $(date -u +%T)"
 T=150 one "$M1"
 T=100 one "$M1" --paged
-wait_model "$M8" 100
-T=150 one "$M8"
-T=150 one "$M8" --paged
 wait_model "$M1K" 30
-[ "$SECONDS" -lt 480 ] && T=$((590 - SECONDS)) rows1 "$M1K" 16 ""
+[ "$SECONDS" -lt 330 ] && T=120 rows1 "$M1K" 16 ""
+if [ "$SECONDS" -lt 330 ] && wait_model "$M8" 30; then
+  T=130 one "$M8"
+  [ "$SECONDS" -lt 470 ] && T=$((590 - SECONDS)) one "$M8" --paged
+fi
 date -u
