@@ -52,12 +52,68 @@ pub struct KernelBuilder {
     reusable: Vec<Reusable>,
 }
 
-/// A value [`KernelBuilder::let_reused`] declared, and where.
+/// A value [`KernelBuilder::let_reused`] declared, where, and what it reads (collected once,
+/// so each assignment or store checks a few ids rather than walking every value).
 struct Reusable {
     block: u64,
     ty: Ty,
     value: Expr,
     var: Var,
+    reads: Reads,
+}
+
+/// The variables, buffers and shared memory an expression reads.
+#[derive(Default)]
+struct Reads {
+    vars: Vec<Var>,
+    buffers: Vec<ParamId>,
+    shared: bool,
+}
+
+impl Reads {
+    fn of(e: &Expr) -> Reads {
+        let mut r = Reads::default();
+        r.add(e);
+        r
+    }
+
+    fn add(&mut self, e: &Expr) {
+        match e {
+            Expr::F32(_) | Expr::I32(_) | Expr::U32(_) | Expr::Bool(_) | Expr::Builtin(_) => {}
+            Expr::Var(v) => self.vars.push(*v),
+            Expr::Load { buf, index } | Expr::LoadHalf { buf, index, .. } => {
+                self.buffers.push(*buf);
+                self.add(index);
+            }
+            Expr::LoadByte { buf, byte } => {
+                self.buffers.push(*buf);
+                self.add(byte);
+            }
+            Expr::LoadShared { index, .. } => {
+                self.shared = true;
+                self.add(index);
+            }
+            Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::ShuffleXor { value: x, .. } => self.add(x),
+            Expr::Binary(_, a, b) | Expr::Cmp(_, a, b) => {
+                self.add(a);
+                self.add(b);
+            }
+            Expr::Select {
+                cond,
+                on_true,
+                on_false,
+            } => {
+                self.add(cond);
+                self.add(on_true);
+                self.add(on_false);
+            }
+            Expr::MulAdd(a, b, c) => {
+                self.add(a);
+                self.add(b);
+                self.add(c);
+            }
+        }
+    }
 }
 
 impl KernelBuilder {
@@ -156,6 +212,7 @@ impl KernelBuilder {
             self.reusable.push(Reusable {
                 block,
                 ty,
+                reads: Reads::of(&value),
                 value,
                 var: v,
             });
@@ -186,14 +243,10 @@ impl KernelBuilder {
             return;
         }
         self.reusable.retain(|r| {
-            !reads(&r.value, &|e| match e {
-                Expr::Var(v) => assigned.contains(v),
-                Expr::Load { buf: b, .. }
-                | Expr::LoadByte { buf: b, .. }
-                | Expr::LoadHalf { buf: b, .. } => buf == Some(*b),
-                Expr::LoadShared { .. } => shared,
-                _ => false,
-            })
+            let reads = &r.reads;
+            !(reads.vars.iter().any(|v| assigned.contains(v))
+                || buf.is_some_and(|b| reads.buffers.contains(&b))
+                || (shared && reads.shared))
         });
     }
 
@@ -479,33 +532,6 @@ impl KernelBuilder {
             vars: self.vars,
             body,
         }
-    }
-}
-
-/// Whether `e` or a subexpression of it satisfies `hit`.
-fn reads(e: &Expr, hit: &dyn Fn(&Expr) -> bool) -> bool {
-    if hit(e) {
-        return true;
-    }
-    match e {
-        Expr::F32(_)
-        | Expr::I32(_)
-        | Expr::U32(_)
-        | Expr::Bool(_)
-        | Expr::Var(_)
-        | Expr::Builtin(_) => false,
-        Expr::Load { index, .. }
-        | Expr::LoadHalf { index, .. }
-        | Expr::LoadShared { index, .. } => reads(index, hit),
-        Expr::LoadByte { byte, .. } => reads(byte, hit),
-        Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::ShuffleXor { value: x, .. } => reads(x, hit),
-        Expr::Binary(_, a, b) | Expr::Cmp(_, a, b) => reads(a, hit) || reads(b, hit),
-        Expr::Select {
-            cond,
-            on_true,
-            on_false,
-        } => reads(cond, hit) || reads(on_true, hit) || reads(on_false, hit),
-        Expr::MulAdd(a, b, c) => reads(a, hit) || reads(b, hit) || reads(c, hit),
     }
 }
 

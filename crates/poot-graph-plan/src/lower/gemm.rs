@@ -1,8 +1,9 @@
 //! Tiled contractions for many left-side rows (a prefill chunk, an encoder batch).
 //!
 //! One workgroup of 256 threads computes a tile of `TM x 64` outputs (`TM` is 32 rows for up to
-//! 32 rows, else 64; 16 for up to 16 rows of block weights on the matrix units): thread `(tx, ty)` of the 16 x 16 grid owns rows `ty + 16 i` and columns
-//! `tx + 16 j` of the tile, `TM / 16 x 4` sums in registers. The contraction axis is walked
+//! 32 rows, else 64; 16 for up to 16 rows of block weights on the matrix units): thread
+//! `(tx, ty)` of the 16 x 16 grid owns rows `ty + 16 i` and columns `tx + 16 j` of the tile,
+//! `TM / 16 x 4` sums in registers. The contraction axis is walked
 //! [`TK`] = 16 elements at a time: the workgroup stages the left side's `TM x 16` slice and
 //! each weight's `64 x 16` slice in shared memory (so a packed weight element is decoded once
 //! per tile, not once per output), then every thread adds its products from shared memory.
