@@ -682,18 +682,33 @@ fn uniform(
     x = mix(x, 16, 0x85EB_CA6B)?;
     x = mix(x, 13, 0xC2B2_AE35)?;
     x = b.binary(BinaryOp::Xor, x, b.binary(BinaryOp::Shr, x, u32c(16)?)?)?;
-    // The top 24 bits, centred in their interval: never 0 or 1.
-    let top = b.cast(b.binary(BinaryOp::Shr, x, u32c(8)?)?, DType::F32)?;
+    // The top 23 bits, centred in their interval: `code + 0.5` is exact in f32, so a draw is
+    // never 0 or 1. (With 24 bits the top code's centre rounds up to 1, whose Gumbel noise is
+    // +inf: a noise that beats every logit and every guided mask.)
+    let top = b.cast(
+        b.binary(BinaryOp::Shr, x, u32c(UNIFORM_SHIFT)?)?,
+        DType::F32,
+    )?;
     let half = scalar_like(b, 0.5, top)?;
     b.mul(
         b.add(top, half)?,
-        scalar_like(b, 1.0 / (1u32 << 24) as f32, top)?,
+        scalar_like(b, 1.0 / (1u32 << (32 - UNIFORM_SHIFT)) as f32, top)?,
     )
 }
 
-/// Gumbel noise `-log(-log(u))`.
+/// How far [`uniform`] shifts its 32-bit hash: the bits it keeps fit an f32's significand with
+/// the half step added.
+const UNIFORM_SHIFT: u32 = 9;
+
+/// The least `-log(u)` [`gumbel`] takes: an exact log never goes below it (`u` is at most
+/// `1 - 2^-24`), but Vulkan allows `log` an absolute error of 2^-21 near 1, which could make
+/// `-log(u)` zero or negative and the noise infinite or NaN.
+const GUMBEL_INNER_FLOOR: f32 = 1.0 / (1u32 << 25) as f32;
+
+/// Gumbel noise `-log(-log(u))`, at most `-log(GUMBEL_INNER_FLOOR)` (about 17.3).
 fn gumbel(b: &Builder, u: Traced) -> Result<Traced, BuilderError> {
     let inner = b.neg(b.unary(UnaryOp::Log, u)?)?;
+    let inner = b.max(inner, scalar_like(b, GUMBEL_INNER_FLOOR, inner)?)?;
     b.neg(b.unary(UnaryOp::Log, inner)?)
 }
 

@@ -890,3 +890,96 @@ fn a_masked_row_never_picks_a_disallowed_token() {
         }
     }
 }
+
+/// The suffix's counter hash of (seed column, draw, token index, salt), as the host computes
+/// it, and its inverse in the seed: the seed whose hash at (`draw`, `index`, `salt`) is
+/// `want`.
+mod draw_hash {
+    const INDEX: u32 = 0x9E37_79B1;
+    const STEP: u32 = 0x85EB_CA77;
+    const MIX1: u32 = 0x85EB_CA6B;
+    const MIX2: u32 = 0xC2B2_AE35;
+
+    pub fn hash(seed: u32, draw: u32, index: u32, salt: u32) -> u32 {
+        let mut x = index.wrapping_mul(INDEX) ^ seed;
+        x ^= draw.wrapping_add(salt).wrapping_mul(STEP);
+        x = (x ^ (x >> 16)).wrapping_mul(MIX1);
+        x = (x ^ (x >> 13)).wrapping_mul(MIX2);
+        x ^ (x >> 16)
+    }
+
+    /// The inverse of an odd multiplier modulo 2^32 (Newton's iteration).
+    fn inverse(a: u32) -> u32 {
+        let mut x = a;
+        for _ in 0..5 {
+            x = x.wrapping_mul(2u32.wrapping_sub(a.wrapping_mul(x)));
+        }
+        x
+    }
+
+    /// The inverse of `x ^= x >> shift`.
+    fn unshift(y: u32, shift: u32) -> u32 {
+        let mut x = y;
+        for _ in 0..32 / shift {
+            x = y ^ (x >> shift);
+        }
+        x
+    }
+
+    pub fn seed_for(want: u32, draw: u32, index: u32, salt: u32) -> u32 {
+        let mut x = unshift(want, 16);
+        x = unshift(x.wrapping_mul(inverse(MIX2)), 13);
+        x = unshift(x.wrapping_mul(inverse(MIX1)), 16);
+        let seed = x ^ index.wrapping_mul(INDEX) ^ draw.wrapping_add(salt).wrapping_mul(STEP);
+        assert_eq!(hash(seed, draw, index, salt), want);
+        seed
+    }
+}
+
+#[test]
+fn a_draw_at_the_top_of_the_uniform_range_keeps_to_the_distribution_and_the_mask() {
+    // A hash of all ones is the largest uniform a draw can get. Its Gumbel noise must stay
+    // finite: were it +inf, its token would win whatever its logit, and through any mask.
+    let mut all = backends();
+    match open_executor(BackendChoice::Cpu) {
+        Ok(o) => all.push(Backend::Device(o.executor, "cpu")),
+        Err(e) => eprintln!("SKIP (cpu): {e}"),
+    }
+    let (rows, vocab, draw) = (2, 100, 3);
+    let lowly = 7u32;
+    let mut table = logits(rows * vocab, 5);
+    // Row 1 holds token 7 far below the rest: an honest draw never reaches it.
+    table[vocab + lowly as usize] = -60.0;
+    let allowed = [1u32, 33, 70, 97, 99];
+    let mask = mask_of(vocab, &allowed);
+    // Unrestricted draws read salt 0 at the token's index; restricted ones salt 0x5EED at the
+    // candidate's rank (row 0's disallowed tokens rank after its five allowed ones).
+    let full_seed = draw_hash::seed_for(u32::MAX, draw, lowly, 0);
+    let rank_seed = draw_hash::seed_for(u32::MAX, draw, allowed.len() as u32 + 2, 0x5EED);
+    let samplers = [
+        (
+            "unrestricted",
+            Sampler::new(1.0, 0, 1.0, u64::from(full_seed)),
+        ),
+        ("top-k 32", Sampler::new(1.0, 32, 1.0, u64::from(rank_seed))),
+    ];
+    for mut backend in all {
+        let on = backend.name();
+        for head in [Head::Adjusted, Head::Logprobs] {
+            let mut suffix = backend.suffix(&table, rows, 1, head);
+            for (name, s) in &samplers {
+                let masked = RowSampling {
+                    mask: Some(&mask),
+                    ..row(s, &[], false, draw)
+                };
+                let picks = suffix.step(&[masked, row(s, &[], false, draw)]);
+                assert!(!picks[0].non_finite && !picks[1].non_finite, "{on} {name}");
+                let t = picks[0].token as u32;
+                assert!(allowed.contains(&t), "{on} {head:?} {name}: picked {t}");
+                if s.top_k == 0 {
+                    assert_ne!(picks[1].token as u32, lowly, "{on} {head:?} {name}");
+                }
+            }
+        }
+    }
+}
