@@ -55,6 +55,8 @@ SHAPES = {
     "1b": Shape("Llama-3.2-1B-shaped", 2048, 16, 32, 8, 8192, 128256, True, 500000.0, 8192),
     # Llama-3.1-8B: untied head.
     "8b": Shape("Llama-3.1-8B-shaped", 4096, 32, 32, 8, 14336, 128256, False, 500000.0, 8192),
+    # SmolLM2-135M: tied embeddings, 64-wide heads (576 is no multiple of 256: use q4_0).
+    "smollm2": Shape("SmolLM2-135M-shaped", 576, 30, 9, 3, 1536, 49152, True, 100000.0, 8192),
     # Small enough for tests, but every row a whole number of 256-wide K-quant super-blocks.
     "tiny": Shape("tiny-llama", 256, 2, 4, 2, 512, 1024, False, 500000.0, 512),
 }
