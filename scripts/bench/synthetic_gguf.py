@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Random-weight llama-architecture GGUF files at real dimensions, for the benchmark.
+"""Random-weight GGUF files at real dimensions, for the benchmark.
 
-Writes a Llama-3.2-1B-shaped or a Llama-3.1-8B-shaped model (or a tiny one, for tests) with
+Writes a Llama-3.2-1B-shaped, Llama-3.1-8B-shaped, SmolLM2-135M-shaped or (architecture
+qwen3moe) Qwen3-30B-A3B-shaped model, or a tiny one for tests, with
 random weights in F16, Q4_0 or Q4_K_M, streaming one tensor at a time, so an 8B file needs
 little host memory. Quantized blocks are random bytes with small valid f16 scales: they are not
 quantized from anything, but every block decodes to finite values of a sensible size, and each
@@ -17,6 +18,7 @@ Usage:
     synthetic_gguf.py --shape 1b --type f16 -o llama-1b-f16.gguf
     synthetic_gguf.py --shape 8b --type q4_k_m -o llama-8b-q4_k_m.gguf
     synthetic_gguf.py --shape tiny --type q4_0 -o tiny.gguf
+    synthetic_gguf.py --shape 30b-a3b --type q4_k_m -o qwen3-30b-a3b-q4_k_m.gguf
     synthetic_gguf.py --shape 1b --type f16 --tokenizer-from smollm2.gguf -o 1b-smol-vocab.gguf
 """
 
@@ -48,6 +50,13 @@ class Shape:
     tied: bool
     rope_theta: float
     context: int
+    # A mixture of experts (every layer): the GGUF architecture, the experts, how many a token
+    # uses, each expert's FFN width; attention heads of `head_dim` with q/k norms (Qwen3).
+    arch: str = "llama"
+    experts: int = 0
+    experts_used: int = 0
+    expert_ffn: int = 0
+    head_dim: int = 0
 
 
 SHAPES = {
@@ -57,8 +66,17 @@ SHAPES = {
     "8b": Shape("Llama-3.1-8B-shaped", 4096, 32, 32, 8, 14336, 128256, False, 500000.0, 8192),
     # SmolLM2-135M: tied embeddings, 64-wide heads (576 is no multiple of 256: use q4_0).
     "smollm2": Shape("SmolLM2-135M-shaped", 576, 30, 9, 3, 1536, 49152, True, 100000.0, 8192),
+    # Qwen3-30B-A3B: 128 experts of 768, 8 a token, 128-wide heads (32 query, 4 key/value).
+    "30b-a3b": Shape(
+        "Qwen3-30B-A3B-shaped", 2048, 48, 32, 4, 6144, 151936, False, 1000000.0, 8192,
+        arch="qwen3moe", experts=128, experts_used=8, expert_ffn=768, head_dim=128,
+    ),
     # Small enough for tests, but every row a whole number of 256-wide K-quant super-blocks.
     "tiny": Shape("tiny-llama", 256, 2, 4, 2, 512, 1024, False, 500000.0, 512),
+    "tiny-moe": Shape(
+        "tiny-qwen3moe", 256, 2, 4, 2, 512, 1024, False, 1000000.0, 512,
+        arch="qwen3moe", experts=8, experts_used=2, expert_ffn=256, head_dim=64,
+    ),
 }
 
 # GGUF general.file_type values (llama.cpp's llama_ftype).
@@ -92,18 +110,32 @@ def tensor_type(kind: str, role: str, layer: int, shape: Shape) -> "gguf.GGMLQua
 
 def weight_list(shape: Shape, kind: str):
     """(name, numpy shape [rows, cols], ggml type) for every tensor, in file order."""
-    head_dim = shape.hidden // shape.heads
-    kv = shape.kv_heads * head_dim
+    head_dim = shape.head_dim or shape.hidden // shape.heads
+    q, kv = shape.heads * head_dim, shape.kv_heads * head_dim
     h, f = shape.hidden, shape.ffn
     out = [("token_embd.weight", (shape.vocab, h), tensor_type(kind, "token_embd", 0, shape))]
     for i in range(shape.layers):
         p = f"blk.{i}."
         out += [
             (p + "attn_norm.weight", (h,), Q.F32),
-            (p + "attn_q.weight", (h, h), tensor_type(kind, "attn_q", i, shape)),
+            (p + "attn_q.weight", (q, h), tensor_type(kind, "attn_q", i, shape)),
             (p + "attn_k.weight", (kv, h), tensor_type(kind, "attn_k", i, shape)),
             (p + "attn_v.weight", (kv, h), tensor_type(kind, "attn_v", i, shape)),
-            (p + "attn_output.weight", (h, h), tensor_type(kind, "attn_output", i, shape)),
+            (p + "attn_output.weight", (h, q), tensor_type(kind, "attn_output", i, shape)),
+        ]
+        if shape.experts:
+            e, ef = shape.experts, shape.expert_ffn
+            out += [
+                (p + "attn_q_norm.weight", (head_dim,), Q.F32),
+                (p + "attn_k_norm.weight", (head_dim,), Q.F32),
+                (p + "ffn_norm.weight", (h,), Q.F32),
+                (p + "ffn_gate_inp.weight", (e, h), Q.F32),
+                (p + "ffn_gate_exps.weight", (e, ef, h), tensor_type(kind, "ffn_gate", i, shape)),
+                (p + "ffn_up_exps.weight", (e, ef, h), tensor_type(kind, "ffn_up", i, shape)),
+                (p + "ffn_down_exps.weight", (e, h, ef), tensor_type(kind, "ffn_down", i, shape)),
+            ]
+            continue
+        out += [
             (p + "ffn_norm.weight", (h,), Q.F32),
             (p + "ffn_gate.weight", (f, h), tensor_type(kind, "ffn_gate", i, shape)),
             (p + "ffn_up.weight", (f, h), tensor_type(kind, "ffn_up", i, shape)),
@@ -132,6 +164,9 @@ def random_tensor(rng: np.random.Generator, dims, qtype, fan_in: int) -> np.ndar
     """A tensor's stored bytes (or values, for float types): random, with weights of about
     1/sqrt(fan_in) so activations stay of order one through the layers."""
     std = 1.0 / np.sqrt(fan_in)
+    if qtype == Q.F32 and len(dims) == 2:
+        # A router: logits of order one.
+        return (std * rng.standard_normal(dims, dtype=np.float32)).astype(np.float32)
     if qtype == Q.F32:
         # Norm weights: near one.
         return (1.0 + 0.05 * rng.standard_normal(dims, dtype=np.float32)).astype(np.float32)
@@ -219,10 +254,10 @@ def write(path: Path, shape: Shape, kind: str, seed: int, quiet: bool, donor: Pa
     if donor is not None:
         # The donor's vocabulary sets the embedding and head sizes: write its keys into a
         # throwaway writer first, to learn the size before any shape is declared.
-        probe = gguf.GGUFWriter(None, "llama")
+        probe = gguf.GGUFWriter(None, shape.arch)
         shape = replace(shape, vocab=copy_tokenizer(probe, donor))
-    head_dim = shape.hidden // shape.heads
-    w = gguf.GGUFWriter(str(path), "llama")
+    head_dim = shape.head_dim or shape.hidden // shape.heads
+    w = gguf.GGUFWriter(str(path), shape.arch)
     w.add_name(f"{shape.name} random {kind.upper()}")
     w.add_context_length(shape.context)
     w.add_embedding_length(shape.hidden)
@@ -231,6 +266,12 @@ def write(path: Path, shape: Shape, kind: str, seed: int, quiet: bool, donor: Pa
     w.add_head_count(shape.heads)
     w.add_head_count_kv(shape.kv_heads)
     w.add_rope_dimension_count(head_dim)
+    if shape.experts:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+        w.add_expert_count(shape.experts)
+        w.add_expert_used_count(shape.experts_used)
+        w.add_expert_feed_forward_length(shape.expert_ffn)
     w.add_rope_freq_base(shape.rope_theta)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(shape.vocab)
