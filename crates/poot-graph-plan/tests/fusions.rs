@@ -134,6 +134,35 @@ fn q4_0_rows(rows: usize, tuning: &str) -> Vec<String> {
     kinds(&p).into_iter().map(str::to_string).collect()
 }
 
+/// `rows` rows of a mixture of experts' contraction, each against its expert's rows of a
+/// `[8, 96, 256]` Q4_K stack, planned for the PTX preset.
+fn indexed_rows(rows: usize) -> Vec<String> {
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[rows, 256]);
+    let stack = b
+        .constant(
+            "experts",
+            TensorType::new(DType::Packed(GgmlType::Q4_K), vec![8, 96, 256]),
+        )
+        .unwrap();
+    let ids = b
+        .slot_named("ids", TensorType::new(DType::I32, vec![rows]))
+        .unwrap();
+    let y = b.indexed_matmul(x, stack, ids).unwrap();
+    let p = compile(&b.finish(Outputs::new(y)).unwrap(), &Target::ptx_preset()).unwrap();
+    kinds(&p).into_iter().map(str::to_string).collect()
+}
+
+#[test]
+fn routed_expert_rows_read_their_experts_in_units_up_to_thirty_two_rows() {
+    // A decode step's 8 (token, expert) rows and a few tokens' 32: the decode-shaped kernel,
+    // each row against its expert's weight rows only.
+    assert_eq!(indexed_rows(8), ["indexed_gemv"]);
+    assert_eq!(indexed_rows(32), ["indexed_gemv"]);
+    // More rows (a prompt chunk's): an output per workgroup.
+    assert_eq!(indexed_rows(33), ["indexed_matmul"]);
+}
+
 #[test]
 fn gemv_rows_caps_the_decode_shaped_rows() {
     // The default: up to 8 rows in one pass over the weights, more tiled.

@@ -64,6 +64,11 @@ const PARTIAL_SUMS: u32 = 8;
 /// multiprocessor of a large GPU (an H200 has 132).
 const MIN_WORKGROUPS: u32 = 256;
 
+/// Rows of an indexed contraction (tokens times the experts each selects) read by a
+/// decode-shaped kernel at most: every row is staged (in chunks of at least 256 elements), and
+/// each has its own weight rows.
+const INDEXED_ROWS: usize = 32;
+
 /// Left-side chunks are whole multiples of the largest block (256 elements), so every weight
 /// layout's units start and end inside one chunk.
 const CHUNK_ALIGN: u32 = 256;
@@ -190,11 +195,36 @@ struct Job {
     lead: Vec<usize>,
     columns: u32,
     finish: Finish,
+    /// An indexed contraction's rows and their experts: the columns are then (row, column)
+    /// pairs, one sum each.
+    indexed: Option<Indexed>,
+}
+
+/// An indexed contraction (`out[t, n] = sum_k lhs[t, k] W[ids[t], n, k]`) as a decode-shaped
+/// job: its weights are the `[experts * n, k]` rows of the stack, and job column `t * n + j`
+/// reads left-side row `t` against row `ids[t] * n + j`, so only the selected experts' bytes are
+/// read.
+#[derive(Clone, Debug)]
+struct Indexed {
+    /// Each left-side row's expert.
+    ids: ValueId,
+    /// Left-side rows.
+    rows: u32,
+    /// Columns per expert.
+    n: u32,
+    experts: u32,
 }
 
 impl Job {
     fn rows(&self) -> u32 {
         self.lead.iter().product::<usize>() as u32
+    }
+
+    /// The left-side rows staged for the job: its rows, or an indexed contraction's.
+    fn staged_rows(&self) -> u32 {
+        self.indexed
+            .as_ref()
+            .map_or_else(|| self.rows(), |ix| ix.rows)
     }
 
     /// Whether any of its weights is block-quantized (the kernel then takes the block tuning).
@@ -310,19 +340,27 @@ impl Lowering<'_> {
         if kty(self.g.values()[lhs.index()].ty.dtype) != Ty::F32 {
             return None;
         }
-        let info = &self.g.values()[rhs.index()];
-        if !matches!(info.storage, Storage::Const(_))
-            || self.cls.placement[rhs.index()] != Placement::Input
-        {
-            return None;
-        }
-        let (n, k) = match *info.ty.dims() {
-            [n, k] if n > 0 && k > 0 => (n, k),
+        let (n, k) = match *self.g.values()[rhs.index()].ty.dims() {
+            [n, k] => (n, k),
             _ => return None,
         };
         let out_dims = self.g.values()[out.index()].ty.dims();
         let rows: usize = out_dims[..out_dims.len().checked_sub(1)?].iter().product();
         if rows == 0 || rows > self.target.tuning.gemv_rows {
+            return None;
+        }
+        self.weight_rows(rhs, n, k)
+    }
+
+    /// Constant weights `rhs` read as `n` rows of `k` elements, when the kernel reads their
+    /// layout.
+    fn weight_rows(&self, rhs: ValueId, n: usize, k: usize) -> Option<Weight> {
+        let info = &self.g.values()[rhs.index()];
+        if !matches!(info.storage, Storage::Const(_))
+            || self.cls.placement[rhs.index()] != Placement::Input
+            || n == 0
+            || k == 0
+        {
             return None;
         }
         let size = info.ty.size_bytes()?;
@@ -421,6 +459,7 @@ impl Lowering<'_> {
             lead,
             columns,
             finish: Finish::Store,
+            indexed: None,
         };
         let label = self.label(out);
         self.emit_gemv_job(&job, "gemv", label)
@@ -473,9 +512,59 @@ impl Lowering<'_> {
             lead: lead.to_vec(),
             columns: columns as u32,
             finish: Finish::Epilogue(v),
+            indexed: None,
         };
         let label = self.label(v);
         self.emit_gemv_job(&job, "gemv_epilogue", label)
+    }
+
+    /// Indexed contraction `eqn` (a mixture of experts' rows, each against its expert) as a
+    /// decode-shaped kernel that reads only the selected experts' rows; `false` when its
+    /// weights or row count do not suit one (the caller plans it another way).
+    pub(super) fn emit_indexed_gemv(&mut self, eqn: usize) -> Result<bool, PlanError> {
+        let e = &self.g.eqns()[eqn];
+        let (lhs, rhs, ids, out) = (e.inputs[0], e.inputs[1], e.inputs[2], e.out);
+        if kty(self.g.values()[lhs.index()].ty.dtype) != Ty::F32 {
+            return Ok(false);
+        }
+        let (experts, n, k) = match *self.g.values()[rhs.index()].ty.dims() {
+            [e, n, k] => (e, n, k),
+            _ => return Ok(false),
+        };
+        let rows = match *self.g.values()[out.index()].ty.dims() {
+            [rows, _] => rows,
+            _ => return Ok(false),
+        };
+        let flat = experts.checked_mul(n);
+        let weight = flat.and_then(|flat| self.weight_rows(rhs, flat, k));
+        let (Some(weight), Some(columns)) = (weight, rows.checked_mul(n)) else {
+            return Ok(false);
+        };
+        if rows == 0 || rows > INDEXED_ROWS || u32::try_from(columns).is_err() {
+            return Ok(false);
+        }
+        let job = Job {
+            lhs: vec![(lhs, weight.k)],
+            sums: vec![Sum {
+                lhs: 0,
+                parts: vec![Part {
+                    weight,
+                    start: 0,
+                    out,
+                }],
+            }],
+            lead: Vec::new(),
+            columns: columns as u32,
+            finish: Finish::Store,
+            indexed: Some(Indexed {
+                ids,
+                rows: rows as u32,
+                n: n as u32,
+                experts: experts as u32,
+            }),
+        };
+        let label = self.label(out);
+        self.emit_gemv_job(&job, "indexed_gemv", label)
     }
 
     fn emit_gemv_job(&mut self, job: &Job, kind: &str, label: String) -> Result<bool, PlanError> {
@@ -495,6 +584,7 @@ impl Lowering<'_> {
         label: String,
     ) -> Result<Option<(KernelCtx, [u32; 3])>, PlanError> {
         let rows = job.rows();
+        let staged = job.staged_rows();
         let units = job
             .sums
             .iter()
@@ -562,14 +652,14 @@ impl Lowering<'_> {
         let whole: u64 = job
             .lhs
             .iter()
-            .map(|&(_, k)| 4 * u64::from(rows) * u64::from(stride(k)))
+            .map(|&(_, k)| 4 * u64::from(staged) * u64::from(stride(k)))
             .sum();
         // Every left side whole, staged once before the column loop; else one chunk of a left
         // side at a time, a whole number of 256-element blocks, restaged per column step.
         let chunk = if whole <= u64::from(budget) {
             None
         } else {
-            let elems = budget / (4 * rows) * 32 / (32 + PAD) / CHUNK_ALIGN * CHUNK_ALIGN;
+            let elems = budget / (4 * staged) * 32 / (32 + PAD) / CHUNK_ALIGN * CHUNK_ALIGN;
             if elems == 0 {
                 return Ok(None);
             }
@@ -580,7 +670,7 @@ impl Lowering<'_> {
             None => {
                 for (g, &(lhs, k)) in job.lhs.iter().enumerate() {
                     let stage = Stage {
-                        arr: cx.kb.shared(format!("lhs{g}"), Ty::F32, rows * stride(k)),
+                        arr: cx.kb.shared(format!("lhs{g}"), Ty::F32, staged * stride(k)),
                         stride: stride(k),
                     };
                     self.stage_lhs(&mut cx, job, lhs, &stage, u32c(0), k)?;
@@ -590,7 +680,7 @@ impl Lowering<'_> {
             }
             Some(elems) => {
                 let stage = Stage {
-                    arr: cx.kb.shared("lhs", Ty::F32, rows * stride(elems)),
+                    arr: cx.kb.shared("lhs", Ty::F32, staged * stride(elems)),
                     stride: stride(elems),
                 };
                 stages.extend(job.lhs.iter().map(|_| stage));
@@ -767,8 +857,12 @@ impl Lowering<'_> {
         len: u32,
     ) -> Result<(), PlanError> {
         let threads = cx.kb.workgroup();
-        for m in 0..job.rows() {
-            let mut idx = lead_index(&job.lead, m);
+        let lead = match &job.indexed {
+            Some(ix) => vec![ix.rows as usize],
+            None => job.lead.clone(),
+        };
+        for m in 0..job.staged_rows() {
+            let mut idx = lead_index(&lead, m);
             let kk = cx.kb.begin_for(local_id(), u32c(len), u32c(threads));
             idx.push(first.clone() + kk.clone());
             let x = self.value_at(cx, lhs, &idx)?;
@@ -824,7 +918,15 @@ impl Lowering<'_> {
                         .begin_if(lt(walk.col.clone(), u32c(part.start + part.weight.n)));
                 }
                 let local = cx.kb.let_(Ty::U32, walk.col.clone() - u32c(part.start));
-                self.gemv_row(cx, part, local, stage, span, walk, accs)?;
+                self.gemv_row(
+                    cx,
+                    (part, job.indexed.as_ref()),
+                    local,
+                    stage,
+                    span,
+                    walk,
+                    accs,
+                )?;
                 if !last {
                     cx.kb.otherwise();
                 }
@@ -842,7 +944,7 @@ impl Lowering<'_> {
     fn gemv_row(
         &mut self,
         cx: &mut KernelCtx,
-        part: &Part,
+        (part, indexed): (&Part, Option<&Indexed>),
         local: Expr,
         stage: &Stage,
         span: &Span,
@@ -888,12 +990,34 @@ impl Lowering<'_> {
             Layout::HalfPairs(_) | Layout::HalfOcts(_) => w.k / 2,
             Layout::Blocks(_) | Layout::BlockPairs(_) | Layout::WholeBlocks(_) => w.row_bytes,
         };
-        let row_starts: Vec<Expr> = (0..cols)
-            .map(|c| {
-                cx.kb
-                    .let_(Ty::U32, (local.clone() + u32c(c)) * u32c(row_len))
-            })
-            .collect();
+        // An indexed contraction's columns (their left-side row's, `cols` of one row) start at
+        // that row's expert's rows.
+        let (row_starts, row_base): (Vec<Expr>, Option<Expr>) = match indexed {
+            None => {
+                let starts = (0..cols)
+                    .map(|c| {
+                        cx.kb
+                            .let_(Ty::U32, (local.clone() + u32c(c)) * u32c(row_len))
+                    })
+                    .collect();
+                (starts, None)
+            }
+            Some(ix) => {
+                let t = cx.kb.let_(Ty::U32, local.clone() / u32c(ix.n));
+                let j = cx.kb.let_(Ty::U32, local % u32c(ix.n));
+                let expert = self.value_at(cx, ix.ids, std::slice::from_ref(&t))?;
+                let expert =
+                    self.checked_index(cx, expert, ix.experts as usize, super::fault::EXPERT_INDEX);
+                let first = cx.kb.let_(Ty::U32, expert * u32c(ix.n) + j);
+                let starts = (0..cols)
+                    .map(|c| {
+                        cx.kb
+                            .let_(Ty::U32, (first.clone() + u32c(c)) * u32c(row_len))
+                    })
+                    .collect();
+                (starts, Some(cx.kb.let_(Ty::U32, t * u32c(stage.stride))))
+            }
+        };
         let step = lanes * unroll;
         let full = units / step * step;
         if full > 0 {
@@ -909,7 +1033,7 @@ impl Lowering<'_> {
                 }
                 decoded.push(per_col);
             }
-            gemv_dot(cx, decoded, stage, span, accs, wide);
+            gemv_dot(cx, decoded, (stage, row_base.clone()), span, accs, wide);
             cx.kb.end();
         }
         if full < units {
@@ -921,7 +1045,7 @@ impl Lowering<'_> {
             for start in &row_starts {
                 per_col.push(self.gemv_unit(cx, w, param, &tables, start, u.clone())?);
             }
-            gemv_dot(cx, vec![per_col], stage, span, accs, wide);
+            gemv_dot(cx, vec![per_col], (stage, row_base), span, accs, wide);
             cx.kb.end();
         }
         Ok(())
@@ -949,7 +1073,11 @@ impl Lowering<'_> {
         let cap = self.gemv_workgroup_cap(job);
         let fits = |cols: u32| {
             let whole = job.columns.is_multiple_of(cols)
-                && parts().all(|p| p.start.is_multiple_of(cols) && p.weight.n.is_multiple_of(cols));
+                && parts().all(|p| p.start.is_multiple_of(cols) && p.weight.n.is_multiple_of(cols))
+                && job
+                    .indexed
+                    .as_ref()
+                    .is_none_or(|ix| ix.n.is_multiple_of(cols));
             let teams = workgroup_threads(job.columns / cols, lanes) / lanes;
             let fills = cap.is_none_or(|cap| job.columns.div_ceil(teams * cols) >= cap);
             whole && fills
@@ -1105,11 +1233,12 @@ fn half_pair(word: Expr, half: Half) -> (Expr, Expr) {
 /// columns (in one 16-byte load per aligned run of four where `wide`). Per group of a unit, one
 /// chain of fused multiply-adds over its elements (an instruction per element), then one more
 /// multiply-add by the group's scale into the sum, and for an affine group one by its bias
-/// times the left side's sum over its elements (added once for all columns).
+/// times the left side's sum over its elements (added once for all columns). With a `row_base`
+/// (an indexed contraction's one row), the row is staged there.
 fn gemv_dot(
     cx: &mut KernelCtx,
     units: Vec<Vec<Unit>>,
-    stage: &Stage,
+    (stage, row_base): (&Stage, Option<Expr>),
     span: &Span,
     accs: &[Vec<Var>],
     wide: bool,
@@ -1123,7 +1252,10 @@ fn gemv_dot(
         // The unit's place in the staged span, padded; each element's offset adds its own
         // padding (units never straddle a multiple of 32 past their first element).
         let rel = cx.kb.let_(Ty::U32, first - span.first.clone());
-        let at = cx.kb.let_(Ty::U32, padded(rel));
+        let at = match &row_base {
+            Some(base) => cx.kb.let_(Ty::U32, padded(rel) + base.clone()),
+            None => cx.kb.let_(Ty::U32, padded(rel)),
+        };
         let offsets: BTreeSet<u32> = per_col[0]
             .groups
             .iter()

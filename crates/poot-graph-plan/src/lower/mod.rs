@@ -705,7 +705,12 @@ impl<'g> Lowering<'g> {
                 None if self.library.contains(&i) => self.emit_library_contraction(i),
                 None => self.emit_sibling_matmuls(i, *transpose_rhs),
             },
-            OpKind::IndexedMatMul => self.emit_indexed_matmul(i),
+            OpKind::IndexedMatMul => {
+                if self.emit_indexed_gemv(i)? {
+                    return Ok(());
+                }
+                self.emit_indexed_matmul(i)
+            }
             OpKind::AllReduceSum { ranks } => {
                 self.emit_collective(i, CollectiveOp::AllReduceSum { ranks: *ranks })
             }
