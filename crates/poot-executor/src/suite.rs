@@ -1045,6 +1045,43 @@ fn expert_cases() -> Vec<Case> {
             reassociated(k),
         ));
     }
+    // A prompt chunk's rows: more than a decode step's, listed by expert first. Expert 2
+    // takes every third row (ragged groups of eight), 5 a few more, 1, 3 and 7 none; the
+    // columns are no multiple of a workgroup's, and the Q4_K rows are longer than one staged
+    // span.
+    let many: Vec<i32> = (0..70)
+        .map(|t| match t {
+            t if t % 3 == 0 => 2,
+            t if t % 7 == 1 => 5,
+            t => (t % 4) * 2,
+        })
+        .collect();
+    for (i, (dtype, k)) in [
+        (DType::Packed(GgmlType::Q4_K), 2048),
+        (DType::Packed(GgmlType::Q8_0), 96),
+        (DType::F16, 320),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = CaseBuilder::new(230 + i as u64);
+        let experts = match dtype {
+            DType::Packed(f) => c.packed_dims("experts", f, &[8, 40, k]),
+            d => c.half("experts", &[8, 40, k], d),
+        };
+        let x = c.f32("x", &[many.len(), k]);
+        let ids = c.slot_i32(
+            Slot::Named("expert_ids".into()),
+            many.clone(),
+            &[many.len()],
+        );
+        let y = c.b.indexed_matmul(x, experts, ids).expect("indexed matmul");
+        cases.push(c.finish(
+            &format!("{dtype} expert stack, 70 rows grouped by expert, three unselected"),
+            Outputs::new(y),
+            reassociated(k),
+        ));
+    }
     for (i, (top_k, format)) in [
         (1, GgmlType::Q4_K),
         (8, GgmlType::Q8_0),

@@ -154,13 +154,15 @@ fn indexed_rows(rows: usize) -> Vec<String> {
 }
 
 #[test]
-fn routed_expert_rows_read_their_experts_in_units_up_to_thirty_two_rows() {
+fn routed_expert_rows_read_their_experts_in_units() {
     // A decode step's 8 (token, expert) rows and a few tokens' 32: the decode-shaped kernel,
     // each row against its expert's weight rows only.
     assert_eq!(indexed_rows(8), ["indexed_gemv"]);
     assert_eq!(indexed_rows(32), ["indexed_gemv"]);
-    // More rows (a prompt chunk's): an output per workgroup.
-    assert_eq!(indexed_rows(33), ["indexed_matmul"]);
+    // More rows (a prompt chunk's): listed by expert, then each expert's weight rows read
+    // once for eight of its rows.
+    assert_eq!(indexed_rows(33), ["expert_rows", "grouped_gemv"]);
+    assert_eq!(indexed_rows(512), ["expert_rows", "grouped_gemv"]);
 }
 
 #[test]

@@ -52,8 +52,10 @@ use super::dequant_unit::{self, Group, PairFormat, Unit};
 use super::emit::pairwise;
 use super::{Lowering, PlanError};
 use poot_kernel::build::{
-    eq, group_count_x, group_id, load, load_half, load_shared, local_id, lt, mul_add, u32c, un,
+    bin, eq, group_count_x, group_id, load, load_half, load_shared, local_id, lt, min, mul_add,
+    u32c, un,
 };
+use poot_kernel::ir::BinOp;
 use poot_kernel::{Expr, Half, ParamId, SharedId, Ty, UnOp, Var, Word};
 
 /// Partial sums a lane keeps (rows times columns of its team) before a team's columns are cut
@@ -214,6 +216,20 @@ struct Indexed {
     n: u32,
     experts: u32,
 }
+
+/// How a kernel finds the weight rows of its columns.
+#[derive(Clone, Copy)]
+enum WeightRows<'a> {
+    /// Column `j` reads weight row `j`.
+    Plain,
+    /// An indexed job's column `t * n + j` reads row `ids[t] * n + j`, against left-side row `t`.
+    PerRow(&'a Indexed),
+    /// A grouped job's column `j` of the workgroup's expert `e` reads row `e * n + j` (`e`, `n`).
+    Expert(&'a Expr, u32),
+}
+
+/// Rows of one expert a grouped kernel's lanes add at once: a partial sum each.
+const GROUP_ROWS: u32 = 8;
 
 impl Job {
     fn rows(&self) -> u32 {
@@ -567,6 +583,198 @@ impl Lowering<'_> {
         self.emit_gemv_job(&job, "indexed_gemv", label)
     }
 
+    /// Indexed contraction `eqn` over many rows (a prompt chunk's (token, expert) rows) as one
+    /// kernel over (expert, column): the rows are first listed by expert
+    /// ([`Lowering::expert_rows`]), then each workgroup takes an expert and a team's worth of
+    /// its columns and walks that expert's rows [`GROUP_ROWS`] at a time: the rows staged in
+    /// shared memory, each lane decoding its units of the columns' weight rows once for all of
+    /// them, as the decode-shaped kernel does. So an expert's weights are read once per
+    /// [`GROUP_ROWS`] of its rows, and only the experts some row selected. `false` when the
+    /// weights' layout does not suit it.
+    pub(super) fn emit_grouped_gemv(&mut self, eqn: usize) -> Result<bool, PlanError> {
+        let e = &self.g.eqns()[eqn];
+        let (lhs, rhs, ids, out) = (e.inputs[0], e.inputs[1], e.inputs[2], e.out);
+        if kty(self.g.values()[lhs.index()].ty.dtype) != Ty::F32 {
+            return Ok(false);
+        }
+        let (experts, n, k) = match *self.g.values()[rhs.index()].ty.dims() {
+            [e, n, k] => (e, n, k),
+            _ => return Ok(false),
+        };
+        let rows = match *self.g.values()[out.index()].ty.dims() {
+            [rows, _] => rows,
+            _ => return Ok(false),
+        };
+        let weight = experts
+            .checked_mul(n)
+            .and_then(|flat| self.weight_rows(rhs, flat, k));
+        let sizes = (
+            u32::try_from(experts),
+            u32::try_from(n),
+            u32::try_from(rows),
+        );
+        let (Some(weight), (Ok(experts), Ok(n), Ok(rows))) = (weight, sizes) else {
+            return Ok(false);
+        };
+        if rows == 0 || experts.checked_mul(n.div_ceil(8)).is_none() {
+            return Ok(false);
+        }
+        let lanes = team_lanes(weight.layout.units_per_row(weight.k));
+        let threads = 256;
+        let teams = threads / lanes;
+        let shuffles = self.target.team_shuffles() && self.target.tuning.gemv_team_shuffles;
+        let partials = if shuffles {
+            0
+        } else {
+            teams * GROUP_ROWS * (lanes + 1)
+        };
+        let reserved = 4 * (partials + 3 * threads);
+        let budget = self.target.limits.max_shared_bytes.saturating_sub(reserved);
+        let span_len = if 4 * GROUP_ROWS * staged_words(weight.k) <= budget {
+            weight.k
+        } else {
+            let elems = budget / (4 * GROUP_ROWS) * 32 / (32 + PAD) / CHUNK_ALIGN * CHUNK_ALIGN;
+            if elems == 0 {
+                return Ok(false);
+            }
+            elems
+        };
+        let listed = self.expert_rows(ids, experts, rows)?;
+        let out_buf = self.scratch_for(out)?;
+        let mut cx = KernelCtx::labelled("grouped_gemv", self.label(out), threads);
+        let tuning = &self.target.tuning;
+        cx.kb.set_min_resident(if weight.layout.blocks() {
+            tuning.gemv_block_min_resident
+        } else {
+            tuning.gemv_min_resident
+        });
+        let outp = cx.param(out_buf, Word::F32, true);
+        let counts = cx.param(listed.counts, Word::U32, false);
+        let lists = cx.param(listed.lists, Word::U32, false);
+        let lane = cx.kb.let_(Ty::U32, local_id() & u32c(lanes - 1));
+        let team = cx
+            .kb
+            .let_(Ty::U32, local_id() >> u32c(lanes.trailing_zeros()));
+        cx.open_prologue();
+        let stage = Stage {
+            arr: cx
+                .kb
+                .shared("lhs", Ty::F32, GROUP_ROWS * staged_words(span_len)),
+            stride: staged_words(span_len),
+        };
+        let partial = (partials > 0).then(|| cx.kb.shared("partials", Ty::F32, partials));
+        let col_tiles = n.div_ceil(teams);
+        let tiles = experts * col_tiles;
+        let tile = cx.kb.begin_for(group_id(0), u32c(tiles), group_count_x());
+        let expert = cx.kb.let_(Ty::U32, tile.clone() / u32c(col_tiles));
+        let col = cx
+            .kb
+            .let_(Ty::U32, tile % u32c(col_tiles) * u32c(teams) + team.clone());
+        let count = cx.kb.let_(Ty::U32, load(counts, expert.clone()));
+        let listed_at = cx.kb.let_(Ty::U32, expert.clone() * u32c(rows));
+        let r0 = cx.kb.begin_for(u32c(0), count.clone(), u32c(GROUP_ROWS));
+        // The chunk's rows (the last row again past the count: staged, never stored).
+        let chunk_rows: Vec<Expr> = (0..GROUP_ROWS)
+            .map(|m| {
+                let at = min(r0.clone() + u32c(m), count.clone() - u32c(1));
+                cx.kb.let_(Ty::U32, load(lists, listed_at.clone() + at))
+            })
+            .collect();
+        let accs: Vec<Vec<Var>> = vec![
+            (0..GROUP_ROWS)
+                .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
+                .collect(),
+        ];
+        let part = Part {
+            weight: weight.clone(),
+            start: 0,
+            out,
+        };
+        let walk = Walk {
+            col: col.clone(),
+            lane: lane.clone(),
+            lanes,
+        };
+        let mut first = 0;
+        while first < weight.k {
+            let span = Span {
+                first: u32c(first),
+                len: span_len.min(weight.k - first),
+            };
+            for (m, row) in chunk_rows.iter().enumerate() {
+                let kk = cx.kb.begin_for(local_id(), u32c(span.len), u32c(threads));
+                let x = self.value_at(&mut cx, lhs, &[row.clone(), u32c(first) + kk.clone()])?;
+                let at = u32c(m as u32 * stage.stride) + padded(kk);
+                cx.kb.store_shared(stage.arr, at, x);
+                cx.kb.end();
+            }
+            cx.kb.barrier();
+            cx.kb.begin_if(lt(col.clone(), u32c(n)));
+            let rows_of = WeightRows::Expert(&expert, n);
+            self.gemv_row(
+                &mut cx,
+                (&part, rows_of),
+                col.clone(),
+                &stage,
+                &span,
+                &walk,
+                &accs,
+            )?;
+            cx.kb.end();
+            // Every team has read the stage before the next span or rows are staged.
+            cx.kb.barrier();
+            first += span_len;
+        }
+        // Each row's total, finished by lane `m % lanes`.
+        let totals: Vec<Expr> = match partial {
+            None => {
+                for &acc in &accs[0] {
+                    cx.kb.team_sum(acc, lanes);
+                }
+                accs[0].iter().map(|&a| Expr::Var(a)).collect()
+            }
+            Some(partial) => {
+                let base = cx.kb.let_(Ty::U32, team * u32c(GROUP_ROWS * (lanes + 1)));
+                for (m, &acc) in accs[0].iter().enumerate() {
+                    let at = base.clone() + u32c(m as u32 * (lanes + 1)) + lane.clone();
+                    cx.kb.store_shared(partial, at, Expr::Var(acc));
+                }
+                cx.kb.barrier();
+                (0..GROUP_ROWS)
+                    .map(|m| {
+                        let terms = (0..lanes)
+                            .map(|l| load_shared(partial, base.clone() + u32c(m * (lanes + 1) + l)))
+                            .collect();
+                        pairwise(terms)
+                    })
+                    .collect()
+            }
+        };
+        for (m, total) in totals.into_iter().enumerate() {
+            let m = m as u32;
+            let mine = eq(lane.clone(), u32c(m % lanes));
+            let stored = bin(BinOp::And, mine, lt(col.clone(), u32c(n)));
+            let stored = bin(BinOp::And, stored, lt(r0.clone() + u32c(m), count.clone()));
+            cx.kb.begin_if(stored);
+            let at = chunk_rows[m as usize].clone() * u32c(n) + col.clone();
+            cx.kb.store(outp, at, total);
+            cx.kb.end();
+        }
+        if partial.is_some() {
+            // Every lane has read the partials before the next rows write them.
+            cx.kb.barrier();
+        }
+        cx.kb.end();
+        cx.kb.end();
+        cx.close_prologue();
+        if cx.binding_count() as u32 > self.target.limits.max_bindings {
+            return Ok(false);
+        }
+        let grid = self.groups_for(tiles, 1);
+        self.push_kernel(cx, grid)?;
+        Ok(true)
+    }
+
     fn emit_gemv_job(&mut self, job: &Job, kind: &str, label: String) -> Result<bool, PlanError> {
         let Some((cx, grid)) = self.gemv_kernel(job, kind, label)? else {
             return Ok(false);
@@ -918,15 +1126,11 @@ impl Lowering<'_> {
                         .begin_if(lt(walk.col.clone(), u32c(part.start + part.weight.n)));
                 }
                 let local = cx.kb.let_(Ty::U32, walk.col.clone() - u32c(part.start));
-                self.gemv_row(
-                    cx,
-                    (part, job.indexed.as_ref()),
-                    local,
-                    stage,
-                    span,
-                    walk,
-                    accs,
-                )?;
+                let rows = job
+                    .indexed
+                    .as_ref()
+                    .map_or(WeightRows::Plain, WeightRows::PerRow);
+                self.gemv_row(cx, (part, rows), local, stage, span, walk, accs)?;
                 if !last {
                     cx.kb.otherwise();
                 }
@@ -944,7 +1148,7 @@ impl Lowering<'_> {
     fn gemv_row(
         &mut self,
         cx: &mut KernelCtx,
-        (part, indexed): (&Part, Option<&Indexed>),
+        (part, weight_rows): (&Part, WeightRows<'_>),
         local: Expr,
         stage: &Stage,
         span: &Span,
@@ -992,8 +1196,18 @@ impl Lowering<'_> {
         };
         // An indexed contraction's columns (their left-side row's, `cols` of one row) start at
         // that row's expert's rows.
-        let (row_starts, row_base): (Vec<Expr>, Option<Expr>) = match indexed {
-            None => {
+        let (row_starts, row_base): (Vec<Expr>, Option<Expr>) = match weight_rows {
+            WeightRows::Expert(expert, n) => {
+                let first = cx.kb.let_(Ty::U32, expert.clone() * u32c(n) + local);
+                let starts = (0..cols)
+                    .map(|c| {
+                        cx.kb
+                            .let_(Ty::U32, (first.clone() + u32c(c)) * u32c(row_len))
+                    })
+                    .collect();
+                (starts, None)
+            }
+            WeightRows::Plain => {
                 let starts = (0..cols)
                     .map(|c| {
                         cx.kb
@@ -1002,7 +1216,7 @@ impl Lowering<'_> {
                     .collect();
                 (starts, None)
             }
-            Some(ix) => {
+            WeightRows::PerRow(ix) => {
                 let t = cx.kb.let_(Ty::U32, local.clone() / u32c(ix.n));
                 let j = cx.kb.let_(Ty::U32, local % u32c(ix.n));
                 let expert = self.value_at(cx, ix.ids, std::slice::from_ref(&t))?;

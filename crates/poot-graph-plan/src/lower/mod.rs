@@ -15,6 +15,7 @@ pub mod dequant;
 pub mod dequant_unit;
 mod emit;
 mod epilogue;
+mod experts;
 mod fan_in;
 mod gemm;
 mod gemv;
@@ -110,6 +111,9 @@ pub(crate) struct Lowering<'g> {
     /// place each of them is computed at (see `split`).
     deferred: HashMap<usize, Vec<usize>>,
     deferred_to: HashMap<usize, usize>,
+    /// Each expert's count and list of the rows that selected it, by the ids value they were
+    /// listed from ([`experts`]): the routed contractions of one layer share them.
+    expert_rows: HashMap<ValueId, experts::ExpertRows>,
 }
 
 /// A dispatch before physical buffer assignment.
@@ -164,6 +168,7 @@ fn lower_with(g: &Graph, target: &Target, rewrite_attention: bool) -> Result<Pla
         component_bufs: HashMap::new(),
         bufs: Vec::new(),
         tables: HashMap::new(),
+        expert_rows: HashMap::new(),
         kernels: Vec::new(),
         kernel_index: HashMap::new(),
         dispatches: Vec::new(),
@@ -706,7 +711,7 @@ impl<'g> Lowering<'g> {
                 None => self.emit_sibling_matmuls(i, *transpose_rhs),
             },
             OpKind::IndexedMatMul => {
-                if self.emit_indexed_gemv(i)? {
+                if self.emit_indexed_gemv(i)? || self.emit_grouped_gemv(i)? {
                     return Ok(());
                 }
                 self.emit_indexed_matmul(i)
