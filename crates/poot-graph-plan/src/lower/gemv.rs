@@ -231,6 +231,9 @@ enum WeightRows<'a> {
 /// Rows of one expert a grouped kernel's lanes add at once: a partial sum each.
 const GROUP_ROWS: u32 = 8;
 
+/// Lanes of a grouped kernel's team: narrow, so a workgroup's staged rows serve many columns.
+const GROUP_LANES: u32 = 8;
+
 impl Job {
     fn rows(&self) -> u32 {
         self.lead.iter().product::<usize>() as u32
@@ -619,14 +622,16 @@ impl Lowering<'_> {
         if rows == 0 || experts.checked_mul(n.div_ceil(8)).is_none() {
             return Ok(false);
         }
-        let lanes = team_lanes(weight.layout.units_per_row(weight.k));
+        // Narrow teams of two columns: a workgroup's staged rows serve 64 columns.
+        let lanes = GROUP_LANES;
+        let cols = if n.is_multiple_of(2) { 2 } else { 1 };
         let threads = 256;
         let teams = threads / lanes;
         let shuffles = self.target.team_shuffles() && self.target.tuning.gemv_team_shuffles;
         let partials = if shuffles {
             0
         } else {
-            teams * GROUP_ROWS * (lanes + 1)
+            teams * cols * GROUP_ROWS * (lanes + 1)
         };
         let reserved = 4 * (partials + 3 * threads);
         let budget = self.target.limits.max_shared_bytes.saturating_sub(reserved);
@@ -663,13 +668,14 @@ impl Lowering<'_> {
             stride: staged_words(span_len),
         };
         let partial = (partials > 0).then(|| cx.kb.shared("partials", Ty::F32, partials));
-        let col_tiles = n.div_ceil(teams);
+        let col_tiles = n.div_ceil(teams * cols);
         let tiles = experts * col_tiles;
         let tile = cx.kb.begin_for(group_id(0), u32c(tiles), group_count_x());
         let expert = cx.kb.let_(Ty::U32, tile.clone() / u32c(col_tiles));
-        let col = cx
-            .kb
-            .let_(Ty::U32, tile % u32c(col_tiles) * u32c(teams) + team.clone());
+        let col = cx.kb.let_(
+            Ty::U32,
+            (tile % u32c(col_tiles) * u32c(teams) + team.clone()) * u32c(cols),
+        );
         let count = cx.kb.let_(Ty::U32, load(counts, expert.clone()));
         let listed_at = cx.kb.let_(Ty::U32, expert.clone() * u32c(rows));
         let r0 = cx.kb.begin_for(u32c(0), count.clone(), u32c(GROUP_ROWS));
@@ -680,11 +686,13 @@ impl Lowering<'_> {
                 cx.kb.let_(Ty::U32, load(lists, listed_at.clone() + at))
             })
             .collect();
-        let accs: Vec<Vec<Var>> = vec![
-            (0..GROUP_ROWS)
-                .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
-                .collect(),
-        ];
+        let accs: Vec<Vec<Var>> = (0..cols)
+            .map(|_| {
+                (0..GROUP_ROWS)
+                    .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
+                    .collect()
+            })
+            .collect();
         let part = Part {
             weight: weight.clone(),
             start: 0,
@@ -725,38 +733,42 @@ impl Lowering<'_> {
             cx.kb.barrier();
             first += span_len;
         }
-        // Each row's total, finished by lane `m % lanes`.
+        // Each (column, row) total `t = c * GROUP_ROWS + m`, finished by lane `t % lanes`.
+        let per_team = cols * GROUP_ROWS;
+        let flat: Vec<Var> = accs.iter().flatten().copied().collect();
         let totals: Vec<Expr> = match partial {
             None => {
-                for &acc in &accs[0] {
+                for &acc in &flat {
                     cx.kb.team_sum(acc, lanes);
                 }
-                accs[0].iter().map(|&a| Expr::Var(a)).collect()
+                flat.iter().map(|&a| Expr::Var(a)).collect()
             }
             Some(partial) => {
-                let base = cx.kb.let_(Ty::U32, team * u32c(GROUP_ROWS * (lanes + 1)));
-                for (m, &acc) in accs[0].iter().enumerate() {
-                    let at = base.clone() + u32c(m as u32 * (lanes + 1)) + lane.clone();
+                let base = cx.kb.let_(Ty::U32, team * u32c(per_team * (lanes + 1)));
+                for (t, &acc) in flat.iter().enumerate() {
+                    let at = base.clone() + u32c(t as u32 * (lanes + 1)) + lane.clone();
                     cx.kb.store_shared(partial, at, Expr::Var(acc));
                 }
                 cx.kb.barrier();
-                (0..GROUP_ROWS)
-                    .map(|m| {
+                (0..per_team)
+                    .map(|t| {
                         let terms = (0..lanes)
-                            .map(|l| load_shared(partial, base.clone() + u32c(m * (lanes + 1) + l)))
+                            .map(|l| load_shared(partial, base.clone() + u32c(t * (lanes + 1) + l)))
                             .collect();
                         pairwise(terms)
                     })
                     .collect()
             }
         };
-        for (m, total) in totals.into_iter().enumerate() {
-            let m = m as u32;
-            let mine = eq(lane.clone(), u32c(m % lanes));
-            let stored = bin(BinOp::And, mine, lt(col.clone(), u32c(n)));
+        for (t, total) in totals.into_iter().enumerate() {
+            let t = t as u32;
+            let (c, m) = (t / GROUP_ROWS, t % GROUP_ROWS);
+            let column = col.clone() + u32c(c);
+            let mine = eq(lane.clone(), u32c(t % lanes));
+            let stored = bin(BinOp::And, mine, lt(column.clone(), u32c(n)));
             let stored = bin(BinOp::And, stored, lt(r0.clone() + u32c(m), count.clone()));
             cx.kb.begin_if(stored);
-            let at = chunk_rows[m as usize].clone() * u32c(n) + col.clone();
+            let at = chunk_rows[m as usize].clone() * u32c(n) + column;
             cx.kb.store(outp, at, total);
             cx.kb.end();
         }
