@@ -161,11 +161,13 @@ struct Weight {
     last_word: u32,
 }
 
-/// Output columns `start..start + weight.n` of a sum, read from one weight.
+/// Output columns `start..start + width` of a sum, read from one weight (`width`: the weight's
+/// rows, or an indexed job's rows times columns per expert).
 #[derive(Clone, Debug)]
 struct Part {
     weight: Weight,
     start: u32,
+    width: u32,
     /// The contraction these columns are the output of.
     out: ValueId,
 }
@@ -215,6 +217,18 @@ struct Indexed {
     /// Columns per expert.
     n: u32,
     experts: u32,
+}
+
+/// Routed contractions read by the decode-shaped kernels ([`Lowering::routed`]).
+struct Routed {
+    lhs: ValueId,
+    ids: ValueId,
+    experts: u32,
+    /// Columns per expert, and rows.
+    n: u32,
+    rows: u32,
+    /// Each stack as weight rows, with its contraction's output.
+    weights: Vec<(Weight, ValueId)>,
 }
 
 /// How a kernel finds the weight rows of its columns.
@@ -466,6 +480,7 @@ impl Lowering<'_> {
                 None => return Ok(false),
             };
             parts.push(Part {
+                width: weight.n,
                 weight,
                 start,
                 out: ej.out,
@@ -519,6 +534,7 @@ impl Lowering<'_> {
             sums.push(Sum {
                 lhs: at,
                 parts: vec![Part {
+                    width: weight.n,
                     weight,
                     start: 0,
                     out: m,
@@ -537,52 +553,87 @@ impl Lowering<'_> {
         self.emit_gemv_job(&job, "gemv_epilogue", label)
     }
 
-    /// Indexed contraction `eqn` (a mixture of experts' rows, each against its expert) as a
-    /// decode-shaped kernel that reads only the selected experts' rows; `false` when its
-    /// weights or row count do not suit one (the caller plans it another way).
-    pub(super) fn emit_indexed_gemv(&mut self, eqn: usize) -> Result<bool, PlanError> {
-        let e = &self.g.eqns()[eqn];
-        let (lhs, rhs, ids, out) = (e.inputs[0], e.inputs[1], e.inputs[2], e.out);
+    /// The routed contractions `group` (one, or siblings of one left side and one set of ids
+    /// against stacks of one shape: a layer's gate and up) when the decode-shaped kernels read
+    /// their stacks: each stack as `[experts * n, k]` weight rows, with its output.
+    fn routed(&self, group: &[usize]) -> Option<Routed> {
+        let e = &self.g.eqns()[*group.first()?];
+        let (lhs, ids) = (e.inputs[0], e.inputs[2]);
         if kty(self.g.values()[lhs.index()].ty.dtype) != Ty::F32 {
-            return Ok(false);
+            return None;
         }
-        let (experts, n, k) = match *self.g.values()[rhs.index()].ty.dims() {
+        let dims = self.g.values()[e.inputs[1].index()].ty.dims().to_vec();
+        let (experts, n, k) = match dims[..] {
             [e, n, k] => (e, n, k),
-            _ => return Ok(false),
+            _ => return None,
         };
-        let rows = match *self.g.values()[out.index()].ty.dims() {
+        let rows = match *self.g.values()[e.out.index()].ty.dims() {
             [rows, _] => rows,
-            _ => return Ok(false),
+            _ => return None,
         };
-        let flat = experts.checked_mul(n);
-        let weight = flat.and_then(|flat| self.weight_rows(rhs, flat, k));
-        let (Some(weight), Some(columns)) = (weight, rows.checked_mul(n)) else {
+        let mut weights = Vec::with_capacity(group.len());
+        for &j in group {
+            let ej = &self.g.eqns()[j];
+            let same = ej.inputs[0] == lhs
+                && ej.inputs[2] == ids
+                && self.g.values()[ej.inputs[1].index()].ty.dims() == &dims[..];
+            if !same {
+                return None;
+            }
+            let weight = self.weight_rows(ej.inputs[1], experts.checked_mul(n)?, k)?;
+            weights.push((weight, ej.out));
+        }
+        let columns = rows.checked_mul(n)?.checked_mul(group.len())?;
+        if rows == 0 || u32::try_from(columns).is_err() {
+            return None;
+        }
+        Some(Routed {
+            lhs,
+            ids,
+            experts: u32::try_from(experts).ok()?,
+            n: n as u32,
+            rows: rows as u32,
+            weights,
+        })
+    }
+
+    /// Routed contractions `group` ([`Lowering::routed`]) of a few (token, expert) rows as one
+    /// decode-shaped kernel that reads only the selected experts' rows; `false` when their
+    /// weights or row count do not suit one (the caller plans them another way).
+    pub(super) fn emit_indexed_gemv(&mut self, group: &[usize]) -> Result<bool, PlanError> {
+        let Some(r) = self.routed(group) else {
             return Ok(false);
         };
-        if rows == 0 || rows > INDEXED_ROWS || u32::try_from(columns).is_err() {
+        if r.rows as usize > INDEXED_ROWS {
             return Ok(false);
         }
+        let per = r.rows * r.n;
+        let k = r.weights[0].0.k;
+        let label = self.label(r.weights[0].1);
+        let parts = r
+            .weights
+            .into_iter()
+            .zip(0u32..)
+            .map(|((weight, out), g)| Part {
+                weight,
+                start: g * per,
+                width: per,
+                out,
+            })
+            .collect::<Vec<_>>();
         let job = Job {
-            lhs: vec![(lhs, weight.k)],
-            sums: vec![Sum {
-                lhs: 0,
-                parts: vec![Part {
-                    weight,
-                    start: 0,
-                    out,
-                }],
-            }],
+            lhs: vec![(r.lhs, k)],
+            columns: per * parts.len() as u32,
+            sums: vec![Sum { lhs: 0, parts }],
             lead: Vec::new(),
-            columns: columns as u32,
             finish: Finish::Store,
             indexed: Some(Indexed {
-                ids,
-                rows: rows as u32,
-                n: n as u32,
-                experts: experts as u32,
+                ids: r.ids,
+                rows: r.rows,
+                n: r.n,
+                experts: r.experts,
             }),
         };
-        let label = self.label(out);
         self.emit_gemv_job(&job, "indexed_gemv", label)
     }
 
@@ -594,49 +645,29 @@ impl Lowering<'_> {
     /// them, as the decode-shaped kernel does. So an expert's weights are read once per
     /// [`GROUP_ROWS`] of its rows, and only the experts some row selected. `false` when the
     /// weights' layout does not suit it.
-    pub(super) fn emit_grouped_gemv(&mut self, eqn: usize) -> Result<bool, PlanError> {
-        let e = &self.g.eqns()[eqn];
-        let (lhs, rhs, ids, out) = (e.inputs[0], e.inputs[1], e.inputs[2], e.out);
-        if kty(self.g.values()[lhs.index()].ty.dtype) != Ty::F32 {
-            return Ok(false);
-        }
-        let (experts, n, k) = match *self.g.values()[rhs.index()].ty.dims() {
-            [e, n, k] => (e, n, k),
-            _ => return Ok(false),
-        };
-        let rows = match *self.g.values()[out.index()].ty.dims() {
-            [rows, _] => rows,
-            _ => return Ok(false),
-        };
-        let weight = experts
-            .checked_mul(n)
-            .and_then(|flat| self.weight_rows(rhs, flat, k));
-        let sizes = (
-            u32::try_from(experts),
-            u32::try_from(n),
-            u32::try_from(rows),
-        );
-        let (Some(weight), (Ok(experts), Ok(n), Ok(rows))) = (weight, sizes) else {
+    pub(super) fn emit_grouped_gemv(&mut self, group: &[usize]) -> Result<bool, PlanError> {
+        let Some(r) = self.routed(group) else {
             return Ok(false);
         };
-        if rows == 0 || experts.checked_mul(n.div_ceil(8)).is_none() {
-            return Ok(false);
-        }
+        let (lhs, ids, experts, n, rows) = (r.lhs, r.ids, r.experts, r.n, r.rows);
+        let k = r.weights[0].0.k;
+        let blocks = r.weights.iter().any(|(w, _)| w.layout.blocks());
         // Narrow teams of two columns: a workgroup's staged rows serve 64 columns.
         let lanes = GROUP_LANES;
         let cols = if n.is_multiple_of(2) { 2 } else { 1 };
         let threads = 256;
         let teams = threads / lanes;
         let shuffles = self.target.team_shuffles() && self.target.tuning.gemv_team_shuffles;
+        let sums = r.weights.len() as u32;
         let partials = if shuffles {
             0
         } else {
-            teams * cols * GROUP_ROWS * (lanes + 1)
+            teams * sums * cols * GROUP_ROWS * (lanes + 1)
         };
         let reserved = 4 * (partials + 3 * threads);
         let budget = self.target.limits.max_shared_bytes.saturating_sub(reserved);
-        let span_len = if 4 * GROUP_ROWS * staged_words(weight.k) <= budget {
-            weight.k
+        let span_len = if 4 * GROUP_ROWS * staged_words(k) <= budget {
+            k
         } else {
             let elems = budget / (4 * GROUP_ROWS) * 32 / (32 + PAD) / CHUNK_ALIGN * CHUNK_ALIGN;
             if elems == 0 {
@@ -645,15 +676,22 @@ impl Lowering<'_> {
             elems
         };
         let listed = self.expert_rows(ids, experts, rows)?;
-        let out_buf = self.scratch_for(out)?;
-        let mut cx = KernelCtx::labelled("grouped_gemv", self.label(out), threads);
+        let mut out_bufs = Vec::with_capacity(r.weights.len());
+        for &(_, out) in &r.weights {
+            out_bufs.push(self.scratch_for(out)?);
+        }
+        let label = self.label(r.weights[0].1);
+        let mut cx = KernelCtx::labelled("grouped_gemv", label, threads);
         let tuning = &self.target.tuning;
-        cx.kb.set_min_resident(if weight.layout.blocks() {
+        cx.kb.set_min_resident(if blocks {
             tuning.gemv_block_min_resident
         } else {
             tuning.gemv_min_resident
         });
-        let outp = cx.param(out_buf, Word::F32, true);
+        let outps: Vec<ParamId> = out_bufs
+            .into_iter()
+            .map(|b| cx.param(b, Word::F32, true))
+            .collect();
         let counts = cx.param(listed.counts, Word::U32, false);
         let lists = cx.param(listed.lists, Word::U32, false);
         let lane = cx.kb.let_(Ty::U32, local_id() & u32c(lanes - 1));
@@ -686,28 +724,38 @@ impl Lowering<'_> {
                 cx.kb.let_(Ty::U32, load(lists, listed_at.clone() + at))
             })
             .collect();
-        let accs: Vec<Vec<Var>> = (0..cols)
+        // Per weight, per column of the team, per row.
+        let accs: Vec<Vec<Vec<Var>>> = (0..sums)
             .map(|_| {
-                (0..GROUP_ROWS)
-                    .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
+                (0..cols)
+                    .map(|_| {
+                        (0..GROUP_ROWS)
+                            .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
+                            .collect()
+                    })
                     .collect()
             })
             .collect();
-        let part = Part {
-            weight: weight.clone(),
-            start: 0,
-            out,
-        };
+        let parts: Vec<Part> = r
+            .weights
+            .iter()
+            .map(|(weight, out)| Part {
+                weight: weight.clone(),
+                start: 0,
+                width: n,
+                out: *out,
+            })
+            .collect();
         let walk = Walk {
             col: col.clone(),
             lane: lane.clone(),
             lanes,
         };
         let mut first = 0;
-        while first < weight.k {
+        while first < k {
             let span = Span {
                 first: u32c(first),
-                len: span_len.min(weight.k - first),
+                len: span_len.min(k - first),
             };
             for (m, row) in chunk_rows.iter().enumerate() {
                 let kk = cx.kb.begin_for(local_id(), u32c(span.len), u32c(threads));
@@ -718,24 +766,27 @@ impl Lowering<'_> {
             }
             cx.kb.barrier();
             cx.kb.begin_if(lt(col.clone(), u32c(n)));
-            let rows_of = WeightRows::Expert(&expert, n);
-            self.gemv_row(
-                &mut cx,
-                (&part, rows_of),
-                col.clone(),
-                &stage,
-                &span,
-                &walk,
-                &accs,
-            )?;
+            for (part, accs) in parts.iter().zip(&accs) {
+                let rows_of = WeightRows::Expert(&expert, n);
+                self.gemv_row(
+                    &mut cx,
+                    (part, rows_of),
+                    col.clone(),
+                    &stage,
+                    &span,
+                    &walk,
+                    accs,
+                )?;
+            }
             cx.kb.end();
             // Every team has read the stage before the next span or rows are staged.
             cx.kb.barrier();
             first += span_len;
         }
-        // Each (column, row) total `t = c * GROUP_ROWS + m`, finished by lane `t % lanes`.
-        let per_team = cols * GROUP_ROWS;
-        let flat: Vec<Var> = accs.iter().flatten().copied().collect();
+        // Each (weight, column, row) total `t = (w * cols + c) * GROUP_ROWS + m`, finished by
+        // lane `t % lanes`.
+        let per_team = sums * cols * GROUP_ROWS;
+        let flat: Vec<Var> = accs.iter().flatten().flatten().copied().collect();
         let totals: Vec<Expr> = match partial {
             None => {
                 for &acc in &flat {
@@ -762,14 +813,18 @@ impl Lowering<'_> {
         };
         for (t, total) in totals.into_iter().enumerate() {
             let t = t as u32;
-            let (c, m) = (t / GROUP_ROWS, t % GROUP_ROWS);
+            let (w, c, m) = (
+                t / (cols * GROUP_ROWS),
+                t / GROUP_ROWS % cols,
+                t % GROUP_ROWS,
+            );
             let column = col.clone() + u32c(c);
             let mine = eq(lane.clone(), u32c(t % lanes));
             let stored = bin(BinOp::And, mine, lt(column.clone(), u32c(n)));
             let stored = bin(BinOp::And, stored, lt(r0.clone() + u32c(m), count.clone()));
             cx.kb.begin_if(stored);
             let at = chunk_rows[m as usize].clone() * u32c(n) + column;
-            cx.kb.store(outp, at, total);
+            cx.kb.store(outps[w as usize], at, total);
             cx.kb.end();
         }
         if partial.is_some() {
@@ -1032,9 +1087,9 @@ impl Lowering<'_> {
                             let last = p + 1 == n_parts;
                             if !last {
                                 cx.kb
-                                    .begin_if(lt(col.clone(), u32c(part.start + part.weight.n)));
+                                    .begin_if(lt(col.clone(), u32c(part.start + part.width)));
                             }
-                            let at = u32c(m * part.weight.n) + col.clone() - u32c(part.start);
+                            let at = u32c(m * part.width) + col.clone() - u32c(part.start);
                             cx.kb.store(outp, at, total.clone());
                             if !last {
                                 cx.kb.otherwise();
@@ -1135,7 +1190,7 @@ impl Lowering<'_> {
                 let last = p + 1 == n_parts;
                 if !last {
                     cx.kb
-                        .begin_if(lt(walk.col.clone(), u32c(part.start + part.weight.n)));
+                        .begin_if(lt(walk.col.clone(), u32c(part.start + part.width)));
                 }
                 let local = cx.kb.let_(Ty::U32, walk.col.clone() - u32c(part.start));
                 let rows = job
@@ -1299,7 +1354,7 @@ impl Lowering<'_> {
         let cap = self.gemv_workgroup_cap(job);
         let fits = |cols: u32| {
             let whole = job.columns.is_multiple_of(cols)
-                && parts().all(|p| p.start.is_multiple_of(cols) && p.weight.n.is_multiple_of(cols))
+                && parts().all(|p| p.start.is_multiple_of(cols) && p.width.is_multiple_of(cols))
                 && job
                     .indexed
                     .as_ref()

@@ -70,6 +70,28 @@ impl Lowering<'_> {
 
     /// Contraction `i` with the later contractions that read the same left side, in one kernel
     /// when there are any.
+    /// Routed contraction `i` and the later ones reading its left side with its ids (a layer's
+    /// gate and up stacks), in order: one kernel computes them all where it reads their stacks.
+    pub(super) fn routed_siblings(&self, i: usize) -> Vec<usize> {
+        let e = &self.g.eqns()[i];
+        let (lhs, ids) = (e.inputs[0], e.inputs[2]);
+        let mut group = vec![i];
+        for &(j, operand) in &self.cls.readers[lhs.index()] {
+            let ej = &self.g.eqns()[j];
+            let sibling = j > i
+                && operand == 0
+                && ej.op == OpKind::IndexedMatMul
+                && ej.inputs[2] == ids
+                && !self.done.contains(&j)
+                && self.cls.placement[ej.out.index()] == Placement::Materialized
+                && self.available_before(ej.inputs[1], i);
+            if sibling && !group.contains(&j) {
+                group.push(j);
+            }
+        }
+        group
+    }
+
     pub(super) fn emit_sibling_matmuls(
         &mut self,
         i: usize,

@@ -711,8 +711,18 @@ impl<'g> Lowering<'g> {
                 None => self.emit_sibling_matmuls(i, *transpose_rhs),
             },
             OpKind::IndexedMatMul => {
-                if self.emit_indexed_gemv(i)? || self.emit_grouped_gemv(i)? {
-                    return Ok(());
+                let group = self.routed_siblings(i);
+                let alone = [i];
+                let tries: &[&[usize]] = if group.len() > 1 {
+                    &[&group, &alone]
+                } else {
+                    &[&alone]
+                };
+                for &g in tries {
+                    if self.emit_indexed_gemv(g)? || self.emit_grouped_gemv(g)? {
+                        self.done.extend(g.iter().copied());
+                        return Ok(());
+                    }
                 }
                 self.emit_indexed_matmul(i)
             }
