@@ -409,9 +409,9 @@ impl Lowering<'_> {
                 } else {
                     Half::Bf16
                 };
-                let layout = if k % 8 == 0 && self.target.tuning.gemv_wide_loads {
+                let layout = if k.is_multiple_of(8) && self.target.tuning.gemv_wide_loads {
                     Layout::HalfOcts(half)
-                } else if k % 2 == 0 {
+                } else if k.is_multiple_of(2) {
                     Layout::HalfPairs(half)
                 } else {
                     Layout::Halves(half)
@@ -427,7 +427,9 @@ impl Lowering<'_> {
                     }
                     let tuning = &self.target.tuning;
                     let layout = match PairFormat::of(b) {
-                        Some(pair) if k % PAIR_ELEMS as usize == 0 && tuning.gemv_block_pairs => {
+                        Some(pair)
+                            if k.is_multiple_of(PAIR_ELEMS as usize) && tuning.gemv_block_pairs =>
+                        {
                             Layout::BlockPairs(pair)
                         }
                         Some(pair) if tuning.gemv_whole_blocks => Layout::WholeBlocks(pair),
