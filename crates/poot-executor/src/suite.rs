@@ -2294,23 +2294,34 @@ fn fusion_cases() -> Vec<Case> {
     for (i, (name, shape, steps)) in f16_layers.into_iter().enumerate() {
         cases.push(decoder_layer_case(name, 90 + i as u64, shape, steps));
     }
-    cases.push(paged_f16_case());
+    cases.push(paged_f16_case(
+        6,
+        1,
+        296,
+        "attention, 6 rows decoding over a paged f16 KV pool, GQA 4",
+    ));
+    cases.push(paged_f16_case(
+        2,
+        24,
+        297,
+        "attention, 2 rows prefilling 24 tokens over a paged f16 KV pool, GQA 4",
+    ));
     cases
 }
 
-/// Rows decoding over a paged f16 KV pool, as a serving step traces it: each row's new key and
-/// value rounded to f16 and scattered to its write-map slot (two halves a word), then every
-/// row's blocks gathered through the block table, widened and attended to. Three steps, so
-/// later steps read what earlier ones wrote; one row's table reaches a block another row
-/// writes.
-fn paged_f16_case() -> Case {
-    let (rows, hq, hkv, dh, block, capacity) = (6usize, 8usize, 2usize, 64usize, 16usize, 64usize);
+/// `rows` rows feeding `tokens` tokens each over a paged f16 KV pool, as a serving step traces
+/// it: each row's new keys and values rounded to f16 and scattered to their write-map slots
+/// (two halves a word), then every row's blocks gathered through the block table, widened and
+/// attended to. Three steps, so later steps read what earlier ones wrote; one row's table
+/// reaches a block another row writes.
+fn paged_f16_case(rows: usize, tokens: usize, seed: u64, name: &str) -> Case {
+    let (hq, hkv, dh, block, capacity) = (8usize, 2usize, 64usize, 16usize, 64usize);
     let per_row = capacity / block;
     let blocks = rows * per_row + 1;
-    let mut c = CaseBuilder::new(296);
-    let q = c.f32("q", &[rows, hq, 1, dh]);
-    let k_new = c.f32("k_new", &[rows, hkv, 1, dh]);
-    let v_new = c.positive("v_new", &[rows, hkv, 1, dh]);
+    let mut c = CaseBuilder::new(seed);
+    let q = c.f32("q", &[rows, hq, tokens, dh]);
+    let k_new = c.f32("k_new", &[rows, hkv, tokens, dh]);
+    let v_new = c.positive("v_new", &[rows, hkv, tokens, dh]);
     let pool_ty = TensorType::new(DType::F16, vec![blocks * block, hkv, dh]);
     let k_in = c.b.state_input("k", pool_ty.clone()).expect("state");
     let v_in = c.b.state_input("v", pool_ty).expect("state");
@@ -2318,9 +2329,13 @@ fn paged_f16_case() -> Case {
     let table: Vec<i32> = (0..rows * per_row)
         .map(|i| if i == per_row + 1 { 0 } else { i as i32 })
         .collect();
+    // Each row's tokens at consecutive positions from its first (within the capacity).
     let positions = |step: usize| -> Vec<i32> {
         (0..rows)
-            .map(|r| (r * 7 + step * 5) as i32 % capacity as i32)
+            .flat_map(|r| {
+                let first = (r * 7 + step * 5) % (capacity - tokens + 1);
+                (first..first + tokens).map(|p| p as i32)
+            })
             .collect()
     };
     let write_map = |step: usize| -> Vec<i32> {
@@ -2328,8 +2343,8 @@ fn paged_f16_case() -> Case {
         positions(step)
             .iter()
             .enumerate()
-            .map(|(r, &p)| {
-                let p = p as usize;
+            .map(|(i, &p)| {
+                let (r, p) = (i / tokens, p as usize);
                 t[r * per_row + p / block] * block as i32 + (p % block) as i32
             })
             .collect()
@@ -2342,23 +2357,23 @@ fn paged_f16_case() -> Case {
             ),
             (
                 Slot::WriteMap,
-                HostTensor::i32(vec![rows, 1], write_map(step)).expect("sized"),
+                HostTensor::i32(vec![rows, tokens], write_map(step)).expect("sized"),
             ),
             (
                 Slot::Pos,
-                HostTensor::i32(vec![rows, 1], positions(step)).expect("sized"),
+                HostTensor::i32(vec![rows, tokens], positions(step)).expect("sized"),
             ),
         ]
     };
     let tbl = c.slot_i32(Slot::SlotMap, table.clone(), &[rows, per_row]);
-    let write = c.slot_i32(Slot::WriteMap, write_map(0), &[rows, 1]);
-    let pos = c.slot_i32(Slot::Pos, positions(0), &[rows, 1]);
+    let write = c.slot_i32(Slot::WriteMap, write_map(0), &[rows, tokens]);
+    let pos = c.slot_i32(Slot::Pos, positions(0), &[rows, tokens]);
     let b = &c.b;
-    let write = b.reshape(write, [rows]).expect("write map");
+    let write = b.reshape(write, [rows * tokens]).expect("write map");
     let cache = |state: Traced, new: Traced| -> (Traced, Traced) {
         let new = b.cast(new, DType::F16).expect("round");
         let new = b.transpose(new, vec![0, 2, 1, 3]).expect("t");
-        let new = b.reshape(new, [rows, hkv, dh]).expect("r");
+        let new = b.reshape(new, [rows * tokens, hkv, dh]).expect("r");
         let pool = b.scatter_update(state, write, new, 0).expect("scatter");
         let by_block = b.reshape(pool, [blocks, block, hkv, dh]).expect("r");
         let gathered = b.gather(by_block, tbl, 0).expect("gather");
@@ -2372,11 +2387,7 @@ fn paged_f16_case() -> Case {
     let o = ops::attention_masked(b, q, k, v, mask, attention_options(hq, hkv, dh, None))
         .expect("attention");
     let outputs = Outputs::new(o).with_state(&[(k_in, k_pool), (v_in, v_pool)]);
-    let mut case = c.finish(
-        "attention, 6 rows decoding over a paged f16 KV pool, GQA 4",
-        outputs,
-        HALF_FLIP,
-    );
+    let mut case = c.finish(name, outputs, HALF_FLIP);
     case.slots = slots(0);
     case.later_steps = (1..3).map(slots).collect();
     case
