@@ -92,6 +92,9 @@ pub struct Tuning {
     /// Whether a team's partial sums meet in registers (subgroup shuffles, where the target has
     /// them) instead of shared memory and two barriers per column step.
     pub gemv_team_shuffles: bool,
+    /// Whether routed-expert contractions read their stacks in units (the decode-shaped kernel
+    /// for a few rows, rows grouped by expert for more); off, a workgroup per output.
+    pub routed_units: bool,
     /// The most workgroups such a contraction launches (each then walks several column tiles,
     /// staging its left side once); `None` for [`Tuning::gemv_waves`] per multiprocessor.
     pub gemv_max_workgroups: Option<u32>,
@@ -264,6 +267,7 @@ impl Default for Tuning {
             gemv_dense_bytes_per_step: 128,
             gemv_wide_loads: true,
             gemv_team_shuffles: true,
+            routed_units: true,
             gemv_max_workgroups: None,
             gemv_waves: 2,
             gemv_min_resident: 2,
@@ -304,7 +308,7 @@ pub const CPU_INTEGER_ROWS: u32 = 16;
 /// A `POOT_TUNING` setting that does not parse.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error(
-    "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, \
+    "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, routed=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
      whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, tile_prefetch=0|1, tile_units=across|along, gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
 )]
@@ -351,6 +355,7 @@ impl Tuning {
                     t.gemv_block_min_resident = value.parse().ok().ok_or_else(bad)?
                 }
                 "shuffle" => t.gemv_team_shuffles = flag()?,
+                "routed" => t.routed_units = flag()?,
                 "columns" => t.gemv_columns = columns()?,
                 "word_columns" => t.gemv_word_columns = columns()?,
                 "wide_shared" => t.gemv_wide_shared = flag()?,
@@ -721,6 +726,7 @@ mod tests {
                 gemv_dense_bytes_per_step: 64,
                 gemv_wide_loads: false,
                 gemv_team_shuffles: false,
+                routed_units: true,
                 gemv_max_workgroups: Some(528),
                 gemv_waves: 4,
                 gemv_min_resident: 0,

@@ -718,6 +718,11 @@ impl<'g> Lowering<'g> {
                 } else {
                     &[&alone]
                 };
+                let tries = if self.target.tuning.routed_units {
+                    tries
+                } else {
+                    &[]
+                };
                 for &g in tries {
                     if self.emit_indexed_gemv(g)? || self.emit_grouped_gemv(g)? {
                         self.done.extend(g.iter().copied());
