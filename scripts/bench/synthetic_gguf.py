@@ -73,6 +73,11 @@ SHAPES = {
     ),
     # Small enough for tests, but every row a whole number of 256-wide K-quant super-blocks.
     "tiny": Shape("tiny-llama", 256, 2, 4, 2, 512, 1024, False, 500000.0, 512),
+    # A small Qwen3-MoE (0.3 GB at Q4_K_M), for CPU runs of the routed kernels.
+    "small-moe": Shape(
+        "small-qwen3moe", 1024, 8, 16, 4, 2048, 32000, False, 1000000.0, 2048,
+        arch="qwen3moe", experts=32, experts_used=4, expert_ffn=512, head_dim=64,
+    ),
     "tiny-moe": Shape(
         "tiny-qwen3moe", 256, 2, 4, 2, 512, 1024, False, 1000000.0, 512,
         arch="qwen3moe", experts=8, experts_used=2, expert_ffn=256, head_dim=64,
