@@ -1263,27 +1263,13 @@ impl Lowering<'_> {
             Layout::HalfPairs(_) | Layout::HalfOcts(_) => w.k / 2,
             Layout::Blocks(_) | Layout::BlockPairs(_) | Layout::WholeBlocks(_) => w.row_bytes,
         };
-        // An indexed contraction's columns (their left-side row's, `cols` of one row) start at
-        // that row's expert's rows.
-        let (row_starts, row_base): (Vec<Expr>, Option<Expr>) = match weight_rows {
+        // The team's first weight row, and where its left-side row is staged when that is not
+        // row by row: an indexed contraction's columns (their left-side row's, `cols` of one
+        // row) start at that row's expert's rows, a grouped job's at the workgroup's expert's.
+        let (first, row_base) = match weight_rows {
+            WeightRows::Plain => (local, None),
             WeightRows::Expert(expert, n) => {
-                let first = cx.kb.let_(Ty::U32, expert.clone() * u32c(n) + local);
-                let starts = (0..cols)
-                    .map(|c| {
-                        cx.kb
-                            .let_(Ty::U32, (first.clone() + u32c(c)) * u32c(row_len))
-                    })
-                    .collect();
-                (starts, None)
-            }
-            WeightRows::Plain => {
-                let starts = (0..cols)
-                    .map(|c| {
-                        cx.kb
-                            .let_(Ty::U32, (local.clone() + u32c(c)) * u32c(row_len))
-                    })
-                    .collect();
-                (starts, None)
+                (cx.kb.let_(Ty::U32, expert.clone() * u32c(n) + local), None)
             }
             WeightRows::PerRow(ix) => {
                 let t = cx.kb.let_(Ty::U32, local.clone() / u32c(ix.n));
@@ -1292,15 +1278,15 @@ impl Lowering<'_> {
                 let expert =
                     self.checked_index(cx, expert, ix.experts as usize, super::fault::EXPERT_INDEX);
                 let first = cx.kb.let_(Ty::U32, expert * u32c(ix.n) + j);
-                let starts = (0..cols)
-                    .map(|c| {
-                        cx.kb
-                            .let_(Ty::U32, (first.clone() + u32c(c)) * u32c(row_len))
-                    })
-                    .collect();
-                (starts, Some(cx.kb.let_(Ty::U32, t * u32c(stage.stride))))
+                (first, Some(cx.kb.let_(Ty::U32, t * u32c(stage.stride))))
             }
         };
+        let row_starts: Vec<Expr> = (0..cols)
+            .map(|c| {
+                cx.kb
+                    .let_(Ty::U32, (first.clone() + u32c(c)) * u32c(row_len))
+            })
+            .collect();
         let step = lanes * unroll;
         let full = units / step * step;
         if full > 0 {
