@@ -72,7 +72,7 @@ impl Lowering<'_> {
     /// when there are any.
     /// Routed contraction `i` and the later ones reading its left side with its ids (a layer's
     /// gate and up stacks), in order: one kernel computes them all where it reads their stacks.
-    pub(super) fn routed_siblings(&self, i: usize) -> Vec<usize> {
+    fn routed_siblings(&self, i: usize) -> Vec<usize> {
         let e = &self.g.eqns()[i];
         let (lhs, ids) = (e.inputs[0], e.inputs[2]);
         let mut group = vec![i];
@@ -90,6 +90,28 @@ impl Lowering<'_> {
             }
         }
         group
+    }
+
+    /// Routed contraction `i`: with its siblings in one kernel that reads the stacks in units
+    /// where one takes them, else alone in one, else a workgroup per output (also with
+    /// `POOT_TUNING=routed=0`).
+    pub(super) fn emit_routed(&mut self, i: usize) -> Result<(), PlanError> {
+        if self.target.tuning.routed_units {
+            let group = self.routed_siblings(i);
+            let alone = [i];
+            let tries: &[&[usize]] = if group.len() > 1 {
+                &[&group, &alone]
+            } else {
+                &[&alone]
+            };
+            for &g in tries {
+                if self.emit_indexed_gemv(g)? || self.emit_grouped_gemv(g)? {
+                    self.done.extend(g.iter().copied());
+                    return Ok(());
+                }
+            }
+        }
+        self.emit_indexed_matmul(i)
     }
 
     pub(super) fn emit_sibling_matmuls(

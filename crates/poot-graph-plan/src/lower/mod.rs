@@ -710,27 +710,7 @@ impl<'g> Lowering<'g> {
                 None if self.library.contains(&i) => self.emit_library_contraction(i),
                 None => self.emit_sibling_matmuls(i, *transpose_rhs),
             },
-            OpKind::IndexedMatMul => {
-                let group = self.routed_siblings(i);
-                let alone = [i];
-                let tries: &[&[usize]] = if group.len() > 1 {
-                    &[&group, &alone]
-                } else {
-                    &[&alone]
-                };
-                let tries = if self.target.tuning.routed_units {
-                    tries
-                } else {
-                    &[]
-                };
-                for &g in tries {
-                    if self.emit_indexed_gemv(g)? || self.emit_grouped_gemv(g)? {
-                        self.done.extend(g.iter().copied());
-                        return Ok(());
-                    }
-                }
-                self.emit_indexed_matmul(i)
-            }
+            OpKind::IndexedMatMul => self.emit_routed(i),
             OpKind::AllReduceSum { ranks } => {
                 self.emit_collective(i, CollectiveOp::AllReduceSum { ranks: *ranks })
             }
