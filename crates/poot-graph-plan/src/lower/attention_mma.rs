@@ -407,6 +407,23 @@ struct Staging<'e> {
 }
 
 impl Lowering<'_> {
+    /// Whether `v` is read through a gather (a paged cache's blocks, by its block table),
+    /// past views and casts.
+    fn read_through_gather(&self, mut v: poot_graph_ir::ValueId) -> bool {
+        use poot_graph_ir::OpKind;
+        while let Some(e) = self.cls.producer[v.index()].map(|p| &self.g.eqns()[p]) {
+            match e.op {
+                OpKind::Gather { .. } => return true,
+                OpKind::Reshape { .. }
+                | OpKind::Transpose { .. }
+                | OpKind::Cast { .. }
+                | OpKind::Broadcast { .. } => v = e.inputs[0],
+                _ => return false,
+            }
+        }
+        false
+    }
+
     /// Stages the tile's `width` features of `v` for each of its [`TILE`] positions into `arr`,
     /// rows `stride` apart (positions past the cache clamped to its last): each thread issues
     /// [`LOADS_IN_FLIGHT`] loads before storing any, so a tile costs a few memory latencies, not
@@ -423,17 +440,45 @@ impl Lowering<'_> {
         let total = TILE * width;
         let per_thread = total.div_ceil(at.threads);
         let run = per_thread.min(LOADS_IN_FLIGHT);
+        // A paged cache's position is read through its block table: each thread then takes a
+        // run of one position's features, so the table is read and checked once per run, not
+        // once per element. Elsewhere consecutive threads take consecutive features (each load
+        // of a warp is one contiguous span).
+        let runs_of_a_row =
+            self.read_through_gather(v) && width.is_multiple_of(run) && total.is_multiple_of(run);
         let base = cx.kb.begin_for(u32c(0), u32c(per_thread), u32c(run));
         let mut loaded = Vec::with_capacity(run as usize);
-        for u in 0..run {
-            let e = cx.kb.let_(
+        let row_run = runs_of_a_row.then(|| {
+            let slot = cx.kb.let_(
                 Ty::U32,
-                (base.clone() + u32c(u)) * u32c(at.threads) + local_id(),
+                base.clone() / u32c(run) * u32c(at.threads) + local_id(),
             );
-            let inside = cx.kb.let_(Ty::Bool, lt(e.clone(), u32c(total)));
-            let e = min(e, u32c(total - 1));
-            let r = cx.kb.let_(Ty::U32, e.clone() / u32c(width));
-            let d = cx.kb.let_(Ty::U32, e % u32c(width));
+            let first = cx
+                .kb
+                .let_(Ty::U32, min(slot.clone() * u32c(run), u32c(total - run)));
+            let inside = cx.kb.let_(Ty::Bool, lt(slot * u32c(run), u32c(total)));
+            let r = cx.kb.let_(Ty::U32, first.clone() / u32c(width));
+            let d0 = cx.kb.let_(Ty::U32, first % u32c(width));
+            (inside, r, d0)
+        });
+        for u in 0..run {
+            let (inside, r, d) = match &row_run {
+                Some((inside, r, d0)) => {
+                    let d = cx.kb.let_(Ty::U32, d0.clone() + u32c(u));
+                    (inside.clone(), r.clone(), d)
+                }
+                None => {
+                    let e = cx.kb.let_(
+                        Ty::U32,
+                        (base.clone() + u32c(u)) * u32c(at.threads) + local_id(),
+                    );
+                    let inside = cx.kb.let_(Ty::Bool, lt(e.clone(), u32c(total)));
+                    let e = min(e, u32c(total - 1));
+                    let r = cx.kb.let_(Ty::U32, e.clone() / u32c(width));
+                    let d = cx.kb.let_(Ty::U32, e % u32c(width));
+                    (inside, r, d)
+                }
+            };
             let s = min(at.s0.clone() + r.clone(), u32c(at.s_len - 1));
             let x = self.value_at(cx, v, &[at.b.clone(), at.h.clone(), s, d.clone()])?;
             let x = cx.kb.let_(Ty::F32, x);
