@@ -876,6 +876,41 @@ fn reduction_cases() -> Vec<Case> {
         Outputs::new(am).and(top),
         Tolerance::Exact,
     ));
+    // A router's top 8 of 128 (ranked in one pass): ties, NaN, signed zeros, infinities; an
+    // i32 row beside it.
+    let mut c = CaseBuilder::new(34);
+    let mut v: Vec<f32> = (0..4 * 128).map(|_| c.rng.f32()).collect();
+    for at in [5, 77, 127] {
+        v[at] = 3.0;
+    }
+    for at in [128 + 40, 128 + 2] {
+        v[at] = f32::NAN;
+    }
+    v[128 + 90] = f32::INFINITY;
+    for (i, x) in v[256..384].iter_mut().enumerate() {
+        *x = if i % 3 == 0 { -0.0 } else { 0.0 };
+    }
+    v[256 + 100] = f32::NEG_INFINITY;
+    for x in &mut v[384..] {
+        *x = -*x;
+    }
+    let x = c.f32_values("x", &[4, 128], v);
+    let top = c.b.arg_top_k(x, 8).expect("top-k");
+    let y = c.f32("y", &[2, 50]);
+    let scaled =
+        c.b.mul(
+            y,
+            c.b.broadcast(c.b.lit_f32(3.0).expect("l"), [2, 50])
+                .expect("b"),
+        )
+        .expect("mul");
+    let xi = c.b.cast(scaled, DType::I32).expect("cast");
+    let top_i = c.b.arg_top_k(xi, 3).expect("top-k");
+    cases.push(c.finish(
+        "arg_top_k of 8 among 128 (ties, NaN, signed zeros, infinities)",
+        Outputs::new(top).and(top_i),
+        Tolerance::Exact,
+    ));
     cases
 }
 
@@ -1082,6 +1117,23 @@ fn expert_cases() -> Vec<Case> {
             reassociated(k),
         ));
     }
+    // A chunk whose rows nearly all pick one expert: its groups are shared by several
+    // workgroups.
+    let crowded: Vec<i32> = (0..300).map(|t| if t % 10 == 0 { 3 } else { 6 }).collect();
+    let mut c = CaseBuilder::new(233);
+    let experts = c.packed_dims("experts", GgmlType::Q4_0, &[8, 40, 128]);
+    let x = c.f32("x", &[crowded.len(), 128]);
+    let ids = c.slot_i32(
+        Slot::Named("expert_ids".into()),
+        crowded.clone(),
+        &[crowded.len()],
+    );
+    let y = c.b.indexed_matmul(x, experts, ids).expect("indexed matmul");
+    cases.push(c.finish(
+        "Q4_0 expert stack, 300 rows crowding one expert",
+        Outputs::new(y),
+        reassociated(128),
+    ));
     for (i, (top_k, format)) in [
         (1, GgmlType::Q4_K),
         (8, GgmlType::Q8_0),

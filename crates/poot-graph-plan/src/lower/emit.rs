@@ -392,6 +392,13 @@ impl Lowering<'_> {
         let out_dims = self.g.values()[v.index()].ty.dims().to_vec();
         let out_dtype = self.g.values()[v.index()].ty.dtype;
         let len = xt.dims()[axis];
+        let inner: usize = xt.dims()[axis + 1..].iter().product();
+        if let Some(op) = reduce
+            && len <= SHORT_AXIS
+            && inner >= SHORT_AXIS_MIN_INNER
+        {
+            return self.emit_short_axis_reduce(i, op, axis);
+        }
         let rows = self.n_elems(v)?;
         let wg = row_threads(len);
         let out = self.scratch_for(v)?;
@@ -449,6 +456,62 @@ impl Lowering<'_> {
         cx.close_prologue();
         cx.kb.end();
         let grid = self.groups_for(rows, 1);
+        self.push_kernel(cx, grid)
+    }
+
+    /// Reduction `i` over a short axis `axis` with a long stretch of dims after it (a token's
+    /// selected experts summed per feature): each thread walks the axis for one output element,
+    /// a workgroup covering a run of one outer index's elements. Its readers' row reductions
+    /// (a router's renormalizing sum) then run once per workgroup in the prologue, where a
+    /// workgroup per output element reduced a few values with a tree of barriers.
+    fn emit_short_axis_reduce(
+        &mut self,
+        i: usize,
+        op: ReduceOp,
+        axis: usize,
+    ) -> Result<(), PlanError> {
+        let e = &self.g.eqns()[i];
+        let (v, x) = (e.out, e.inputs[0]);
+        let xt = self.g.values()[x.index()].ty.clone();
+        let ty = kty(xt.dtype);
+        let dims = xt.dims().to_vec();
+        let out_dtype = self.g.values()[v.index()].ty.dtype;
+        let len = dims[axis] as u32;
+        let inner: usize = dims[axis + 1..].iter().product();
+        let outer: usize = dims[..axis].iter().product();
+        let wg = row_threads(inner);
+        let chunks = (inner as u32).div_ceil(wg);
+        let tiles = u32::try_from(outer)
+            .ok()
+            .and_then(|o| o.checked_mul(chunks))
+            .ok_or_else(|| PlanError::Unplaced {
+                label: self.label(v),
+            })?;
+        let out = self.scratch_for(v)?;
+        let mut cx = KernelCtx::labelled("reduce", self.label(v), wg);
+        let outp = cx.param(out, device_word(out_dtype), true);
+        let tile = Self::begin_rows(&mut cx, tiles);
+        let row = cx.kb.let_(Ty::U32, tile.clone() / u32c(chunks));
+        let first = cx.kb.let_(Ty::U32, tile % u32c(chunks) * u32c(wg));
+        let oidx = unflatten(&mut cx, row.clone(), &dims[..axis]);
+        cx.open_prologue();
+        let c = cx.kb.let_(Ty::U32, first + local_id());
+        cx.kb.begin_if(lt(c.clone(), u32c(inner as u32)));
+        let cidx = unflatten(&mut cx, c.clone(), &dims[axis + 1..]);
+        let acc = cx.kb.var(ty, reduce_init(op, ty));
+        let j = cx.kb.begin_for(u32c(0), u32c(len), u32c(1));
+        let mut xidx = oidx.clone();
+        xidx.push(j);
+        xidx.extend(cidx);
+        let xv = self.value_at(&mut cx, x, &xidx)?;
+        cx.kb.set(acc, combine(op, Expr::Var(acc), xv));
+        cx.kb.end();
+        let at = row * u32c(inner as u32) + c;
+        cx.kb.store(outp, at, to_word(Expr::Var(acc), out_dtype));
+        cx.kb.end();
+        cx.close_prologue();
+        cx.kb.end();
+        let grid = self.groups_for(tiles, 1);
         self.push_kernel(cx, grid)
     }
 
@@ -689,6 +752,13 @@ impl Lowering<'_> {
         let row = Self::begin_rows(&mut cx, rows);
         let ridx = unflatten(&mut cx, row.clone(), &dims[..dims.len() - 1]);
         cx.open_prologue();
+        if ranks_in_one_pass(len, k, ty) {
+            self.rank_top_k(&mut cx, ty, k, x, &ridx, len, outp, row)?;
+            cx.close_prologue();
+            cx.kb.end();
+            let grid = self.groups_for(rows, 1);
+            return self.push_kernel(cx, grid);
+        }
         let cands = Candidates::Row { x, row: &ridx };
         self.select_top_k(
             &mut cx,
@@ -706,6 +776,58 @@ impl Lowering<'_> {
         cx.kb.end();
         let grid = self.groups_for(rows, 1);
         self.push_kernel(cx, grid)
+    }
+
+    /// A row's top `k` in one pass (a router's experts): each candidate's sort key goes to
+    /// shared memory, every thread counts the candidates ranking before its own, and a
+    /// candidate whose rank is below `k` writes its index at that rank. `k` passes of a
+    /// workgroup reduction cost `k` round trips through shared memory and barriers, which
+    /// dominate a decode step's router.
+    #[allow(clippy::too_many_arguments)]
+    fn rank_top_k(
+        &mut self,
+        cx: &mut KernelCtx,
+        ty: Ty,
+        k: usize,
+        x: ValueId,
+        ridx: &[Expr],
+        len: usize,
+        outp: ParamId,
+        row: Expr,
+    ) -> Result<(), PlanError> {
+        let wg = cx.kb.workgroup();
+        let keys = cx.kb.shared("sk", Ty::U32, len as u32);
+        let c = cx.kb.begin_for(local_id(), u32c(len as u32), u32c(wg));
+        let mut at = ridx.to_vec();
+        at.push(c.clone());
+        let xv = self.value_at(cx, x, &at)?;
+        let xv = cx.kb.let_(ty, xv);
+        cx.kb.store_shared(keys, c, sort_key(ty, xv));
+        cx.kb.end();
+        cx.kb.barrier();
+        let c = cx.kb.begin_for(local_id(), u32c(len as u32), u32c(wg));
+        let mine = cx.kb.let_(Ty::U32, load_shared(keys, c.clone()));
+        let rank = cx.kb.var(Ty::U32, u32c(0));
+        let u = cx.kb.begin_for(u32c(0), u32c(len as u32), u32c(1));
+        let other = cx.kb.let_(Ty::U32, load_shared(keys, u.clone()));
+        let before = or(
+            cmp(CmpOp::Gt, other.clone(), mine.clone()),
+            and(eq(other, mine.clone()), lt(u, c.clone())),
+        );
+        cx.kb.set(
+            rank,
+            Expr::Var(rank) + select(before, u32c(1), u32c(0)),
+        );
+        cx.kb.end();
+        cx.kb.begin_if(lt(Expr::Var(rank), u32c(k as u32)));
+        let at = row * u32c(k as u32) + Expr::Var(rank);
+        cx.kb
+            .store(outp, at, poot_kernel::build::cast(Ty::I32, c));
+        cx.kb.end();
+        cx.kb.end();
+        // Every thread has read the keys before the workgroup's next row stages its own.
+        cx.kb.barrier();
+        Ok(())
     }
 
     /// The `k` passes of a top-k selection over candidates `range` (`[start, end)`) of
@@ -781,6 +903,51 @@ impl Lowering<'_> {
         cx.kb.barrier();
         cx.kb.end();
         Ok(())
+    }
+}
+
+/// Reductions over an axis this short, with at least [`SHORT_AXIS_MIN_INNER`] elements after
+/// it, take [`Lowering::emit_short_axis_reduce`]: a thread per output element.
+const SHORT_AXIS: usize = 32;
+const SHORT_AXIS_MIN_INNER: usize = 32;
+
+/// Rows this short take [`Lowering::rank_top_k`]: each thread compares its candidate with
+/// every other, so the pass costs `len` steps a thread.
+const RANK_TOP_K_MAX_LEN: usize = 256;
+
+/// Whether a top-`k` over rows of `len` takes the one-pass ranking: `k` of at least 2 (one
+/// pass of the reduction is already one pass), every rank filled (`k <= len`), and a value
+/// type with a [`sort_key`].
+fn ranks_in_one_pass(len: usize, k: usize, ty: Ty) -> bool {
+    (2..=len).contains(&k) && len <= RANK_TOP_K_MAX_LEN && ty != Ty::Bool
+}
+
+/// A u32 whose order is [`ranks_before`]'s order of values (ties are broken by index apart):
+/// larger ranks first. For f32: every NaN above +inf (all NaNs tie), -0 equal to +0, and the
+/// sign-magnitude bits mapped to an unsigned order.
+fn sort_key(ty: Ty, x: Expr) -> Expr {
+    match ty {
+        Ty::F32 => {
+            let bits = un(UnOp::BitsToU32, x);
+            let magnitude = bits.clone() & u32c(0x7fff_ffff);
+            let negative = cmp(CmpOp::Gt, bits.clone(), u32c(0x8000_0000));
+            let ordered = select(
+                negative,
+                bin(BinOp::Xor, bits.clone(), u32c(u32::MAX)),
+                bin(BinOp::Or, magnitude.clone(), u32c(0x8000_0000)),
+            );
+            select(
+                cmp(CmpOp::Gt, magnitude, u32c(0x7f80_0000)),
+                u32c(u32::MAX),
+                ordered,
+            )
+        }
+        Ty::I32 => bin(
+            BinOp::Xor,
+            poot_kernel::build::cast(Ty::U32, x),
+            u32c(0x8000_0000),
+        ),
+        Ty::U32 | Ty::Bool => x,
     }
 }
 

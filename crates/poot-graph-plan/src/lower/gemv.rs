@@ -214,6 +214,9 @@ struct Indexed {
     ids: ValueId,
     /// Left-side rows.
     rows: u32,
+    /// Runs of this many consecutive left-side rows are one row repeated (a token's input
+    /// broadcast over its selected slots): staged once a run.
+    repeat: u32,
     /// Columns per expert.
     n: u32,
     experts: u32,
@@ -248,6 +251,14 @@ const GROUP_ROWS: u32 = 8;
 /// Lanes of a grouped kernel's team: narrow, so a workgroup's staged rows serve many columns.
 const GROUP_LANES: u32 = 8;
 
+/// Workgroups that share one expert's rows in a grouped kernel (each takes every `splits`-th
+/// group of [`GROUP_ROWS`]): one per 8 groups the chunk could hold, at most 16. A prompt
+/// whose tokens pick the same few experts then still fills the device, where a workgroup
+/// per expert walked hundreds of rows alone.
+fn row_splits(rows: u32) -> u32 {
+    (rows / (GROUP_ROWS * 8)).clamp(1, 16)
+}
+
 impl Job {
     fn rows(&self) -> u32 {
         self.lead.iter().product::<usize>() as u32
@@ -257,7 +268,12 @@ impl Job {
     fn staged_rows(&self) -> u32 {
         self.indexed
             .as_ref()
-            .map_or_else(|| self.rows(), |ix| ix.rows)
+            .map_or_else(|| self.rows(), |ix| ix.rows / ix.repeat)
+    }
+
+    /// Every `repeat`-th left-side row is staged (1 unless an indexed job's rows repeat).
+    fn repeat(&self) -> u32 {
+        self.indexed.as_ref().map_or(1, |ix| ix.repeat)
     }
 
     /// Whether any of its weights is block-quantized (the kernel then takes the block tuning).
@@ -599,6 +615,33 @@ impl Lowering<'_> {
         })
     }
 
+    /// How many consecutive rows of `lhs` (`[rows, k]`) repeat one row: `k` slots when it is
+    /// a reshape of `[tokens, slots, k]` broadcast from `[tokens, 1, k]` (a token's input over
+    /// its selected experts), else 1.
+    fn repeated_rows(&self, lhs: ValueId, rows: u32) -> u32 {
+        let Ok(reshape) = self.producer_of(lhs) else {
+            return 1;
+        };
+        if !matches!(reshape.op, OpKind::Reshape { .. }) {
+            return 1;
+        }
+        let Ok(broadcast) = self.producer_of(reshape.inputs[0]) else {
+            return 1;
+        };
+        if !matches!(broadcast.op, OpKind::Broadcast { .. }) {
+            return 1;
+        }
+        let dims_of = |v: ValueId| self.g.values()[v.index()].ty.dims().to_vec();
+        match (&dims_of(broadcast.inputs[0])[..], &dims_of(broadcast.out)[..]) {
+            ([t, 1, k], [t2, slots, k2])
+                if t == t2 && k == k2 && (t * slots) as u64 == u64::from(rows) =>
+            {
+                *slots as u32
+            }
+            _ => 1,
+        }
+    }
+
     /// Routed contractions `group` ([`Lowering::routed`]) of a few (token, expert) rows as one
     /// decode-shaped kernel that reads only the selected experts' rows; `false` when their
     /// weights or row count do not suit one (the caller plans them another way).
@@ -632,6 +675,7 @@ impl Lowering<'_> {
             indexed: Some(Indexed {
                 ids: r.ids,
                 rows: r.rows,
+                repeat: self.repeated_rows(r.lhs, r.rows),
                 n: r.n,
                 experts: r.experts,
             }),
@@ -709,16 +753,26 @@ impl Lowering<'_> {
         };
         let partial = (partials > 0).then(|| cx.kb.shared("partials", Ty::F32, partials));
         let col_tiles = n.div_ceil(teams * cols);
-        let tiles = experts * col_tiles;
+        let splits = row_splits(rows);
+        // Split-major: the first workgroups take every expert's first rows, so when the rows
+        // spread over the experts the later splits find none and leave at once, and when a few
+        // experts take most rows their splits still spread over the whole grid.
+        let tiles = splits * experts * col_tiles;
         let tile = cx.kb.begin_for(group_id(0), u32c(tiles), group_count_x());
-        let expert = cx.kb.let_(Ty::U32, tile.clone() / u32c(col_tiles));
+        let split = cx.kb.let_(Ty::U32, tile.clone() / u32c(experts * col_tiles));
+        let within = cx.kb.let_(Ty::U32, tile % u32c(experts * col_tiles));
+        let expert = cx.kb.let_(Ty::U32, within.clone() / u32c(col_tiles));
         let col = cx.kb.let_(
             Ty::U32,
-            (tile % u32c(col_tiles) * u32c(teams) + team.clone()) * u32c(cols),
+            (within % u32c(col_tiles) * u32c(teams) + team.clone()) * u32c(cols),
         );
         let count = cx.kb.let_(Ty::U32, load(counts, expert.clone()));
         let listed_at = cx.kb.let_(Ty::U32, expert.clone() * u32c(rows));
-        let r0 = cx.kb.begin_for(u32c(0), count.clone(), u32c(GROUP_ROWS));
+        let r0 = cx.kb.begin_for(
+            split * u32c(GROUP_ROWS),
+            count.clone(),
+            u32c(GROUP_ROWS * splits),
+        );
         // The chunk's rows (the last row again past the count: staged, never stored).
         let chunk_rows: Vec<Expr> = (0..GROUP_ROWS)
             .map(|m| {
@@ -1139,7 +1193,7 @@ impl Lowering<'_> {
             None => job.lead.clone(),
         };
         for m in 0..job.staged_rows() {
-            let mut idx = lead_index(&lead, m);
+            let mut idx = lead_index(&lead, m * job.repeat());
             let kk = cx.kb.begin_for(local_id(), u32c(len), u32c(threads));
             idx.push(first.clone() + kk.clone());
             let x = self.value_at(cx, lhs, &idx)?;
@@ -1278,7 +1332,11 @@ impl Lowering<'_> {
                 let expert =
                     self.checked_index(cx, expert, ix.experts as usize, super::fault::EXPERT_INDEX);
                 let first = cx.kb.let_(Ty::U32, expert * u32c(ix.n) + j);
-                (first, Some(cx.kb.let_(Ty::U32, t * u32c(stage.stride))))
+                let staged = match ix.repeat {
+                    1 => t,
+                    repeat => t / u32c(repeat),
+                };
+                (first, Some(cx.kb.let_(Ty::U32, staged * u32c(stage.stride))))
             }
         };
         let row_starts: Vec<Expr> = (0..cols)
