@@ -37,6 +37,9 @@ pub struct KernelCtx {
     tile_rows: Vec<(ValueId, SharedId)>,
     /// The tile row being read now.
     tile_row_at: Option<TileRow>,
+    /// An element-wise kernel: a short reduction it reads at an index its prologue cannot serve
+    /// is summed in place, element by element ([`KernelCtx::sums_short_reductions`]).
+    elementwise: bool,
 }
 
 /// A row of a tiled kernel's tile: its index over the leading axes (`dims`) and its offset in
@@ -60,7 +63,20 @@ impl KernelCtx {
             reduce_shared: Vec::new(),
             tile_rows: Vec::new(),
             tile_row_at: None,
+            elementwise: false,
         }
+    }
+
+    /// Marks the kernel element-wise: each output element is read once, so a short reduction
+    /// read there costs its few terms once per element and needs no kernel of its own.
+    pub fn sums_short_reductions(mut self) -> KernelCtx {
+        self.elementwise = true;
+        self
+    }
+
+    /// Whether the kernel sums short reductions in place.
+    pub fn is_elementwise(&self) -> bool {
+        self.elementwise
     }
 
     /// The parameter bound to `buf`, added on first use; a buffer is bound once per kernel and

@@ -234,7 +234,7 @@ impl Lowering<'_> {
         let out = self.scratch_for(v)?;
         if self.cls.eqn_reads_row_reduce(self.g, i) && !dims.is_empty() {
             let wg = row_threads(dims[dims.len() - 1]);
-            let mut cx = KernelCtx::labelled("row_map", self.label(v), wg);
+            let mut cx = KernelCtx::labelled("row_map", self.label(v), wg).sums_short_reductions();
             let outp = cx.param(out, device_word(dtype), true);
             let (idx, flat, rows) = Self::begin_row_loops(&mut cx, &dims);
             let value = self.compute(&mut cx, v, &idx)?;
@@ -243,7 +243,8 @@ impl Lowering<'_> {
             let grid = self.groups_for(rows, 1);
             return self.push_kernel(cx, grid);
         }
-        let mut cx = KernelCtx::labelled("map", self.label(v), ELEMENTWISE_THREADS);
+        let mut cx =
+            KernelCtx::labelled("map", self.label(v), ELEMENTWISE_THREADS).sums_short_reductions();
         let outp = cx.param(out, device_word(dtype), true);
         let flat = Self::begin_grid_stride(&mut cx, n);
         let idx = unflatten(&mut cx, flat.clone(), &dims);
@@ -814,15 +815,12 @@ impl Lowering<'_> {
             cmp(CmpOp::Gt, other.clone(), mine.clone()),
             and(eq(other, mine.clone()), lt(u, c.clone())),
         );
-        cx.kb.set(
-            rank,
-            Expr::Var(rank) + select(before, u32c(1), u32c(0)),
-        );
+        cx.kb
+            .set(rank, Expr::Var(rank) + select(before, u32c(1), u32c(0)));
         cx.kb.end();
         cx.kb.begin_if(lt(Expr::Var(rank), u32c(k as u32)));
         let at = row * u32c(k as u32) + Expr::Var(rank);
-        cx.kb
-            .store(outp, at, poot_kernel::build::cast(Ty::I32, c));
+        cx.kb.store(outp, at, poot_kernel::build::cast(Ty::I32, c));
         cx.kb.end();
         cx.kb.end();
         // Every thread has read the keys before the workgroup's next row stages its own.

@@ -632,7 +632,10 @@ impl Lowering<'_> {
             return 1;
         }
         let dims_of = |v: ValueId| self.g.values()[v.index()].ty.dims().to_vec();
-        match (&dims_of(broadcast.inputs[0])[..], &dims_of(broadcast.out)[..]) {
+        match (
+            &dims_of(broadcast.inputs[0])[..],
+            &dims_of(broadcast.out)[..],
+        ) {
             ([t, 1, k], [t2, slots, k2])
                 if t == t2 && k == k2 && (t * slots) as u64 == u64::from(rows) =>
             {
@@ -759,7 +762,9 @@ impl Lowering<'_> {
         // experts take most rows their splits still spread over the whole grid.
         let tiles = splits * experts * col_tiles;
         let tile = cx.kb.begin_for(group_id(0), u32c(tiles), group_count_x());
-        let split = cx.kb.let_(Ty::U32, tile.clone() / u32c(experts * col_tiles));
+        let split = cx
+            .kb
+            .let_(Ty::U32, tile.clone() / u32c(experts * col_tiles));
         let within = cx.kb.let_(Ty::U32, tile % u32c(experts * col_tiles));
         let expert = cx.kb.let_(Ty::U32, within.clone() / u32c(col_tiles));
         let col = cx.kb.let_(
@@ -1336,7 +1341,10 @@ impl Lowering<'_> {
                     1 => t,
                     repeat => t / u32c(repeat),
                 };
-                (first, Some(cx.kb.let_(Ty::U32, staged * u32c(stage.stride))))
+                (
+                    first,
+                    Some(cx.kb.let_(Ty::U32, staged * u32c(stage.stride))),
+                )
             }
         };
         let row_starts: Vec<Expr> = (0..cols)

@@ -19,6 +19,10 @@ use super::{Lowering, PlanError};
 use poot_kernel::Expr;
 use poot_kernel::build::{load_shared, local_id, u32c};
 
+/// Reductions over at most this many terms, read once by an element-wise kernel at an index its
+/// prologue cannot serve, are summed there in place rather than given a kernel.
+const SUMMED_IN_PLACE_MAX: usize = 16;
+
 impl Lowering<'_> {
     /// Row reduction `v` at `idx`: from a tiled kernel's table when `idx` is the tile row being
     /// read, from the kernel's prologue when `idx` is known there, else from its own kernel's
@@ -35,9 +39,6 @@ impl Lowering<'_> {
         if let Some(e) = cx.prologue_value(v, idx) {
             return Ok(e);
         }
-        if !cx.known_at_prologue(idx) {
-            return self.materialize_row_reduce(cx, v, idx);
-        }
         let e = self.producer_of(v)?;
         let (op, axis, x) = match e.op {
             OpKind::Reduce { op, axis } => (op, axis, e.inputs[0]),
@@ -50,6 +51,20 @@ impl Lowering<'_> {
         let xt = &self.g.values()[x.index()].ty;
         let ty = kty(xt.dtype);
         let len = xt.dims()[axis];
+        if !cx.known_at_prologue(idx) {
+            if cx.is_elementwise() && len <= SUMMED_IN_PLACE_MAX && self.cls.uses[v.index()] == 1 {
+                // A token's expert slots summed where the residual add reads them.
+                let acc = cx.kb.var(ty, reduce_init(op, ty));
+                let j = cx.kb.begin_for(u32c(0), u32c(len as u32), u32c(1));
+                let mut xi = idx.to_vec();
+                xi[axis] = j;
+                let xv = self.value_at(cx, x, &xi)?;
+                cx.kb.set(acc, combine(op, Expr::Var(acc), xv));
+                cx.kb.end();
+                return Ok(cx.kb.let_(ty, Expr::Var(acc)));
+            }
+            return self.materialize_row_reduce(cx, v, idx);
+        }
         let wg = cx.kb.workgroup();
         cx.begin_prologue_item();
         let acc = cx.kb.var(ty, reduce_init(op, ty));
