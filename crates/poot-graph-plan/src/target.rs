@@ -95,6 +95,11 @@ pub struct Tuning {
     /// Whether routed-expert contractions read their stacks in units (the decode-shaped kernel
     /// for a few rows, rows grouped by expert for more); off, a workgroup per output.
     pub routed_units: bool,
+    /// Whether the matrix-unit prefill attention stages a paged cache's tile a run of one
+    /// position's features per thread (its block table read once per run). Off by default until
+    /// the shared suite has passed with it on a GPU: its one device run (the H100, 8f0a617)
+    /// failed the paged prefill case while that case still had two rows write one slot.
+    pub paged_row_runs: bool,
     /// The most workgroups such a contraction launches (each then walks several column tiles,
     /// staging its left side once); `None` for [`Tuning::gemv_waves`] per multiprocessor.
     pub gemv_max_workgroups: Option<u32>,
@@ -268,6 +273,7 @@ impl Default for Tuning {
             gemv_wide_loads: true,
             gemv_team_shuffles: true,
             routed_units: true,
+            paged_row_runs: false,
             gemv_max_workgroups: None,
             gemv_waves: 2,
             gemv_min_resident: 2,
@@ -356,6 +362,7 @@ impl Tuning {
                 }
                 "shuffle" => t.gemv_team_shuffles = flag()?,
                 "routed" => t.routed_units = flag()?,
+                "paged_runs" => t.paged_row_runs = flag()?,
                 "columns" => t.gemv_columns = columns()?,
                 "word_columns" => t.gemv_word_columns = columns()?,
                 "wide_shared" => t.gemv_wide_shared = flag()?,
@@ -727,6 +734,7 @@ mod tests {
                 gemv_wide_loads: false,
                 gemv_team_shuffles: false,
                 routed_units: true,
+                paged_row_runs: false,
                 gemv_max_workgroups: Some(528),
                 gemv_waves: 4,
                 gemv_min_resident: 0,

@@ -444,8 +444,10 @@ impl Lowering<'_> {
         // run of one position's features, so the table is read and checked once per run, not
         // once per element. Elsewhere consecutive threads take consecutive features (each load
         // of a warp is one contiguous span).
-        let runs_of_a_row =
-            self.read_through_gather(v) && width.is_multiple_of(run) && total.is_multiple_of(run);
+        let runs_of_a_row = self.target.tuning.paged_row_runs
+            && self.read_through_gather(v)
+            && width.is_multiple_of(run)
+            && total.is_multiple_of(run);
         let base = cx.kb.begin_for(u32c(0), u32c(per_thread), u32c(run));
         let mut loaded = Vec::with_capacity(run as usize);
         let row_run = runs_of_a_row.then(|| {
