@@ -165,6 +165,125 @@ fn routed_expert_rows_read_their_experts_in_units() {
     assert_eq!(indexed_rows(512), ["expert_rows", "grouped_gemv"]);
 }
 
+/// A routed layer over `tokens` tokens of 256 features (a 128-expert router, top 8, Q4_K gate,
+/// up and down stacks of 256), added to its input, planned for the PTX preset.
+fn routed_layer(tokens: usize) -> Plan {
+    let (d, ff, experts, top) = (256, 256, 128, 8);
+    let b = Builder::new(TraceLimits::standard(64));
+    let x = input(&b, "x", &[tokens, d]);
+    let router = input(&b, "router", &[experts, d]);
+    let stack = |name: &str, dims: [usize; 3]| {
+        b.constant(
+            name,
+            TensorType::new(DType::Packed(GgmlType::Q4_K), dims.to_vec()),
+        )
+        .unwrap()
+    };
+    let (gate, up) = (
+        stack("gate", [experts, ff, d]),
+        stack("up", [experts, ff, d]),
+    );
+    let down = stack("down", [experts, d, ff]);
+    let scores = ops::softmax(&b, ops::linear(&b, x, router, None).unwrap(), 1).unwrap();
+    let ids = b.arg_top_k(scores, top).unwrap();
+    let weights = b.take_along(scores, ids, 1).unwrap();
+    let weights = ops::binary_bcast(
+        &b,
+        poot_graph_ir::BinaryOp::Div,
+        weights,
+        b.reduce_sum(weights, 1).unwrap(),
+    )
+    .unwrap();
+    let n = tokens * top;
+    let rows = b
+        .reshape(
+            b.broadcast(b.reshape(x, [tokens, 1, d]).unwrap(), [tokens, top, d])
+                .unwrap(),
+            [n, d],
+        )
+        .unwrap();
+    let row_ids = b.reshape(ids, [n]).unwrap();
+    let h = b
+        .mul(
+            b.indexed_matmul(rows, gate, row_ids).unwrap(),
+            b.indexed_matmul(rows, up, row_ids).unwrap(),
+        )
+        .unwrap();
+    let y = b.indexed_matmul(h, down, row_ids).unwrap();
+    let weighted = ops::binary_bcast(
+        &b,
+        poot_graph_ir::BinaryOp::Mul,
+        y,
+        b.reshape(weights, [n, 1]).unwrap(),
+    )
+    .unwrap();
+    let summed = b
+        .reduce_sum(b.reshape(weighted, [tokens, top, d]).unwrap(), 1)
+        .unwrap();
+    let out = b.add(x, b.reshape(summed, [tokens, d]).unwrap()).unwrap();
+    compile(&b.finish(Outputs::new(out)).unwrap(), &Target::ptx_preset()).unwrap()
+}
+
+#[test]
+fn a_routed_decode_step_ranks_once_stages_its_token_once_and_sums_its_slots_in_place() {
+    let p = routed_layer(1);
+    assert_eq!(
+        kinds(&p),
+        [
+            "gemv",
+            "row_map",
+            "top_k",
+            "indexed_gemv",
+            "indexed_gemv",
+            "row_map"
+        ]
+    );
+    let kernel = |kind: &str| {
+        p.dispatches
+            .iter()
+            .map(|d| &p.kernels[d.kernel])
+            .find(|k| k.name.starts_with(kind))
+            .unwrap()
+    };
+    // The top-k ranks each of the 128 candidates in one pass: no k passes of reductions.
+    let top_k = kernel("top_k");
+    assert!(top_k.shared.iter().any(|s| s.len == 128));
+    assert_eq!(count_stmts(&top_k.body, &|s| matches!(s, Stmt::Barrier)), 2);
+    // The gate and up kernel stages the token's 256 features once, not once per slot.
+    let gate_up = kernel("indexed_gemv");
+    let staged: u32 = gate_up
+        .shared
+        .iter()
+        .filter(|s| s.name.starts_with("lhs"))
+        .map(|s| s.len)
+        .sum();
+    assert!(staged < 2 * 256, "{staged} staged words");
+}
+
+#[test]
+fn a_routed_prompt_chunk_crowding_few_experts_still_fills_the_device() {
+    let p = routed_layer(64);
+    let grouped: Vec<_> = p
+        .dispatches
+        .iter()
+        .filter(|d| p.kernels[d.kernel].name.starts_with("grouped_gemv"))
+        .collect();
+    assert_eq!(grouped.len(), 2, "{:?}", kinds(&p));
+    // 512 (token, expert) rows: each (expert, 64 columns) tile's groups of eight shared by 8
+    // workgroups.
+    let unsplit = 128 * 256_u32.div_ceil(64);
+    assert_eq!(grouped[0].grid[0], 8 * unsplit);
+    // The slots are summed under the residual add, by no reduction kernel of their own.
+    assert!(!kinds(&p).contains(&"reduce"), "{:?}", kinds(&p));
+}
+
+#[test]
+fn paged_row_runs_wait_for_their_gpu_check() {
+    assert!(!Tuning::default().paged_row_runs);
+    assert!(Tuning::parse("paged_runs=1").unwrap().paged_row_runs);
+    assert!(Tuning::parse("paged_runs=2").is_err());
+}
+
 #[test]
 fn gemv_rows_caps_the_decode_shaped_rows() {
     // The default: up to 8 rows in one pass over the weights, more tiled.
