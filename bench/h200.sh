@@ -24,7 +24,8 @@
 #   bash bench/h200.sh path NAME      print where model NAME is written (bench/ab.sh uses it)
 #   bash bench/h200.sh all            every phase in turn
 # Models: smollm2 (SmolLM2-135M Q4_1), llama1b-f16, llama1b-q4_0, llama8b-f16, llama8b-q4_0,
-# llama8b-q4_k_m.
+# llama8b-q4_k_m; written only when named: qwen30b-a3b-q4_k_m (Qwen3-30B-A3B-shaped, 18.6 GB)
+# and gpt-oss-20b-mxfp4 (gpt-oss-20b-shaped, MXFP4 experts, 12 GB).
 #
 # Environment: POOT_BENCH_DIR (work folder, default /tmp/poot-bench), PROMPT (512), GEN (128),
 # REPEATS (5), BACKEND (ptx), POOT_ARGS (more `poot bench` flags), BUILD_SECONDS (540),
@@ -84,6 +85,8 @@ model_path() {
     llama8b-q4_0) echo "$MODELS/llama-8b-q4_0.gguf" ;;
     llama8b-q4_k_m) echo "$MODELS/llama-8b-q4_k_m.gguf" ;;
     llama1b-smolvocab) echo "$MODELS/llama-1b-f16-smolvocab.gguf" ;;
+    qwen30b-a3b-q4_k_m) echo "$MODELS/qwen3-30b-a3b-q4_k_m.gguf" ;;
+    gpt-oss-20b-mxfp4) echo "$MODELS/gpt-oss-20b-mxfp4.gguf" ;;
     *) return 1 ;;
   esac
 }
@@ -178,15 +181,17 @@ models() {
   fi
   local spec name shape kind path donor extra
   # llama1b-smolvocab (only when named): 1B-shaped with SmolLM2's tokenizer, a target that
-  # SmolLM2 can draft for (bench/h200.sh spec).
+  # SmolLM2 can draft for (bench/h200.sh spec). The mixtures of experts, 12-19 GB, only when
+  # named too (a fourth field of `-`: no donor).
   for spec in "llama1b-f16 1b f16" "llama1b-q4_0 1b q4_0" "llama8b-f16 8b f16" \
-    "llama8b-q4_0 8b q4_0" "llama8b-q4_k_m 8b q4_k_m" "llama1b-smolvocab 1b f16 smollm2"; do
+    "llama8b-q4_0 8b q4_0" "llama8b-q4_k_m 8b q4_k_m" "llama1b-smolvocab 1b f16 smollm2" \
+    "qwen30b-a3b-q4_k_m 30b-a3b q4_k_m -" "gpt-oss-20b-mxfp4 gpt-oss-20b mxfp4 -"; do
     read -r name shape kind donor <<<"$spec"
     if { [ $# -gt 0 ] || [ -n "$donor" ]; } && [[ " $* " != *" $name "* ]]; then
       continue
     fi
     extra=()
-    if [ -n "$donor" ]; then
+    if [ -n "$donor" ] && [ "$donor" != - ]; then
       [ -f "$(model_path "$donor")" ] || die "$name needs $donor's GGUF first"
       extra=(--tokenizer-from "$(model_path "$donor")")
     fi

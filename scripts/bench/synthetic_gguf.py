@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Random-weight GGUF files at real dimensions, for the benchmark.
 
-Writes a Llama-3.2-1B-shaped, Llama-3.1-8B-shaped, SmolLM2-135M-shaped or (architecture
-qwen3moe) Qwen3-30B-A3B-shaped model, or a tiny one for tests, with
-random weights in F16, Q4_0 or Q4_K_M, streaming one tensor at a time, so an 8B file needs
+Writes a Llama-3.2-1B-shaped, Llama-3.1-8B-shaped, SmolLM2-135M-shaped, (architecture
+qwen3moe) Qwen3-30B-A3B-shaped or (architecture gpt-oss) gpt-oss-20b-shaped model, or a tiny
+one for tests, with random weights in F16, Q4_0, Q4_K_M or (gpt-oss) MXFP4, streaming one tensor at a time, so an 8B file needs
 little host memory. Quantized blocks are random bytes with small valid f16 scales: they are not
 quantized from anything, but every block decodes to finite values of a sensible size, and each
 tensor has the type and size llama.cpp's quantizer would give it (Q4_K_M mixes Q4_K with Q6_K
 for the output head and for attn_v / ffn_down in some layers, as llama-quant.cpp does; Q4_0
-keeps a Q6_K output head).
+keeps a Q6_K output head; MXFP4 is gpt-oss's experts in MXFP4 as released and every other
+matrix Q8_0, as ggml-org's gpt-oss GGUFs store them).
 
 The tokenizer is a GPT-2-style byte-level BPE vocabulary of placeholder tokens: the 256 byte
 tokens, a few merges, `tok<N>` placeholders up to the vocabulary size, and begin/end-of-text
@@ -19,6 +20,7 @@ Usage:
     synthetic_gguf.py --shape 8b --type q4_k_m -o llama-8b-q4_k_m.gguf
     synthetic_gguf.py --shape tiny --type q4_0 -o tiny.gguf
     synthetic_gguf.py --shape 30b-a3b --type q4_k_m -o qwen3-30b-a3b-q4_k_m.gguf
+    synthetic_gguf.py --shape gpt-oss-20b --type mxfp4 -o gpt-oss-20b-mxfp4.gguf
     synthetic_gguf.py --shape 1b --type f16 --tokenizer-from smollm2.gguf -o 1b-smol-vocab.gguf
 """
 
@@ -78,6 +80,16 @@ SHAPES = {
         "small-qwen3moe", 1024, 8, 16, 4, 2048, 32000, False, 1000000.0, 2048,
         arch="qwen3moe", experts=32, experts_used=4, expert_ffn=512, head_dim=64,
     ),
+    # gpt-oss-20b: 32 experts of 2880, 4 a token, 64-wide heads (64 query, 8 key/value) with
+    # biases and sinks, every other layer sliding over 128 positions, YaRN; use `--type mxfp4`.
+    "gpt-oss-20b": Shape(
+        "gpt-oss-20b-shaped", 2880, 24, 64, 8, 2880, 201088, False, 150000.0, 131072,
+        arch="gpt-oss", experts=32, experts_used=4, expert_ffn=2880, head_dim=64,
+    ),
+    "tiny-gpt-oss": Shape(
+        "tiny-gpt-oss", 256, 2, 4, 2, 256, 1024, False, 150000.0, 4096,
+        arch="gpt-oss", experts=8, experts_used=2, expert_ffn=256, head_dim=64,
+    ),
     "tiny-moe": Shape(
         "tiny-qwen3moe", 256, 2, 4, 2, 512, 1024, False, 1000000.0, 512,
         arch="qwen3moe", experts=8, experts_used=2, expert_ffn=256, head_dim=64,
@@ -85,7 +97,12 @@ SHAPES = {
 }
 
 # GGUF general.file_type values (llama.cpp's llama_ftype).
-FILE_TYPES = {"f16": 1, "q4_0": 2, "q4_k_m": 15}
+FILE_TYPES = {"f16": 1, "q4_0": 2, "q4_k_m": 15, "mxfp4": 38}
+
+# gpt-oss: llama.cpp's `gpt-oss` keys beyond the common ones.
+GPT_OSS_SLIDING_WINDOW = 128
+GPT_OSS_YARN_FACTOR = 32.0
+GPT_OSS_YARN_ORIGINAL_CONTEXT = 4096
 
 Q = gguf.GGMLQuantizationType
 
@@ -103,6 +120,9 @@ def tensor_type(kind: str, role: str, layer: int, shape: Shape) -> "gguf.GGMLQua
     """The ggml type llama-quantize gives a 2-D weight of `role` for file type `kind`."""
     if kind == "f16":
         return Q.F16
+    if kind == "mxfp4":
+        # As ggml-org's gpt-oss GGUFs: the experts MXFP4 as released, the rest Q8_0.
+        return Q.MXFP4 if role.endswith("_exps") else Q.Q8_0
     if role == "output":
         return Q.Q6_K
     if kind == "q4_0":
@@ -128,6 +148,31 @@ def weight_list(shape: Shape, kind: str):
             (p + "attn_v.weight", (kv, h), tensor_type(kind, "attn_v", i, shape)),
             (p + "attn_output.weight", (h, q), tensor_type(kind, "attn_output", i, shape)),
         ]
+        if shape.arch == "gpt-oss":
+            e, ef = shape.experts, shape.expert_ffn
+            out[-4:] = [
+                (p + "attn_q.weight", (q, h), tensor_type(kind, "attn_q", i, shape)),
+                (p + "attn_q.bias", (q,), Q.F32),
+                (p + "attn_k.weight", (kv, h), tensor_type(kind, "attn_k", i, shape)),
+                (p + "attn_k.bias", (kv,), Q.F32),
+                (p + "attn_v.weight", (kv, h), tensor_type(kind, "attn_v", i, shape)),
+                (p + "attn_v.bias", (kv,), Q.F32),
+                (p + "attn_output.weight", (h, q), tensor_type(kind, "attn_output", i, shape)),
+                (p + "attn_output.bias", (h,), Q.F32),
+            ]
+            out += [
+                (p + "attn_sinks.weight", (shape.heads,), Q.F32),
+                (p + "post_attention_norm.weight", (h,), Q.F32),
+                (p + "ffn_gate_inp.weight", (e, h), Q.F32),
+                (p + "ffn_gate_inp.bias", (e,), Q.F32),
+                (p + "ffn_gate_exps.weight", (e, ef, h), tensor_type(kind, "ffn_gate_exps", i, shape)),
+                (p + "ffn_gate_exps.bias", (e, ef), Q.F32),
+                (p + "ffn_up_exps.weight", (e, ef, h), tensor_type(kind, "ffn_up_exps", i, shape)),
+                (p + "ffn_up_exps.bias", (e, ef), Q.F32),
+                (p + "ffn_down_exps.weight", (e, h, ef), tensor_type(kind, "ffn_down_exps", i, shape)),
+                (p + "ffn_down_exps.bias", (e, h), Q.F32),
+            ]
+            continue
         if shape.experts:
             e, ef = shape.experts, shape.expert_ffn
             out += [
@@ -165,10 +210,13 @@ def f16_bytes(values: np.ndarray) -> np.ndarray:
     return values.astype("<f2").view(np.uint8).reshape(-1, 2)
 
 
-def random_tensor(rng: np.random.Generator, dims, qtype, fan_in: int) -> np.ndarray:
+def random_tensor(rng: np.random.Generator, name: str, dims, qtype, fan_in: int) -> np.ndarray:
     """A tensor's stored bytes (or values, for float types): random, with weights of about
     1/sqrt(fan_in) so activations stay of order one through the layers."""
     std = 1.0 / np.sqrt(fan_in)
+    if qtype == Q.F32 and (name.endswith(".bias") or "sinks" in name):
+        # Biases and attention sinks: small.
+        return (0.02 * rng.standard_normal(dims, dtype=np.float32)).astype(np.float32)
     if qtype == Q.F32 and len(dims) == 2:
         # A router: logits of order one.
         return (std * rng.standard_normal(dims, dtype=np.float32)).astype(np.float32)
@@ -186,6 +234,15 @@ def random_tensor(rng: np.random.Generator, dims, qtype, fan_in: int) -> np.ndar
     if qtype == Q.Q4_0:
         # d, then 16 bytes of nibbles: w = d * (q - 8), q in 0..15 (std about 4.6 d).
         b[:, 0:2] = scale(std / 4.6)
+    elif qtype == Q.Q8_0:
+        # d, then 32 int8: w = d * q (std about 73.9 d).
+        b[:, 0:2] = scale(std / 73.9)
+    elif qtype == Q.MXFP4:
+        # An E8M0 exponent e, then 16 bytes of nibbles indexing ggml's doubled E2M1 values
+        # (0, 1, 2, 3, 4, 6, 8, 12 and their negatives; root mean square about 5.85):
+        # w = 2^(e - 128) * value.
+        e = 128 + np.round(np.log2(std / 5.85))
+        b[:, 0] = (e + rng.integers(-1, 2, size=nb)).astype(np.uint8)
     elif qtype == Q.Q4_K:
         # d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles:
         # w = d * sc * q - dmin * m, sc and m in 0..63 (mean 32), q in 0..15.
@@ -277,6 +334,11 @@ def write(path: Path, shape: Shape, kind: str, seed: int, quiet: bool, donor: Pa
         w.add_expert_count(shape.experts)
         w.add_expert_used_count(shape.experts_used)
         w.add_expert_feed_forward_length(shape.expert_ffn)
+    if shape.arch == "gpt-oss":
+        w.add_sliding_window(GPT_OSS_SLIDING_WINDOW)
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(GPT_OSS_YARN_FACTOR)
+        w.add_rope_scaling_orig_ctx_len(GPT_OSS_YARN_ORIGINAL_CONTEXT)
     w.add_rope_freq_base(shape.rope_theta)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(shape.vocab)
@@ -300,7 +362,7 @@ def write(path: Path, shape: Shape, kind: str, seed: int, quiet: bool, donor: Pa
     rng = np.random.default_rng(seed)
     started = time.time()
     for i, (name, dims, qtype) in enumerate(tensors):
-        data = random_tensor(rng, dims, qtype, fan_in=dims[-1])
+        data = random_tensor(rng, name, dims, qtype, fan_in=dims[-1])
         w.write_tensor_data(data)
         if not quiet and (i % 20 == 0 or i == len(tensors) - 1):
             print(f"  {i + 1}/{len(tensors)} tensors, {time.time() - started:.0f} s", file=sys.stderr)
