@@ -238,26 +238,39 @@ fn a_routed_decode_step_ranks_once_stages_its_token_once_and_sums_its_slots_in_p
             "row_map"
         ]
     );
-    let kernel = |kind: &str| {
-        p.dispatches
-            .iter()
-            .map(|d| &p.kernels[d.kernel])
-            .find(|k| k.name.starts_with(kind))
-            .unwrap()
-    };
+    let top_k = p
+        .dispatches
+        .iter()
+        .map(|d| &p.kernels[d.kernel])
+        .find(|k| k.name.starts_with("top_k"))
+        .unwrap();
     // The top-k ranks each of the 128 candidates in one pass: no k passes of reductions.
-    let top_k = kernel("top_k");
     assert!(top_k.shared.iter().any(|s| s.len == 128));
     assert_eq!(count_stmts(&top_k.body, &|s| matches!(s, Stmt::Barrier)), 2);
-    // The gate and up kernel stages the token's 256 features once, not once per slot.
-    let gate_up = kernel("indexed_gemv");
-    let staged: u32 = gate_up
-        .shared
+    // The gate and up kernel stages the token's 256 features once, not once per slot; the
+    // down kernel's tiles each read one slot's row, and stage only that one.
+    let staged = |k: &poot_kernel::Kernel| -> u32 {
+        k.shared
+            .iter()
+            .filter(|s| s.name.starts_with("lhs"))
+            .map(|s| s.len)
+            .sum()
+    };
+    let indexed: Vec<_> = p
+        .dispatches
         .iter()
-        .filter(|s| s.name.starts_with("lhs"))
-        .map(|s| s.len)
-        .sum();
-    assert!(staged < 2 * 256, "{staged} staged words");
+        .map(|d| &p.kernels[d.kernel])
+        .filter(|k| k.name.starts_with("indexed_gemv"))
+        .collect();
+    assert_eq!(indexed.len(), 2);
+    for k in indexed {
+        assert!(
+            staged(k) < 2 * 256,
+            "{}: {} staged words",
+            k.name,
+            staged(k)
+        );
+    }
 }
 
 #[test]

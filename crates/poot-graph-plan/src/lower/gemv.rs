@@ -217,6 +217,9 @@ struct Indexed {
     /// Runs of this many consecutive left-side rows are one row repeated (a token's input
     /// broadcast over its selected slots): staged once a run.
     repeat: u32,
+    /// Every column tile lies in one left-side row, and a workgroup stages only that row, per
+    /// tile (a decode step's down projection: eight slots' rows, of which a tile reads one).
+    tile_row: bool,
     /// Columns per expert.
     n: u32,
     experts: u32,
@@ -266,9 +269,13 @@ impl Job {
 
     /// The left-side rows staged for the job: its rows, or an indexed contraction's.
     fn staged_rows(&self) -> u32 {
-        self.indexed
-            .as_ref()
-            .map_or_else(|| self.rows(), |ix| ix.rows / ix.repeat)
+        self.indexed.as_ref().map_or_else(
+            || self.rows(),
+            |ix| match ix.tile_row {
+                true => 1,
+                false => ix.rows / ix.repeat,
+            },
+        )
     }
 
     /// Every `repeat`-th left-side row is staged (1 unless an indexed job's rows repeat).
@@ -615,6 +622,22 @@ impl Lowering<'_> {
         })
     }
 
+    /// `job` staging one left-side row per column tile of `tile_columns`, when it is an
+    /// indexed job of several distinct rows whose tiles each lie in one row.
+    fn tile_row_job(&self, job: &Job, tile_columns: u32) -> Option<Job> {
+        let ix = job.indexed.as_ref()?;
+        let one_row = ix.repeat == 1 && ix.rows > 1 && ix.n.is_multiple_of(tile_columns);
+        if !one_row || job.lhs.len() != 1 {
+            return None;
+        }
+        let mut tiled = job.clone();
+        tiled.indexed = Some(Indexed {
+            tile_row: true,
+            ..ix.clone()
+        });
+        Some(tiled)
+    }
+
     /// How many consecutive rows of `lhs` (`[rows, k]`) repeat one row: `k` slots when it is
     /// a reshape of `[tokens, slots, k]` broadcast from `[tokens, 1, k]` (a token's input over
     /// its selected experts), else 1.
@@ -679,6 +702,7 @@ impl Lowering<'_> {
                 ids: r.ids,
                 rows: r.rows,
                 repeat: self.repeated_rows(r.lhs, r.rows),
+                tile_row: false,
                 n: r.n,
                 experts: r.experts,
             }),
@@ -920,7 +944,6 @@ impl Lowering<'_> {
         label: String,
     ) -> Result<Option<(KernelCtx, [u32; 3])>, PlanError> {
         let rows = job.rows();
-        let staged = job.staged_rows();
         let units = job
             .sums
             .iter()
@@ -933,6 +956,16 @@ impl Lowering<'_> {
         let threads = workgroup_threads(job.columns / cols, lanes);
         let teams = threads / lanes;
         let n_sums = job.sums.len() as u32;
+        let tiled_job;
+        let job = match self.tile_row_job(job, teams * cols) {
+            Some(j) => {
+                tiled_job = j;
+                &tiled_job
+            }
+            None => job,
+        };
+        let staged = job.staged_rows();
+        let tile_row = job.indexed.as_ref().is_some_and(|ix| ix.tile_row);
         let mut cx = KernelCtx::labelled(kind, label, threads);
         // Workgroups a multiprocessor must hold at once: the compiler may otherwise spend 200
         // registers on a long row walk's loads and run one workgroup of 8 warps (measured on
@@ -994,6 +1027,9 @@ impl Lowering<'_> {
         // side at a time, a whole number of 256-element blocks, restaged per column step.
         let chunk = if whole <= u64::from(budget) {
             None
+        } else if tile_row {
+            // Staged per tile only whole.
+            return Ok(None);
         } else {
             let elems = budget / (4 * staged) * 32 / (32 + PAD) / CHUNK_ALIGN * CHUNK_ALIGN;
             if elems == 0 {
@@ -1009,10 +1045,14 @@ impl Lowering<'_> {
                         arr: cx.kb.shared(format!("lhs{g}"), Ty::F32, staged * stride(k)),
                         stride: stride(k),
                     };
-                    self.stage_lhs(&mut cx, job, lhs, &stage, u32c(0), k)?;
+                    if !tile_row {
+                        self.stage_lhs(&mut cx, job, lhs, &stage, u32c(0), k)?;
+                    }
                     stages.push(stage);
                 }
-                cx.kb.barrier();
+                if !tile_row {
+                    cx.kb.barrier();
+                }
             }
             Some(elems) => {
                 let stage = Stage {
@@ -1027,9 +1067,24 @@ impl Lowering<'_> {
         // A team walks columns `col..col + cols` together.
         let tiles = job.columns.div_ceil(teams * cols);
         let tile = cx.kb.begin_for(group_id(0), u32c(tiles), group_count_x());
-        let col = cx
-            .kb
-            .let_(Ty::U32, (tile * u32c(teams) + team.clone()) * u32c(cols));
+        let col = cx.kb.let_(
+            Ty::U32,
+            (tile.clone() * u32c(teams) + team.clone()) * u32c(cols),
+        );
+        if let Some(ix) = job.indexed.as_ref().filter(|ix| ix.tile_row) {
+            // The tile's one left-side row: its first column's, within its part.
+            let per = ix.rows * ix.n;
+            let first = tile * u32c(teams * cols);
+            let t = cx.kb.let_(Ty::U32, first % u32c(per) / u32c(ix.n));
+            for (g, &(lhs, k)) in job.lhs.iter().enumerate() {
+                let threads = cx.kb.workgroup();
+                let kk = cx.kb.begin_for(local_id(), u32c(k), u32c(threads));
+                let x = self.value_at(&mut cx, lhs, &[t.clone(), kk.clone()])?;
+                cx.kb.store_shared(stages[g].arr, padded(kk), x);
+                cx.kb.end();
+            }
+            cx.kb.barrier();
+        }
         // Per sum, per column of the team, per row.
         let accs: Vec<Vec<Vec<Var>>> = job
             .sums
@@ -1165,8 +1220,9 @@ impl Lowering<'_> {
             cx.kb.end();
         }
         cx.kb.end();
-        if shared.is_some() {
-            // Every lane has read the partials before the next column step writes them.
+        if shared.is_some() || tile_row {
+            // Every lane has read the partials (and the staged row) before the next column
+            // step writes them.
             cx.kb.barrier();
         }
         cx.kb.end();
@@ -1337,9 +1393,10 @@ impl Lowering<'_> {
                 let expert =
                     self.checked_index(cx, expert, ix.experts as usize, super::fault::EXPERT_INDEX);
                 let first = cx.kb.let_(Ty::U32, expert * u32c(ix.n) + j);
-                let staged = match ix.repeat {
-                    1 => t,
-                    repeat => t / u32c(repeat),
+                let staged = match (ix.tile_row, ix.repeat) {
+                    (true, _) => u32c(0),
+                    (false, 1) => t,
+                    (false, repeat) => t / u32c(repeat),
                 };
                 (
                     first,
