@@ -131,9 +131,28 @@ pub struct PtxDevice {
     driver_version: i32,
     disk: Option<DiskCache>,
     modules: HashMap<CacheKey, Arc<LoadedModule>>,
+    /// PTX compiled ahead by [`Device::compile_all`]'s threads, taken by the next load of its
+    /// key.
+    compiled_ahead: HashMap<CacheKey, String>,
     in_flight: InFlight,
     stats: CompileStats,
     n_recordings: u64,
+}
+
+/// Threads [`Device::compile_all`] compiles on: `POOT_PTX_COMPILE_THREADS` (`0`: the machine's
+/// parallelism, at most 16), else one. One by default until a GPU run has timed and checked
+/// the concurrent compiles (NVRTC documents its calls thread-safe on separate programs).
+fn compile_threads() -> usize {
+    match std::env::var("POOT_PTX_COMPILE_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        Some(0) => std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .min(16),
+        Some(n) => n.min(64),
+        None => 1,
+    }
 }
 
 fn unavailable(reason: impl Into<String>) -> DeviceError {
@@ -377,6 +396,7 @@ impl PtxDevice {
             driver_version,
             disk: config.cache_root.as_deref().map(DiskCache::under),
             modules: HashMap::new(),
+            compiled_ahead: HashMap::new(),
             in_flight: InFlight::default(),
             stats: CompileStats::default(),
             n_recordings: 0,
@@ -774,10 +794,13 @@ impl PtxDevice {
                 Load::Rejected(..) => self.stats.disk_errors += 1,
             }
         }
-        let ptx = nvrtc::compile(source, &self.options).map_err(|f| DeviceError::Compile {
-            kernel: name.to_string(),
-            log: f.log,
-        })?;
+        let ptx = match self.compiled_ahead.remove(key) {
+            Some(ptx) => ptx,
+            None => nvrtc::compile(source, &self.options).map_err(|f| DeviceError::Compile {
+                kernel: name.to_string(),
+                log: f.log,
+            })?,
+        };
         self.stats.nvrtc_compiles += 1;
         if let Some(d) = &self.disk
             && d.put(key, &ptx).is_err()
@@ -1028,6 +1051,63 @@ impl Device for PtxDevice {
             takes_fault_buffer: src.takes_fault_buffer,
             waits_for_predecessors: src.waits_for_predecessors,
         })
+    }
+
+    /// Compiles the kernels neither the loaded modules nor the disk cache hold with NVRTC on
+    /// several threads at once (a prepared step's hundred kernels took a minute one by one),
+    /// then loads every kernel in order (`POOT_PTX_COMPILE_THREADS`, see [`compile_threads`]).
+    fn compile_all(&mut self, kernels: &[Kernel]) -> Result<Vec<PtxKernel>, DeviceError> {
+        self.enter()?;
+        let mut missing: Vec<(CacheKey, String)> = Vec::new();
+        for k in kernels {
+            let Ok(src) = source::render(k) else {
+                // The one-by-one compile reports it.
+                continue;
+            };
+            let key = CacheKey::new(&src.text, &self.options, self.arch, self.nvrtc_version);
+            let known = self.modules.contains_key(&key)
+                || self.compiled_ahead.contains_key(&key)
+                || missing.iter().any(|(m, _)| *m == key)
+                || self
+                    .disk
+                    .as_ref()
+                    .is_some_and(|d| d.get(&key, &src.entry).is_some());
+            if !known {
+                missing.push((key, src.text));
+            }
+        }
+        let threads = compile_threads().min(missing.len());
+        if threads > 1 {
+            let options = &self.options;
+            let missing = &missing;
+            let compiled: Vec<(CacheKey, String)> = std::thread::scope(|scope| {
+                let workers: Vec<_> = (0..threads)
+                    .map(|t| {
+                        scope.spawn(move || {
+                            missing
+                                .iter()
+                                .skip(t)
+                                .step_by(threads)
+                                .filter_map(|(key, text)| {
+                                    // A failure is left to the one-by-one compile, which
+                                    // reports it with the kernel's name.
+                                    nvrtc::compile(text, options).ok().map(|ptx| (*key, ptx))
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .flat_map(|w| w.join().unwrap_or_default())
+                    .collect()
+            });
+            self.compiled_ahead.extend(compiled);
+        }
+        let loaded = kernels.iter().map(|k| self.compile(k)).collect();
+        // Nothing compiled ahead outlives the call (a kernel that failed to load keeps none).
+        self.compiled_ahead.clear();
+        loaded
     }
 
     fn launch(&mut self, launch: &Launch<'_, Self>) -> Result<(), DeviceError> {
