@@ -19,8 +19,9 @@ use super::{Lowering, PlanError};
 use poot_kernel::Expr;
 use poot_kernel::build::{load_shared, local_id, u32c};
 
-/// Reductions over at most this many terms, read once by an element-wise kernel at an index its
-/// prologue cannot serve, are summed there in place rather than given a kernel.
+/// Reductions over at most this many terms, used once (a view may pass them to a few
+/// readers) and read by an element-wise kernel at an index its prologue cannot serve, are
+/// summed there in place rather than given a kernel: each read costs a few terms.
 const SUMMED_IN_PLACE_MAX: usize = 16;
 
 impl Lowering<'_> {
