@@ -55,14 +55,10 @@ impl Lowering<'_> {
         if !cx.known_at_prologue(idx) {
             if cx.is_elementwise() && len <= SUMMED_IN_PLACE_MAX && self.cls.uses[v.index()] == 1 {
                 // A token's expert slots summed where the residual add reads them.
-                let acc = cx.kb.var(ty, reduce_init(op, ty));
-                let j = cx.kb.begin_for(u32c(0), u32c(len as u32), u32c(1));
                 let mut xi = idx.to_vec();
-                xi[axis] = j;
-                let xv = self.value_at(cx, x, &xi)?;
-                cx.kb.set(acc, combine(op, Expr::Var(acc), xv));
-                cx.kb.end();
-                return Ok(cx.kb.let_(ty, Expr::Var(acc)));
+                xi[axis] = u32c(0);
+                let acc = self.serial_reduce(cx, op, ty, x, &xi, axis, len as u32)?;
+                return Ok(cx.kb.let_(ty, acc));
             }
             return self.materialize_row_reduce(cx, v, idx);
         }
@@ -85,6 +81,30 @@ impl Lowering<'_> {
         cx.kb.barrier();
         cx.end_prologue_item(v, idx, result.clone());
         Ok(result)
+    }
+
+    /// `op` over `x` along `axis` at `idx` (whose `axis` entry is replaced), one term after
+    /// another by the calling thread, in axis order: a short reduction where each thread
+    /// owns an output element.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn serial_reduce(
+        &mut self,
+        cx: &mut KernelCtx,
+        op: poot_graph_ir::ReduceOp,
+        ty: poot_kernel::Ty,
+        x: ValueId,
+        idx: &[Expr],
+        axis: usize,
+        len: u32,
+    ) -> Result<Expr, PlanError> {
+        let acc = cx.kb.var(ty, reduce_init(op, ty));
+        let j = cx.kb.begin_for(u32c(0), u32c(len), u32c(1));
+        let mut xi = idx.to_vec();
+        xi[axis] = j;
+        let xv = self.value_at(cx, x, &xi)?;
+        cx.kb.set(acc, combine(op, Expr::Var(acc), xv));
+        cx.kb.end();
+        Ok(Expr::Var(acc))
     }
 
     /// Gives `v` its own kernel and buffer (for this and every later reader) and loads it.
