@@ -96,9 +96,8 @@ pub struct Tuning {
     /// for a few rows, rows grouped by expert for more); off, a workgroup per output.
     pub routed_units: bool,
     /// Whether the matrix-unit prefill attention stages a paged cache's tile a run of one
-    /// position's features per thread (its block table read once per run). Off by default until
-    /// the shared suite has passed with it on a GPU: its one device run (the H100, 8f0a617)
-    /// failed the paged prefill case while that case still had two rows write one slot.
+    /// position's features per thread (its block table read once per run). On by default since
+    /// the shared suite passed with it on an H100 (session 24); `paged_runs=0` turns it off.
     pub paged_row_runs: bool,
     /// The most workgroups such a contraction launches (each then walks several column tiles,
     /// staging its left side once); `None` for [`Tuning::gemv_waves`] per multiprocessor.
@@ -273,7 +272,7 @@ impl Default for Tuning {
             gemv_wide_loads: true,
             gemv_team_shuffles: true,
             routed_units: true,
-            paged_row_runs: false,
+            paged_row_runs: true,
             gemv_max_workgroups: None,
             gemv_waves: 2,
             gemv_min_resident: 2,
@@ -734,7 +733,7 @@ mod tests {
                 gemv_wide_loads: false,
                 gemv_team_shuffles: false,
                 routed_units: true,
-                paged_row_runs: false,
+                paged_row_runs: true,
                 gemv_max_workgroups: Some(528),
                 gemv_waves: 4,
                 gemv_min_resident: 0,

@@ -48,6 +48,28 @@ fn a_norm_is_one_row_kernel() {
 }
 
 #[test]
+fn a_few_short_rows_are_cut_into_parts_a_workgroup_each() {
+    let norm_grid = |rows: usize, len: usize| {
+        let b = Builder::new(TraceLimits::standard(64));
+        let x = input(&b, "x", &[rows, len]);
+        let w = input(&b, "w", &[len]);
+        let y = ops::rmsnorm(&b, x, w, 1e-6).unwrap();
+        let p = plan(&b.finish(Outputs::new(y)).unwrap());
+        assert_eq!(kinds(&p), ["row_map"]);
+        p.dispatches[0].grid[0]
+    };
+    // A decode step's row of 2048: eight parts of 256 elements, each recomputing the sum of
+    // squares; two rows take eight parts each too (16 workgroups), 64 rows one workgroup each.
+    assert_eq!(norm_grid(1, 2048), 8);
+    assert_eq!(norm_grid(2, 2048), 16);
+    assert_eq!(norm_grid(64, 2048), 64);
+    // Parts are whole strides of the workgroup: 6 strides cut into 6, a row that is not whole
+    // strides not at all.
+    assert_eq!(norm_grid(1, 1536), 6);
+    assert_eq!(norm_grid(1, 1000), 1);
+}
+
+#[test]
 fn a_norm_runs_inside_the_projections_that_read_it() {
     let b = Builder::new(TraceLimits::standard(64));
     let x = input(&b, "x", &[1, 1, 64]);
@@ -291,9 +313,9 @@ fn a_routed_prompt_chunk_crowding_few_experts_still_fills_the_device() {
 }
 
 #[test]
-fn paged_row_runs_wait_for_their_gpu_check() {
-    assert!(!Tuning::default().paged_row_runs);
-    assert!(Tuning::parse("paged_runs=1").unwrap().paged_row_runs);
+fn paged_row_runs_are_on_unless_turned_off() {
+    assert!(Tuning::default().paged_row_runs);
+    assert!(!Tuning::parse("paged_runs=0").unwrap().paged_row_runs);
     assert!(Tuning::parse("paged_runs=2").is_err());
 }
 

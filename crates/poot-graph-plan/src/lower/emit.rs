@@ -236,11 +236,11 @@ impl Lowering<'_> {
             let wg = row_threads(dims[dims.len() - 1]);
             let mut cx = KernelCtx::labelled("row_map", self.label(v), wg).sums_short_reductions();
             let outp = cx.param(out, device_word(dtype), true);
-            let (idx, flat, rows) = Self::begin_row_loops(&mut cx, &dims);
+            let (idx, flat, groups) = Self::begin_row_loops(&mut cx, &dims);
             let value = self.compute(&mut cx, v, &idx)?;
             cx.kb.store(outp, flat, to_word(value, dtype));
             Self::end_row_loops(&mut cx);
-            let grid = self.groups_for(rows, 1);
+            let grid = self.groups_for(groups, 1);
             return self.push_kernel(cx, grid);
         }
         let mut cx =
@@ -682,8 +682,8 @@ impl Lowering<'_> {
         }
         let rows = self.cls.reads_row_reduce[update.index()] && !upd_dims.is_empty();
         let (uidx, grid) = if rows {
-            let (uidx, _, rows) = Self::begin_row_loops(cx, iter_dims);
-            (uidx, self.groups_for(rows, 1))
+            let (uidx, _, groups) = Self::begin_row_loops(cx, iter_dims);
+            (uidx, self.groups_for(groups, 1))
         } else {
             let flat = Self::begin_grid_stride(cx, n);
             let uidx = unflatten(cx, flat, iter_dims);

@@ -16,13 +16,40 @@ use super::classify::Placement;
 use super::context::KernelCtx;
 use super::emit::{combine, reduce_init};
 use super::{Lowering, PlanError};
-use poot_kernel::Expr;
 use poot_kernel::build::{load_shared, local_id, u32c};
+use poot_kernel::{Expr, Ty};
 
 /// Reductions over at most this many terms, used once (a view may pass them to a few
 /// readers) and read by an element-wise kernel at an index its prologue cannot serve, are
 /// summed there in place rather than given a kernel: each read costs a few terms.
 const SUMMED_IN_PLACE_MAX: usize = 16;
+
+/// Row kernels with fewer rows than this cut their rows into parts (see
+/// [`Lowering::begin_row_loops`]).
+const ROW_KERNEL_MIN_GROUPS: u32 = 32;
+
+/// Rows no longer than this may be cut: each part recomputes the row's prologue, which for a
+/// norm reads the whole row, so the waste stays a few kilobytes a part.
+const ROW_PARTS_MAX_LEN: u32 = 16384;
+
+/// How many parts each of `rows` rows of `len` elements is cut into for `wg`-thread
+/// workgroups: enough for [`ROW_KERNEL_MIN_GROUPS`] workgroups, each part a whole number of
+/// `wg`-element strides so its loop has a fixed trip count.
+fn row_parts(rows: u32, len: u32, wg: u32) -> u32 {
+    if rows == 0
+        || rows >= ROW_KERNEL_MIN_GROUPS
+        || len > ROW_PARTS_MAX_LEN
+        || !len.is_multiple_of(wg)
+    {
+        return 1;
+    }
+    let strides = len / wg;
+    let want = ROW_KERNEL_MIN_GROUPS.div_ceil(rows).min(strides);
+    (1..=want)
+        .rev()
+        .find(|p| strides.is_multiple_of(*p))
+        .unwrap_or(1)
+}
 
 impl Lowering<'_> {
     /// Row reduction `v` at `idx`: from a tiled kernel's table when `idx` is the tile row being
@@ -122,10 +149,13 @@ impl Lowering<'_> {
         self.load_value(cx, v, idx)
     }
 
-    /// Opens the loops of a row kernel over a value of shape `dims`: one workgroup per row of
-    /// the last axis (grid-strided), the row's prologue, then the row's elements across the
-    /// workgroup's threads. Returns the element's index, its flat index and the row count;
-    /// close with [`Lowering::end_row_loops`].
+    /// Opens the loops of a row kernel over a value of shape `dims`: workgroups over the rows
+    /// of the last axis (grid-strided), the row's prologue, then the row's elements across the
+    /// workgroup's threads. A few short rows (a decode step's) are each cut into parts, one
+    /// workgroup a part, so the step does not wait on one multiprocessor; each part computes
+    /// the row's prologue itself, in the same order, so the result does not change. Returns the
+    /// element's index, its flat index and the workgroups wanted; close with
+    /// [`Lowering::end_row_loops`].
     pub(super) fn begin_row_loops(cx: &mut KernelCtx, dims: &[usize]) -> (Vec<Expr>, Expr, u32) {
         let (lead, len) = match dims.split_last() {
             Some((&len, lead)) => (lead.to_vec(), len),
@@ -133,13 +163,25 @@ impl Lowering<'_> {
         };
         let rows = lead.iter().product::<usize>() as u32;
         let wg = cx.kb.workgroup();
-        let row = Self::begin_rows(cx, rows);
+        let parts = row_parts(rows, len as u32, wg);
+        let group = Self::begin_rows(cx, rows * parts);
+        let (row, start) = if parts == 1 {
+            (group, u32c(0))
+        } else {
+            let row = cx.kb.let_(Ty::U32, group.clone() / u32c(parts));
+            let part = group % u32c(parts);
+            (row, part * u32c(len as u32 / parts))
+        };
         let mut idx = unflatten(cx, row.clone(), &lead);
         cx.open_prologue();
-        let k = cx.kb.begin_for(local_id(), u32c(len as u32), u32c(wg));
+        let k = cx.kb.begin_for(
+            start.clone() + local_id(),
+            start + u32c(len as u32 / parts),
+            u32c(wg),
+        );
         idx.push(k.clone());
         let flat = row * u32c(len as u32) + k;
-        (idx, flat, rows)
+        (idx, flat, rows * parts)
     }
 
     /// Closes [`Lowering::begin_row_loops`].
