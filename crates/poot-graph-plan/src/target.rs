@@ -168,6 +168,10 @@ pub struct Tuning {
     /// the weights, each lane a partial sum per row); more rows are tiled (`gemv_rows=N`, 1 to
     /// 32).
     pub gemv_rows: usize,
+    /// Rows of one expert the grouped routed-expert kernel (a prompt chunk's or many decoding
+    /// rows' (token, expert) rows) adds at once, each expert's weights decoded once per that
+    /// many of its rows (`group_rows=4|8|16|32`, 8 by default).
+    pub grouped_rows: u32,
     /// Left-side rows from which a contraction against block-quantized weights goes to the
     /// library (`lib_rows=N`, 64 by default): its weights are then decoded to f16 in full for
     /// every step, which pays over many rows (a prefill chunk, 64 rows decoding together), not
@@ -292,6 +296,7 @@ impl Default for Tuning {
             gemm_matrix_units: MatrixUnits::Tf32,
             library_gemm: true,
             gemv_rows: 8,
+            grouped_rows: 8,
             library_packed_rows: 64,
             library_decode: true,
             library_integer: true,
@@ -315,7 +320,7 @@ pub const CPU_INTEGER_ROWS: u32 = 16;
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, routed=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, tile_prefetch=0|1, tile_units=across|along, gemv_rows=1..32 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, tile_prefetch=0|1, tile_units=across|along, gemv_rows=1..32, group_rows=4|8|16|32 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -428,6 +433,13 @@ impl Tuning {
                         .parse()
                         .ok()
                         .filter(|r| (1..=32).contains(r))
+                        .ok_or_else(bad)?
+                }
+                "group_rows" => {
+                    t.grouped_rows = value
+                        .parse()
+                        .ok()
+                        .filter(|r| [4, 8, 16, 32].contains(r))
                         .ok_or_else(bad)?
                 }
                 "mma" => {
@@ -753,6 +765,7 @@ mod tests {
                 gemm_matrix_units: MatrixUnits::Off,
                 library_gemm: true,
                 gemv_rows: 16,
+                grouped_rows: 8,
                 library_packed_rows: 64,
                 library_decode: false,
                 library_integer: false,

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use poot_llm::{DriverError, FinishReason, GenerateRequest, SeqEvent, SeqId, TokenLogprob};
 use poot_models::LoraAdapter;
@@ -191,6 +191,9 @@ impl Engine {
     }
 }
 
+/// How long the engine must have been idle before it prepares a pending step variant.
+const QUIET_BEFORE_WARMING: Duration = Duration::from_millis(300);
+
 struct Waiting {
     choice: usize,
     spec: SeqSpec,
@@ -247,21 +250,29 @@ impl<R: Rows> Scheduler<R> {
 
     fn run(mut self, jobs: &mpsc::Receiver<Work>, warm_when_idle: bool) {
         // Step variants left to prepare: idle time prepares them one at a time, checking for
-        // jobs between each, so the server is ready before every variant is.
+        // jobs between each, so the server is ready before every variant is. Only after a
+        // quiet spell: a variant takes up to a second or two, and requests arriving back to
+        // back (a client's next one milliseconds after its last) must not each wait for one.
         let mut warming = warm_when_idle;
+        let mut idle_since: Option<Instant> = None;
         loop {
             if self.running.is_empty() && self.waiting.is_empty() {
                 if warming {
-                    match jobs.try_recv() {
-                        Ok(job) => self.take(job),
-                        Err(mpsc::TryRecvError::Empty) => {
+                    let since = *idle_since.get_or_insert_with(Instant::now);
+                    let quiet = QUIET_BEFORE_WARMING.saturating_sub(since.elapsed());
+                    match jobs.recv_timeout(quiet) {
+                        Ok(job) => {
+                            idle_since = None;
+                            self.take(job);
+                        }
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
                             warming = self.warm();
                             if !warming {
                                 eprintln!("every step variant is prepared");
                             }
                             continue;
                         }
-                        Err(mpsc::TryRecvError::Disconnected) => return,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
                     }
                 } else {
                     match jobs.recv() {
@@ -552,6 +563,8 @@ mod tests {
         rows: usize,
         open: BTreeMap<u64, (GenerateRequest, usize)>,
         next: u64,
+        /// Variants "prepared" so far; there are always more.
+        warms: Arc<AtomicUsize>,
     }
 
     impl Rows for FakeRows {
@@ -605,9 +618,23 @@ mod tests {
         fn kv_usage(&self) -> (usize, usize) {
             (self.open.len(), self.rows)
         }
+
+        fn warm(&mut self) -> bool {
+            self.warms.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(20));
+            true
+        }
     }
 
     fn engine(rows: usize, max_waiting: usize) -> (Engine, Arc<Metrics>) {
+        engine_counting_warms(rows, max_waiting, Arc::new(AtomicUsize::new(0)))
+    }
+
+    fn engine_counting_warms(
+        rows: usize,
+        max_waiting: usize,
+        warms: Arc<AtomicUsize>,
+    ) -> (Engine, Arc<Metrics>) {
         let metrics = Arc::new(Metrics::new().expect("metrics register once"));
         let engine = Engine::spawn(
             move || {
@@ -615,6 +642,7 @@ mod tests {
                     rows,
                     open: BTreeMap::new(),
                     next: 0,
+                    warms,
                 })
             },
             max_waiting,
@@ -718,6 +746,21 @@ mod tests {
         assert_eq!(metrics.engine_healthy.get(), 0);
         let mut good = engine.submit(vec![seq(7, 1)]).expect("queued");
         assert_eq!(tokens(&drain(&mut good, 1), 0), vec![7]);
+    }
+
+    #[test]
+    fn variants_are_prepared_only_after_a_quiet_spell() {
+        let warms = Arc::new(AtomicUsize::new(0));
+        let (engine, _) = engine_counting_warms(1, 16, Arc::clone(&warms));
+        // Requests back to back, as one client sends them: none waits for a variant.
+        for first in [10, 20, 30] {
+            let mut job = engine.submit(vec![seq(first, 2)]).expect("queued");
+            assert_eq!(tokens(&drain(&mut job, 1), 0), vec![first, first + 1]);
+        }
+        assert_eq!(warms.load(Ordering::SeqCst), 0);
+        // Left alone, the engine prepares variants one after another.
+        std::thread::sleep(QUIET_BEFORE_WARMING * 4);
+        assert!(warms.load(Ordering::SeqCst) >= 2);
     }
 
     #[test]

@@ -248,18 +248,15 @@ enum WeightRows<'a> {
     Expert(&'a Expr, u32),
 }
 
-/// Rows of one expert a grouped kernel's lanes add at once: a partial sum each.
-const GROUP_ROWS: u32 = 8;
-
 /// Lanes of a grouped kernel's team: narrow, so a workgroup's staged rows serve many columns.
 const GROUP_LANES: u32 = 8;
 
 /// Workgroups that share one expert's rows in a grouped kernel (each takes every `splits`-th
-/// group of [`GROUP_ROWS`]): one per 8 groups the chunk could hold, at most 16. A prompt
+/// group of `group_rows`): one per 8 groups the chunk could hold, at most 16. A prompt
 /// whose tokens pick the same few experts then still fills the device, where a workgroup
 /// per expert walked hundreds of rows alone.
-fn row_splits(rows: u32) -> u32 {
-    (rows / (GROUP_ROWS * 8)).clamp(1, 16)
+fn row_splits(rows: u32, group_rows: u32) -> u32 {
+    (rows / (group_rows * 8)).clamp(1, 16)
 }
 
 impl Job {
@@ -713,17 +710,19 @@ impl Lowering<'_> {
     /// Indexed contraction `eqn` over many rows (a prompt chunk's (token, expert) rows) as one
     /// kernel over (expert, column): the rows are first listed by expert
     /// ([`Lowering::expert_rows`]), then each workgroup takes an expert and a team's worth of
-    /// its columns and walks that expert's rows [`GROUP_ROWS`] at a time: the rows staged in
-    /// shared memory, each lane decoding its units of the columns' weight rows once for all of
-    /// them, as the decode-shaped kernel does. So an expert's weights are read once per
-    /// [`GROUP_ROWS`] of its rows, and only the experts some row selected. `false` when the
-    /// weights' layout does not suit it.
+    /// its columns and walks that expert's rows a group at a time
+    /// ([`Tuning::grouped_rows`](crate::Tuning::grouped_rows) rows): the rows staged in shared
+    /// memory, each lane decoding its units of the columns' weight rows once for all of them,
+    /// as the decode-shaped kernel does. So an expert's weights are read once per group of its
+    /// rows, and only the experts some row selected. `false` when the weights' layout does not
+    /// suit it.
     pub(super) fn emit_grouped_gemv(&mut self, group: &[usize]) -> Result<bool, PlanError> {
         let Some(r) = self.routed(group) else {
             return Ok(false);
         };
         let (lhs, ids, experts, n, rows) = (r.lhs, r.ids, r.experts, r.n, r.rows);
         let k = r.weights[0].0.k;
+        let group_rows = self.target.tuning.grouped_rows;
         let blocks = r.weights.iter().any(|(w, _)| w.layout.blocks());
         // Narrow teams of two columns: a workgroup's staged rows serve 64 columns.
         let lanes = GROUP_LANES;
@@ -735,14 +734,14 @@ impl Lowering<'_> {
         let partials = if shuffles {
             0
         } else {
-            teams * sums * cols * GROUP_ROWS * (lanes + 1)
+            teams * sums * cols * group_rows * (lanes + 1)
         };
         let reserved = 4 * (partials + 3 * threads);
         let budget = self.target.limits.max_shared_bytes.saturating_sub(reserved);
-        let span_len = if 4 * GROUP_ROWS * staged_words(k) <= budget {
+        let span_len = if 4 * group_rows * staged_words(k) <= budget {
             k
         } else {
-            let elems = budget / (4 * GROUP_ROWS) * 32 / (32 + PAD) / CHUNK_ALIGN * CHUNK_ALIGN;
+            let elems = budget / (4 * group_rows) * 32 / (32 + PAD) / CHUNK_ALIGN * CHUNK_ALIGN;
             if elems == 0 {
                 return Ok(false);
             }
@@ -775,12 +774,12 @@ impl Lowering<'_> {
         let stage = Stage {
             arr: cx
                 .kb
-                .shared("lhs", Ty::F32, GROUP_ROWS * staged_words(span_len)),
+                .shared("lhs", Ty::F32, group_rows * staged_words(span_len)),
             stride: staged_words(span_len),
         };
         let partial = (partials > 0).then(|| cx.kb.shared("partials", Ty::F32, partials));
         let col_tiles = n.div_ceil(teams * cols);
-        let splits = row_splits(rows);
+        let splits = row_splits(rows, group_rows);
         // Split-major: the first workgroups take every expert's first rows, so when the rows
         // spread over the experts the later splits find none and leave at once, and when a few
         // experts take most rows their splits still spread over the whole grid.
@@ -798,12 +797,12 @@ impl Lowering<'_> {
         let count = cx.kb.let_(Ty::U32, load(counts, expert.clone()));
         let listed_at = cx.kb.let_(Ty::U32, expert.clone() * u32c(rows));
         let r0 = cx.kb.begin_for(
-            split * u32c(GROUP_ROWS),
+            split * u32c(group_rows),
             count.clone(),
-            u32c(GROUP_ROWS * splits),
+            u32c(group_rows * splits),
         );
         // The chunk's rows (the last row again past the count: staged, never stored).
-        let chunk_rows: Vec<Expr> = (0..GROUP_ROWS)
+        let chunk_rows: Vec<Expr> = (0..group_rows)
             .map(|m| {
                 let at = min(r0.clone() + u32c(m), count.clone() - u32c(1));
                 cx.kb.let_(Ty::U32, load(lists, listed_at.clone() + at))
@@ -814,7 +813,7 @@ impl Lowering<'_> {
             .map(|_| {
                 (0..cols)
                     .map(|_| {
-                        (0..GROUP_ROWS)
+                        (0..group_rows)
                             .map(|_| cx.kb.var(Ty::F32, Expr::F32(0.0)))
                             .collect()
                     })
@@ -868,9 +867,9 @@ impl Lowering<'_> {
             cx.kb.barrier();
             first += span_len;
         }
-        // Each (weight, column, row) total `t = (w * cols + c) * GROUP_ROWS + m`, finished by
+        // Each (weight, column, row) total `t = (w * cols + c) * group_rows + m`, finished by
         // lane `t % lanes`.
-        let per_team = sums * cols * GROUP_ROWS;
+        let per_team = sums * cols * group_rows;
         let flat: Vec<Var> = accs.iter().flatten().flatten().copied().collect();
         let totals: Vec<Expr> = match partial {
             None => {
@@ -899,9 +898,9 @@ impl Lowering<'_> {
         for (t, total) in totals.into_iter().enumerate() {
             let t = t as u32;
             let (w, c, m) = (
-                t / (cols * GROUP_ROWS),
-                t / GROUP_ROWS % cols,
-                t % GROUP_ROWS,
+                t / (cols * group_rows),
+                t / group_rows % cols,
+                t % group_rows,
             );
             let column = col.clone() + u32c(c);
             let mine = eq(lane.clone(), u32c(t % lanes));
