@@ -148,6 +148,9 @@ pub struct Tuning {
     /// head (GQA) in one workgroup, each key and value read once for all of them
     /// (`decode_group=0|1`, on by default).
     pub decode_group_heads: bool,
+    /// Whether a decode step with few rows (a lone request's) groups its query heads that way
+    /// too (`decode_group_lone=0|1`, off by default: not yet measured).
+    pub decode_group_lone: bool,
     /// Workgroups a decode attention launches at least per multiprocessor, by splitting each
     /// row's positions into partitions (`decode_wgs=N`, 1 to 64; 2 by default).
     pub decode_workgroups: usize,
@@ -291,6 +294,7 @@ impl Default for Tuning {
             attention_tiles: true,
             decode_attention_rows: true,
             decode_group_heads: true,
+            decode_group_lone: false,
             decode_workgroups: 2,
             attention_mma: true,
             gemm_matrix_units: MatrixUnits::Tf32,
@@ -320,7 +324,7 @@ pub const CPU_INTEGER_ROWS: u32 = 16;
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, routed=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, tile_prefetch=0|1, tile_units=across|along, gemv_rows=1..32, group_rows=4|8|16|32 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_group_lone=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, tile_prefetch=0|1, tile_units=across|along, gemv_rows=1..32, group_rows=4|8|16|32 (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -376,6 +380,7 @@ impl Tuning {
                 "decode_attn" => t.decode_attention_rows = flag()?,
                 "attn_mma" => t.attention_mma = flag()?,
                 "decode_group" => t.decode_group_heads = flag()?,
+                "decode_group_lone" => t.decode_group_lone = flag()?,
                 "decode_wgs" => {
                     t.decode_workgroups = value
                         .parse()
@@ -760,6 +765,7 @@ mod tests {
                 attention_tiles: false,
                 decode_attention_rows: false,
                 decode_group_heads: false,
+                decode_group_lone: false,
                 decode_workgroups: 8,
                 attention_mma: false,
                 gemm_matrix_units: MatrixUnits::Off,

@@ -461,9 +461,10 @@ impl Lowering<'_> {
             // and value head, reading each key and value once for all of them (measured on an
             // H100, 64 rows of the 1B model: the decode attention was 1.49 of 1.86 ms a step,
             // every head reading its shared keys and values alone).
+            let tuning = &self.target.tuning;
             let group = if decode_step
-                && rows >= ROWS_WITHOUT_SPLIT
-                && self.target.tuning.decode_group_heads
+                && (rows >= ROWS_WITHOUT_SPLIT || tuning.decode_group_lone)
+                && tuning.decode_group_heads
             {
                 self.shared_kv_heads(a)
             } else {
