@@ -378,12 +378,21 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("-q", "--quiet", action="store_true")
     ap.add_argument(
+        "--layers",
+        type=int,
+        help="fewer (or more) layers than the shape has: a quicker file for a poot-against-poot A/B",
+    )
+    ap.add_argument(
         "--tokenizer-from",
         type=Path,
         help="copy this GGUF's tokenizer (and vocabulary size) instead of the placeholder one",
     )
     args = ap.parse_args()
     shape = SHAPES[args.shape]
+    if args.layers is not None:
+        if args.layers < 1:
+            ap.error("--layers must be at least 1")
+        shape = replace(shape, layers=args.layers)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.output.with_name(args.output.name + ".part")
     started = time.time()
