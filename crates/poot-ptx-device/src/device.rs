@@ -139,19 +139,23 @@ pub struct PtxDevice {
     n_recordings: u64,
 }
 
-/// Threads [`Device::compile_all`] compiles on: `POOT_PTX_COMPILE_THREADS` (`0`: the machine's
-/// parallelism, at most 16), else one. One by default until a GPU run has timed and checked
-/// the concurrent compiles (NVRTC documents its calls thread-safe on separate programs).
+/// Threads [`Device::compile_all`] compiles on: `POOT_PTX_COMPILE_THREADS` (`0` or unset: the
+/// machine's parallelism, at most 16; `1` compiles in order on the calling thread). NVRTC
+/// documents its calls thread-safe on separate programs; on an H100 (session 24) the shared
+/// suite passed with every core compiling, and its cold start took 71 s against 112 s on one
+/// thread (that run had a build beside it).
 fn compile_threads() -> usize {
+    let all = || {
+        std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .min(16)
+    };
     match std::env::var("POOT_PTX_COMPILE_THREADS")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
     {
-        Some(0) => std::thread::available_parallelism()
-            .map_or(1, usize::from)
-            .min(16),
+        Some(0) | None => all(),
         Some(n) => n.min(64),
-        None => 1,
     }
 }
 
