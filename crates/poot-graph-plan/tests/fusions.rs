@@ -190,6 +190,10 @@ fn routed_expert_rows_read_their_experts_in_units() {
 /// A routed layer over `tokens` tokens of 256 features (a 128-expert router, top 8, Q4_K gate,
 /// up and down stacks of 256), added to its input, planned for the PTX preset.
 fn routed_layer(tokens: usize) -> Plan {
+    routed_layer_tuned(tokens, "")
+}
+
+fn routed_layer_tuned(tokens: usize, tuning: &str) -> Plan {
     let (d, ff, experts, top) = (256, 256, 128, 8);
     let b = Builder::new(TraceLimits::standard(64));
     let x = input(&b, "x", &[tokens, d]);
@@ -243,7 +247,9 @@ fn routed_layer(tokens: usize) -> Plan {
         .reduce_sum(b.reshape(weighted, [tokens, top, d]).unwrap(), 1)
         .unwrap();
     let out = b.add(x, b.reshape(summed, [tokens, d]).unwrap()).unwrap();
-    compile(&b.finish(Outputs::new(out)).unwrap(), &Target::ptx_preset()).unwrap()
+    let mut target = Target::ptx_preset();
+    target.tuning = Tuning::parse(tuning).unwrap();
+    compile(&b.finish(Outputs::new(out)).unwrap(), &target).unwrap()
 }
 
 #[test]
@@ -310,6 +316,23 @@ fn a_routed_prompt_chunk_crowding_few_experts_still_fills_the_device() {
     assert_eq!(grouped[0].grid[0], 8 * unsplit);
     // The slots are summed under the residual add, by no reduction kernel of their own.
     assert!(!kinds(&p).contains(&"reduce"), "{:?}", kinds(&p));
+}
+
+#[test]
+fn the_grouped_kernels_residency_is_their_own_tuning() {
+    let resident = |tuning: &str| -> Vec<u32> {
+        let p = routed_layer_tuned(64, tuning);
+        p.kernels
+            .iter()
+            .filter(|k| k.name.starts_with("grouped_gemv"))
+            .map(|k| k.min_resident)
+            .collect()
+    };
+    let block = Tuning::default().gemv_block_min_resident;
+    assert_eq!(resident(""), [block, block]);
+    assert_eq!(resident("group_resident=2"), [2, 2]);
+    assert!(Tuning::parse("group_resident=0").is_err());
+    assert!(Tuning::parse("group_resident=9").is_err());
 }
 
 #[test]

@@ -755,10 +755,10 @@ impl Lowering<'_> {
         let label = self.label(r.weights[0].1);
         let mut cx = KernelCtx::labelled("grouped_gemv", label, threads);
         let tuning = &self.target.tuning;
-        cx.kb.set_min_resident(if blocks {
-            tuning.gemv_block_min_resident
-        } else {
-            tuning.gemv_min_resident
+        cx.kb.set_min_resident(match tuning.grouped_resident {
+            Some(n) => n,
+            None if blocks => tuning.gemv_block_min_resident,
+            None => tuning.gemv_min_resident,
         });
         let outps: Vec<ParamId> = out_bufs
             .into_iter()
