@@ -9,7 +9,7 @@
 //! stride of the axis, then a tree over the workgroup), so a fused norm reassociates its sum of
 //! squares exactly as the unfused one does, up to the workgroup width.
 
-use poot_graph_ir::{OpKind, ValueId};
+use poot_graph_ir::{OpKind, ReduceOp, ValueId};
 
 use super::access::{kty, unflatten};
 use super::classify::Placement;
@@ -117,8 +117,8 @@ impl Lowering<'_> {
     pub(super) fn serial_reduce(
         &mut self,
         cx: &mut KernelCtx,
-        op: poot_graph_ir::ReduceOp,
-        ty: poot_kernel::Ty,
+        op: ReduceOp,
+        ty: Ty,
         x: ValueId,
         idx: &[Expr],
         axis: usize,
@@ -165,20 +165,22 @@ impl Lowering<'_> {
         let wg = cx.kb.workgroup();
         let parts = row_parts(rows, len as u32, wg);
         let group = Self::begin_rows(cx, rows * parts);
+        let part_len = len as u32 / parts;
+        // A part's first element; none where rows are whole, so their loops stay as they were.
         let (row, start) = if parts == 1 {
-            (group, u32c(0))
+            (group, None)
         } else {
             let row = cx.kb.let_(Ty::U32, group.clone() / u32c(parts));
-            let part = group % u32c(parts);
-            (row, part * u32c(len as u32 / parts))
+            let start = cx.kb.let_(Ty::U32, group % u32c(parts) * u32c(part_len));
+            (row, Some(start))
         };
         let mut idx = unflatten(cx, row.clone(), &lead);
         cx.open_prologue();
-        let k = cx.kb.begin_for(
-            start.clone() + local_id(),
-            start + u32c(len as u32 / parts),
-            u32c(wg),
-        );
+        let (first, end) = match start {
+            None => (local_id(), u32c(part_len)),
+            Some(start) => (start.clone() + local_id(), start + u32c(part_len)),
+        };
+        let k = cx.kb.begin_for(first, end, u32c(wg));
         idx.push(k.clone());
         let flat = row * u32c(len as u32) + k;
         (idx, flat, rows * parts)
