@@ -1134,21 +1134,27 @@ fn expert_cases() -> Vec<Case> {
         Outputs::new(y),
         reassociated(128),
     ));
-    for (i, (top_k, format)) in [
-        (1, GgmlType::Q4_K),
-        (8, GgmlType::Q8_0),
-        (2, GgmlType::MXFP4),
+    // The last: a prompt chunk's 160 (token, expert) rows, every stack in blocks (tiles over
+    // each expert's rows where the target stages block tiles).
+    for (i, (top_k, format, tokens, down_type)) in [
+        (1, GgmlType::Q4_K, 5, DType::F16),
+        (8, GgmlType::Q8_0, 5, DType::F16),
+        (2, GgmlType::MXFP4, 5, DType::F16),
+        (8, GgmlType::Q4_K, 20, DType::Packed(GgmlType::Q8_0)),
     ]
     .into_iter()
     .enumerate()
     {
         let mut c = CaseBuilder::new(220 + i as u64);
-        let (tokens, d, ff, n_experts) = (5, 256, 64, 8);
+        let (d, ff, n_experts) = (256, 64, 8);
         let x = c.f32("x", &[tokens, d]);
         let router = c.f32("router", &[n_experts, d]);
         let gate = c.packed_dims("gate", format, &[n_experts, ff, d]);
         let up = c.packed_dims("up", format, &[n_experts, ff, d]);
-        let down = c.half("down", &[n_experts, d, ff], DType::F16);
+        let down = match down_type {
+            DType::Packed(f) => c.packed_dims("down", f, &[n_experts, d, ff]),
+            half => c.half("down", &[n_experts, d, ff], half),
+        };
         let b = &c.b;
         let scores =
             ops::softmax(b, ops::linear(b, x, router, None).expect("router"), 1).expect("softmax");
@@ -1171,9 +1177,13 @@ fn expert_cases() -> Vec<Case> {
         let y = b
             .reduce_sum(b.reshape(weighted, [tokens, top_k, d]).expect("r"), 1)
             .expect("sum");
+        let down = match down_type {
+            DType::Packed(f) => format!(", {} down", f.name()),
+            _ => String::new(),
+        };
         cases.push(c.finish(
             &format!(
-                "routed experts, top-{top_k} of {n_experts}, {} stacks",
+                "routed experts, top-{top_k} of {n_experts}, {} stacks{down}, {tokens} tokens",
                 format.name()
             ),
             Outputs::new(y).and(ids),
@@ -3037,7 +3047,7 @@ fn open_engine_with<D: crate::Device>(
 /// [`open_block_tiles_engine`]'s tiles stage from the blocks.
 pub fn run_block_weights(exec: &mut dyn Executor) -> Vec<Outcome> {
     run_matching(exec, |name| {
-        name.contains("weights") || name.contains("projections")
+        name.contains("weights") || name.contains("projections") || name.contains("expert")
     })
 }
 

@@ -559,7 +559,8 @@ impl OpKind {
                 check_axis(op, *axis, data.rank())?;
                 index_type(op, 1, idx)?;
                 let dtype = match data.dtype {
-                    DType::Packed(_) if *axis == 0 && data.rank() == 2 => {
+                    // Rows of a table, or whole experts of a `[experts, rows, k]` stack.
+                    DType::Packed(_) if *axis == 0 && (2..=3).contains(&data.rank()) => {
                         weight_type(op, 0, data)?;
                         DType::F32
                     }
@@ -568,7 +569,7 @@ impl OpKind {
                             op,
                             0,
                             data.dtype,
-                            "a dense type (packed tables gather rows of a rank-2 table)",
+                            "a dense type (packed tables gather along the first axis of a rank-2 table or rank-3 stack)",
                         ));
                     }
                     // The Hugging Face packed layouts quantize linear layers, never embedding

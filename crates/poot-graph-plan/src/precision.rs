@@ -24,7 +24,10 @@
 //! the library over many rows, and, where the target stages them in tiles
 //! ([`Target::block_tiles`]), for tiled contractions of fewer rows: `Cast { to: F32 }(Cast {
 //! to: F16 }(Gather(w, every row)))`. The kernels read the stored blocks; the graph says what
-//! they compute, so the oracle rounds each decoded weight to f16 as they do.
+//! they compute, so the oracle rounds each decoded weight to f16 as they do. A routed
+//! contraction over enough (token, expert) rows against a block-quantized expert stack is
+//! rewritten the same way (the stack gathered expert by expert), for the tiles over each
+//! expert's listed rows ([`decoded_for_routed_tiles`]).
 //!
 //! A graph already rounded this way is left as it is, so the rewrite may run twice.
 
@@ -56,7 +59,8 @@ pub fn round_half_operands<'g>(
             Some(half) if half_weights_rounded => (half, None),
             Some(_) => return None,
             None if decoded_for_library(graph, j, target)
-                || decoded_for_tiles(graph, j, target) =>
+                || decoded_for_tiles(graph, j, target)
+                || decoded_for_routed_tiles(graph, j, target) =>
             {
                 (DType::F16, Some(e.inputs[1]))
             }
@@ -188,7 +192,8 @@ pub(crate) struct DecodedBlocks {
 }
 
 /// The decoding `v` is the end of, when it is one: `Cast { to: F32 }(Cast { to: F16 }(
-/// Gather { axis: 0 }(w, Iota over w's rows)))` of a stored rank-2 block constant `w`.
+/// Gather { axis: 0 }(w, Iota over w's rows)))` of a stored rank-2 block constant `w`, or of a
+/// rank-3 expert stack (gathered whole expert by expert).
 pub(crate) fn decoded_blocks(g: &Graph, v: ValueId) -> Option<DecodedBlocks> {
     let producer = |v: ValueId| g.eqns().iter().find(|e| e.out == v);
     if half_operand(g, v) != Some(DType::F16) {
@@ -202,7 +207,7 @@ pub(crate) fn decoded_blocks(g: &Graph, v: ValueId) -> Option<DecodedBlocks> {
     };
     let info = &g.values()[w.index()];
     let dims = info.ty.dims();
-    if dims.len() != 2 {
+    if !(2..=3).contains(&dims.len()) {
         return None;
     }
     let format = match info.ty.dtype {
@@ -315,6 +320,52 @@ pub(crate) fn decoded_for_tiles(g: &Graph, eqn: usize, target: &Target) -> bool 
         return false;
     };
     matches!(w.storage, Storage::Const(_)) && crate::lower::stages_blocks(format, n, k)
+}
+
+/// Whether routed contraction `eqn` is one whose block-quantized expert stack a tiled kernel
+/// over each expert's listed rows multiplies in f16, decoding it slice by slice (with the left
+/// side rounded to f16): at least [`Tuning::routed_tile_rows`](crate::Tuning::routed_tile_rows)
+/// (token, expert) rows where the target stages block tiles, against a stored `[experts,
+/// columns, depth]` GGUF block constant whose rows the tiles can stage.
+pub(crate) fn decoded_for_routed_tiles(g: &Graph, eqn: usize, target: &Target) -> bool {
+    let e = &g.eqns()[eqn];
+    let min_rows = target.tuning.routed_tile_rows;
+    if e.op != OpKind::IndexedMatMul
+        || !target.block_tiles()
+        || !target.tuning.routed_units
+        || min_rows == 0
+    {
+        return false;
+    }
+    let (lhs, w, out) = (
+        &g.values()[e.inputs[0].index()],
+        &g.values()[e.inputs[1].index()],
+        &g.values()[e.out.index()],
+    );
+    let (DType::Packed(t), &[experts, n, k]) = (w.ty.dtype, w.ty.dims()) else {
+        return false;
+    };
+    let Ok(Some(poot_formats::PackedFormat::Block(format))) = t.packed_format() else {
+        return false;
+    };
+    let rows = match *out.ty.dims() {
+        [rows, cols] if cols == n => rows,
+        _ => return false,
+    };
+    lhs.ty.dtype == DType::F32
+        && lhs.ty.dims() == [rows, k]
+        && rows >= min_rows
+        && matches!(w.storage, Storage::Const(_))
+        && k.is_multiple_of(32)
+        && experts
+            .checked_mul(n)
+            .is_some_and(|rows| crate::lower::stages_blocks(format, rows, k))
+        && rows
+            .checked_mul(n)
+            .is_some_and(|c| u32::try_from(c).is_ok())
+        && experts
+            .checked_mul(rows)
+            .is_some_and(|c| u32::try_from(c).is_ok())
 }
 
 /// The half type (F16 or BF16) of the weights of contraction `eqn` when it is tiled against

@@ -180,6 +180,11 @@ pub struct Tuning {
     /// residency). ptxas, offline (`scripts/bench/nvrtc_regs.py`), spills 1.6 KB a thread of
     /// the 30B-A3B shape's gate/up kernel at 4 (64 registers) and almost nothing at 2.
     pub grouped_resident: Option<u32>,
+    /// Routed (token, expert) rows from which a routed contraction against a block-quantized
+    /// expert stack is tiled over each expert's listed rows, its weights decoded to f16 per
+    /// staged slice and multiplied on the matrix units where the target stages block tiles
+    /// (`routed_tiles=N`; 0 keeps the grouped kernel at every row count).
+    pub routed_tile_rows: usize,
     /// Left-side rows from which a contraction against block-quantized weights goes to the
     /// library (`lib_rows=N`, 64 by default): its weights are then decoded to f16 in full for
     /// every step, which pays over many rows (a prefill chunk, 64 rows decoding together), not
@@ -307,6 +312,7 @@ impl Default for Tuning {
             gemv_rows: 8,
             grouped_rows: 8,
             grouped_resident: None,
+            routed_tile_rows: 64,
             library_packed_rows: 64,
             library_decode: true,
             library_integer: true,
@@ -330,7 +336,7 @@ pub const CPU_INTEGER_ROWS: u32 = 16;
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, routed=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_group_lone=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, tile_prefetch=0|1, tile_units=across|along, gemv_rows=1..32, group_rows=4|8|16|32, group_resident=1..8 (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_group_lone=0|1, decode_wgs=1..64, attn_mma=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, tile_prefetch=0|1, tile_units=across|along, gemv_rows=1..32, group_rows=4|8|16|32, group_resident=1..8, routed_tiles=N (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -455,6 +461,7 @@ impl Tuning {
                             .ok_or_else(bad)?,
                     )
                 }
+                "routed_tiles" => t.routed_tile_rows = value.parse().map_err(|_| bad())?,
                 "group_rows" => {
                     t.grouped_rows = value
                         .parse()
@@ -788,6 +795,7 @@ mod tests {
                 gemv_rows: 16,
                 grouped_rows: 8,
                 grouped_resident: None,
+                routed_tile_rows: 64,
                 library_packed_rows: 64,
                 library_decode: false,
                 library_integer: false,

@@ -159,6 +159,10 @@ fn q4_0_rows(rows: usize, tuning: &str) -> Vec<String> {
 /// `rows` rows of a mixture of experts' contraction, each against its expert's rows of a
 /// `[8, 96, 256]` Q4_K stack, planned for the PTX preset.
 fn indexed_rows(rows: usize) -> Vec<String> {
+    indexed_rows_tuned(rows, "")
+}
+
+fn indexed_rows_tuned(rows: usize, tuning: &str) -> Vec<String> {
     let b = Builder::new(TraceLimits::standard(64));
     let x = input(&b, "x", &[rows, 256]);
     let stack = b
@@ -171,7 +175,9 @@ fn indexed_rows(rows: usize) -> Vec<String> {
         .slot_named("ids", TensorType::new(DType::I32, vec![rows]))
         .unwrap();
     let y = b.indexed_matmul(x, stack, ids).unwrap();
-    let p = compile(&b.finish(Outputs::new(y)).unwrap(), &Target::ptx_preset()).unwrap();
+    let mut target = Target::ptx_preset();
+    target.tuning = Tuning::parse(tuning).unwrap();
+    let p = compile(&b.finish(Outputs::new(y)).unwrap(), &target).unwrap();
     kinds(&p).into_iter().map(str::to_string).collect()
 }
 
@@ -181,10 +187,40 @@ fn routed_expert_rows_read_their_experts_in_units() {
     // each row against its expert's weight rows only.
     assert_eq!(indexed_rows(8), ["indexed_gemv"]);
     assert_eq!(indexed_rows(32), ["indexed_gemv"]);
-    // More rows (a prompt chunk's): listed by expert, then each expert's weight rows read
-    // once for eight of its rows.
+    // More rows: listed by expert, then each expert's weight rows read once for eight of its
+    // rows.
     assert_eq!(indexed_rows(33), ["expert_rows", "grouped_gemv"]);
-    assert_eq!(indexed_rows(512), ["expert_rows", "grouped_gemv"]);
+    assert_eq!(indexed_rows(63), ["expert_rows", "grouped_gemv"]);
+    let grouped = indexed_rows_tuned(512, "routed_tiles=0");
+    assert_eq!(grouped, ["expert_rows", "grouped_gemv"]);
+    // From 64 rows (a prompt chunk's): tiles over each expert's rows, the stack decoded per
+    // staged slice (its left side rounded to f16 for them first).
+    assert_eq!(indexed_rows(64), ["map", "expert_rows", "routed_gemm"]);
+    assert_eq!(indexed_rows(512), ["map", "expert_rows", "routed_gemm"]);
+    let later = indexed_rows_tuned(512, "routed_tiles=1024");
+    assert_eq!(later, ["expert_rows", "grouped_gemv"]);
+}
+
+#[test]
+fn a_routed_prompt_chunk_tiles_each_experts_rows_reading_only_the_stored_blocks() {
+    let p = routed_layer(64);
+    let routed: Vec<_> = p
+        .dispatches
+        .iter()
+        .filter(|d| p.kernels[d.kernel].name.starts_with("routed_gemm"))
+        .collect();
+    // Gate and up as one kernel, then down.
+    assert_eq!(routed.len(), 2, "{:?}", kinds(&p));
+    // 512 rows over 128 experts, 4 each on average: 16-row tiles, at most (512 + 128 * 15) /
+    // 16 = 152 of them holding rows, for each of the 2 * 4 column tiles of gate and up.
+    assert_eq!(routed[0].grid[0], 152 * 8);
+    // No kernel decodes the stacks into a buffer.
+    let decoding = p
+        .buffers
+        .iter()
+        .filter(|b| b.size_bytes >= 128 * 256 * 256 * 4)
+        .count();
+    assert_eq!(decoding, 0, "{:?}", kinds(&p));
 }
 
 /// A routed layer over `tokens` tokens of 256 features (a 128-expert router, top 8, Q4_K gate,
@@ -303,7 +339,7 @@ fn a_routed_decode_step_ranks_once_stages_its_token_once_and_sums_its_slots_in_p
 
 #[test]
 fn a_routed_prompt_chunk_crowding_few_experts_still_fills_the_device() {
-    let p = routed_layer(64);
+    let p = routed_layer_tuned(64, "routed_tiles=0");
     let grouped: Vec<_> = p
         .dispatches
         .iter()
@@ -329,8 +365,8 @@ fn the_grouped_kernels_residency_is_their_own_tuning() {
             .collect()
     };
     let block = Tuning::default().gemv_block_min_resident;
-    assert_eq!(resident(""), [block, block]);
-    assert_eq!(resident("group_resident=2"), [2, 2]);
+    assert_eq!(resident("routed_tiles=0"), [block, block]);
+    assert_eq!(resident("routed_tiles=0,group_resident=2"), [2, 2]);
     assert!(Tuning::parse("group_resident=0").is_err());
     assert!(Tuning::parse("group_resident=9").is_err());
 }

@@ -40,21 +40,34 @@ pub(crate) fn gather(
     let rows = Indices::of(idx, 1)?.checked(1, dim)?;
     match data.dtype() {
         DType::Packed(format) => {
-            let k = data.dims().get(1).copied().unwrap_or(0);
+            // Along the first axis only; each index takes a slab of whole rows (one row of a
+            // rank-2 table, one expert's matrix of a rank-3 stack).
+            let dims = data.dims();
+            if axis != 0 || dims.len() < 2 {
+                return Err(Fault::Unsupported {
+                    input: 0,
+                    dtype: data.dtype(),
+                });
+            }
+            let k = dims[dims.len() - 1];
+            let slab_rows: usize = dims[1..dims.len() - 1].iter().product();
             let bytes = data.as_packed().map_err(|_| Fault::Unsupported {
                 input: 0,
                 dtype: data.dtype(),
             })?;
             let row_bytes = packed::row_bytes(format, k)?;
-            let mut out = vec![0f32; rows.len() * k];
-            if k > 0 {
-                for (&r, dst) in rows.iter().zip(out.chunks_exact_mut(k)) {
-                    let at = r * row_bytes;
-                    let src = bytes.get(at..at + row_bytes).ok_or(Fault::WindowLayout {
-                        base: at,
-                        len: bytes.len(),
-                    })?;
-                    packed::decode(format, src, dst)?;
+            let slab = slab_rows * k;
+            let mut out = vec![0f32; rows.len() * slab];
+            if slab > 0 {
+                for (&r, dst) in rows.iter().zip(out.chunks_exact_mut(slab)) {
+                    for (i, row) in dst.chunks_exact_mut(k).enumerate() {
+                        let at = (r * slab_rows + i) * row_bytes;
+                        let src = bytes.get(at..at + row_bytes).ok_or(Fault::WindowLayout {
+                            base: at,
+                            len: bytes.len(),
+                        })?;
+                        packed::decode(format, src, row)?;
+                    }
                 }
             }
             Ok(f32::wrap(out))

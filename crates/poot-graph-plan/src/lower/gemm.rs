@@ -57,6 +57,7 @@ use super::access::{device_word, kty, to_word};
 use super::classify::{Placement, is_identity_elementwise};
 use super::context::{KernelCtx, LBuf, TileRow};
 use super::emit::{combine, reduce_init};
+use super::experts::ExpertRows;
 use super::{Lowering, PlanError};
 use super::{dequant, dequant_unit};
 use crate::plan::BufferRole;
@@ -64,7 +65,7 @@ use crate::precision::{DecodedBlocks, decoded_blocks, half_operand};
 use crate::target::{MatrixUnits, Target};
 use poot_formats::BlockFormat;
 use poot_kernel::build::{
-    KernelBuilder, Mark, bin, eq, load, load_shared, local_id, lt, min, mul_add, u32c, un,
+    KernelBuilder, Mark, bin, eq, load, load_shared, local_id, lt, min, mul_add, select, u32c, un,
 };
 use poot_kernel::{BinOp, Expr, Half, ParamId, SharedId, Ty, UnOp, Var, Word};
 
@@ -135,6 +136,17 @@ pub(crate) fn block_tiled(g: &Graph, eqn: usize, target: &Target) -> Option<Deco
         return None;
     }
     decoded_blocks(g, e.inputs[1])
+}
+
+/// The f16 decoding of routed contraction `eqn`'s expert stack, when tiles over each expert's
+/// listed rows stage it from the stored blocks
+/// ([`crate::precision::decoded_for_routed_tiles`] wrote it).
+pub(crate) fn routed_tiled(g: &Graph, eqn: usize, target: &Target) -> Option<DecodedBlocks> {
+    let e = &g.eqns()[eqn];
+    if e.op != OpKind::IndexedMatMul || !target.block_tiles() {
+        return None;
+    }
+    decoded_blocks(g, e.inputs[1]).filter(|d| g.values()[d.weights.index()].ty.rank() == 3)
 }
 
 /// Whether a tiled kernel can stage `[n, k]` weights in block format `f` a unit at a time: rows
@@ -481,6 +493,24 @@ struct Tiled {
     finish: Finish,
     t: Tiles,
     splits: u32,
+    /// For routed contractions: the experts whose listed rows the row tiles walk.
+    route: Option<Route>,
+}
+
+/// The rows of a routed contraction's tiles: each row tile holds rows of one expert, as
+/// [`Lowering::expert_rows`] lists them.
+struct Route {
+    experts: u32,
+    listed: ExpertRows,
+}
+
+impl Route {
+    /// The most row tiles of `tm` rows that `rows` rows over the experts can fill: each
+    /// expert's last tile may be partly empty.
+    fn row_tiles(&self, rows: u32, tm: u32) -> u32 {
+        let most = (rows + self.experts * (tm - 1)) / tm;
+        most.min(self.experts * rows.div_ceil(tm)).max(1)
+    }
 }
 
 impl Tiled {
@@ -503,6 +533,7 @@ impl Tiled {
             finish,
             t,
             splits,
+            route: None,
         }
     }
 
@@ -574,6 +605,26 @@ struct At {
     split: Expr,
     /// On the matrix-unit path, the thread's place in its warp's fragments.
     mma: Option<MmaAt>,
+    /// In a routed kernel, the tile's rows among its expert's listed rows (`m0` is then 0 and
+    /// rows are the tile's own).
+    route: Option<RouteAt>,
+}
+
+/// A routed tile: expert `expert`'s listed rows from entry `first` of `lists`, `valid` of them.
+struct RouteAt {
+    lists: ParamId,
+    first: Expr,
+    valid: Expr,
+    expert: Expr,
+}
+
+impl RouteAt {
+    /// The left-side row of the tile's row `offset` (its last row's for offsets past it).
+    fn row(&self, cx: &mut KernelCtx, offset: Expr) -> Expr {
+        let entry = min(offset, self.valid.clone() - u32c(1));
+        cx.kb
+            .let_(Ty::U32, load(self.lists, self.first.clone() + entry))
+    }
 }
 
 /// A thread's place on the matrix-unit path: its warp owns the blocks of the tile from row
@@ -610,6 +661,23 @@ pub(super) fn tf32_parts(cx: &mut KernelCtx, x: Expr) -> (Expr, Expr) {
 /// The conjunction of the conditions that apply (`None`: always true).
 fn all(conds: impl IntoIterator<Item = Option<Expr>>) -> Option<Expr> {
     conds.into_iter().flatten().reduce(and)
+}
+
+/// The left side's row at the tile's row `offset` (its index over the leading axes), and when
+/// the tile may hold no row there, the condition that it does.
+fn tile_lhs_row(
+    cx: &mut KernelCtx,
+    t: &Tiles,
+    at: &At,
+    offset: &Expr,
+) -> (Option<Expr>, Vec<Expr>) {
+    if let Some(r) = &at.route {
+        let inside = lt(offset.clone(), r.valid.clone());
+        return (Some(inside), vec![r.row(cx, offset.clone())]);
+    }
+    let m = cx.kb.let_(Ty::U32, at.m0.clone() + offset.clone());
+    let inside = t.ragged().then(|| lt(m.clone(), u32c(t.m)));
+    (inside, row_index(cx, m, &t.lead))
 }
 
 /// The index over `lead` of flat row `m`; an axis of size 1 is the literal 0, as a broadcast
@@ -681,6 +749,67 @@ impl Lowering<'_> {
             passes,
             Finish::Columns(outs),
         ))
+    }
+
+    /// Routed contractions `group` (one, or siblings of one left side and one set of ids: a
+    /// layer's gate and up) over many (token, expert) rows as tiles over each expert's listed
+    /// rows ([`Lowering::expert_rows`]): every row tile holds rows of one expert, whose weights
+    /// it decodes slice by slice as the block tiles do, in f16 on the matrix units where the
+    /// target has them ([`crate::precision::decoded_for_routed_tiles`] rounded both sides).
+    /// So an expert's weights are read once per tile of its rows, and only the experts some
+    /// row selected. `false` when the kernel would not fit the target.
+    pub(super) fn emit_routed_tiles(&mut self, group: &[usize]) -> Result<bool, PlanError> {
+        let Some(&i) = group.first() else {
+            return Ok(false);
+        };
+        let Some(d) = routed_tiled(self.g, i, self.target) else {
+            return Ok(false);
+        };
+        let e = &self.g.eqns()[i];
+        let (lhs, ids) = (e.inputs[0], e.inputs[2]);
+        let (experts, k) = match *self.g.values()[d.weights.index()].ty.dims() {
+            [experts, _, k] => (experts as u32, k as u32),
+            _ => return Ok(false),
+        };
+        let rows = self.g.values()[e.out.index()].ty.dims()[0] as u32;
+        let mut choices = Vec::with_capacity(group.len());
+        let mut outs = Vec::with_capacity(group.len());
+        let mut tiles_n = 0u32;
+        for &j in group {
+            let ej = &self.g.eqns()[j];
+            let same = ej.inputs[0] == lhs
+                && ej.inputs[2] == ids
+                && routed_tiled(self.g, j, self.target).is_some_and(|dj| {
+                    self.g.values()[dj.weights.index()].ty.dims()[0] == experts as usize
+                });
+            if !same {
+                return Ok(false);
+            }
+            self.n_elems(ej.out)?;
+            let n = *self.g.values()[ej.out.index()]
+                .ty
+                .dims()
+                .last()
+                .unwrap_or(&1) as u32;
+            let w = Weights {
+                rhs: ej.inputs[1],
+                transpose: true,
+                first_tile: tiles_n,
+                n,
+            };
+            tiles_n = w.end_tile();
+            choices.push(w);
+            outs.push(ej.out);
+        }
+        let passes = vec![Pass {
+            lhs,
+            k_len: k,
+            sums: vec![choices],
+        }];
+        let listed = self.expert_rows(ids, experts, rows)?;
+        let mut tiled = Tiled::new(e.out, &[rows as usize], passes, Finish::Columns(outs));
+        tiled.route = Some(Route { experts, listed });
+        self.emit_tiled(tiled)
     }
 
     /// The kernel of value `eqn` computing the contractions `mms` its value reads element by
@@ -770,8 +899,19 @@ impl Lowering<'_> {
             // Up to 16 rows (a batched decode step's) on the matrix units: 16-row tiles, each
             // warp a 16 x 8 block, where 32-row ones multiplied as many padding rows as rows.
             // Each thread stages at least a pair of the left side's elements.
-            if t.m <= 16 && t.half().is_some() && tiled.t.tk * 16 >= 2 * THREADS {
+            let narrow = t.half().is_some() && tiled.t.tk * 16 >= 2 * THREADS;
+            if t.m <= 16 && narrow {
                 tiled.t.tm = 16;
+            }
+            if let Some(route) = &tiled.route {
+                // Row tiles about as tall as an expert's share of the rows.
+                let share = t.m.div_ceil(route.experts.max(1));
+                tiled.t.tm = match share {
+                    0..=16 if narrow => 16,
+                    0..=32 => 32,
+                    _ => 64,
+                };
+                tiled.t.tiles_m = route.row_tiles(t.m, tiled.t.tm);
             }
             t.tm = tiled.t.tm;
             t.tk = tiled.t.tk;
@@ -790,9 +930,25 @@ impl Lowering<'_> {
                 tiled.t.tk,
                 workgroups,
             );
-            for pass in &tiled.passes {
-                self.materialized(pass.lhs)?;
+            if tiled.route.is_some() {
+                // A routed kernel's row tiles are many; and its left side (a token's input
+                // for each of its experts) is read in place where it needs no row tables.
+                tiled.splits = 1;
+                for pass in &tiled.passes {
+                    let mut tables = Vec::new();
+                    self.tile_row_reductions(pass.lhs, &tiled.t.lead, &mut tables);
+                    if !tables.is_empty() {
+                        self.materialized(pass.lhs)?;
+                    }
+                }
+            } else {
+                for pass in &tiled.passes {
+                    self.materialized(pass.lhs)?;
+                }
             }
+        }
+        if tiled.route.is_some() && (tiled.splits > 1 || !self.decodes_blocks(&tiled)) {
+            return Ok(false);
         }
         let t = &tiled.t;
         if THREADS > limits.max_workgroup_threads || !fits(t) {
@@ -800,6 +956,7 @@ impl Lowering<'_> {
         }
         let split = tiled.splits > 1;
         let kind = match (&tiled.finish, split) {
+            _ if tiled.route.is_some() => "routed_gemm",
             (_, true) => "gemm_split",
             (Finish::Columns(_), false) => "gemm",
             (Finish::Epilogue { .. }, false) => "gemm_epilogue",
@@ -812,7 +969,10 @@ impl Lowering<'_> {
         let sets: Vec<Slices> = (0..t.buffers)
             .map(|set| Self::tile_arrays(&mut cx, t, widest, set))
             .collect();
-        let at = Self::open_tiles(&mut cx, t, tiled.splits);
+        let at = match &tiled.route {
+            Some(route) => Self::open_routed_tiles(&mut cx, t, route),
+            None => Self::open_tiles(&mut cx, t, tiled.splits),
+        };
         let mut accs = Vec::with_capacity(tiled.passes.len());
         for pass in &tiled.passes {
             self.tile_row_tables(&mut cx, pass.lhs, t, &at)?;
@@ -826,7 +986,11 @@ impl Lowering<'_> {
         let grid = t.tiles_m * t.tiles_n * tiled.splits;
         if !split {
             self.finish_tiles(&mut cx, &tiled, &at, &accs)?;
-            Self::close_tiles(&mut cx);
+            if tiled.route.is_some() {
+                Self::close_routed_tiles(&mut cx);
+            } else {
+                Self::close_tiles(&mut cx);
+            }
             return self.push_tiles(vec![(cx, grid)]);
         }
         // The partial sums: per pass, sum and weight choice, `[splits, m, n]`.
@@ -985,7 +1149,7 @@ impl Lowering<'_> {
                     .kb
                     .let_(Ty::U32, col0.clone() + at.tx.clone() + u32c(SIDE * j));
                 let slot = (i * COLS_PER_THREAD + j) as usize;
-                Self::output_at(cx, t, n, (slot, m.clone(), col), body);
+                Self::output_at(cx, (t, at), n, (slot, m.clone(), col), body);
             }
         }
     }
@@ -994,18 +1158,27 @@ impl Lowering<'_> {
     /// the `n` columns.
     fn output_at(
         cx: &mut KernelCtx,
-        t: &Tiles,
+        (t, at): (&Tiles, &At),
         n: u32,
         (slot, m, col): (usize, Expr, Expr),
         body: &mut dyn FnMut(&mut KernelCtx, usize, Expr, Expr),
     ) {
+        let rows = match &at.route {
+            Some(r) => Some(lt(m.clone(), r.valid.clone())),
+            None => t.ragged().then(|| lt(m.clone(), u32c(t.m))),
+        };
         let inside = all([
-            t.ragged().then(|| lt(m.clone(), u32c(t.m))),
+            rows,
             (!n.is_multiple_of(TN)).then(|| lt(col.clone(), u32c(n))),
         ]);
         if let Some(c) = &inside {
             cx.kb.begin_if(c.clone());
         }
+        // A routed tile's row `m` is its expert's listed row.
+        let m = match &at.route {
+            Some(r) => cx.kb.let_(Ty::U32, load(r.lists, r.first.clone() + m)),
+            None => m,
+        };
         body(cx, slot, m, col);
         if inside.is_some() {
             cx.kb.end();
@@ -1040,7 +1213,7 @@ impl Lowering<'_> {
                             + u32c(ni * 8 + r % 2),
                     );
                     let slot = ((mi * col_blocks + ni) * 4 + r) as usize;
-                    Self::output_at(cx, t, n, (slot, m, col), body);
+                    Self::output_at(cx, (t, at), n, (slot, m, col), body);
                 }
             }
         }
@@ -1328,7 +1501,21 @@ impl Lowering<'_> {
         let rest = cx.kb.let_(Ty::U32, item % u32c(tiles));
         let tile_n = cx.kb.let_(Ty::U32, rest.clone() / u32c(t.tiles_m));
         let m0 = cx.kb.let_(Ty::U32, (rest % u32c(t.tiles_m)) * u32c(t.tm));
-        let mma = t.mma.map(|_| {
+        let mma = Self::mma_place(cx, t);
+        At {
+            tile_n,
+            m0,
+            tx,
+            ty,
+            split,
+            mma,
+            route: None,
+        }
+    }
+
+    /// The thread's place in its warp's fragments on the matrix-unit path.
+    fn mma_place(cx: &mut KernelCtx, t: &Tiles) -> Option<MmaAt> {
+        t.mma.map(|_| {
             let warp = local_id() / u32c(32);
             let lane = local_id() % u32c(32);
             let (across, (_, col_blocks)) = (t.warps_across(), t.warp_blocks());
@@ -1343,14 +1530,66 @@ impl Lowering<'_> {
                 g: cx.kb.let_(Ty::U32, lane.clone() / u32c(4)),
                 q: cx.kb.let_(Ty::U32, lane % u32c(4)),
             }
-        });
+        })
+    }
+
+    /// Opens the loop over a routed kernel's tiles (row tiles within a column tile, so
+    /// workgroups next to each other read one expert's weight tile) and names the thread's
+    /// place. Each expert's listed rows take whole row tiles, experts in order; the tile's
+    /// expert is found by walking the experts' row counts, and a tile past the last expert's
+    /// rows is skipped (the grid is sized for the most tiles any routing can need).
+    fn open_routed_tiles(cx: &mut KernelCtx, t: &Tiles, route: &Route) -> At {
+        let tx = cx.kb.let_(Ty::U32, local_id() % u32c(SIDE));
+        let ty = cx.kb.let_(Ty::U32, local_id() / u32c(SIDE));
+        let counts = cx.param(route.listed.counts, Word::U32, false);
+        let lists = cx.param(route.listed.lists, Word::U32, false);
+        let experts = route.experts;
+        let item = Self::begin_rows(cx, t.tiles_m * t.tiles_n);
+        let tile_n = cx.kb.let_(Ty::U32, item.clone() / u32c(t.tiles_m));
+        let row_tile = cx.kb.let_(Ty::U32, item % u32c(t.tiles_m));
+        let seen = cx.kb.var(Ty::U32, u32c(0));
+        let found = cx.kb.var(Ty::U32, u32c(experts));
+        let found_at = cx.kb.var(Ty::U32, u32c(0));
+        let e = cx.kb.begin_for(u32c(0), u32c(experts), u32c(1));
+        let tiles = cx.kb.let_(
+            Ty::U32,
+            (load(counts, e.clone()) + u32c(t.tm - 1)) / u32c(t.tm),
+        );
+        let hit = cx.kb.let_(
+            Ty::Bool,
+            and(
+                eq(Expr::Var(found), u32c(experts)),
+                lt(row_tile.clone(), Expr::Var(seen) + tiles.clone()),
+            ),
+        );
+        cx.kb.set(found, select(hit.clone(), e, Expr::Var(found)));
+        cx.kb
+            .set(found_at, select(hit, Expr::Var(seen), Expr::Var(found_at)));
+        cx.kb.set(seen, Expr::Var(seen) + tiles);
+        cx.kb.end();
+        cx.kb.begin_if(lt(Expr::Var(found), u32c(experts)));
+        let expert = cx.kb.let_(Ty::U32, Expr::Var(found));
+        let first = cx
+            .kb
+            .let_(Ty::U32, (row_tile - Expr::Var(found_at)) * u32c(t.tm));
+        let count = cx.kb.let_(Ty::U32, load(counts, expert.clone()));
+        let route = RouteAt {
+            lists,
+            first: cx
+                .kb
+                .let_(Ty::U32, expert.clone() * u32c(t.m) + first.clone()),
+            valid: cx.kb.let_(Ty::U32, min(count - first, u32c(t.tm))),
+            expert,
+        };
+        let mma = Self::mma_place(cx, t);
         At {
             tile_n,
-            m0,
+            m0: u32c(0),
             tx,
             ty,
-            split,
+            split: u32c(0),
             mma,
+            route: Some(route),
         }
     }
 
@@ -1358,6 +1597,13 @@ impl Lowering<'_> {
     /// next tile writes them.
     fn close_tiles(cx: &mut KernelCtx) {
         cx.kb.barrier();
+        cx.kb.end();
+    }
+
+    /// Closes [`Lowering::open_routed_tiles`]: the tile's rows, then the loop.
+    fn close_routed_tiles(cx: &mut KernelCtx) {
+        cx.kb.barrier();
+        cx.kb.end();
         cx.kb.end();
     }
 
@@ -1486,13 +1732,13 @@ impl Lowering<'_> {
         cx: &mut KernelCtx,
         t: &Tiles,
         (w, d): (&Weights, &DecodedBlocks),
-        (kt, col0, first_thread): (&Expr, &Expr, u32),
+        (kt, col0, first_thread, first_row): (&Expr, &Expr, u32, Option<&Expr>),
         (arr, mut pre): (Option<SharedId>, Option<&mut Prefetch>),
     ) -> Result<(), PlanError> {
         let fetching = pre.as_ref().is_some_and(|p| p.fetching);
         let f = d.format;
         let info = &self.g.values()[d.weights.index()];
-        let k = info.ty.dims()[1];
+        let k = *info.ty.dims().last().unwrap_or(&0);
         let (row_bytes, size) = match (dequant::row_bytes(f, k), info.ty.size_bytes()) {
             (Some(r), Some(size)) => (r as u32, size),
             _ => {
@@ -1554,9 +1800,14 @@ impl Lowering<'_> {
                 Ty::U32,
                 start % u32c(block_elems) / u32c(window) * u32c(per_window) + place,
             );
+            // An expert stack's columns start at the expert's first row.
+            let row = match first_row {
+                Some(first) => first.clone() + col,
+                None => col,
+            };
             let base = cx.kb.let_(
                 Ty::U32,
-                col * u32c(row_bytes) + block.clone() * u32c(block_bytes),
+                row * u32c(row_bytes) + block.clone() * u32c(block_bytes),
             );
             let loads: &mut dyn dequant_unit::UnitLoads = match pre.as_deref_mut() {
                 Some(p) => p,
@@ -1877,6 +2128,17 @@ impl Lowering<'_> {
             let k = cx.kb.let_(Ty::U32, kt.clone() + kk.clone());
             for i in 0..t.rows_per_thread() {
                 let offset = cx.kb.let_(Ty::U32, at.ty.clone() + u32c(SIDE * i));
+                if at.route.is_some() {
+                    let (row_inside, mut idx) = tile_lhs_row(cx, t, at, &offset);
+                    let inside = all([row_inside, k_ragged.then(|| lt(k.clone(), u32c(k_len)))]);
+                    let slot = t.slot(offset.clone(), kk.clone(), t.tm);
+                    idx.push(k.clone());
+                    let lhs = pass.lhs;
+                    self.stage(cx, inside, a_sh, slot, |this, cx| {
+                        this.value_at(cx, lhs, &idx)
+                    })?;
+                    continue;
+                }
                 let m = cx.kb.let_(Ty::U32, at.m0.clone() + offset.clone());
                 let inside = all([
                     t.ragged().then(|| lt(m.clone(), u32c(t.m))),
@@ -1935,7 +2197,11 @@ impl Lowering<'_> {
                     .kb
                     .let_(Ty::U32, (at.tile_n.clone() - u32c(w.first_tile)) * u32c(TN));
                 if let Some(d) = decoded_blocks(self.g, w.rhs).filter(|_| w.transpose) {
-                    let at = (&kt, &col0, first_thread);
+                    let first_row = at
+                        .route
+                        .as_ref()
+                        .map(|r| cx.kb.let_(Ty::U32, r.expert.clone() * u32c(w.n)));
+                    let at = (&kt, &col0, first_thread, first_row.as_ref());
                     let to = (b_sh.get(s).copied(), pre.as_deref_mut());
                     self.stage_block_units(cx, t, (&w, &d), at, to)?;
                     if let Some(p) = pre.as_deref_mut() {
@@ -2022,13 +2288,12 @@ impl Lowering<'_> {
             let run = cx.kb.let_(Ty::U32, local_id() + u32c(THREADS * j));
             let offset = cx.kb.let_(Ty::U32, run.clone() / u32c(runs));
             let kk = cx.kb.let_(Ty::U32, run % u32c(runs) * u32c(per));
-            let m = cx.kb.let_(Ty::U32, at.m0.clone() + offset.clone());
-            let row = row_index(cx, m.clone(), &t.lead);
+            let (row_inside, row) = tile_lhs_row(cx, t, at, &offset);
             let mut values = Vec::with_capacity(per as usize);
             for e in 0..per {
                 let k = cx.kb.let_(Ty::U32, kt.clone() + kk.clone() + u32c(e));
                 let inside = all([
-                    t.ragged().then(|| lt(m.clone(), u32c(t.m))),
+                    row_inside.clone(),
                     (!pass.k_len.is_multiple_of(t.tk)).then(|| lt(k.clone(), u32c(pass.k_len))),
                 ]);
                 let tile_row = TileRow {

@@ -92,10 +92,28 @@ impl Lowering<'_> {
         group
     }
 
-    /// Routed contraction `i`: with its siblings in one kernel that reads the stacks in units
+    /// Routed contraction `i`: as tiles over each expert's rows where the graph decodes its
+    /// stack for them; else with its siblings in one kernel that reads the stacks in units
     /// where one takes them, else alone in one, else a workgroup per output (also with
     /// `POOT_TUNING=routed=0`).
     pub(super) fn emit_routed(&mut self, i: usize) -> Result<(), PlanError> {
+        let tiled = |this: &Self, j: usize| super::gemm::routed_tiled(this.g, j, this.target);
+        if tiled(self, i).is_some() {
+            // The graph decodes the stack for these tiles alone: no other kernel reads it.
+            let group: Vec<usize> = (self.routed_siblings(i).into_iter())
+                .filter(|&j| tiled(self, j).is_some())
+                .collect();
+            let alone = [i];
+            for g in [&group[..], &alone[..]] {
+                if self.emit_routed_tiles(g)? {
+                    self.done.extend(g.iter().copied());
+                    return Ok(());
+                }
+            }
+            return Err(PlanError::Unplaced {
+                label: self.label(self.g.eqns()[i].out),
+            });
+        }
         if self.target.tuning.routed_units {
             let group = self.routed_siblings(i);
             let alone = [i];

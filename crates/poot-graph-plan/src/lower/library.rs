@@ -224,7 +224,7 @@ pub(super) fn absorb_roundings(
 
 /// Marks each decoding of block weights (its row indices, decoded words and roundings) that only
 /// library contractions taking the stored blocks, or tiled kernels decoding them per slice
-/// ([`super::gemm::block_tiled`]), read as absorbed.
+/// ([`super::gemm::block_tiled`], [`super::gemm::routed_tiled`]), read as absorbed.
 fn absorb_decodings(
     g: &Graph,
     target: &Target,
@@ -246,6 +246,9 @@ fn absorb_decodings(
         (0..g.eqns().len())
             .filter(|i| !library.contains(i) && super::gemm::block_tiled(g, *i, target).is_some()),
     );
+    // And the tiles over each expert's rows decode their expert stacks.
+    decoding
+        .extend((0..g.eqns().len()).filter(|&i| super::gemm::routed_tiled(g, i, target).is_some()));
     let mut done = HashSet::new();
     for &i in &decoding {
         let operand = g.eqns()[i].inputs[1];
