@@ -701,3 +701,25 @@ fn batched_steps_multiply_block_weights_in_f16_tiles_decoded_per_slice() {
         );
     }
 }
+
+/// Qwen3's queries are normed per head (a row reduction inside the query): the prompt's
+/// attention still runs over tiles of queries on the matrix units, the normed queries stored
+/// once, not a workgroup per query row (which took 6.9 ms a layer of the 30B-A3B shape's
+/// 512-token chunk on an H100).
+#[test]
+fn queries_normed_per_head_prefill_on_the_matrix_units() {
+    let r = qwen3_0_6b();
+    let model = build(&r);
+    let spec = StepSpec::step(StepShape::new(1, PREFILL_TOKENS, 1024));
+    let graph = model
+        .trace(&spec, TraceLimits::standard(MAX_STEP_TOKENS))
+        .unwrap();
+    let plan = compile(&graph, &Target::ptx_preset()).unwrap();
+    let kind = |name: &str| {
+        name.trim_end_matches(|c: char| c.is_ascii_digit())
+            .to_string()
+    };
+    let kinds: Vec<String> = plan.kernels.iter().map(|k| kind(&k.name)).collect();
+    assert!(kinds.iter().any(|k| k == "attention_mma_"), "{kinds:?}");
+    assert!(!kinds.iter().any(|k| k == "attention_"), "{kinds:?}");
+}

@@ -50,6 +50,7 @@ use poot_graph_ir::{BinaryOp, Eqn, Graph, OpKind, ReduceOp, Scalar, UnaryOp, Val
 
 use super::access::unflatten;
 use super::attention_decode::DecodeLayout;
+use super::classify::Placement;
 use super::context::{KernelCtx, LBuf};
 use super::emit::row_threads;
 use super::{Lowering, PlanError};
@@ -481,6 +482,17 @@ impl Lowering<'_> {
             if let Some(layout) = DecodeLayout::new(rows, s_len, dqk, dv, sms, wgs) {
                 return self.emit_attention_decode(a, layout, 1);
             }
+        }
+        // A query computed from a row reduction (the per-head norms of Qwen3 and Gemma 3) is
+        // stored once for the kernels over tiles of queries, which read queries without row
+        // tables: otherwise the kernel below, a workgroup per query row, takes the prompt.
+        let tiles = self.target.attention_matrix_units() || self.target.tuning.attention_tiles;
+        if tiles
+            && self.cls.reads_row_reduce[a.q.index()]
+            && self.cls.placement[a.q.index()] == Placement::Inline
+        {
+            self.materialized(a.q)?;
+            self.cls.reads_row_reduce[a.q.index()] = false;
         }
         if self.emit_attention_mma(a)? || self.emit_attention_tiled(a)? {
             return Ok(());
