@@ -483,11 +483,10 @@ impl Lowering<'_> {
                 return self.emit_attention_decode(a, layout, 1);
             }
         }
-        // A query computed from a row reduction (the per-head norms of Qwen3 and Gemma 3) is
-        // stored once for the kernels over tiles of queries, which read queries without row
-        // tables: otherwise the kernel below, a workgroup per query row, takes the prompt.
-        let tiles = self.target.attention_matrix_units() || self.target.tuning.attention_tiles;
-        if tiles
+        // A query computed from a row reduction (Qwen3's per-head norm) is stored once for the
+        // matrix-unit kernel, which reads queries without row tables: otherwise the kernel
+        // below, a workgroup per query row, takes the prompt.
+        if self.attention_mma_takes(a)
             && self.cls.reads_row_reduce[a.q.index()]
             && self.cls.placement[a.q.index()] == Placement::Inline
         {

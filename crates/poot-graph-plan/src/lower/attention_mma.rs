@@ -64,20 +64,17 @@ fn score_slot(i: usize) -> (usize, u32) {
 }
 
 impl Lowering<'_> {
-    /// Plans `a` on the matrix units; `false` (nothing planned) when the kernel does not apply:
-    /// a softmax with a sink, a target without them, fewer tokens than a warp's rows, a query
-    /// that reads a row reduction, heads wider than [`MAX_HEAD`] or not a multiple of 8, or too
-    /// little shared memory.
-    pub(super) fn emit_attention_mma(&mut self, a: &Attention) -> Result<bool, PlanError> {
-        let od = self.g.values()[a.out.index()].ty.dims().to_vec();
-        let (bsz, heads, tokens, dv) = (od[0], od[1], od[2] as u32, od[3] as u32);
+    /// Whether the matrix-unit kernel takes `a` once its query is a stored value: no softmax
+    /// sink (the tiled FMA kernel finishes those), a target with the units, at least a warp's
+    /// queries, heads of at most [`MAX_HEAD`] in multiples of 8, and enough shared memory.
+    pub(super) fn attention_mma_takes(&self, a: &Attention) -> bool {
+        let od = self.g.values()[a.out.index()].ty.dims();
+        let (tokens, dv) = (od[2] as u32, od[3] as u32);
         let s_len = self.g.values()[a.scores.index()].ty.dims()[3] as u32;
         let dqk = self.g.values()[a.q.index()].ty.dims()[3] as u32;
         let warps = tokens.div_ceil(WARP_QUERIES).min(MAX_WARPS);
-        let threads = warps * WARP;
         let limits = &self.target.limits;
-        // A softmax sink is finished by the tiled FMA kernel, which takes the attention instead.
-        if a.sinks.is_some()
+        !(a.sinks.is_some()
             || !self.target.attention_matrix_units()
             || limits.subgroup_size != WARP
             || tokens < WARP_QUERIES
@@ -86,12 +83,24 @@ impl Lowering<'_> {
             || !dv.is_multiple_of(8)
             || dqk > MAX_HEAD
             || dv > MAX_HEAD
-            || self.cls.reads_row_reduce[a.q.index()]
-            || threads > limits.max_workgroup_threads
-            || 4 * shared_words(dqk, dv, warps) > limits.max_shared_bytes
-        {
+            || warps * WARP > limits.max_workgroup_threads
+            || 4 * shared_words(dqk, dv, warps) > limits.max_shared_bytes)
+    }
+
+    /// Plans `a` on the matrix units; `false` (nothing planned) when the kernel does not apply:
+    /// a softmax with a sink, a target without them, fewer tokens than a warp's rows, a query
+    /// that reads a row reduction, heads wider than [`MAX_HEAD`] or not a multiple of 8, or too
+    /// little shared memory.
+    pub(super) fn emit_attention_mma(&mut self, a: &Attention) -> Result<bool, PlanError> {
+        if self.cls.reads_row_reduce[a.q.index()] || !self.attention_mma_takes(a) {
             return Ok(false);
         }
+        let od = self.g.values()[a.out.index()].ty.dims().to_vec();
+        let (bsz, heads, tokens, dv) = (od[0], od[1], od[2] as u32, od[3] as u32);
+        let s_len = self.g.values()[a.scores.index()].ty.dims()[3] as u32;
+        let dqk = self.g.values()[a.q.index()].ty.dims()[3] as u32;
+        let warps = tokens.div_ceil(WARP_QUERIES).min(MAX_WARPS);
+        let threads = warps * WARP;
         let out = self.scratch_for(a.out)?;
         let mut cx = KernelCtx::labelled("attention_mma", self.label(a.out), threads);
         let outp = cx.param(out, Word::F32, true);
