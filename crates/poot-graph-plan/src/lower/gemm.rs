@@ -714,30 +714,15 @@ impl Lowering<'_> {
         let od = self.g.values()[first_out.index()].ty.dims().to_vec();
         let lhs_dims = self.g.values()[lhs.index()].ty.dims();
         let k_len = lhs_dims[lhs_dims.len() - 1] as u32;
-        let mut choices = Vec::with_capacity(group.len());
-        let mut outs = Vec::with_capacity(group.len());
-        let mut tiles_n = 0u32;
+        let mut columns = Vec::with_capacity(group.len());
         for &j in group {
             let e = &self.g.eqns()[j];
             let OpKind::MatMul { transpose_rhs } = e.op else {
                 return Ok(false);
             };
-            self.n_elems(e.out)?;
-            let n = *self.g.values()[e.out.index()]
-                .ty
-                .dims()
-                .last()
-                .unwrap_or(&1) as u32;
-            let w = Weights {
-                rhs: e.inputs[1],
-                transpose: transpose_rhs,
-                first_tile: tiles_n,
-                n,
-            };
-            tiles_n = w.end_tile();
-            choices.push(w);
-            outs.push(e.out);
+            columns.push((e.inputs[1], transpose_rhs, e.out));
         }
+        let (choices, outs) = self.column_choices(&columns)?;
         let passes = vec![Pass {
             lhs,
             k_len,
@@ -749,6 +734,29 @@ impl Lowering<'_> {
             passes,
             Finish::Columns(outs),
         ))
+    }
+
+    /// Sibling contractions `(weights, transposed, output)` as weight choices owning
+    /// consecutive column tiles, in order, with their outputs.
+    fn column_choices(
+        &self,
+        columns: &[(ValueId, bool, ValueId)],
+    ) -> Result<(Vec<Weights>, Vec<ValueId>), PlanError> {
+        let mut choices = Vec::with_capacity(columns.len());
+        let mut tiles_n = 0u32;
+        for &(rhs, transpose, out) in columns {
+            self.n_elems(out)?;
+            let n = *self.g.values()[out.index()].ty.dims().last().unwrap_or(&1) as u32;
+            let w = Weights {
+                rhs,
+                transpose,
+                first_tile: tiles_n,
+                n,
+            };
+            tiles_n = w.end_tile();
+            choices.push(w);
+        }
+        Ok((choices, columns.iter().map(|c| c.2).collect()))
     }
 
     /// Routed contractions `group` (one, or siblings of one left side and one set of ids: a
@@ -772,9 +780,7 @@ impl Lowering<'_> {
             _ => return Ok(false),
         };
         let rows = self.g.values()[e.out.index()].ty.dims()[0] as u32;
-        let mut choices = Vec::with_capacity(group.len());
-        let mut outs = Vec::with_capacity(group.len());
-        let mut tiles_n = 0u32;
+        let mut columns = Vec::with_capacity(group.len());
         for &j in group {
             let ej = &self.g.eqns()[j];
             let same = ej.inputs[0] == lhs
@@ -785,22 +791,9 @@ impl Lowering<'_> {
             if !same {
                 return Ok(false);
             }
-            self.n_elems(ej.out)?;
-            let n = *self.g.values()[ej.out.index()]
-                .ty
-                .dims()
-                .last()
-                .unwrap_or(&1) as u32;
-            let w = Weights {
-                rhs: ej.inputs[1],
-                transpose: true,
-                first_tile: tiles_n,
-                n,
-            };
-            tiles_n = w.end_tile();
-            choices.push(w);
-            outs.push(ej.out);
+            columns.push((ej.inputs[1], true, ej.out));
         }
+        let (choices, outs) = self.column_choices(&columns)?;
         let passes = vec![Pass {
             lhs,
             k_len: k,
