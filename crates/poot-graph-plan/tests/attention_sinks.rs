@@ -90,7 +90,12 @@ fn check(target: &Target, tokens: usize, len: usize, expected: &[&str]) {
 
 #[test]
 fn a_prefill_with_sinks_keeps_no_scores() {
-    check(&Target::ptx_preset(), 64, 512, &["attention_tiled"]);
+    // On the matrix units where the target has them (the sink at each row's output), else the
+    // tiled FMA kernel (`attn_mma_sinks=0`).
+    check(&Target::ptx_preset(), 64, 512, &["attention_mma"]);
+    let mut fma = Target::ptx_preset();
+    fma.tuning.attention_mma_sinks = false;
+    check(&fma, 64, 512, &["attention_tiled"]);
     check(&Target::wgpu_preset(), 64, 512, &["attention_tiled"]);
     check(&Target::cpu_preset(), 64, 512, &["attention_rows"]);
 }

@@ -44,7 +44,8 @@ fn a_norm_is_one_row_kernel() {
     let y = ops::rmsnorm(&b, x, w, 1e-6).unwrap();
     let p = plan(&b.finish(Outputs::new(y)).unwrap());
     assert_eq!(kinds(&p), ["row_map"]);
-    assert_eq!(p.dispatches[0].grid[0], 3);
+    // Three short rows, each cut into ten parts of 70 (see the next test).
+    assert_eq!(p.dispatches[0].grid[0], 30);
 }
 
 #[test]
@@ -63,10 +64,14 @@ fn a_few_short_rows_are_cut_into_parts_a_workgroup_each() {
     assert_eq!(norm_grid(1, 2048), 8);
     assert_eq!(norm_grid(2, 2048), 16);
     assert_eq!(norm_grid(64, 2048), 64);
-    // Parts are whole strides of the workgroup: 6 strides cut into 6, a row that is not whole
-    // strides not at all.
+    // Parts are whole strides of the workgroup where the row is: 6 strides cut into 6. A row
+    // that is not whole strides is cut into equal parts of at least 32 elements: gpt-oss's
+    // 2880 into 32 of 90, 1000 into 25 of 40; two rows of 2880 into 16 parts each.
     assert_eq!(norm_grid(1, 1536), 6);
-    assert_eq!(norm_grid(1, 1000), 1);
+    assert_eq!(norm_grid(1, 2880), 32);
+    assert_eq!(norm_grid(2, 2880), 32);
+    assert_eq!(norm_grid(1, 1000), 25);
+    assert_eq!(norm_grid(1, 40), 1);
 }
 
 #[test]

@@ -42,7 +42,7 @@
 //! the threads, teams and partitions meet, so in the combine where there are partitions):
 //! with `M = max(m, sink)`, `out = acc exp(m - M) / (l exp(m - M) + exp(sink - M))`. A row with
 //! no visible position is then 0, as in the oracle (its floored logits underflow beside the
-//! sink). Every kernel below applies it, except the matrix units' one, which declines it.
+//! sink). Every kernel below applies it.
 
 use std::collections::HashMap;
 

@@ -22,9 +22,12 @@
 //! f32 product, so the results differ from the oracle's by reassociation (the units' order
 //! within a product, the softmax's running rescaling) at f32 accuracy. No rounding is added to
 //! the graph. A row with no visible position is the mean of the values, as in the oracle.
+//!
+//! A learned sink logit per head (gpt-oss) enters at each row's output, once its maximum and
+//! sum are whole ([`sink_factor`]); a row with no visible position is then zero.
 
 use super::access::unflatten;
-use super::attention::{Attention, and, exp, neg_inf, rescale};
+use super::attention::{Attention, and, exp, neg_inf, rescale, sink_factor};
 use super::context::KernelCtx;
 use super::gemm::tf32_parts;
 use super::{Lowering, PlanError};
@@ -64,8 +67,8 @@ fn score_slot(i: usize) -> (usize, u32) {
 }
 
 impl Lowering<'_> {
-    /// Whether the matrix-unit kernel takes `a` once its query is a stored value: no softmax
-    /// sink (the tiled FMA kernel finishes those), a target with the units, at least a warp's
+    /// Whether the matrix-unit kernel takes `a` once its query is a stored value: a target with
+    /// the units (and `attn_mma_sinks` where the softmax has a sink), at least a warp's
     /// queries, heads of at most [`MAX_HEAD`] in multiples of 8, and enough shared memory.
     pub(super) fn attention_mma_takes(&self, a: &Attention) -> bool {
         let od = self.g.values()[a.out.index()].ty.dims();
@@ -74,7 +77,7 @@ impl Lowering<'_> {
         let dqk = self.g.values()[a.q.index()].ty.dims()[3] as u32;
         let warps = tokens.div_ceil(WARP_QUERIES).min(MAX_WARPS);
         let limits = &self.target.limits;
-        !(a.sinks.is_some()
+        !(a.sinks.is_some() && !self.target.tuning.attention_mma_sinks
             || !self.target.attention_matrix_units()
             || limits.subgroup_size != WARP
             || tokens < WARP_QUERIES
@@ -88,7 +91,7 @@ impl Lowering<'_> {
     }
 
     /// Plans `a` on the matrix units; `false` (nothing planned) when the kernel does not apply:
-    /// a softmax with a sink, a target without them, fewer tokens than a warp's rows, a query
+    /// a target without them, fewer tokens than a warp's rows, a query
     /// that reads a row reduction, heads wider than [`MAX_HEAD`] or not a multiple of 8, or too
     /// little shared memory.
     pub(super) fn emit_attention_mma(&mut self, a: &Attention) -> Result<bool, PlanError> {
@@ -366,36 +369,45 @@ impl Lowering<'_> {
         cx.kb.barrier();
         cx.kb.end();
 
-        // The outputs: sums over each row's total, or the values' mean where it saw nothing.
+        // The outputs: sums over each row's total, or the values' mean where it saw nothing;
+        // with a sink, the sums times its factor.
+        let sink = self.sink_logit(&mut cx, a, &h)?;
         for (r, (tok, inside, _)) in rows.iter().enumerate() {
             cx.kb.begin_if(inside.clone());
             let row = (b.clone() * u32c(heads as u32) + h.clone()) * u32c(tokens) + tok.clone();
             let base = cx.kb.let_(Ty::U32, row * u32c(dv));
             let feature = |n: usize, c: u32| t.clone() * u32c(2) + u32c(8 * n as u32 + c);
-            cx.kb.begin_if(eq(Expr::Var(m_rows[r]), neg_inf()));
-            let bht_row = [b.clone(), h.clone(), tok.clone()];
-            // A rare row: its features in a loop, not unrolled as the sums' stores are.
-            let n = cx.kb.begin_for(u32c(0), u32c(dv / 8), u32c(1));
-            for c in 0..2 {
-                let f = cx
-                    .kb
-                    .let_(Ty::U32, n.clone() * u32c(8) + t.clone() * u32c(2) + u32c(c));
-                let mean = self.mean_of_values(&mut cx, a, &bht_row, f.clone(), s_len as usize)?;
-                cx.kb.store(outp, base.clone() + f, mean);
-            }
-            cx.kb.end();
-            cx.kb.otherwise();
-            for (n, acc) in o_accs.iter().enumerate() {
-                for c in 0..2 {
-                    let sum = Expr::Var(acc[2 * r + c as usize]);
-                    cx.kb.store(
-                        outp,
-                        base.clone() + feature(n, c),
-                        sum / Expr::Var(l_rows[r]),
-                    );
+            let store_sums = |cx: &mut KernelCtx, scale: &dyn Fn(Expr) -> Expr| {
+                for (n, acc) in o_accs.iter().enumerate() {
+                    for c in 0..2 {
+                        let sum = Expr::Var(acc[2 * r + c as usize]);
+                        cx.kb.store(outp, base.clone() + feature(n, c), scale(sum));
+                    }
                 }
+            };
+            if let Some(sink) = &sink {
+                let (m, l) = (Expr::Var(m_rows[r]), Expr::Var(l_rows[r]));
+                let factor = sink_factor(&mut cx, sink.clone(), m, l);
+                store_sums(&mut cx, &|sum| sum * factor.clone());
+            } else {
+                cx.kb.begin_if(eq(Expr::Var(m_rows[r]), neg_inf()));
+                let bht_row = [b.clone(), h.clone(), tok.clone()];
+                // A rare row: its features in a loop, not unrolled as the sums' stores are.
+                let n = cx.kb.begin_for(u32c(0), u32c(dv / 8), u32c(1));
+                for c in 0..2 {
+                    let f = cx
+                        .kb
+                        .let_(Ty::U32, n.clone() * u32c(8) + t.clone() * u32c(2) + u32c(c));
+                    let mean =
+                        self.mean_of_values(&mut cx, a, &bht_row, f.clone(), s_len as usize)?;
+                    cx.kb.store(outp, base.clone() + f, mean);
+                }
+                cx.kb.end();
+                cx.kb.otherwise();
+                let l = Expr::Var(l_rows[r]);
+                store_sums(&mut cx, &|sum| sum / l.clone());
+                cx.kb.end();
             }
-            cx.kb.end();
             cx.kb.end();
         }
         cx.kb.end();

@@ -4,7 +4,7 @@
 //! re-reads a byte (and the scales) per element.
 //!
 //! A unit is a list of groups of elements. In the symmetric formats (Q4_0, Q5_0, Q8_0, IQ4_NL,
-//! IQ4_XS, Q6_K: `y = scale * code`) a group is the elements of one (sub-)block scale, and
+//! IQ4_XS, Q6_K, MXFP4: `y = scale * code`) a group is the elements of one (sub-)block scale, and
 //! carries the scale as its factor: each element is only its code as an exact f32, so a reader
 //! can multiply a group's dot product by the scale once instead of every element by it. The
 //! product `scale * element` in f32 is the oracle's value bit for bit (one multiply of the same
@@ -20,7 +20,8 @@
 //! Blocks of most formats start at a multiple of 4 bytes (their size is, and so is every row of
 //! whole blocks). Q4_0, Q5_0, Q8_0, IQ4_NL and Q6_K blocks have an even size that is not: a
 //! field of theirs at an even byte is read as a window of words shifted by the half-word the
-//! block is off by, decided per block at run time.
+//! block is off by, decided per block at run time. MXFP4's 17-byte blocks start at any byte:
+//! its fields are read as windows shifted by the bytes the start is off a word.
 //!
 //! [`decode_element`]: super::dequant::decode_element
 
@@ -58,7 +59,8 @@ pub fn unit_window(format: BlockFormat) -> u32 {
         | BlockFormat::Q5_0
         | BlockFormat::Q5_1
         | BlockFormat::Q8_0
-        | BlockFormat::IQ4_XS => 32,
+        | BlockFormat::IQ4_XS
+        | BlockFormat::MXFP4 => 32,
         BlockFormat::Q4_K | BlockFormat::Q5_K => 64,
         BlockFormat::Q6_K => 128,
         _ => UNIT_ELEMS,
@@ -216,6 +218,40 @@ impl Src<'_> {
     }
 
     /// The f16 at even byte `offset` of the block, as f32.
+    /// `n` consecutive u32 values at any byte `offset` of a block at any byte: `n + 1` words
+    /// (the last clamped to the buffer; it is read only when the start is off a word, and is
+    /// then in bounds), each value funnelled from two.
+    fn byte_window(&mut self, offset: Expr, n: u32) -> Vec<Expr> {
+        let at = self.kb.let_(Ty::U32, self.base.clone() + offset);
+        let first = self.kb.let_(Ty::U32, at.clone() >> u32c(2));
+        let shift = self.kb.let_(Ty::U32, (at & u32c(3)) << u32c(3));
+        let raw: Vec<Expr> = (0..=n)
+            .map(|j| {
+                let index = min(first.clone() + u32c(j), u32c(self.last_word));
+                self.loads.load(self.kb, Ty::U32, load(self.weights, index))
+            })
+            .collect();
+        // The next word's share, shifted in two steps so that no shift reaches 32: with the
+        // start on a word, all of it is shifted out.
+        let back = self.kb.let_(Ty::U32, u32c(31) - shift.clone());
+        (0..n as usize)
+            .map(|j| {
+                let next = (raw[j + 1].clone() << back.clone()) << u32c(1);
+                self.kb
+                    .let_(Ty::U32, (raw[j].clone() >> shift.clone()) | next)
+            })
+            .collect()
+    }
+
+    /// The byte at `offset` of a block at any byte.
+    fn byte(&mut self, offset: Expr) -> Expr {
+        let at = self.kb.let_(Ty::U32, self.base.clone() + offset);
+        let word = self
+            .loads
+            .load(self.kb, Ty::U32, load(self.weights, at.clone() >> u32c(2)));
+        (word >> ((at & u32c(3)) << u32c(3))) & u32c(0xff)
+    }
+
     fn f16(&mut self, offset: Expr) -> Expr {
         let at = (self.base.clone() + offset) >> u32c(1);
         self.loads
@@ -394,26 +430,39 @@ pub fn decode_unit_with(
         BlockFormat::Q5_K => q5_k(&mut s, sub),
         BlockFormat::Q6_K => q6_k(&mut s, sub),
         BlockFormat::IQ4_XS => iq4_xs(&mut s, sub, table(FormatTable::KvaluesIq4nl)?),
+        BlockFormat::MXFP4 => mxfp4(&mut s, sub),
         BlockFormat::Q2_K
         | BlockFormat::Q3_K
         | BlockFormat::IQ2_XS
         | BlockFormat::IQ3_XXS
-        | BlockFormat::IQ3_S
-        | BlockFormat::MXFP4 => {
-            let first = s.kb.let_(Ty::U32, sub << c(UNIT_ELEMS.trailing_zeros()));
-            let mut elements = Vec::with_capacity(UNIT_ELEMS as usize);
-            for i in 0..UNIT_ELEMS {
-                let j = first.clone() + c(i);
-                elements.push((
-                    i,
-                    decode_in_block(format, weights, tables, s.base.clone(), j)?,
-                ));
-            }
-            Unit {
-                first,
-                groups: vec![Group::plain(elements)],
-            }
-        }
+        | BlockFormat::IQ3_S => decode_by_element(s.kb, format, weights, tables, s.base, sub)?,
+    })
+}
+
+/// Unit `sub` of the block of `format` at byte `base` decoded element by element: each of its
+/// [`UNIT_ELEMS`] consecutive elements reads its own bytes where it is decoded. The formats
+/// without a word decoder take this form; so does MXFP4 where a reader holds a unit's values
+/// for many rows at once (its word decoder's values would then stay live in registers).
+pub fn decode_by_element(
+    kb: &mut KernelBuilder,
+    format: BlockFormat,
+    weights: ParamId,
+    tables: &FormatTables,
+    base: Expr,
+    sub: Expr,
+) -> Result<Unit, DequantError> {
+    let first = kb.let_(Ty::U32, sub << c(UNIT_ELEMS.trailing_zeros()));
+    let mut elements = Vec::with_capacity(UNIT_ELEMS as usize);
+    for i in 0..UNIT_ELEMS {
+        let j = first.clone() + c(i);
+        elements.push((
+            i,
+            decode_in_block(format, weights, tables, base.clone(), j)?,
+        ));
+    }
+    Ok(Unit {
+        first,
+        groups: vec![Group::plain(elements)],
     })
 }
 
@@ -575,6 +624,43 @@ fn legacy_values(kb: &mut KernelBuilder, kind: &Legacy, words: &[Expr]) -> Vec<(
             .into_iter()
             .map(|(off, code)| (off, level(*kv, code)))
             .collect(),
+    }
+}
+
+/// MXFP4 (17 bytes: an E8M0 scale byte, then 16 code bytes laid out as Q4_0's): unit `sub`
+/// is code bytes `8 sub..8 sub + 8`, one group of ggml's scale `GGML_E8M0_TO_FP32_HALF(e)`
+/// (bits `0x00200000 << e` for `e < 2`, else `(e - 1) << 23`) over the doubled E2M1 levels
+/// (`kvalues_mxfp4`: 0, 1, 2, 3, 4, 6, 8, 12 and their negatives) computed from each code's
+/// bits, not read from the table: `2^e (1 + m / 2)` for exponent field `e > 0` and mantissa
+/// bit `m`, else `m`, with the sign bit; code 8 is +0 as the table's 0 is.
+fn mxfp4(s: &mut Src, sub: Expr) -> Unit {
+    let e = s.byte(c(0));
+    let e = s.kb.let_(Ty::U32, e);
+    let scale_bits = select(
+        cmp(CmpOp::Lt, e.clone(), c(2)),
+        c(0x0020_0000) << (e.clone() & c(1)),
+        (e - c(1)) << c(23),
+    );
+    let d = s.kb.let_(Ty::F32, un(UnOp::BitsToF32, scale_bits));
+    let first = s.kb.let_(Ty::U32, sub << c(3));
+    let q = s.byte_window(c(1) + first.clone(), 2);
+    let elements = split_nibbles(&q)
+        .into_iter()
+        .map(|(off, code)| {
+            let code = s.kb.let_(Ty::U32, code);
+            let exp = (code.clone() >> c(1)) & c(3);
+            let m = code.clone() & c(1);
+            let normal = ((exp.clone() + c(127)) << c(23)) | (m.clone() << c(22));
+            let small = select(cmp(CmpOp::Eq, m, c(1)), c(0x3f80_0000), c(0));
+            let magnitude = select(cmp(CmpOp::Eq, exp, c(0)), small, normal);
+            let sign = (code.clone() & c(8)) << c(28);
+            let bits = select(cmp(CmpOp::Eq, code & c(7), c(0)), c(0), magnitude | sign);
+            (off, un(UnOp::BitsToF32, bits))
+        })
+        .collect();
+    Unit {
+        first,
+        groups: vec![Group::scaled(d, elements)],
     }
 }
 

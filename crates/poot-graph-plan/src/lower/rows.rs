@@ -33,21 +33,22 @@ const ROW_KERNEL_MIN_GROUPS: u32 = 32;
 const ROW_PARTS_MAX_LEN: u32 = 16384;
 
 /// How many parts each of `rows` rows of `len` elements is cut into for `wg`-thread
-/// workgroups: enough for [`ROW_KERNEL_MIN_GROUPS`] workgroups, each part a whole number of
-/// `wg`-element strides so its loop has a fixed trip count.
+/// workgroups: enough for [`ROW_KERNEL_MIN_GROUPS`] workgroups. A part is a whole number of
+/// `wg`-element strides where the row is, so its loop has a fixed trip count; else (gpt-oss's
+/// 2880) an equal share of the row of at least a warp's 32 elements.
 fn row_parts(rows: u32, len: u32, wg: u32) -> u32 {
-    if rows == 0
-        || rows >= ROW_KERNEL_MIN_GROUPS
-        || len > ROW_PARTS_MAX_LEN
-        || !len.is_multiple_of(wg)
-    {
+    if rows == 0 || rows >= ROW_KERNEL_MIN_GROUPS || len > ROW_PARTS_MAX_LEN {
         return 1;
     }
-    let strides = len / wg;
-    let want = ROW_KERNEL_MIN_GROUPS.div_ceil(rows).min(strides);
+    let want = ROW_KERNEL_MIN_GROUPS.div_ceil(rows);
+    let (units, want) = if len.is_multiple_of(wg) {
+        (len / wg, want.min(len / wg))
+    } else {
+        (len, want.min(len / 32))
+    };
     (1..=want)
         .rev()
-        .find(|p| strides.is_multiple_of(*p))
+        .find(|p| units.is_multiple_of(*p))
         .unwrap_or(1)
 }
 
