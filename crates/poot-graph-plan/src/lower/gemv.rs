@@ -1409,9 +1409,6 @@ impl Lowering<'_> {
                     .let_(Ty::U32, (first.clone() + u32c(c)) * u32c(row_len))
             })
             .collect();
-        // A grouped job's lanes hold each unit's values for all of its rows: MXFP4 is then
-        // decoded a byte per element where it is read (its word decoder measured 7x slower).
-        let by_element = matches!(weight_rows, WeightRows::Expert(..));
         let step = lanes * unroll;
         let full = units / step * step;
         if full > 0 {
@@ -1423,15 +1420,7 @@ impl Lowering<'_> {
                     .let_(Ty::U32, unit0.clone() + u0.clone() + u32c(r * lanes));
                 let mut per_col = Vec::with_capacity(cols as usize);
                 for start in &row_starts {
-                    per_col.push(self.gemv_unit(
-                        cx,
-                        w,
-                        param,
-                        &tables,
-                        start,
-                        u.clone(),
-                        by_element,
-                    )?);
+                    per_col.push(self.gemv_unit(cx, w, param, &tables, start, u.clone())?);
                 }
                 decoded.push(per_col);
             }
@@ -1445,15 +1434,7 @@ impl Lowering<'_> {
             let u = cx.kb.let_(Ty::U32, unit0 + u);
             let mut per_col = Vec::with_capacity(cols as usize);
             for start in &row_starts {
-                per_col.push(self.gemv_unit(
-                    cx,
-                    w,
-                    param,
-                    &tables,
-                    start,
-                    u.clone(),
-                    by_element,
-                )?);
+                per_col.push(self.gemv_unit(cx, w, param, &tables, start, u.clone())?);
             }
             gemv_dot(cx, vec![per_col], (stage, row_base), span, accs, wide);
             cx.kb.end();
@@ -1515,8 +1496,7 @@ impl Lowering<'_> {
     }
 
     /// Loads and decodes unit `u` of the weight row starting at `row_start`; the unit's `first`
-    /// is its first element's index in the row. `by_element`: MXFP4 units element by element
-    /// ([`dequant_unit::decode_by_element`]).
+    /// is its first element's index in the row.
     fn gemv_unit(
         &mut self,
         cx: &mut KernelCtx,
@@ -1525,7 +1505,6 @@ impl Lowering<'_> {
         tables: &FormatTables,
         row_start: &Expr,
         u: Expr,
-        by_element: bool,
     ) -> Result<Unit, PlanError> {
         Ok(match w.layout {
             Layout::F32 => {
@@ -1586,7 +1565,11 @@ impl Lowering<'_> {
                     row_start.clone() + block.clone() * u32c(f.block_bytes() as u32),
                 );
                 let kb = &mut cx.kb;
-                let unit = if by_element && f == BlockFormat::MXFP4 {
+                // MXFP4 a byte per element where it is read: its word decoder's shifts cost more
+                // than the loads they save here (on an H100, gpt-oss's decode experts 60 -> 66
+                // us a layer; the grouped kernel, whose lanes hold each unit's values for all
+                // its rows, 7x slower).
+                let unit = if f == BlockFormat::MXFP4 {
                     dequant_unit::decode_by_element(kb, f, param, tables, base, sub)?
                 } else {
                     dequant_unit::decode_unit(kb, f, param, tables, base, sub, w.last_word)?
