@@ -512,12 +512,17 @@ fn iq4_xs(b: &Block, j: Expr, kvalues: ParamId) -> Expr {
 /// ggml: `y[j] = kvalues[q[j]] * d`, `d` = `GGML_E8M0_TO_FP32_HALF(e)`: the bits
 /// `0x00200000 << e` for `e < 2`, else `(e - 1) << 23`.
 fn mxfp4(b: &Block, j: Expr, kvalues: ParamId) -> Expr {
-    let e = b.byte(c(0));
-    let bits = select(
+    let bits = e8m0_half_bits(b.byte(c(0)));
+    let q = nibble(b.byte(c(1) + (j.clone() & c(15))), j >> c(4));
+    level(kvalues, q) * un(UnOp::BitsToF32, bits)
+}
+
+/// The f32 bits of ggml's `GGML_E8M0_TO_FP32_HALF(e)` for MXFP4's scale byte `e` (a u32
+/// expression, repeated): `0x00200000 << e` for `e < 2`, else `(e - 1) << 23`.
+pub(super) fn e8m0_half_bits(e: Expr) -> Expr {
+    select(
         lt(e.clone(), c(2)),
         c(0x0020_0000) << (e.clone() & c(1)),
         (e - c(1)) << c(23),
-    );
-    let q = nibble(b.byte(c(1) + (j.clone() & c(15))), j >> c(4));
-    level(kvalues, q) * un(UnOp::BitsToF32, bits)
+    )
 }

@@ -29,7 +29,7 @@ use std::collections::HashMap;
 
 use poot_formats::BlockFormat;
 
-use super::dequant::{DequantError, FormatTable, FormatTables, decode_in_block};
+use super::dequant::{DequantError, FormatTable, FormatTables, decode_in_block, e8m0_half_bits};
 use poot_kernel::build::{
     KernelBuilder, cast, cmp, load, load_half, min, mul_add, select, u32c, un,
 };
@@ -217,7 +217,6 @@ impl Src<'_> {
             .collect()
     }
 
-    /// The f16 at even byte `offset` of the block, as f32.
     /// `n` consecutive u32 values at any byte `offset` of a block at any byte: `n + 1` words
     /// (the last clamped to the buffer; it is read only when the start is off a word, and is
     /// then in bounds), each value funnelled from two.
@@ -252,6 +251,7 @@ impl Src<'_> {
         (word >> ((at & u32c(3)) << u32c(3))) & u32c(0xff)
     }
 
+    /// The f16 at even byte `offset` of the block, as f32.
     fn f16(&mut self, offset: Expr) -> Expr {
         let at = (self.base.clone() + offset) >> u32c(1);
         self.loads
@@ -636,12 +636,7 @@ fn legacy_values(kb: &mut KernelBuilder, kind: &Legacy, words: &[Expr]) -> Vec<(
 fn mxfp4(s: &mut Src, sub: Expr) -> Unit {
     let e = s.byte(c(0));
     let e = s.kb.let_(Ty::U32, e);
-    let scale_bits = select(
-        cmp(CmpOp::Lt, e.clone(), c(2)),
-        c(0x0020_0000) << (e.clone() & c(1)),
-        (e - c(1)) << c(23),
-    );
-    let d = s.kb.let_(Ty::F32, un(UnOp::BitsToF32, scale_bits));
+    let d = s.kb.let_(Ty::F32, un(UnOp::BitsToF32, e8m0_half_bits(e)));
     let first = s.kb.let_(Ty::U32, sub << c(3));
     let q = s.byte_window(c(1) + first.clone(), 2);
     let elements = split_nibbles(&q)
