@@ -24,7 +24,8 @@
 #   bash bench/h200.sh path NAME      print where model NAME is written (bench/ab.sh uses it)
 #   bash bench/h200.sh all            every phase in turn
 # Models: smollm2 (SmolLM2-135M Q4_1), llama1b-f16, llama1b-q4_0, llama8b-f16, llama8b-q4_0,
-# llama8b-q4_k_m; written only when named: qwen30b-a3b-q4_k_m (Qwen3-30B-A3B-shaped, 18.6 GB)
+# llama8b-q4_k_m; written only when named: smollm2s-q4_0 (SmolLM2-shaped, random Q4_0 weights,
+# for serving without the real file's three parts), qwen30b-a3b-q4_k_m (Qwen3-30B-A3B-shaped, 18.6 GB)
 # and gpt-oss-20b-mxfp4 (gpt-oss-20b-shaped, MXFP4 experts, 12 GB).
 #
 # Environment: POOT_BENCH_DIR (work folder, default /tmp/poot-bench), PROMPT (512), GEN (128),
@@ -85,6 +86,7 @@ model_path() {
     llama8b-q4_0) echo "$MODELS/llama-8b-q4_0.gguf" ;;
     llama8b-q4_k_m) echo "$MODELS/llama-8b-q4_k_m.gguf" ;;
     llama1b-smolvocab) echo "$MODELS/llama-1b-f16-smolvocab.gguf" ;;
+    smollm2s-q4_0) echo "$MODELS/smollm2-shaped-q4_0.gguf" ;;
     qwen30b-a3b-q4_k_m) echo "$MODELS/qwen3-30b-a3b-q4_k_m.gguf" ;;
     gpt-oss-20b-mxfp4) echo "$MODELS/gpt-oss-20b-mxfp4.gguf" ;;
     *) return 1 ;;
@@ -185,6 +187,7 @@ models() {
   # named too (a fourth field of `-`: no donor).
   for spec in "llama1b-f16 1b f16" "llama1b-q4_0 1b q4_0" "llama8b-f16 8b f16" \
     "llama8b-q4_0 8b q4_0" "llama8b-q4_k_m 8b q4_k_m" "llama1b-smolvocab 1b f16 smollm2" \
+    "smollm2s-q4_0 smollm2 q4_0 -" \
     "qwen30b-a3b-q4_k_m 30b-a3b q4_k_m -" "gpt-oss-20b-mxfp4 gpt-oss-20b mxfp4 -"; do
     read -r name shape kind donor <<<"$spec"
     if { [ $# -gt 0 ] || [ -n "$donor" ]; } && [[ " $* " != *" $name "* ]]; then
@@ -414,12 +417,14 @@ serve() {
     path="$(model_path "$name")" || die "unknown model $name"
     [ -f "$path" ] || { say "$name: $path missing, skipped"; continue; }
     case "$name" in
-      smollm2) vocab=49152 ;;
+      smollm2 | smollm2s-*) vocab=49152 ;;
       *) vocab=128256 ;;
     esac
-    # Twice: the first start fills the kernel cache (cold), the second reads it (warm).
-    local pid ready t0 start
-    for start in cold warm; do
+    # Twice: the first start fills the kernel cache (cold) and is left to prepare every step
+    # variant, so the second start (warm) reads them all from the cache. STARTS=warm skips the
+    # cold start where an earlier call filled the cache.
+    local pid ready t0 start w
+    for start in ${STARTS:-cold warm}; do
       say "$name: poot-serve --parallel $par ($start start)"
       t0=$SECONDS
       # shellcheck disable=SC2086
@@ -427,25 +432,30 @@ serve() {
         --ctx-size "$ctx" ${SERVE_ARGS:-} >"$RESULTS/$name.serve.poot.$start.log" 2>&1 &
       pid=$!
       ready="$(wait_ready http://127.0.0.1:18080 180)" || { tail -5 "$RESULTS/$name.serve.poot.$start.log"; kill $pid; say "$name: poot-serve not ready"; continue 2; }
-      say "$name: poot-serve ready after $((SECONDS - t0)) s ($start)"
-      echo "{\"ready_s\": $((SECONDS - t0))}" >"$RESULTS/$name.serve.poot.ready-$start.json"
+      ready=$((SECONDS - t0))
+      say "$name: poot-serve ready after $ready s ($start)"
+      # Idle time prepares the remaining step variants: wait for that (at most WARM_SECONDS).
+      w=0
+      while [ $w -lt "${WARM_SECONDS:-120}" ] && ! grep -q "every step variant is prepared" "$RESULTS/$name.serve.poot.$start.log"; do
+        sleep 1; w=$((w + 1))
+      done
+      say "$name: variants prepared $w s after ready ($start)"
+      echo "{\"ready_s\": $ready, \"every_variant_after_ready_s\": $w}" >"$RESULTS/$name.serve.poot.ready-$start.json"
       grep -E "prepared|engine ready|loaded" "$RESULTS/$name.serve.poot.$start.log"
       [ "$start" = warm ] && break
       kill $pid; wait $pid 2>/dev/null
     done
     cp "$RESULTS/$name.serve.poot.warm.log" "$RESULTS/$name.serve.poot.log"
-    # Idle time prepares the remaining step variants: wait for that (at most WARM_SECONDS).
-    local w=0
-    while [ $w -lt "${WARM_SECONDS:-60}" ] && ! grep -q "every step variant is prepared" "$RESULTS/$name.serve.poot.warm.log"; do
-      sleep 1; w=$((w + 1))
-    done
-    say "$name: variants prepared $w s after ready"
     for load in ${LOADS:-fixed}; do
       python3 "$repo/scripts/bench/serve_sweep.py" --url http://127.0.0.1:18080 --vocab "$vocab" \
         --concurrency "${LEVELS:-1,8,32,64,128}" --load "$load" --label poot \
         --json "$RESULTS/$name.serve.$load.poot.json" || say "$name: sweep failed"
     done
     kill $pid; wait $pid 2>/dev/null
+    # The single-stream speed a lone request is held to (the sweep's C=1 level).
+    "$POOT" bench "$path" --backend "$BACKEND" --prompt-tokens "$P" --gen-tokens "$N" --repeats 2 \
+      --json >"$RESULTS/$name.serve.bench.poot.json" 2>"$RESULTS/$name.serve.bench.poot.log" ||
+      say "$name: poot bench failed"
     if [ -x "$LLAMA_SERVER" ]; then
       say "$name: llama-server -np $par"
       "$LLAMA_SERVER" -m "$path" -ngl 99 -fa on -np "$par" -c $((par * ctx)) --port 18081 \
