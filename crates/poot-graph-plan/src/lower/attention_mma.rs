@@ -21,7 +21,9 @@
 //! `m16n8k8` products (what the tiled contractions do, [`super::gemm`]): within 3 * 2^-20 of the
 //! f32 product, so the results differ from the oracle's by reassociation (the units' order
 //! within a product, the softmax's running rescaling) at f32 accuracy. No rounding is added to
-//! the graph. A row with no visible position is the mean of the values, as in the oracle.
+//! the graph. Keys and values widened from an f16 or bf16 cache are exact in tf32 (their low
+//! part is zero), so their products take two `m16n8k8` products, with the same sums. A row
+//! with no visible position is the mean of the values, as in the oracle.
 //!
 //! A learned sink logit per head (gpt-oss) enters at each row's output, once its maximum and
 //! sum are whole ([`sink_factor`]); a row with no visible position is then zero.
@@ -31,10 +33,11 @@ use super::attention::{Attention, and, exp, neg_inf, rescale, sink_factor};
 use super::context::KernelCtx;
 use super::gemm::tf32_parts;
 use super::{Lowering, PlanError};
+use poot_graph_ir::{DType, OpKind, ValueId};
 use poot_kernel::build::{
-    bin, cmp, eq, load_shared, local_id, lt, max, min, select, shuffle_xor, u32c,
+    bin, cmp, eq, load_shared, local_id, lt, max, min, select, shuffle_xor, u32c, un,
 };
-use poot_kernel::{BinOp, CmpOp, Expr, Ty, Var, Word};
+use poot_kernel::{BinOp, CmpOp, Expr, Ty, UnOp, Var, Word};
 
 /// Lanes of a warp (the matrix units' unit of work).
 const WARP: u32 = 32;
@@ -66,7 +69,46 @@ fn score_slot(i: usize) -> (usize, u32) {
     (i / 2, (i % 2) as u32)
 }
 
+/// The tf32 parts of a staged factor: `(high, low)`, or the value's bits alone (`None` for
+/// the low part) where it is exact in tf32.
+fn factor_parts(cx: &mut KernelCtx, x: Expr, exact: bool) -> (Expr, Option<Expr>) {
+    if exact {
+        return (cx.kb.let_(Ty::U32, un(UnOp::BitsToU32, x)), None);
+    }
+    let (hi, lo) = tf32_parts(cx, x);
+    (hi, Some(lo))
+}
+
 impl Lowering<'_> {
+    /// Whether every element of `v` is exact in tf32: moves (views, broadcasts, transposes,
+    /// slices, gathers of unpacked tables) of a widening from f16 or bf16, whose low 13
+    /// mantissa bits are zero.
+    fn tf32_exact(&self, v: ValueId) -> bool {
+        let mut v = v;
+        loop {
+            let Some(i) = self.cls.producer[v.index()] else {
+                return false;
+            };
+            let e = &self.g.eqns()[i];
+            match e.op {
+                OpKind::Cast { to: DType::F32 } => {
+                    let from = self.g.values()[e.inputs[0].index()].ty.dtype;
+                    return matches!(from, DType::F16 | DType::BF16);
+                }
+                OpKind::Reshape { .. }
+                | OpKind::Broadcast { .. }
+                | OpKind::Transpose { .. }
+                | OpKind::Slice { .. }
+                | OpKind::DynamicSlice { .. } => v = e.inputs[0],
+                OpKind::Gather { .. } => match self.g.values()[e.inputs[0].index()].ty.dtype {
+                    DType::Packed(_) | DType::Components(_) => return false,
+                    _ => v = e.inputs[0],
+                },
+                _ => return false,
+            }
+        }
+    }
+
     /// Whether the matrix-unit kernel takes `a` once its query is a stored value: a target with
     /// the units (and `attn_mma_sinks` where the softmax has a sink), at least a warp's
     /// queries, heads of at most [`MAX_HEAD`] in multiples of 8, and enough shared memory.
@@ -104,6 +146,7 @@ impl Lowering<'_> {
         let dqk = self.g.values()[a.q.index()].ty.dims()[3] as u32;
         let warps = tokens.div_ceil(WARP_QUERIES).min(MAX_WARPS);
         let threads = warps * WARP;
+        let (k_exact, v_exact) = (self.tf32_exact(a.k), self.tf32_exact(a.v));
         let out = self.scratch_for(a.out)?;
         let mut cx = KernelCtx::labelled("attention_mma", self.label(a.out), threads);
         let outp = cx.param(out, Word::F32, true);
@@ -258,10 +301,12 @@ impl Lowering<'_> {
                 let at = |off: u32| {
                     key.clone() * u32c(dqk + K_PAD) + t.clone() + u32c(8 * kk as u32 + off)
                 };
-                let (h0, l0) = tf32_parts(&mut cx, load_shared(k_sh, at(0)));
-                let (h1, l1) = tf32_parts(&mut cx, load_shared(k_sh, at(4)));
+                let (h0, l0) = factor_parts(&mut cx, load_shared(k_sh, at(0)), k_exact);
+                let (h1, l1) = factor_parts(&mut cx, load_shared(k_sh, at(4)), k_exact);
                 cx.kb.mma_tf32(*acc, a_lo.clone(), [h0.clone(), h1.clone()]);
-                cx.kb.mma_tf32(*acc, a_hi.clone(), [l0, l1]);
+                if let (Some(l0), Some(l1)) = (l0, l1) {
+                    cx.kb.mma_tf32(*acc, a_hi.clone(), [l0, l1]);
+                }
                 cx.kb.mma_tf32(*acc, a_hi.clone(), [h0, h1]);
             }
         }
@@ -357,10 +402,12 @@ impl Lowering<'_> {
                         + g.clone()
                         + u32c(8 * n as u32)
                 };
-                let (h0, l0) = tf32_parts(&mut cx, load_shared(v_sh, v_at(0)));
-                let (h1, l1) = tf32_parts(&mut cx, load_shared(v_sh, v_at(4)));
+                let (h0, l0) = factor_parts(&mut cx, load_shared(v_sh, v_at(0)), v_exact);
+                let (h1, l1) = factor_parts(&mut cx, load_shared(v_sh, v_at(4)), v_exact);
                 cx.kb.mma_tf32(*acc, a_lo.clone(), [h0.clone(), h1.clone()]);
-                cx.kb.mma_tf32(*acc, a_hi.clone(), [l0, l1]);
+                if let (Some(l0), Some(l1)) = (l0, l1) {
+                    cx.kb.mma_tf32(*acc, a_hi.clone(), [l0, l1]);
+                }
                 cx.kb.mma_tf32(*acc, a_hi.clone(), [h0, h1]);
             }
         }
