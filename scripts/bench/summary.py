@@ -6,9 +6,12 @@
 Reads, where present:
   batched/NAME.rowsN.poot.json + batched/NAME.batched.llama.jsonl
       -> decode_rows16 / decode_rows64 (poot total decode tok/s over llama-batched-bench's S_TG)
-  serve/NAME.serve.fixed.{poot,llama}.json
-      -> serve_tok_s_c1, serve_tok_s_c64 (output tok/s), serve_ttft_p99_c64 (seconds; the
-         ratio is llama-server's over poot's, so above 1 means poot is better)
+  serve/NAME.serve.{fixed,spread}.{poot,llama}.json
+      -> serve_tok_s_cC at every concurrency C (output tok/s; `_spread` for the spread load),
+         serve_ttft_p99_c64 (seconds; the ratio is llama-server's over poot's, so above 1
+         means poot is better)
+  serve/NAME.serve.bench.poot.json -> lone_vs_bench (the C=1 level's per-request decode
+         tok/s over `poot bench`'s one-row decode in the same call)
   serve/NAME.serve.poot.ready-warm.json -> ready_s (no peer: llama-server's was not timed)
   gpu/NAME.poot.json + gpu/NAME.llama.json (`bench/h200.sh bench`)
       -> decode_b1 and prefill_ppP, as below without the prefix
@@ -99,6 +102,53 @@ def spec_rows(args):
     return rows
 
 
+
+def serve_levels(args, name, load, engine):
+    """Concurrency -> the sweep's figures for one engine and load, or {}."""
+    p = os.path.join(args.run_dir, "serve", f"{name}.serve.{load}.{engine}.json")
+    if not os.path.exists(p):
+        return {}
+    with open(p) as f:
+        return {r["concurrency"]: r for r in json.load(f)}
+
+
+def serve_rows(args, name):
+    """Output tok/s at every concurrency of each load (`serve_tok_s_cC`, `_spread` for the
+    spread load), TTFT p99 at 64 clients, a lone request's decode speed over `poot bench`'s
+    (`lone_vs_bench`: the C=1 level's per-request decode tok/s, beside NAME.serve.bench.poot.json
+    from the same call) and the warm ready time."""
+    rows = []
+    for load, suffix in (("fixed", ""), ("spread", "_spread")):
+        poot = serve_levels(args, name, load, "poot")
+        llama = serve_levels(args, name, load, "llama")
+        for c in sorted(poot):
+            rows.append(
+                row(name, f"serve_tok_s_c{c}{suffix}", round(poot[c]["output_tok_s"], 1),
+                    round(llama[c]["output_tok_s"], 1) if c in llama else None,
+                    "llama-server", args)
+            )
+        if 64 in poot:
+            rows.append(
+                row(name, f"serve_ttft_p99_c64{suffix}", round(poot[64]["ttft_p99_s"], 3),
+                    round(llama[64]["ttft_p99_s"], 3) if 64 in llama else None,
+                    "llama-server", args, lower_is_better=True)
+            )
+    fixed = serve_levels(args, name, "fixed", "poot")
+    bp = os.path.join(args.run_dir, "serve", f"{name}.serve.bench.poot.json")
+    if 1 in fixed and os.path.exists(bp):
+        with open(bp) as f:
+            bench = json.load(f)["decode_tok_s"]
+        rows.append(
+            row(name, "lone_vs_bench", round(fixed[1]["decode_tok_s_per_request_p50"], 1),
+                round(bench, 1), "poot bench (one row)", args)
+        )
+    rp = os.path.join(args.run_dir, "serve", f"{name}.serve.poot.ready-warm.json")
+    if os.path.exists(rp):
+        with open(rp) as f:
+            ready = json.load(f)["ready_s"]
+        rows.append(row(name, "ready_s", ready, None, None, args))
+    return rows
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("run_dir")
@@ -128,31 +178,7 @@ def main():
             )
     for path in sorted(glob.glob(os.path.join(args.run_dir, "serve", "*.serve.fixed.poot.json"))):
         name = os.path.basename(path).split(".")[0]
-        lp = path.replace(".poot.json", ".llama.json")
-        with open(path) as f:
-            poot = {r["concurrency"]: r for r in json.load(f)}
-        llama = {}
-        if os.path.exists(lp):
-            with open(lp) as f:
-                llama = {r["concurrency"]: r for r in json.load(f)}
-        for c, metric in ((1, "serve_tok_s_c1"), (64, "serve_tok_s_c64")):
-            if c in poot:
-                rows.append(
-                    row(name, metric, round(poot[c]["output_tok_s"], 1),
-                        round(llama[c]["output_tok_s"], 1) if c in llama else None,
-                        "llama-server", args)
-                )
-        if 64 in poot:
-            rows.append(
-                row(name, "serve_ttft_p99_c64", round(poot[64]["ttft_p99_s"], 3),
-                    round(llama[64]["ttft_p99_s"], 3) if 64 in llama else None,
-                    "llama-server", args, lower_is_better=True)
-            )
-        rp = os.path.join(args.run_dir, "serve", f"{name}.serve.poot.ready-warm.json")
-        if os.path.exists(rp):
-            with open(rp) as f:
-                ready = json.load(f)["ready_s"]
-            rows.append(row(name, "ready_s", ready, None, None, args))
+        rows.extend(serve_rows(args, name))
     for sub, prefix, peer_name in (("gpu", "", "llama-bench"), ("cpu", "cpu_", "llama-bench (CPU)")):
         rows.extend(single_rows(args, sub, prefix, peer_name))
     rows.extend(spec_rows(args))

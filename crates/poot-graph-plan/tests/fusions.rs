@@ -93,18 +93,18 @@ fn a_norm_runs_inside_the_projections_that_read_it() {
 #[test]
 fn only_decode_shaped_contractions_take_the_gemv_kernel() {
     let b = Builder::new(TraceLimits::standard(64));
-    // Eight rows, transposed constant weights: decode-shaped.
-    let x8 = input(&b, "x8", &[8, 64]);
-    let y8 = ops::linear(&b, x8, input(&b, "w8", &[40, 64]), None).unwrap();
+    // Two rows, transposed constant weights: decode-shaped.
+    let x2 = input(&b, "x2", &[2, 64]);
+    let y2 = ops::linear(&b, x2, input(&b, "w2", &[40, 64]), None).unwrap();
     // Nine rows (a prefill chunk): the tiled kernel. Weights not transposed, or computed by
     // the step: the general kernel.
     let x9 = input(&b, "x9", &[9, 64]);
     let y9 = ops::linear(&b, x9, input(&b, "w9", &[40, 64]), None).unwrap();
-    let plain = b.matmul(x8, input(&b, "wp", &[64, 40]), false).unwrap();
+    let plain = b.matmul(x2, input(&b, "wp", &[64, 40]), false).unwrap();
     let computed = b.exp(input(&b, "wc", &[40, 64])).unwrap();
-    let yc = b.matmul(x8, computed, true).unwrap();
+    let yc = b.matmul(x2, computed, true).unwrap();
     let p = plan(
-        &b.finish(Outputs::new(y8).and(y9).and(plain).and(yc))
+        &b.finish(Outputs::new(y2).and(y9).and(plain).and(yc))
             .unwrap(),
     );
     let k = kinds(&p);
@@ -385,10 +385,14 @@ fn paged_row_runs_are_on_unless_turned_off() {
 
 #[test]
 fn gemv_rows_caps_the_decode_shaped_rows() {
-    // The default: up to 8 rows in one pass over the weights, more tiled.
-    assert_eq!(q4_0_rows(8, ""), ["gemv"]);
-    assert_ne!(q4_0_rows(9, ""), ["gemv"]);
-    assert_ne!(q4_0_rows(16, ""), ["gemv"]);
+    // The default where the tiles multiply on the matrix units: up to 2 rows in one pass over
+    // the weights, more tiled.
+    assert_eq!(q4_0_rows(2, ""), ["gemv"]);
+    assert_ne!(q4_0_rows(3, ""), ["gemv"]);
+    assert_ne!(q4_0_rows(8, ""), ["gemv"]);
+    // Without them, up to 8.
+    assert_eq!(q4_0_rows(8, "mma=0"), ["gemv"]);
+    assert_ne!(q4_0_rows(9, "mma=0"), ["gemv"]);
     // Raised: 16 rows still read the weights once; 17 are tiled.
     assert_eq!(q4_0_rows(16, "gemv_rows=16"), ["gemv"]);
     assert_ne!(q4_0_rows(17, "gemv_rows=16"), ["gemv"]);
@@ -834,9 +838,9 @@ fn half_weights_multiply_in_half_precision_on_ptx_for_many_rows() {
 
 #[test]
 fn few_rows_and_other_weights_keep_their_precision() {
-    // One row (a decode step) and eight (a small batched step): decode-shaped kernels, the
+    // One row (a decode step) and two (a small batched step): decode-shaped kernels, the
     // graph as traced.
-    for rows in [1, 8] {
+    for rows in [1, 2] {
         let g = half_layer(rows, DType::F16);
         let target = with_units(MatrixUnits::Half);
         assert_eq!(*round_half_operands(&g, &target).unwrap(), g);
@@ -931,7 +935,7 @@ fn half_weights_go_to_the_library_where_the_device_has_one() {
     let mut off = Target::ptx_preset();
     off.tuning.library_gemm = false;
     for (g, target) in [
-        (half_layer(8, DType::F16), with_library()),
+        (half_layer(2, DType::F16), with_library()),
         (half_layer(64, DType::F16), off),
         (half_layer(64, DType::F16), Target::wgpu_preset()),
     ] {

@@ -581,7 +581,7 @@ fn tiled_and_split_kernels(target: &Target) -> Vec<Kernel> {
 }
 
 /// The decode-shaped contraction kernels of every weight layout (each block format, f32, f16
-/// and bf16 of even and odd length) at one row; for a few layouts also at three rows, as Q/K
+/// and bf16 of even and odd length) at one row; for a few layouts also at two rows, as Q/K
 /// siblings behind a norm, and with a residual add in the epilogue.
 fn decode_shaped_kernels(target: &Target) -> Vec<Kernel> {
     use poot_formats::BlockFormat;
@@ -602,7 +602,7 @@ fn decode_shaped_kernels(target: &Target) -> Vec<Kernel> {
     let mut out = Vec::new();
     for (i, (dtype, k)) in layouts.into_iter().enumerate() {
         let all = fused.contains(&dtype);
-        for rows in if all { &[1, 3][..] } else { &[1][..] } {
+        for rows in if all { &[1, 2][..] } else { &[1][..] } {
             let rows = *rows;
             let b = Builder::new(TraceLimits::standard(64));
             let constant = |name: &str, dtype: DType, dims: Vec<usize>| {

@@ -59,7 +59,7 @@ use poot_kernel::ir::BinOp;
 use poot_kernel::{Expr, Half, ParamId, SharedId, Ty, UnOp, Var, Word};
 
 /// Partial sums a lane keeps (rows times columns of its team) before a team's columns are cut
-/// down; the row count itself is capped by [`Tuning::gemv_rows`](crate::Tuning::gemv_rows).
+/// down; the row count itself is capped by [`Target::gemv_rows`](crate::Target::gemv_rows).
 const PARTIAL_SUMS: u32 = 8;
 
 /// Workgroups a contraction should launch at least, where its columns allow: two per
@@ -376,7 +376,7 @@ fn lead_index(lead: &[usize], m: u32) -> Vec<Expr> {
 
 impl Lowering<'_> {
     /// The weights of contraction `eqn` when it is decode-shaped: transposed constant weights of
-    /// a layout the kernel reads, at most [`Tuning::gemv_rows`](crate::Tuning::gemv_rows) output
+    /// a layout the kernel reads, at most [`Target::gemv_rows`](crate::Target::gemv_rows) output
     /// rows.
     fn gemv_weight(&self, eqn: usize) -> Option<Weight> {
         let e = &self.g.eqns()[eqn];
@@ -399,7 +399,7 @@ impl Lowering<'_> {
         };
         let out_dims = self.g.values()[out.index()].ty.dims();
         let rows: usize = out_dims[..out_dims.len().checked_sub(1)?].iter().product();
-        if rows == 0 || rows > self.target.tuning.gemv_rows {
+        if rows == 0 || rows > self.target.gemv_rows() {
             return None;
         }
         self.weight_rows(rhs, n, k)
