@@ -431,7 +431,7 @@ serve() {
       "$W/bin/poot-serve" --model "$path" --backend "$BACKEND" --port 18080 --parallel "$par" \
         --ctx-size "$ctx" ${SERVE_ARGS:-} >"$RESULTS/$name.serve.poot.$start.log" 2>&1 &
       pid=$!
-      ready="$(wait_ready http://127.0.0.1:18080 180)" || { tail -5 "$RESULTS/$name.serve.poot.$start.log"; kill $pid; say "$name: poot-serve not ready"; continue 2; }
+      wait_ready http://127.0.0.1:18080 180 >/dev/null || { tail -5 "$RESULTS/$name.serve.poot.$start.log"; kill $pid; say "$name: poot-serve not ready"; continue 2; }
       ready=$((SECONDS - t0))
       say "$name: poot-serve ready after $ready s ($start)"
       # Idle time prepares the remaining step variants: wait for that (at most WARM_SECONDS).
