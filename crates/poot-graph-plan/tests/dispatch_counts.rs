@@ -10,7 +10,7 @@ mod common;
 use common::reference_models::*;
 use poot_graph_ir::TraceLimits;
 use poot_graph_plan::{Plan, Target, compile};
-use poot_models::{StepShape, StepSpec};
+use poot_models::{KvLayout, StepShape, StepSpec};
 
 /// The cache the driver's decode entry attends over (`poot run`'s default capacity).
 const CAPACITY: usize = 2048;
@@ -108,6 +108,38 @@ fn smollm2_135m_decode_dispatches() {
     }
     // The final norm and the head (the mask and the embedding rows are computed in place).
     assert_eq!(plan.dispatches.len(), layer.len() * layers + 2);
+}
+
+#[test]
+fn smollm2_135m_paged_decode_writes_keys_and_values_in_one_kernel() {
+    let r = smollm2_135m();
+    let model = build(&r);
+    let layers = model.config().n_layers;
+    // A server's step: 64 sequences' blocks of 16 positions in one pool.
+    let shape = StepShape::new(1, 1, CAPACITY).with_kv(KvLayout::Paged {
+        block_tokens: 16,
+        blocks: 64 * CAPACITY / 16 + 1,
+    });
+    let graph = model
+        .trace(
+            &StepSpec::step(shape),
+            TraceLimits::standard(MAX_STEP_TOKENS),
+        )
+        .unwrap();
+    let plan = compile(&graph, &Target::ptx_preset()).unwrap();
+    // As the contiguous step's, the cache writes scattering through the write map.
+    let layer = [
+        "gemv",
+        "scatter",
+        "attention_decode",
+        "attention_combine",
+        "gemv_epilogue",
+        "gemv_epilogue",
+        "gemv_epilogue",
+    ];
+    for l in 0..layers {
+        assert_eq!(layer_kinds(&plan, l), layer, "layer {l}");
+    }
 }
 
 #[test]

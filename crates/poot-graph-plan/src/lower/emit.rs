@@ -19,7 +19,7 @@ use poot_kernel::{BinOp, CmpOp, Expr, Half, ParamId, SharedId, Ty, UnOp, Word};
 type Combine<'a> = dyn Fn(&[Expr], &[Expr]) -> Vec<Expr> + 'a;
 
 /// Threads per workgroup of element-wise kernels.
-const ELEMENTWISE_THREADS: u32 = 256;
+pub(super) const ELEMENTWISE_THREADS: u32 = 256;
 
 /// An index that marks "no element yet" in arg-max and top-k reductions.
 pub(super) const NONE: u32 = u32::MAX;
@@ -706,6 +706,20 @@ impl Lowering<'_> {
     }
 
     pub(super) fn emit_scatter(&mut self, i: usize, axis: usize) -> Result<(), PlanError> {
+        let v = self.g.eqns()[i].out;
+        let mut cx = KernelCtx::labelled("scatter", self.label(v), ELEMENTWISE_THREADS);
+        let grid = self.scatter_body(&mut cx, i, axis)?;
+        self.push_kernel(cx, grid)
+    }
+
+    /// Appends the body of scatter `i` (`ScatterUpdate`) to `cx`; returns the workgroups it
+    /// wants.
+    pub(super) fn scatter_body(
+        &mut self,
+        cx: &mut KernelCtx,
+        i: usize,
+        axis: usize,
+    ) -> Result<[u32; 3], PlanError> {
         let e = self.g.eqns()[i].clone();
         let (v, operand, indices, updates) = (e.out, e.inputs[0], e.inputs[1], e.inputs[2]);
         let op_dims = self.g.values()[operand.index()].ty.dims().to_vec();
@@ -715,20 +729,18 @@ impl Lowering<'_> {
         let writes =
             self.element_writes(v, out, updates, whole_words, "scatter into an f16 state")?;
         let n = writes.n;
-        let mut cx = KernelCtx::labelled("scatter", self.label(v), ELEMENTWISE_THREADS);
         let outp = cx.param(out, writes.word, true);
-        let flat = Self::begin_grid_stride(&mut cx, n);
-        let uidx = unflatten(&mut cx, flat, &writes.iter_dims);
+        let flat = Self::begin_grid_stride(cx, n);
+        let uidx = unflatten(cx, flat, &writes.iter_dims);
         let uidx = writes.first_of_word(uidx);
-        let at = self.value_at(&mut cx, indices, std::slice::from_ref(&uidx[axis]))?;
-        let at = self.checked_index(&mut cx, at, op_dims[axis], fault::SCATTER_INDEX);
+        let at = self.value_at(cx, indices, std::slice::from_ref(&uidx[axis]))?;
+        let at = self.checked_index(cx, at, op_dims[axis], fault::SCATTER_INDEX);
         let mut oidx = uidx.clone();
         oidx[axis] = at;
         let at = flatten(&oidx, &op_dims);
-        self.store_element(&mut cx, &writes, outp, at, updates, &uidx)?;
+        self.store_element(cx, &writes, outp, at, updates, &uidx)?;
         cx.kb.end();
-        let grid = self.groups_for(n, ELEMENTWISE_THREADS);
-        self.push_kernel(cx, grid)
+        Ok(self.groups_for(n, cx.kb.workgroup()))
     }
 
     pub(super) fn emit_top_k(&mut self, i: usize, k: usize) -> Result<(), PlanError> {

@@ -5,8 +5,9 @@
 //!   workgroup computes one column of one of them, and what the left side needs per row (a
 //!   norm's sum of squares) is computed once per workgroup for all of them. Each sum is formed
 //!   exactly as the contraction alone forms it.
-//! - Cache writes (`DynamicUpdateSlice`) whose inputs are all ready and that touch disjoint
-//!   buffers (a layer's key and value writes) run one after the other in one kernel.
+//! - Cache writes of one kind (`DynamicUpdateSlice` into a contiguous cache, `ScatterUpdate`
+//!   into a paged pool) whose inputs are all ready and that touch disjoint buffers (a layer's
+//!   key and value writes) run one after the other in one kernel.
 //!
 //! The later equations are computed at the first one's place and skipped when reached. A group
 //! that would bind more buffers than the target allows is not formed.
@@ -282,16 +283,17 @@ impl Lowering<'_> {
         Ok(cx)
     }
 
-    /// Cache write `i` with the later cache writes it can share a kernel with.
+    /// Cache write `i` with the later cache writes of its kind it can share a kernel with.
     pub(super) fn emit_update_group(&mut self, i: usize) -> Result<(), PlanError> {
+        let kind = std::mem::discriminant(&self.g.eqns()[i].op);
         let mut group = vec![i];
         let (mut reads, mut writes) = (Vec::new(), Vec::new());
         if !self.update_footprint(i, &mut reads, &mut writes) {
-            return self.emit_update_slice(i);
+            return self.emit_cache_write(i);
         }
         let last = (i + UPDATE_WINDOW).min(self.g.eqns().len());
         for j in i + 1..last {
-            if self.g.eqns()[j].op != OpKind::DynamicUpdateSlice
+            if std::mem::discriminant(&self.g.eqns()[j].op) != kind
                 || self.done.contains(&j)
                 || self.cls.placement[self.g.eqns()[j].out.index()] != Placement::Materialized
             {
@@ -313,23 +315,46 @@ impl Lowering<'_> {
         buffers.sort_by_key(|v| v.index());
         buffers.dedup();
         if group.len() == 1 || buffers.len() as u32 >= self.target.limits.max_bindings {
-            return self.emit_update_slice(i);
+            return self.emit_cache_write(i);
         }
         let wg = group
             .iter()
-            .map(|&j| self.update_slice_threads(j))
+            .map(|&j| self.cache_write_threads(j))
             .max()
             .unwrap_or(1);
         let v = self.g.eqns()[i].out;
-        let mut cx = KernelCtx::labelled("update_slice", self.label(v), wg);
+        let name = match self.g.eqns()[i].op {
+            OpKind::ScatterUpdate { .. } => "scatter",
+            _ => "update_slice",
+        };
+        let mut cx = KernelCtx::labelled(name, self.label(v), wg);
         let mut grid = [1, 1, 1];
         for &j in &group {
-            let g = self.update_slice_body(&mut cx, j)?;
+            let g = match self.g.eqns()[j].op {
+                OpKind::ScatterUpdate { axis } => self.scatter_body(&mut cx, j, axis)?,
+                _ => self.update_slice_body(&mut cx, j)?,
+            };
             grid[0] = grid[0].max(g[0]);
         }
         self.push_kernel(cx, grid)?;
         self.done.extend(group);
         Ok(())
+    }
+
+    /// Cache write `i` in a kernel of its own.
+    fn emit_cache_write(&mut self, i: usize) -> Result<(), PlanError> {
+        match self.g.eqns()[i].op {
+            OpKind::ScatterUpdate { axis } => self.emit_scatter(i, axis),
+            _ => self.emit_update_slice(i),
+        }
+    }
+
+    /// The workgroup width cache write `i`'s body wants.
+    fn cache_write_threads(&self, i: usize) -> u32 {
+        match self.g.eqns()[i].op {
+            OpKind::ScatterUpdate { .. } => super::emit::ELEMENTWISE_THREADS,
+            _ => self.update_slice_threads(i),
+        }
     }
 
     /// What cache write `i` reads (its new values' and positions' buffered inputs, the operand)

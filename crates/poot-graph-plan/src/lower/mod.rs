@@ -702,7 +702,7 @@ impl<'g> Lowering<'g> {
         let e = &self.g.eqns()[i];
         match &e.op {
             OpKind::DynamicUpdateSlice => self.emit_update_group(i),
-            OpKind::ScatterUpdate { axis } => self.emit_scatter(i, *axis),
+            OpKind::ScatterUpdate { .. } => self.emit_update_group(i),
             OpKind::Reduce { .. } | OpKind::ArgMax { .. } => self.emit_reduce(i),
             OpKind::ArgTopK { k } => self.emit_top_k(i, *k),
             OpKind::MatMul { transpose_rhs } => match self.cls.attention.get(&i).cloned() {
