@@ -773,12 +773,13 @@ fn the_heads_reduce_a_long_vocabulary_with_many_workgroups() {
     // under the softmax share one split reduction, the softmax's sum another (it reads the
     // maximum), the 32 candidates a split top-k. Sample launches two kernels more than with
     // one workgroup per reduction (whose softmax sum ran inside its reader). Adjusted and
-    // Logprobs launch 28 and 29: their history's one-hot counts (a sum over the step's few
-    // tokens) are summed where the penalties read them, not by a kernel of their own.
+    // Logprobs launch 27 and 28: their history's one-hot counts (a sum over the step's few
+    // tokens) are summed where the penalties read them, not by a kernel of their own, and
+    // their independent history scatters share a kernel.
     for (head, total) in [
         (Head::Sample, 17),
-        (Head::Adjusted, 28),
-        (Head::Logprobs, 29),
+        (Head::Adjusted, 27),
+        (Head::Logprobs, 28),
     ] {
         let kinds = suffix_kinds(head, 1, 49152);
         println!("{head:?}: {} launches: {}", kinds.len(), kinds.join(" "));
