@@ -89,20 +89,25 @@ fn step_plan_on(r: &Reference, tokens: usize, target: &Target) -> (Plan, usize) 
     (plan, layers)
 }
 
-#[test]
-fn smollm2_135m_decode_dispatches() {
-    let (plan, layers) = decode_plan(&smollm2_135m());
-    // Norm and Q/K/V projections; both cache writes with the keys' rotary embedding; attention
-    // and its combine; output projection + residual; gate/up + SiLU product; down + residual.
-    let layer = [
+/// A SmolLM2 decode layer's kernels, its cache writes being `writes`: norm and Q/K/V
+/// projections; both cache writes with the keys' rotary embedding; attention and its combine;
+/// output projection + residual; gate/up + SiLU product; down + residual.
+fn smollm2_layer(writes: &str) -> [&str; 7] {
+    [
         "gemv",
-        "update_slice",
+        writes,
         "attention_decode",
         "attention_combine",
         "gemv_epilogue",
         "gemv_epilogue",
         "gemv_epilogue",
-    ];
+    ]
+}
+
+#[test]
+fn smollm2_135m_decode_dispatches() {
+    let (plan, layers) = decode_plan(&smollm2_135m());
+    let layer = smollm2_layer("update_slice");
     for l in 0..layers {
         assert_eq!(layer_kinds(&plan, l), layer, "layer {l}");
     }
@@ -128,15 +133,7 @@ fn smollm2_135m_paged_decode_writes_keys_and_values_in_one_kernel() {
         .unwrap();
     let plan = compile(&graph, &Target::ptx_preset()).unwrap();
     // As the contiguous step's, the cache writes scattering through the write map.
-    let layer = [
-        "gemv",
-        "scatter",
-        "attention_decode",
-        "attention_combine",
-        "gemv_epilogue",
-        "gemv_epilogue",
-        "gemv_epilogue",
-    ];
+    let layer = smollm2_layer("scatter");
     for l in 0..layers {
         assert_eq!(layer_kinds(&plan, l), layer, "layer {l}");
     }
