@@ -12,7 +12,7 @@
 //! crafted) is a miss, never another prompt's keys and values. Kept blocks with no reader are
 //! evicted least recently used first when the free list runs out.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use super::{DriverError, Layout};
 
@@ -33,6 +33,10 @@ pub(crate) struct KvPool {
     published: HashMap<u32, u64>,
     /// Readers of each block a sequence holds (cached blocks can have several).
     readers: HashMap<u32, usize>,
+    /// The cached blocks nobody reads, as (last use, prefix hash), oldest first: what eviction
+    /// takes. Kept beside `cached` so counting and evicting do not walk the whole cache (a
+    /// full pool of a 64-row server holds thousands of cached blocks).
+    idle: BTreeSet<(u64, u64)>,
     /// Bumped at each use, for least-recently-used eviction.
     clock: u64,
     stats: PrefixCacheStats,
@@ -112,13 +116,7 @@ impl KvPool {
 
     /// Blocks that a new reservation could take now (free plus evictable).
     pub fn available(&self) -> usize {
-        self.free.len() + self.evictable().count()
-    }
-
-    fn evictable(&self) -> impl Iterator<Item = (&u64, &CachedBlock)> {
-        self.cached
-            .iter()
-            .filter(|(_, c)| !self.readers.contains_key(&c.block))
+        self.free.len() + self.idle.len()
     }
 
     /// Blocks a sequence of `total` positions needs.
@@ -162,21 +160,22 @@ impl KvPool {
             }
         }
         let fresh = need - reused.len();
-        let evictable = self
-            .evictable()
-            .filter(|(_, c)| !reused.contains(&c.block))
+        let idle_reused = reused
+            .iter()
+            .filter(|b| !self.readers.contains_key(b))
             .count();
-        if fresh > self.free.len() + evictable {
+        if fresh > self.free.len() + self.idle.len() - idle_reused {
             return None;
         }
         self.clock += 1;
         for &b in &reused {
+            let Some(c) = self.published.get(&b).and_then(|h| self.cached.get_mut(h)) else {
+                continue;
+            };
+            let hash = self.published[&b];
+            self.idle.remove(&(c.last_used, hash));
+            c.last_used = self.clock;
             *self.readers.entry(b).or_default() += 1;
-        }
-        for c in self.cached.values_mut() {
-            if reused.contains(&c.block) {
-                c.last_used = self.clock;
-            }
         }
         let mut blocks = reused.clone();
         while blocks.len() < need {
@@ -218,10 +217,13 @@ impl KvPool {
 
     /// Takes the least recently used cached block nobody reads.
     fn evict(&mut self) -> Option<u32> {
-        let (&hash, _) = self.evictable().min_by_key(|(_, c)| c.last_used)?;
-        let c = self.cached.remove(&hash)?;
-        self.published.remove(&c.block);
-        Some(c.block)
+        loop {
+            let (_, hash) = self.idle.pop_first()?;
+            if let Some(c) = self.cached.remove(&hash) {
+                self.published.remove(&c.block);
+                return Some(c.block);
+            }
+        }
     }
 
     /// Publishes the blocks of a running sequence that its prompt's tokens have filled (`fed`
@@ -259,6 +261,9 @@ impl KvPool {
                         },
                     );
                     self.published.insert(b, hash);
+                    if !self.readers.contains_key(&b) {
+                        self.idle.insert((self.clock, hash));
+                    }
                 }
             }
             prev = Some(b);
@@ -288,9 +293,10 @@ impl KvPool {
             }
             self.readers.remove(&b);
             match self.published.get(&b) {
-                Some(hash) => {
-                    if let Some(c) = self.cached.get_mut(hash) {
+                Some(&hash) => {
+                    if let Some(c) = self.cached.get_mut(&hash) {
                         c.last_used = self.clock;
+                        self.idle.insert((self.clock, hash));
                     }
                 }
                 None => self.free.push(b),
@@ -394,6 +400,7 @@ mod tests {
         let d = p.reserve(&[42; 3], 32, true).unwrap();
         assert_eq!(d.blocks.len(), 8);
         assert_eq!(d.reused_tokens, 0);
+        p.assert_consistent();
     }
 
     #[test]
@@ -470,6 +477,68 @@ mod tests {
         assert_eq!(p.available(), 8);
         let c = p.reserve(&prompt, 12, true).unwrap();
         assert_eq!(c.reused_tokens, 8);
+        p.assert_consistent();
+    }
+
+    impl KvPool {
+        /// The idle set is exactly the cached blocks nobody reads, and every block is free,
+        /// read or cached (or the scratch block).
+        fn assert_consistent(&self) {
+            let idle: BTreeSet<(u64, u64)> = self
+                .cached
+                .iter()
+                .filter(|(_, c)| !self.readers.contains_key(&c.block))
+                .map(|(&h, c)| (c.last_used, h))
+                .collect();
+            assert_eq!(self.idle, idle);
+            let mut seen: Vec<u32> = self.free.clone();
+            seen.extend(self.readers.keys());
+            seen.extend(
+                self.cached
+                    .values()
+                    .map(|c| c.block)
+                    .filter(|b| !self.readers.contains_key(b)),
+            );
+            seen.sort_unstable();
+            assert_eq!(seen, (0..self.scratch).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn eviction_takes_the_least_recently_released_block_and_the_books_balance() {
+        let mut p = pool(17); // 16 usable
+        // Sequences over a few shared prefixes, released in a scrambled order, then a large
+        // reservation that must evict.
+        let prompts: Vec<Vec<u32>> = (0..6u32)
+            .map(|i| {
+                let mut v: Vec<u32> = (0..4).map(|t| 100 + (i % 3) * 10 + t).collect();
+                v.extend((0..5).map(|t| 1000 + i * 10 + t));
+                v
+            })
+            .collect();
+        let mut held = Vec::new();
+        for (i, prompt) in prompts.iter().enumerate() {
+            let r = p.reserve(prompt, 12, true).unwrap();
+            p.publish(&r.blocks, prompt, prompt.len());
+            p.assert_consistent();
+            held.push((i, r));
+            if held.len() == 3 {
+                for (j, r) in held.drain(..).rev() {
+                    p.release(&r.blocks, &prompts[j], prompts[j].len(), true);
+                    p.assert_consistent();
+                }
+            }
+        }
+        assert_eq!(p.available(), 16);
+        // The first-released cached block is the first evicted.
+        let oldest = *p.idle.first().unwrap();
+        let block = p.cached[&oldest.1].block;
+        let mut blocks = Vec::new();
+        let free = p.free.len();
+        assert!(p.grow(&mut blocks, 4 * (free + 1)));
+        assert_eq!(*blocks.last().unwrap(), block);
+        p.assert_consistent();
+        assert_eq!(p.available(), 16 - free - 1);
     }
 
     #[test]
