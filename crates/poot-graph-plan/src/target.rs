@@ -154,6 +154,11 @@ pub struct Tuning {
     /// Workgroups a decode attention launches at least per multiprocessor, by splitting each
     /// row's positions into partitions (`decode_wgs=N`, 1 to 64; 2 by default).
     pub decode_workgroups: usize,
+    /// Positions each team of a decode attention takes per step at most (`decode_positions=N`,
+    /// 1, 2, 4, 8 or 16; 4 by default): more keep more key and value loads in flight per
+    /// step, each step paying one latency chain (a paged cache's block-table read, then the
+    /// words).
+    pub decode_positions: u32,
     /// Whether attention over many query rows forms its two products on the matrix units,
     /// where the target has them ([`Target::attention_matrix_units`]; `attn_mma=0|1`, on by
     /// default), instead of the tiled kernel's FMA loops.
@@ -309,6 +314,7 @@ impl Default for Tuning {
             decode_group_heads: true,
             decode_group_lone: false,
             decode_workgroups: 2,
+            decode_positions: 4,
             attention_mma: true,
             attention_mma_sinks: true,
             gemm_matrix_units: MatrixUnits::Tf32,
@@ -340,7 +346,7 @@ pub const CPU_INTEGER_ROWS: u32 = 16;
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, routed=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_group_lone=0|1, decode_wgs=1..64, attn_mma=0|1, attn_mma_sinks=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, tile_prefetch=0|1, tile_units=across|along, gemv_rows=1..32, group_rows=4|8|16|32, group_resident=1..8, routed_tiles=N (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_group_lone=0|1, decode_wgs=1..64, decode_positions=1|2|4|8|16, attn_mma=0|1, attn_mma_sinks=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, tile_prefetch=0|1, tile_units=across|along, gemv_rows=1..32, group_rows=4|8|16|32, group_resident=1..8, routed_tiles=N (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -398,6 +404,13 @@ impl Tuning {
                 "attn_mma_sinks" => t.attention_mma_sinks = flag()?,
                 "decode_group" => t.decode_group_heads = flag()?,
                 "decode_group_lone" => t.decode_group_lone = flag()?,
+                "decode_positions" => {
+                    t.decode_positions = value
+                        .parse()
+                        .ok()
+                        .filter(|n: &u32| n.is_power_of_two() && *n <= 16)
+                        .ok_or_else(bad)?
+                }
                 "decode_wgs" => {
                     t.decode_workgroups = value
                         .parse()
@@ -781,7 +794,7 @@ mod tests {
         assert_eq!(Tuning::parse("").unwrap(), Tuning::default());
         let t = Tuning::parse(
             "bytes=64, shuffle=0,wide=0,groups=528,dense_bytes=64,waves=4,resident=0,columns=4,\
-             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,decode_group=0,decode_wgs=8,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64,block_tiles=0,block_wgs=2,tile_resident=3,block_tk=128,tile_buffers=1,tile_prefetch=1,tile_units=across",
+             word_columns=2,wide_shared=0,pairs=1,whole=0,block_waves=6,block_resident=3,overlap=2,attn_tiles=0,decode_attn=0,decode_group=0,decode_wgs=8,decode_positions=8,attn_mma=0,mma=0,lib=1,int8=0,lib_decode=0,gemv_rows=16,lib_rows=64,block_tiles=0,block_wgs=2,tile_resident=3,block_tk=128,tile_buffers=1,tile_prefetch=1,tile_units=across",
         )
         .unwrap();
         assert_eq!(
@@ -809,6 +822,7 @@ mod tests {
                 decode_group_heads: false,
                 decode_group_lone: false,
                 decode_workgroups: 8,
+                decode_positions: 8,
                 attention_mma: false,
                 attention_mma_sinks: true,
                 gemm_matrix_units: MatrixUnits::Off,

@@ -458,6 +458,7 @@ impl Lowering<'_> {
         if (rows < ROWS_WITHOUT_SPLIT || decode_step) && self.target.limits.subgroup_size > 1 {
             let sms = self.target.limits.multiprocessors;
             let wgs = self.target.tuning.decode_workgroups;
+            let per_team = self.target.tuning.decode_positions;
             // Many rows decoding together: a workgroup serves the query heads that share a key
             // and value head, reading each key and value once for all of them (measured on an
             // H100, 64 rows of the 1B model: the decode attention was 1.49 of 1.86 ms a step,
@@ -474,12 +475,13 @@ impl Lowering<'_> {
             if group > 1
                 && group <= MAX_GROUPED_HEADS
                 && heads.is_multiple_of(group)
-                && let Some(layout) = DecodeLayout::new(rows / group, s_len, dqk, dv, sms, wgs)
+                && let Some(layout) =
+                    DecodeLayout::new(rows / group, s_len, (dqk, dv), sms, wgs, per_team)
                 && layout.fits_group(group)
             {
                 return self.emit_attention_decode(a, layout, group);
             }
-            if let Some(layout) = DecodeLayout::new(rows, s_len, dqk, dv, sms, wgs) {
+            if let Some(layout) = DecodeLayout::new(rows, s_len, (dqk, dv), sms, wgs, per_team) {
                 return self.emit_attention_decode(a, layout, 1);
             }
         }

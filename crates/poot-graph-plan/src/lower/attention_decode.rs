@@ -56,8 +56,6 @@ use poot_kernel::{BinOp, CmpOp, Expr, Ty, Var, Word};
 const MAX_LANES: u32 = 32;
 /// Teams per workgroup.
 const TEAMS: u32 = 4;
-/// Positions a team takes per step at most.
-const MAX_PER_TEAM: u32 = 4;
 /// Key and value words a lane loads per step at most (the loads in flight, held in registers).
 const LOADS_PER_LANE: usize = 32;
 /// Features of the query, key or value a lane holds at most; wider heads take the prefill
@@ -91,15 +89,15 @@ pub(super) struct DecodeLayout {
 impl DecodeLayout {
     /// The layout for `rows` rows over `positions` cache positions with query/key features
     /// `dqk` and value features `dv` on a device of `multiprocessors`, launching at least
-    /// `per_multiprocessor` workgroups on each; `None` when a head is too wide for a lane's
-    /// registers.
+    /// `per_multiprocessor` workgroups on each, each team taking at most `max_per_team`
+    /// positions a step; `None` when a head is too wide for a lane's registers.
     pub(super) fn new(
         rows: usize,
         positions: usize,
-        dqk: usize,
-        dv: usize,
+        (dqk, dv): (usize, usize),
         multiprocessors: Option<u32>,
         per_multiprocessor: usize,
+        max_per_team: u32,
     ) -> Option<DecodeLayout> {
         let widest = dqk.max(dv).max(1);
         let lanes = (widest.next_power_of_two() as u32).min(MAX_LANES);
@@ -109,7 +107,7 @@ impl DecodeLayout {
             return None;
         }
         let fit = (LOADS_PER_LANE / (qk_per_lane + v_per_lane).max(1)).max(1) as u32;
-        let per_team = 1 << fit.min(MAX_PER_TEAM).ilog2();
+        let per_team = 1 << fit.min(max_per_team.max(1)).ilog2();
         let blocks = positions.div_ceil((TEAMS * per_team) as usize).max(1);
         let sms = multiprocessors.map_or(DEFAULT_MULTIPROCESSORS, |n| n as usize);
         let wanted = (per_multiprocessor * sms).div_ceil(rows.max(1));
@@ -572,7 +570,7 @@ mod tests {
     fn a_decode_step_fills_two_workgroups_per_multiprocessor() {
         // 32 heads of 64 features over 2048 positions: a warp per team, four positions per
         // team and step, nine partitions of 32-position blocks.
-        let l = DecodeLayout::new(32, 2048, 64, 64, Some(132), 2).unwrap();
+        let l = DecodeLayout::new(32, 2048, (64, 64), Some(132), 2, 4).unwrap();
         assert_eq!(
             (l.lanes, l.per_team, l.qk_per_lane, l.v_per_lane),
             (32, 4, 2, 2)
@@ -580,34 +578,34 @@ mod tests {
         assert_eq!((l.blocks, l.parts), (128, 9));
         assert!(32 * l.parts >= 2 * 132);
         // Asked for eight a multiprocessor: four times the partitions, each walking a quarter.
-        let l = DecodeLayout::new(32, 2048, 64, 64, Some(132), 8).unwrap();
+        let l = DecodeLayout::new(32, 2048, (64, 64), Some(132), 8, 4).unwrap();
         assert_eq!((l.blocks, l.parts), (128, 33));
     }
 
     #[test]
     fn a_long_cache_is_cut_so_no_partition_walks_more_than_max_steps() {
         // 131072 positions in 8192 blocks of 16: 256 partitions of 32 steps.
-        let l = DecodeLayout::new(32, 131_072, 128, 128, Some(132), 2).unwrap();
+        let l = DecodeLayout::new(32, 131_072, (128, 128), Some(132), 2, 4).unwrap();
         assert_eq!((l.per_team, l.blocks, l.parts), (4, 8192, 256));
         // Past MAX_PARTITIONS the steps grow instead.
-        let l = DecodeLayout::new(32, 1 << 20, 128, 128, Some(132), 2).unwrap();
+        let l = DecodeLayout::new(32, 1 << 20, (128, 128), Some(132), 2, 4).unwrap();
         assert_eq!(l.parts, MAX_PARTITIONS);
     }
 
     #[test]
     fn wide_heads_take_fewer_positions_per_step_and_the_widest_none() {
-        let l = DecodeLayout::new(8, 4096, 256, 256, None, 2).unwrap();
+        let l = DecodeLayout::new(8, 4096, (256, 256), None, 2, 4).unwrap();
         assert_eq!((l.lanes, l.per_team, l.qk_per_lane), (32, 2, 8));
-        let l = DecodeLayout::new(8, 4096, 320, 320, None, 2).unwrap();
+        let l = DecodeLayout::new(8, 4096, (320, 320), None, 2, 4).unwrap();
         assert_eq!((l.per_team, l.qk_per_lane), (1, 10));
-        assert_eq!(DecodeLayout::new(8, 4096, 1024, 1024, None, 2), None);
+        assert_eq!(DecodeLayout::new(8, 4096, (1024, 1024), None, 2, 4), None);
     }
 
     #[test]
     fn short_caches_and_narrow_heads_keep_at_least_a_block_per_partition() {
-        let l = DecodeLayout::new(6, 12, 16, 16, None, 2).unwrap();
+        let l = DecodeLayout::new(6, 12, (16, 16), None, 2, 4).unwrap();
         assert_eq!((l.lanes, l.blocks, l.parts), (16, 1, 1));
-        let l = DecodeLayout::new(6, 150, 6, 10, None, 2).unwrap();
+        let l = DecodeLayout::new(6, 150, (6, 10), None, 2, 4).unwrap();
         assert_eq!((l.lanes, l.qk_per_lane, l.v_per_lane), (16, 1, 1));
         assert!(l.parts <= l.blocks);
     }
