@@ -57,13 +57,23 @@ pub fn bounded_wait<E>(
         if waited >= timeout {
             return Err(WaitError::Timeout);
         }
-        if waited < SPIN {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(sleep.min(timeout - waited));
-            sleep = (sleep * 2).min(MAX_SLEEP);
+        match pause(waited, timeout, &mut sleep) {
+            None => std::thread::yield_now(),
+            Some(d) => std::thread::sleep(d),
         }
     }
+}
+
+/// What a wait does between polls after `waited` of `timeout`: yield (`None`) during the spin,
+/// then sleep for `sleep` (at most what is left), doubling it for the next time up to
+/// [`MAX_SLEEP`].
+fn pause(waited: Duration, timeout: Duration, sleep: &mut Duration) -> Option<Duration> {
+    if waited < SPIN {
+        return None;
+    }
+    let now = (*sleep).min(timeout.saturating_sub(waited));
+    *sleep = (*sleep * 2).min(MAX_SLEEP);
+    Some(now)
 }
 
 /// Whole seconds of a timeout for error reports, rounded up so a sub-second timeout never reads
@@ -130,6 +140,29 @@ mod tests {
         });
         assert_eq!(r, Ok(()));
         assert_eq!(polls, 1);
+    }
+
+    #[test]
+    fn a_wait_spins_through_a_decode_chain_then_sleeps_at_most_max_sleep() {
+        let timeout = Duration::from_secs(600);
+        let mut sleep = FIRST_SLEEP;
+        // A chain of eight 1 ms steps ends within the spin: it is seen without sleeping.
+        assert_eq!(pause(Duration::from_millis(8), timeout, &mut sleep), None);
+        assert_eq!(sleep, FIRST_SLEEP);
+        let mut sleeps = Vec::new();
+        for ms in 25..40 {
+            sleeps.extend(pause(Duration::from_millis(ms), timeout, &mut sleep));
+        }
+        assert_eq!(sleeps[0], FIRST_SLEEP);
+        assert!(sleeps.windows(2).all(|w| w[1] >= w[0]));
+        assert_eq!(*sleeps.last().unwrap(), MAX_SLEEP);
+        assert!(MAX_SLEEP <= Duration::from_micros(250));
+        // Never past the timeout.
+        let near_end = timeout - Duration::from_micros(10);
+        assert_eq!(
+            pause(near_end, timeout, &mut sleep),
+            Some(Duration::from_micros(10))
+        );
     }
 
     #[test]
