@@ -169,12 +169,13 @@ impl KvPool {
         }
         self.clock += 1;
         for &b in &reused {
-            let Some(c) = self.published.get(&b).and_then(|h| self.cached.get_mut(h)) else {
-                continue;
-            };
-            let hash = self.published[&b];
-            self.idle.remove(&(c.last_used, hash));
-            c.last_used = self.clock;
+            if let Some(&hash) = self.published.get(&b)
+                && let Some(c) = self.cached.get_mut(&hash)
+            {
+                // Read from now on: no longer evictable.
+                self.idle.remove(&(c.last_used, hash));
+                c.last_used = self.clock;
+            }
             *self.readers.entry(b).or_default() += 1;
         }
         let mut blocks = reused.clone();
