@@ -9,8 +9,8 @@
 //! small share of its length.
 //!
 //! The spin covers a whole decode chain on purpose: with a 5 ms spin and 1 ms sleeps, a chain
-//! of eight 0.7 ms steps ended inside the sleeps and was seen up to a millisecond late, 10 to
-//! 20% of a small model's decode time.
+//! of eight 0.7 ms steps ended inside the sleeps and could be seen up to a millisecond late,
+//! as much as a seventh of the chain (a bound from the schedule, not a measurement).
 
 use std::time::{Duration, Instant};
 
