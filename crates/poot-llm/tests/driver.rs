@@ -206,6 +206,75 @@ fn paged_rows_batch_and_reuse_a_prompt_prefix_with_the_tokens_of_one_contiguous_
     driver.release(c);
 }
 
+/// A prompt whose last chunk reaches back into blocks the prefix cache shares with a running
+/// sequence: the sharer keeps transformers' tokens, and the new prompt gets the tokens a
+/// contiguous cache (fed chunk by chunk, never reaching back) gives it.
+#[test]
+fn a_last_chunk_reaching_into_shared_blocks_keeps_every_sequences_tokens() {
+    let Some(exec) = executor() else { return };
+    let (handle, reference) = tiny_chat();
+    let cases = greedy_cases(&reference);
+    let shared = &cases[3];
+    // The shared prompt's first 32 tokens (8 blocks of 4) and 3 of another prompt's.
+    let mut prompt = shared.0[..32].to_vec();
+    prompt.extend_from_slice(&cases[1].0[..3]);
+    let request = |prompt: &[u32], n: usize| GenerateRequest {
+        ignore_eos: true,
+        ..GenerateRequest::new(prompt.to_vec(), n, Sampler::greedy())
+    };
+    let drain = |driver: &mut Driver, ids: &[SeqId]| {
+        let mut out: Vec<(Vec<u32>, usize)> = vec![(Vec::new(), 0); ids.len()];
+        let mut done = 0;
+        while done < ids.len() {
+            let picks = driver.step().unwrap();
+            for event in driver.commit(picks).unwrap() {
+                let i = ids.iter().position(|&id| id == event.id).unwrap();
+                out[i].0.extend(event.tokens.iter().map(|t| t.id));
+                out[i].1 = event.cached_tokens;
+                done += usize::from(event.finish.is_some());
+            }
+        }
+        out
+    };
+    let mut contiguous = Driver::new(Arc::clone(&handle), exec, DriverOptions::new(64, 8))
+        .unwrap()
+        .serve(Layout::Contiguous)
+        .map_err(|r| r.1)
+        .unwrap();
+    let id = contiguous.open(request(&prompt, 8)).unwrap();
+    let want = drain(&mut contiguous, &[id]).remove(0).0;
+    drop(contiguous);
+
+    let Some(exec) = executor() else { return };
+    let layout = Layout::Paged {
+        block_tokens: 4,
+        blocks: 60,
+    };
+    let mut driver = Driver::new(handle, exec, DriverOptions::new(64, 8).with_rows(2))
+        .unwrap()
+        .serve(layout)
+        .map_err(|r| r.1)
+        .unwrap();
+    let first = driver.open(request(&shared.0, shared.1.len())).unwrap();
+    let out = drain(&mut driver, &[first]);
+    assert_eq!(out[0].0, shared.1, "transformers' greedy tokens");
+    driver.release(first);
+    // Both open together: the shared prompt again, and the new one, whose 3 uncached tokens
+    // run as a chunk of 4 reaching back into the eighth shared block.
+    let again = driver.open(request(&shared.0, shared.1.len())).unwrap();
+    let new = driver.open(request(&prompt, 8)).unwrap();
+    let before = driver.runs().clone();
+    let out = drain(&mut driver, &[again, new]);
+    let chunks_of_4 = driver.runs().get(&(1, 4)).copied().unwrap_or(0)
+        - before.get(&(1, 4)).copied().unwrap_or(0);
+    assert_eq!(out[0], (shared.1.clone(), 36), "the sharer's tokens");
+    assert_eq!(out[1], (want, 32), "the contiguous cache's tokens");
+    assert_eq!(
+        chunks_of_4, 1,
+        "the new prompt's last 3 tokens in one chunk of 4"
+    );
+}
+
 #[test]
 fn several_rows_over_a_contiguous_cache_are_refused_as_incompatible() {
     let Some(exec) = executor() else { return };
@@ -692,10 +761,10 @@ fn sampling_rules_follow_the_host_distribution() {
 }
 
 /// A step is sized to its work: a lone sequence on a 4-row driver decodes in the 1-row step, a
-/// short prompt advances in power-of-two chunks, and a prompt arriving while others decode
+/// prompt's last piece runs as one chunk, and a prompt arriving while others decode
 /// rides along under the token budget; every sequence still gets transformers' tokens.
 #[test]
-fn steps_are_sized_to_the_rows_in_use_and_prompts_advance_in_power_of_two_chunks() {
+fn steps_are_sized_to_the_rows_in_use_and_a_prompt_ends_in_one_chunk() {
     let Some(exec) = executor() else { return };
     let (handle, reference) = tiny_chat();
     let cases = greedy_cases(&reference);
@@ -717,8 +786,9 @@ fn steps_are_sized_to_the_rows_in_use_and_prompts_advance_in_power_of_two_chunks
         ignore_eos: true,
         ..GenerateRequest::new(prompt.clone(), want.len(), Sampler::greedy())
     };
-    // A lone sequence: its prompt in power-of-two chunks, its decode in the 1-row step.
-    let (first, second) = (&cases[0], &cases[1]);
+    // A lone sequence: its prompt in chunks, its decode in the 1-row step.
+    let (first, second) = (&cases[3], &cases[1]);
+    assert_eq!(first.0.len(), 37, "the fixture's longest prompt");
     let a = driver.open(request(first)).unwrap();
     let mut tokens: Vec<Vec<u32>> = vec![Vec::new(), Vec::new()];
     let mut done = [false, false];
@@ -739,16 +809,16 @@ fn steps_are_sized_to_the_rows_in_use_and_prompts_advance_in_power_of_two_chunks
                 lone.keys().all(|&(rows, _)| rows == 1),
                 "a lone sequence runs 1-row steps: {lone:?}"
             );
-            let chunks: u64 = lone
-                .iter()
-                .filter(|((_, t), _)| *t > 1)
-                .map(|(_, n)| n)
-                .sum();
-            // Whole 16-token chunks, then the rest's powers of two; an odd last token is fed
-            // by the 1-row decode step.
+            // Whole 16-token chunks, then the rest in one run: a chunk reaching back over
+            // positions already written, or for a lone last token the 1-row decode step (37
+            // tokens: 16, 16 and 8 reaching back 3, not 16, 16, 4 and a decode step).
             let n = first.0.len();
-            let expected = (n / 16) as u64 + u64::from(((n % 16) & !1).count_ones());
-            assert_eq!(chunks, expected, "{n}-token prompt: {lone:?}");
+            let expected = (n / 16 + usize::from(n % 16 > 0)) as u64;
+            assert_eq!(
+                lone.values().sum::<u64>(),
+                expected,
+                "{n}-token prompt: {lone:?}"
+            );
             b = Some(driver.open(request(second)).unwrap());
         }
         assert!(steps < 500, "the sequences did not finish");

@@ -147,6 +147,18 @@ impl Sequence {
         end.saturating_sub(self.fed)
     }
 
+    /// Positions before `fed` a prompt's last chunk may run again: back to the start of the
+    /// region it feeds (the prompt, or the recomputed output after a preemption), since a chunk
+    /// never mixes the two.
+    fn rewindable(&self) -> usize {
+        let region = if self.fed < self.req.prompt.len() {
+            0
+        } else {
+            self.req.prompt.len()
+        };
+        self.fed.saturating_sub(region)
+    }
+
     /// Positions the sequence's next step can write: its next chunk (or token), and the
     /// chained decode steps after it; never past what the request can reach.
     fn positions_ahead(&self, chunk: usize, chain: usize) -> usize {
@@ -460,6 +472,8 @@ impl Driver<Serving> {
             .saturating_sub(singles.len())
             .max(1);
         let mut prefills = Vec::new();
+        let buckets = self.options.chunk_buckets();
+        let paged = self.seqs.pool.paged();
         for (id, left, head) in prompts {
             if budget == 0 || singles.len() >= self.options.rows {
                 break;
@@ -470,32 +484,52 @@ impl Driver<Serving> {
             if !prefills.is_empty() && fits < left.min(self.options.prefill_chunk) {
                 break;
             }
-            let chunk = self
-                .options
-                .chunk_buckets()
-                .into_iter()
-                .rev()
-                .filter(|&t| t <= fits)
-                .find(|&t| {
-                    self.ensure(EntryKey {
-                        rows: 1,
-                        tokens: t,
-                        head,
-                    })
-                    .is_some()
-                });
+            let Some(rewindable) = self.seqs.open.get(&id).map(Sequence::rewindable) else {
+                continue;
+            };
+            let mut prepared = |t: usize| {
+                self.ensure(EntryKey {
+                    rows: 1,
+                    tokens: t,
+                    head,
+                })
+                .is_some()
+            };
+            // A prompt's last piece runs as one chunk of the smallest size that holds it,
+            // reaching back over positions already written, rather than as a launch for each
+            // power of two in it (every launch reads all the weights). The positions run again
+            // keep their keys and values: a paged step writes them to the scratch block.
+            let last = (paged && fits == left)
+                .then(|| {
+                    buckets
+                        .iter()
+                        .copied()
+                        .filter(|&t| t >= left && t <= left + rewindable)
+                        .find(|&t| prepared(t))
+                })
+                .flatten();
+            let chunk = last.or_else(|| {
+                buckets
+                    .iter()
+                    .rev()
+                    .copied()
+                    .filter(|&t| t <= fits)
+                    .find(|&t| prepared(t))
+            });
             let Some(seq) = self.seqs.open.get(&id) else {
                 continue;
             };
-            let take = chunk.unwrap_or(1);
+            let take = chunk.unwrap_or(1).min(left);
+            let run = chunk.unwrap_or(1);
+            let start = seq.fed + take - run;
             let feed = RowFeed {
                 seq: id,
                 row: 0,
-                tokens: seq.tokens[seq.fed..seq.fed + take].to_vec(),
-                start: seq.fed,
+                tokens: seq.tokens[start..seq.fed + take].to_vec(),
+                start,
                 picks: seq.fed + take >= seq.tokens.len(),
             };
-            budget -= take;
+            budget = budget.saturating_sub(run);
             if chunk.is_some() {
                 prefills.push(feed);
             } else {
@@ -770,11 +804,21 @@ impl Driver<Serving> {
                     ids.extend(f.tokens.iter().map(|&t| t as i32));
                     pos.extend((f.start..f.start + tokens).map(|p| p as i32));
                     table.extend(pool.table(&s.blocks));
-                    writes.extend((f.start..f.start + tokens).map(|p| pool.slot(&s.blocks, p)));
+                    // Positions already written (a last chunk reaching back) keep their keys
+                    // and values, which other sequences may share: the rerun writes to scratch.
+                    writes.extend((f.start..f.start + tokens).map(|p| {
+                        if p < s.fed {
+                            pool.scratch_slot()
+                        } else {
+                            pool.slot(&s.blocks, p)
+                        }
+                    }));
+                    let rerun = s.fed.saturating_sub(f.start).min(f.tokens.len());
                     sampling.push(RowSampling {
                         sampler: &s.req.sampler,
                         draw: s.generated.len() as u32,
-                        fed: &f.tokens,
+                        // The history counts each position once.
+                        fed: &f.tokens[rerun..],
                         generated: f.start >= s.req.prompt.len(),
                         history_row: s.row,
                         fresh: !s.stepped,
