@@ -188,7 +188,8 @@ pub struct ServeArgs {
     pub spec_tokens: u32,
 
     /// The largest prompt chunk one prefill runs (default: the smaller of 512 and the context
-    /// size); shorter prompt tails run in power-of-two chunks.
+    /// size); a prompt's last piece runs as the smallest power-of-two chunk that holds it,
+    /// reaching back over positions already written.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub prefill_chunk: Option<u32>,
 
