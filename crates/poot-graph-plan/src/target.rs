@@ -166,6 +166,9 @@ pub struct Tuning {
     /// Whether a softmax with a learned sink per head (gpt-oss) takes the matrix units too
     /// (`attn_mma_sinks=0|1`, on by default); off keeps it on the tiled FMA kernel.
     pub attention_mma_sinks: bool,
+    /// Whether the prompt attention on the matrix units stops walking the cache after its
+    /// rows' last position where the mask is causal (`attn_bound=0|1`, on by default).
+    pub attention_causal_bound: bool,
     /// How tiled contractions multiply where the target has matrix units
     /// ([`Target::matrix_units`]).
     pub gemm_matrix_units: MatrixUnits,
@@ -317,6 +320,7 @@ impl Default for Tuning {
             decode_positions: 4,
             attention_mma: true,
             attention_mma_sinks: true,
+            attention_causal_bound: true,
             gemm_matrix_units: MatrixUnits::Tf32,
             library_gemm: true,
             gemv_rows: None,
@@ -346,7 +350,7 @@ pub const CPU_INTEGER_ROWS: u32 = 16;
 #[error(
     "POOT_TUNING: `{item}` is not one of bytes=N, dense_bytes=N, wide=0|1, shuffle=0|1, routed=0|1, \
      groups=N|none, waves=N, resident=N, block_waves=N, block_resident=N, columns=N, word_columns=N, wide_shared=0|1, pairs=0|1, \
-     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_group_lone=0|1, decode_wgs=1..64, decode_positions=1|2|4|8|16, attn_mma=0|1, attn_mma_sinks=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, tile_prefetch=0|1, tile_units=across|along, gemv_rows=1..32, group_rows=4|8|16|32, group_resident=1..8, routed_tiles=N (comma-separated; columns 1, 2, 4 or 8)"
+     whole=0|1, overlap=0|1|2, attn_tiles=0|1, decode_attn=0|1, decode_group=0|1, decode_group_lone=0|1, decode_wgs=1..64, decode_positions=1|2|4|8|16, attn_mma=0|1, attn_mma_sinks=0|1, attn_bound=0|1, mma=0|1|half, lib=0|1, lib_decode=0|1, int8=0|1, lib_rows=N (9 or more), block_tiles=0|1|2, block_wgs=1..64, tile_resident=N, block_tk=32|64|128, tile_buffers=1|2, tile_prefetch=0|1, tile_units=across|along, gemv_rows=1..32, group_rows=4|8|16|32, group_resident=1..8, routed_tiles=N (comma-separated; columns 1, 2, 4 or 8)"
 )]
 pub struct TuningError {
     pub item: String,
@@ -402,6 +406,7 @@ impl Tuning {
                 "decode_attn" => t.decode_attention_rows = flag()?,
                 "attn_mma" => t.attention_mma = flag()?,
                 "attn_mma_sinks" => t.attention_mma_sinks = flag()?,
+                "attn_bound" => t.attention_causal_bound = flag()?,
                 "decode_group" => t.decode_group_heads = flag()?,
                 "decode_group_lone" => t.decode_group_lone = flag()?,
                 "decode_positions" => {
@@ -825,6 +830,7 @@ mod tests {
                 decode_positions: 8,
                 attention_mma: false,
                 attention_mma_sinks: true,
+                attention_causal_bound: true,
                 gemm_matrix_units: MatrixUnits::Off,
                 library_gemm: true,
                 gemv_rows: Some(16),

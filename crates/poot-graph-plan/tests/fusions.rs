@@ -627,6 +627,44 @@ fn prefill_attention_runs_on_the_matrix_units() {
 }
 
 #[test]
+fn prefill_attention_under_a_causal_mask_walks_no_further_than_its_last_position() {
+    // The walk's end is shared through a `bound` array: present for `causal_mask`'s mask (here
+    // with a sliding window), absent for a mask the planner cannot bound.
+    let bounded = |g: &Graph| {
+        let p = plan(g);
+        let k = kinds(&p);
+        assert_eq!(k.last(), Some(&"attention_mma"));
+        let kernel = &p.kernels[p.dispatches[k.len() - 1].kernel];
+        kernel.shared.iter().any(|s| s.name == "bound")
+    };
+    assert!(bounded(&attention_graph(64, 512, false)));
+    let mut off = Target::ptx_preset();
+    off.tuning.attention_causal_bound = false;
+    let p = compile(&attention_graph(64, 512, false), &off).unwrap();
+    assert!(
+        p.kernels
+            .iter()
+            .all(|k| k.shared.iter().all(|s| s.name != "bound"))
+    );
+    let b = Builder::new(TraceLimits::standard(4096));
+    let q = input(&b, "q", &[1, 4, 64, 16]);
+    let k = input(&b, "k", &[1, 2, 512, 16]);
+    let v = input(&b, "v", &[1, 2, 512, 16]);
+    let (x, y) = (
+        input(&b, "x", &[1, 1, 64, 512]),
+        input(&b, "y", &[1, 1, 64, 512]),
+    );
+    let mask = b.compare(poot_graph_ir::CompareOp::Le, x, y).unwrap();
+    let opts = AttentionOptions {
+        n_rep: 2,
+        scale: 0.25,
+        softcap: None,
+    };
+    let o = ops::attention_masked(&b, q, k, v, mask, opts).unwrap();
+    assert!(!bounded(&b.finish(Outputs::new(o)).unwrap()));
+}
+
+#[test]
 fn prefill_attention_is_one_kernel_over_tiles_of_queries() {
     let mut fma = Target::ptx_preset();
     fma.tuning.attention_mma = false;

@@ -137,6 +137,15 @@ fn paged_plans_at_real_dimensions(r: Reference) {
                 (Ok(plan), Ok(contiguous)) => {
                     for k in &plan.kernels {
                         k.validate().unwrap();
+                        // The causal mask bounds the prompt's walk over the cache.
+                        if k.name.starts_with("attention_mma") {
+                            assert!(
+                                k.shared.iter().any(|s| s.name == "bound"),
+                                "{} paged {what}: {} walks the whole cache",
+                                r.name,
+                                k.name
+                            );
+                        }
                     }
                     assert_eq!(plan.states.len(), 2 * model.config().n_layers);
                     let (_, state_bytes, scratch_bytes) = buffer_bytes(plan);

@@ -46,7 +46,9 @@
 
 use std::collections::HashMap;
 
-use poot_graph_ir::{BinaryOp, Eqn, Graph, OpKind, ReduceOp, Scalar, UnaryOp, ValueId};
+use poot_graph_ir::{
+    BinaryOp, CompareOp, DType, Eqn, Graph, OpKind, ReduceOp, Scalar, UnaryOp, ValueId,
+};
 
 use super::access::unflatten;
 use super::attention_decode::DecodeLayout;
@@ -88,6 +90,9 @@ pub struct Attention {
     pub logits: ValueId,
     /// Where positions are visible, `[B, H, T, S]` (bool).
     pub mask: Option<ValueId>,
+    /// Where the mask is causal ([`poot_graph_ir::ops::causal_mask`]'s shape): the positions
+    /// `[B, T]` (i32) no key past which is visible, so a kernel may stop walking there.
+    pub causal: Option<ValueId>,
     /// The learned sink logit of each query head, `[H]` (f32): one more term of each row's
     /// softmax denominator, carrying no value.
     pub sinks: Option<ValueId>,
@@ -208,10 +213,69 @@ pub fn find(
         scores,
         logits,
         mask,
+        causal: mask.and_then(|m| causal_positions(g, producer, m)),
         sinks: sink.map(|s| s.sinks),
         scores_eqn: producer[scores.index()]?,
         internal,
     })
+}
+
+/// The positions `pos [B, T]` bounding a mask `[B, H, T, S]` traced as `causal_mask` traces it:
+/// `broadcast(reshape(c, [B, 1, T, S]))` where `c` is `iota_s <= broadcast(reshape(pos, [B, T,
+/// 1]))`, alone or and-ed with another condition (a sliding window's). Wherever the mask is
+/// true, `s <= pos[b, t]`.
+fn causal_positions(g: &Graph, producer: &[Option<usize>], mask: ValueId) -> Option<ValueId> {
+    let eqn = |v: ValueId| producer[v.index()].map(|i| &g.eqns()[i]);
+    let dims = |v: ValueId| g.values()[v.index()].ty.dims().to_vec();
+    let md = dims(mask);
+    let &[bsz, _, t, s] = md.as_slice() else {
+        return None;
+    };
+    let mut m = mask;
+    if let OpKind::Broadcast { .. } = eqn(m)?.op {
+        m = eqn(m)?.inputs[0];
+    }
+    if dims(m) != [bsz, 1, t, s] {
+        return None;
+    }
+    let reshape = eqn(m)?;
+    if !matches!(reshape.op, OpKind::Reshape { .. }) {
+        return None;
+    }
+    let rows = [bsz, t, s];
+    let c = reshape.inputs[0];
+    if dims(c) != rows {
+        return None;
+    }
+    // `iota_s <= p`: `p` where `c` is that comparison.
+    let bound = |v: ValueId| -> Option<ValueId> {
+        let e = eqn(v)?;
+        if e.op != OpKind::Compare(CompareOp::Le) {
+            return None;
+        }
+        let keys = eqn(e.inputs[0])?;
+        match &keys.op {
+            OpKind::Iota { shape, axis: 2, .. } if shape.dims() == rows => Some(e.inputs[1]),
+            _ => None,
+        }
+    };
+    let e = eqn(c)?;
+    let p = match e.op {
+        OpKind::Binary(BinaryOp::And) => bound(e.inputs[0]).or_else(|| bound(e.inputs[1]))?,
+        _ => bound(c)?,
+    };
+    let spread = eqn(p)?;
+    if !matches!(&spread.op, OpKind::Broadcast { shape } if shape.dims() == rows) {
+        return None;
+    }
+    let column = spread.inputs[0];
+    let reshaped = eqn(column)?;
+    if dims(column) != [bsz, t, 1] || !matches!(reshaped.op, OpKind::Reshape { .. }) {
+        return None;
+    }
+    let pos = reshaped.inputs[0];
+    let info = &g.values()[pos.index()].ty;
+    (info.dims() == [bsz, t] && info.dtype == DType::I32).then_some(pos)
 }
 
 /// A recognised sink term of the softmax: the `[H]` logits and the values that spread them over

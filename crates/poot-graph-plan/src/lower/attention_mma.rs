@@ -35,7 +35,7 @@ use super::gemm::tf32_parts;
 use super::{Lowering, PlanError};
 use poot_graph_ir::{DType, OpKind, ValueId};
 use poot_kernel::build::{
-    bin, cmp, eq, load_shared, local_id, lt, max, min, select, shuffle_xor, u32c, un,
+    bin, cast, cmp, eq, load_shared, local_id, lt, max, min, select, shuffle_xor, u32c, un,
 };
 use poot_kernel::{BinOp, CmpOp, Expr, Ty, UnOp, Var, Word};
 
@@ -166,7 +166,7 @@ impl Lowering<'_> {
         let warp = cx.kb.let_(Ty::U32, local_id() / u32c(WARP));
         let lane = cx.kb.let_(Ty::U32, local_id() % u32c(WARP));
         let g = cx.kb.let_(Ty::U32, lane.clone() / u32c(4));
-        let t = cx.kb.let_(Ty::U32, lane % u32c(4));
+        let t = cx.kb.let_(Ty::U32, lane.clone() % u32c(4));
         let row0 = cx.kb.let_(
             Ty::U32,
             bht[2].clone() * u32c(block_rows) + warp.clone() * u32c(WARP_QUERIES),
@@ -204,7 +204,40 @@ impl Lowering<'_> {
             .map(|_| std::array::from_fn(|_| cx.kb.var(Ty::F32, Expr::F32(0.0))))
             .collect();
 
-        let s0 = cx.kb.begin_for(u32c(0), u32c(s_len), u32c(TILE));
+        // Under a causal mask no row sees past its position: the walk stops after the block's
+        // last one (a serving step's cache is as long as its context, its prompt often far
+        // shorter), each tile past it a visibility test and a barrier saved.
+        let bound = a
+            .causal
+            .filter(|_| self.target.tuning.attention_causal_bound);
+        let end = match bound {
+            Some(pos) => {
+                let bound_sh = cx.kb.shared("bound", Ty::U32, warps);
+                let mut lane_end = u32c(0);
+                for (_, inside, clamped) in &rows {
+                    let p = self.value_at(&mut cx, pos, &[b.clone(), clamped.clone()])?;
+                    let past = cast(Ty::U32, max(p, Expr::I32(0))) + u32c(1);
+                    lane_end = max(lane_end, select(inside.clone(), past, u32c(0)));
+                }
+                let mut warp_end = cx.kb.let_(Ty::U32, lane_end);
+                for mask in [1, 2, 4, 8, 16] {
+                    warp_end = cx
+                        .kb
+                        .let_(Ty::U32, max(warp_end.clone(), shuffle_xor(warp_end, mask)));
+                }
+                cx.kb.begin_if(eq(lane.clone(), u32c(0)));
+                cx.kb.store_shared(bound_sh, warp.clone(), warp_end);
+                cx.kb.end();
+                cx.kb.barrier();
+                let block_end = (0..warps)
+                    .map(|i| load_shared(bound_sh, u32c(i)))
+                    .reduce(max)
+                    .unwrap_or(u32c(0));
+                cx.kb.let_(Ty::U32, min(block_end, u32c(s_len)))
+            }
+            None => u32c(s_len),
+        };
+        let s0 = cx.kb.begin_for(u32c(0), end, u32c(TILE));
         // The lane's positions in the tile, block `j`, column `c`: 8j + 2t + c.
         let blocks = TILE / 8;
         let mut cols = Vec::with_capacity(2 * blocks as usize);
