@@ -148,6 +148,23 @@ fn greedy_cases(reference: &serde_json::Value) -> Vec<(Vec<u32>, Vec<u32>)> {
         .collect()
 }
 
+/// Steps `driver` until every sequence of `ids` finishes: each one's tokens and the prompt
+/// tokens it found in the prefix cache.
+fn run_all(driver: &mut Driver, ids: &[SeqId]) -> Vec<(Vec<u32>, usize)> {
+    let mut out: Vec<(Vec<u32>, usize)> = vec![(Vec::new(), 0); ids.len()];
+    let mut done = 0;
+    while done < ids.len() {
+        let picks = driver.step().unwrap();
+        for event in driver.commit(picks).unwrap() {
+            let i = ids.iter().position(|&id| id == event.id).unwrap();
+            out[i].0.extend(event.tokens.iter().map(|t| t.id));
+            out[i].1 = event.cached_tokens;
+            done += usize::from(event.finish.is_some());
+        }
+    }
+    out
+}
+
 #[test]
 fn paged_rows_batch_and_reuse_a_prompt_prefix_with_the_tokens_of_one_contiguous_row() {
     let Some(exec) = executor() else { return };
@@ -163,23 +180,6 @@ fn paged_rows_batch_and_reuse_a_prompt_prefix_with_the_tokens_of_one_contiguous_
         .serve(layout)
         .map_err(|r| r.1)
         .unwrap();
-    // Each sequence's tokens and the prompt tokens it found in the prefix cache.
-    let run_all = |driver: &mut Driver, ids: &[SeqId]| {
-        let mut out: Vec<(Vec<u32>, usize)> = vec![(Vec::new(), 0); ids.len()];
-        let mut done = 0;
-        while done < ids.len() {
-            let picks = driver.step().unwrap();
-            for event in driver.commit(picks).unwrap() {
-                let i = ids.iter().position(|&id| id == event.id).unwrap();
-                out[i].0.extend(event.tokens.iter().map(|t| t.id));
-                out[i].1 = event.cached_tokens;
-                if event.finish.is_some() {
-                    done += 1;
-                }
-            }
-        }
-        out
-    };
     let request = |(prompt, want): &(Vec<u32>, Vec<u32>)| GenerateRequest {
         ignore_eos: true,
         ..GenerateRequest::new(prompt.clone(), want.len(), Sampler::greedy())
@@ -222,27 +222,13 @@ fn a_last_chunk_reaching_into_shared_blocks_keeps_every_sequences_tokens() {
         ignore_eos: true,
         ..GenerateRequest::new(prompt.to_vec(), n, Sampler::greedy())
     };
-    let drain = |driver: &mut Driver, ids: &[SeqId]| {
-        let mut out: Vec<(Vec<u32>, usize)> = vec![(Vec::new(), 0); ids.len()];
-        let mut done = 0;
-        while done < ids.len() {
-            let picks = driver.step().unwrap();
-            for event in driver.commit(picks).unwrap() {
-                let i = ids.iter().position(|&id| id == event.id).unwrap();
-                out[i].0.extend(event.tokens.iter().map(|t| t.id));
-                out[i].1 = event.cached_tokens;
-                done += usize::from(event.finish.is_some());
-            }
-        }
-        out
-    };
     let mut contiguous = Driver::new(Arc::clone(&handle), exec, DriverOptions::new(64, 8))
         .unwrap()
         .serve(Layout::Contiguous)
         .map_err(|r| r.1)
         .unwrap();
     let id = contiguous.open(request(&prompt, 8)).unwrap();
-    let want = drain(&mut contiguous, &[id]).remove(0).0;
+    let want = run_all(&mut contiguous, &[id]).remove(0).0;
     drop(contiguous);
 
     let Some(exec) = executor() else { return };
@@ -256,7 +242,7 @@ fn a_last_chunk_reaching_into_shared_blocks_keeps_every_sequences_tokens() {
         .map_err(|r| r.1)
         .unwrap();
     let first = driver.open(request(&shared.0, shared.1.len())).unwrap();
-    let out = drain(&mut driver, &[first]);
+    let out = run_all(&mut driver, &[first]);
     assert_eq!(out[0].0, shared.1, "transformers' greedy tokens");
     driver.release(first);
     // Both open together: the shared prompt again, and the new one, whose 3 uncached tokens
@@ -264,7 +250,7 @@ fn a_last_chunk_reaching_into_shared_blocks_keeps_every_sequences_tokens() {
     let again = driver.open(request(&shared.0, shared.1.len())).unwrap();
     let new = driver.open(request(&prompt, 8)).unwrap();
     let before = driver.runs().clone();
-    let out = drain(&mut driver, &[again, new]);
+    let out = run_all(&mut driver, &[again, new]);
     let chunks_of_4 = driver.runs().get(&(1, 4)).copied().unwrap_or(0)
         - before.get(&(1, 4)).copied().unwrap_or(0);
     assert_eq!(out[0], (shared.1.clone(), 36), "the sharer's tokens");
