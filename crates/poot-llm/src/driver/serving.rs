@@ -519,8 +519,9 @@ impl Driver<Serving> {
             let Some(seq) = self.seqs.open.get(&id) else {
                 continue;
             };
-            let take = chunk.unwrap_or(1).min(left);
+            // Positions the feed runs, and those it adds (fewer where it reaches back).
             let run = chunk.unwrap_or(1);
+            let take = run.min(left);
             let start = seq.fed + take - run;
             let feed = RowFeed {
                 seq: id,
